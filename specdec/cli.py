@@ -1,0 +1,156 @@
+"""The ``specdec`` command line.
+
+Contract: ``specdec generate`` decodes one prompt (flags follow mlx-lm's names);
+``--compare`` also runs plain decoding and reports both speeds, the speedup and whether the
+tokens are identical; ``--json`` prints one JSON object instead of text. ``specdec parity``
+runs the losslessness check with its diagnosis. On Linux the command re-executes itself
+with OpenBLAS preloaded (see ``backend``) before mlx is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from .backend import ensure_openblas
+from .config import DTYPES, RunConfig
+from .drafters import DRAFT_TYPES
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m", help="packaged name, .gguf path or mlx-lm dir")
+    p.add_argument("--prompt", help="prompt text ('-' reads stdin; default: the demo edit prompt)")
+    p.add_argument("--prompt-file", help="read the prompt from this file")
+    p.add_argument("--system", help="system message (chat models)")
+    p.add_argument("--raw", action="store_true", help="do not apply the chat template")
+    p.add_argument("--max-tokens", "-m", type=int, default=256)
+    p.add_argument("--draft-type", choices=DRAFT_TYPES, default="ngram")
+    p.add_argument("--num-draft-tokens", type=int, default=4, help="draft length k")
+    p.add_argument("--ngram-min", type=int, default=1)
+    p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
+    p.add_argument("--kv-bits", type=int, default=None, help="quantize the KV cache")
+    p.add_argument("--prefill-step-size", type=int, default=512)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="generate text with speculative decoding")
+    _add_run_flags(gen)
+    gen.add_argument("--compare", action="store_true", help="also run plain decoding and compare")
+    gen.add_argument("--verbose", "-v", action="store_true", help="print speculation stats")
+    par = sub.add_parser("parity", help="check speculative == plain greedy and diagnose")
+    _add_run_flags(par)
+    return parser
+
+
+def _load(cfg: RunConfig):
+    from .loader import load
+
+    return load(cfg.model, dtype=cfg.dtype)
+
+
+def _stats_line(label: str, s: Any) -> str:
+    return (
+        f"{label}: {s.generated_tokens} tokens, decode {s.decode_tokens_per_s:.1f} tok/s, "
+        f"prefill {s.prefill_tokens_per_s:.1f} tok/s, ttft {s.ttft_s:.2f}s, "
+        f"steps {s.verify_steps}, accepted {s.accepted}/{s.drafted} "
+        f"({s.acceptance_rate:.0%}), mean acceptance length {s.mean_acceptance_length:.2f}, "
+        f"p_cache {s.p_cache:.2f}"
+    )
+
+
+def _summary(res: Any, base: Any | None) -> dict:
+    s = res.stats
+    out = {
+        "text": res.text,
+        "tokens": res.tokens,
+        "finish_reason": res.finish_reason,
+        "spec_tokens_per_s": s.decode_tokens_per_s,
+        "acceptance_rate": s.acceptance_rate,
+        "mean_acceptance_length": s.mean_acceptance_length,
+        "verify_steps": s.verify_steps,
+        "stats": s.to_dict(),
+    }
+    if base is not None:
+        b = base.stats.decode_tokens_per_s
+        out.update(
+            parity=base.tokens == res.tokens,
+            baseline_tokens_per_s=b,
+            speedup=s.decode_tokens_per_s / b if b else None,
+            baseline_tokens=len(base.tokens),
+        )
+    return out
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    cfg = RunConfig.from_args(args)
+    prompt = cfg.read_prompt()
+    model, tokenizer = _load(cfg)
+    from .engine import generate, stream_generate
+
+    kw = cfg.engine_kwargs()
+    base = None
+    if args.compare:
+        generate(model, tokenizer, prompt, **{**kw, "drafter": None, "max_tokens": 8})  # warm-up
+        base = generate(model, tokenizer, prompt, **{**kw, "drafter": None})
+    if args.json or args.compare:
+        res = generate(model, tokenizer, prompt, **kw)
+        if not args.json:
+            print(res.text)
+    else:
+        for r in stream_generate(model, tokenizer, prompt, **kw):
+            print(r.text, end="", flush=True)
+        print()
+        res = None
+    if args.json:
+        print(json.dumps(_summary(res, base)))
+        return 0
+    if res is not None and (args.verbose or args.compare):
+        print("=" * 10, file=sys.stderr)
+        if base is not None:
+            print(_stats_line("plain", base.stats), file=sys.stderr)
+        print(_stats_line(res.stats.drafter, res.stats), file=sys.stderr)
+    if base is not None:
+        summ = _summary(res, base)
+        verdict = "IDENTICAL" if summ["parity"] else "DIFFERENT (run `specdec parity`)"
+        print(f"speedup {summ['speedup']:.2f}x   tokens {verdict}", file=sys.stderr)
+    return 0
+
+
+def cmd_parity(args: argparse.Namespace) -> int:
+    cfg = RunConfig.from_args(args)
+    prompt = cfg.read_prompt()
+    model, tokenizer = _load(cfg)
+    from .parity import check_parity
+
+    t0 = time.perf_counter()
+    report = check_parity(model, tokenizer, prompt, **cfg.engine_kwargs())
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(f"{report.tokens_compared} tokens compared in {time.perf_counter() - t0:.1f}s")
+        print(f"verdict: {report.verdict}")
+    return 0 if report.identical else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ensure_openblas(argv)
+    args = build_parser().parse_args(argv)
+    try:
+        handler = cmd_generate if args.command == "generate" else cmd_parity
+        return handler(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"specdec: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

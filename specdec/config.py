@@ -1,0 +1,85 @@
+"""One dataclass carries a run's configuration from argparse to the engine.
+
+Contract: ``RunConfig.from_args(namespace)`` validates at the boundary (raising
+``ValueError`` with what to change); ``engine_kwargs()`` is exactly the keyword arguments
+``specdec.generate`` / ``stream_generate`` take.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .drafters import DRAFT_TYPES
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+@dataclass
+class RunConfig:
+    model: str = "smollm2-135m"
+    prompt: str | None = None
+    prompt_file: str | None = None
+    system: str | None = None
+    raw: bool = False
+    max_tokens: int = 256
+    draft_type: str = "ngram"
+    num_draft_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 3
+    stop: list[str] | None = None
+    dtype: str = "auto"
+    kv_bits: int | None = None
+    prefill_step_size: int = 512
+
+    @classmethod
+    def from_args(cls, ns: Any) -> "RunConfig":
+        names = {f.name for f in fields(cls)}
+        cfg = cls(**{k: v for k, v in vars(ns).items() if k in names})
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        if self.draft_type not in DRAFT_TYPES:
+            raise ValueError(f"--draft-type must be one of {', '.join(DRAFT_TYPES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}")
+        for name in ("max_tokens", "num_draft_tokens", "ngram_min", "prefill_step_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.ngram_max < self.ngram_min:
+            raise ValueError("--ngram-max must be >= --ngram-min")
+        if self.prompt is not None and self.prompt_file is not None:
+            raise ValueError("give either --prompt or --prompt-file, not both")
+        if self.kv_bits is not None and self.kv_bits not in (2, 3, 4, 6, 8):
+            raise ValueError("--kv-bits must be one of 2, 3, 4, 6, 8")
+
+    def read_prompt(self) -> str:
+        if self.prompt_file is not None:
+            path = Path(self.prompt_file)
+            if not path.is_file():
+                raise ValueError(f"--prompt-file {path} does not exist")
+            return path.read_text()
+        if self.prompt == "-":
+            return sys.stdin.read()
+        if self.prompt is None:
+            from .prompts import demo_prompt
+
+            return demo_prompt()
+        return self.prompt
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        return dict(
+            drafter=self.draft_type,
+            max_tokens=self.max_tokens,
+            num_draft_tokens=self.num_draft_tokens,
+            ngram_min=self.ngram_min,
+            ngram_max=self.ngram_max,
+            stop=self.stop,
+            system=self.system,
+            chat=False if self.raw else None,
+            prefill_step_size=self.prefill_step_size,
+            kv_bits=self.kv_bits,
+        )

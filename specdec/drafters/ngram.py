@@ -1,0 +1,111 @@
+"""Prompt-lookup (n-gram) drafting.
+
+Contract: the draft for ``tokens`` is what followed the most recent *earlier* occurrence
+of the longest suffix n-gram (n from ``n_max`` down to ``n_min``) — never the suffix
+itself — cut to ``k`` tokens and cut after the first EOS. ``prompt_lookup`` states this as
+a pure function; ``NgramIndex`` computes the same answer incrementally (a hash map per n
+from n-gram to the latest position it ended at) so a proposal costs O(n_max - n_min + k)
+however long the context grows; ``NgramDrafter`` wraps the index in the Drafter protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+
+def _cut_at_eos(draft: list[int], eos: Iterable[int]) -> list[int]:
+    eos = set(eos)
+    for i, t in enumerate(draft):
+        if t in eos:
+            return draft[: i + 1]  # an accepted EOS ends generation; nothing after it matters
+    return draft
+
+
+def prompt_lookup(
+    tokens: Sequence[int], k: int, n_min: int = 1, n_max: int = 3, eos: Iterable[int] = ()
+) -> list[int]:
+    """Continuation of the most recent earlier match of the longest suffix n-gram.
+
+    Worked example (k=3, n_min=1, n_max=2)::
+
+        tokens = [5, 6, 7, 8, 5, 6, 9, 5, 6]
+        suffix 2-gram (5, 6) occurs earlier ending at index 5 and at index 1;
+        the most recent is index 5, followed by [9, 5, 6]        -> [9, 5, 6]
+
+    With eos={9} the draft is cut after the EOS -> [9]. If no 2-gram matched, the 1-gram
+    (6,) would be tried next. The suffix occurrence itself (ending at the last index) never
+    counts, but a match may overlap it, which is what makes periodic text draft well.
+    """
+    L = len(tokens)
+    if k <= 0:
+        return []
+    for n in range(min(n_max, L - 1), n_min - 1, -1):
+        suffix = list(tokens[L - n :])
+        # earlier occurrences end at j <= L - 2 so that at least one token follows them
+        for end in range(L - 2, n - 2, -1):
+            if tokens[end] == suffix[-1] and list(tokens[end - n + 1 : end + 1]) == suffix:
+                return _cut_at_eos(list(tokens[end + 1 : end + 1 + k]), eos)
+    return []
+
+
+class NgramIndex:
+    """Incremental index answering ``prompt_lookup`` queries in O(n_max - n_min + k).
+
+    For each n it maps an n-gram to the latest index it ended at, but only n-grams that
+    end at or before the second-to-last token are inserted, so a query with the current
+    suffix finds the most recent *earlier* occurrence. Appending a token costs
+    O(n_max - n_min + 1) dict writes.
+    """
+
+    def __init__(self, n_min: int = 1, n_max: int = 3):
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {n_min}, {n_max}")
+        self.n_min, self.n_max = n_min, n_max
+        self.tokens: list[int] = []
+        self._maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(n_min, n_max + 1)}
+
+    def extend(self, new_tokens: Iterable[int]) -> None:
+        toks = self.tokens
+        for t in new_tokens:
+            end = len(toks) - 1  # the n-grams ending here now have a follower: index them
+            for n, table in self._maps.items():
+                if end - n + 1 >= 0:
+                    table[tuple(toks[end - n + 1 : end + 1])] = end
+            toks.append(t)
+
+    def lookup(self, k: int, eos: Iterable[int] = ()) -> list[int]:
+        toks, L = self.tokens, len(self.tokens)
+        if k <= 0:
+            return []
+        for n in range(min(self.n_max, L - 1), self.n_min - 1, -1):
+            end = self._maps[n].get(tuple(toks[L - n :]))
+            if end is not None:
+                return _cut_at_eos(toks[end + 1 : end + 1 + k], eos)
+        return []
+
+
+class NgramDrafter:
+    """Prompt lookup over prompt + generated tokens (the Drafter protocol)."""
+
+    name = "ngram"
+
+    def __init__(self, n_min: int = 1, n_max: int = 3, eos: Iterable[int] = ()):
+        self.n_min, self.n_max = n_min, n_max
+        self.eos = frozenset(eos)
+        self._index = NgramIndex(n_min, n_max)
+
+    def _sync(self, context: Sequence[int]) -> None:
+        seen = self._index.tokens
+        n = len(seen)
+        # A context that is not an extension of what we indexed is a new request.
+        if len(context) < n or (n and (context[n - 1] != seen[-1] or context[0] != seen[0])):
+            self._index = NgramIndex(self.n_min, self.n_max)
+            n = 0
+        self._index.extend(context[n:])
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        self._sync(context)
+        return self._index.lookup(k, self.eos)
+
+    def observe(self, num_accepted: int) -> None:
+        pass

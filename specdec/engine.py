@@ -1,0 +1,290 @@
+"""The decoding engine: plain and speculative greedy decoding on any mlx-lm model.
+
+Contract: ``stream_generate`` yields one ``GenerationResponse`` per emitted token (token id,
+text segment, whether it came from an accepted draft, running stats), then one final
+response with ``token=None``, the ``finish_reason`` ("stop" or "length"), any remaining
+text and the final stats. ``generate`` collects it into a ``GenerationResult``.
+
+With any drafter the emitted tokens equal plain greedy decoding: each step feeds
+``[last] + draft`` through the target once, keeps the leading run the target agrees with
+plus one target token (``verify.greedy_accept``), and rolls the cache back past the rest
+(``rollback.trim``). Stops (EOS, ``max_tokens``, stop strings) are applied token by token,
+so one inside an accepted block ends the output there.
+
+One host synchronisation per decode step: the step's argmaxes come back in one
+``tolist()``. Plain decoding additionally overlaps building step t+1 with computing step t,
+as mlx-lm does, so the baseline is as fast as mlx-lm's own loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import mlx.core as mx
+
+from .drafters import Drafter, NoDrafter, make_drafter
+from .rollback import make_cache, trim
+from .stats import SpecStats
+from .text import StopMatcher, encode_prompt
+from .verify import greedy_accept
+
+
+@dataclass
+class GenerationResponse:
+    text: str
+    token: int | None
+    from_draft: bool
+    stats: SpecStats
+    finish_reason: str | None = None
+    margin: float | None = None  # top-2 logit gap at this token (diagnostics only)
+    prompt_ids: list[int] | None = None  # final response only
+    step_log: list[tuple[int, int]] | None = None  # final response, diagnostics only
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    stats: SpecStats
+    prompt_tokens: list[int]
+    margins: list[float] = field(default_factory=list)  # top-2 logit gap per token (diagnostics)
+    steps: list[tuple[int, int]] = field(default_factory=list)  # (block length, accepted)
+
+
+@dataclass
+class _Step:
+    tokens: list[int]
+    drafted: int
+    accepted: int
+    fed: int
+    margins: list[float] | None = None
+
+
+def _top2_margin(logits: mx.array) -> mx.array:
+    top2 = mx.topk(logits, 2, axis=-1)
+    return mx.abs(top2[..., 0] - top2[..., 1])
+
+
+def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
+    """Run ``tokens`` through the model in chunks, filling the cache (no logits kept)."""
+    for i in range(0, len(tokens), step_size):
+        model(mx.array(tokens[i : i + step_size])[None], cache=cache)
+        mx.eval([c.state for c in cache])
+
+
+def _plain_steps(model: Any, cache: list, last: int, diagnostics: bool) -> Iterator[_Step]:
+    def forward(tok: mx.array) -> tuple[mx.array, mx.array | None]:
+        logits = model(tok.reshape(1, 1), cache=cache)[0, -1]
+        return mx.argmax(logits), (_top2_margin(logits) if diagnostics else None)
+
+    y, m = forward(mx.array([last]))
+    mx.async_eval(y, *([m] if diagnostics else []))
+    while True:
+        # Queue the next forward on the still-unevaluated y before waiting for y.
+        ny, nm = forward(y)
+        mx.async_eval(ny, *([nm] if diagnostics else []))
+        yield _Step([y.item()], 0, 0, 1, [m.item()] if diagnostics else None)
+        y, m = ny, nm
+
+
+def _spec_steps(
+    model: Any,
+    cache: list,
+    context: list[int],
+    drafter: Drafter,
+    k: int,
+    budget: list[int],
+    diagnostics: bool,
+) -> Iterator[_Step]:
+    """Draft, verify, roll back. ``context`` grows by the emitted tokens of each step;
+    ``budget[0]`` is the number of tokens still wanted (drafting past it is waste)."""
+    while True:
+        kk = min(k, budget[0] - 1)
+        draft = list(drafter.propose(context, kk))[:kk] if kk > 0 else []
+        block = [context[-1], *draft]
+        logits = model(mx.array(block)[None], cache=cache)[0]
+        targets = mx.argmax(logits, axis=-1)
+        margins = None
+        if diagnostics:
+            margin_arr = _top2_margin(logits)
+            mx.eval(targets, margin_arr)
+            margins = margin_arr.tolist()
+        targets = targets.tolist()  # the step's one host sync
+        accepted, emitted = greedy_accept(draft, targets)
+        drafter.observe(accepted)
+        trim(cache, len(draft) - accepted)
+        context.extend(emitted)
+        yield _Step(emitted, len(draft), accepted, len(block), margins and margins[: accepted + 1])
+
+
+def resolve_drafter(drafter: Drafter | str | None, tokenizer: Any, **kwargs: Any) -> Drafter:
+    """A Drafter instance from an instance, a draft-type name, or None (plain decoding)."""
+    if drafter is None:
+        return NoDrafter()
+    if isinstance(drafter, str):
+        return make_drafter(drafter, eos=tokenizer.eos_token_ids, **kwargs)
+    if not hasattr(drafter, "propose") or not hasattr(drafter, "observe"):
+        raise TypeError(f"{drafter!r} is not a Drafter (needs propose() and observe())")
+    return drafter
+
+
+def _check_args(max_tokens: int, num_draft_tokens: int, prefill_step_size: int) -> None:
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if num_draft_tokens < 1:
+        raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
+    if prefill_step_size < 1:
+        raise ValueError(f"prefill_step_size must be >= 1, got {prefill_step_size}")
+
+
+@dataclass
+class _Emitted:
+    token: int
+    from_draft: bool
+    margin: float | None
+
+
+def token_stream(
+    model: Any,
+    prompt_ids: Sequence[int],
+    *,
+    drafter: Drafter | None = None,
+    max_tokens: int = 256,
+    num_draft_tokens: int = 4,
+    eos: Sequence[int] | set[int] = (),
+    prefill_step_size: int = 512,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    diagnostics: bool = False,
+    stats: SpecStats | None = None,
+    step_log: list[tuple[int, int]] | None = None,
+) -> Iterator[_Emitted]:
+    """The token-level core: yields emitted tokens until EOS (not yielded) or max_tokens.
+
+    Needs no tokenizer. ``stats`` (updated in place) and ``step_log`` (appended
+    ``(block length, accepted)`` per step) are optional outputs.
+    """
+    _check_args(max_tokens, num_draft_tokens, prefill_step_size)
+    if not prompt_ids:
+        raise ValueError("the prompt encodes to no tokens")
+    drafter = drafter or NoDrafter()
+    speculative = not isinstance(drafter, NoDrafter)
+    cache = make_cache(
+        model,
+        max_trim=num_draft_tokens + 1,
+        rollback=speculative,
+        kv_bits=kv_bits,
+        kv_group_size=kv_group_size,
+    )
+    stats = stats if stats is not None else SpecStats()
+    stats.drafter, stats.prompt_tokens = drafter.name, len(prompt_ids)
+
+    t0 = time.perf_counter()
+    prefill(model, cache, prompt_ids[:-1], prefill_step_size)
+    t_prefill = time.perf_counter()
+    stats.prefill_s = t_prefill - t0
+    budget = [max_tokens]
+    if speculative:
+        steps = _spec_steps(
+            model, cache, list(prompt_ids), drafter, num_draft_tokens, budget, diagnostics
+        )
+    else:
+        steps = _plain_steps(model, cache, prompt_ids[-1], diagnostics)
+    eos = set(eos)
+    for step in steps:
+        stats.record_step(step.drafted, step.accepted, step.fed)
+        if step_log is not None:
+            step_log.append((step.fed, step.accepted))
+        for i, tok in enumerate(step.tokens):
+            if tok in eos:
+                return
+            now = time.perf_counter()
+            stats.generated_tokens += 1
+            budget[0] = max_tokens - stats.generated_tokens
+            stats.ttft_s = stats.ttft_s or now - t0
+            stats.decode_s = now - t_prefill
+            yield _Emitted(tok, i < step.accepted, step.margins[i] if step.margins else None)
+            if budget[0] <= 0:
+                return
+
+
+def stream_generate(
+    model: Any,
+    tokenizer: Any,
+    prompt: str | Sequence[int] | Sequence[dict],
+    *,
+    drafter: Drafter | str | None = "ngram",
+    max_tokens: int = 256,
+    num_draft_tokens: int = 4,
+    ngram_min: int = 1,
+    ngram_max: int = 3,
+    stop: Sequence[str] | None = None,
+    system: str | None = None,
+    chat: bool | None = None,
+    prefill_step_size: int = 512,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    diagnostics: bool = False,
+) -> Iterator[GenerationResponse]:
+    """Generate greedily from ``prompt``, speculating with ``drafter``; see module doc."""
+    tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
+    drafter = resolve_drafter(drafter, tokenizer, ngram_min=ngram_min, ngram_max=ngram_max)
+    stats = SpecStats()
+    step_log = [] if diagnostics else None
+    detok = tokenizer.detokenizer
+    detok.reset()
+    stopper = StopMatcher(stop)
+    finish, n = "stop", 0
+    for e in token_stream(
+        model,
+        tokens,
+        drafter=drafter,
+        max_tokens=max_tokens,
+        num_draft_tokens=num_draft_tokens,
+        eos=tokenizer.eos_token_ids,
+        prefill_step_size=prefill_step_size,
+        kv_bits=kv_bits,
+        kv_group_size=kv_group_size,
+        diagnostics=diagnostics,
+        stats=stats,
+        step_log=step_log,
+    ):
+        n += 1
+        detok.add_token(e.token)
+        text, hit = stopper.feed(detok.last_segment)
+        yield GenerationResponse(text, e.token, e.from_draft, stats, margin=e.margin)
+        if hit:
+            finish = "stop_string"
+            break
+        if n >= max_tokens:
+            finish = "length"
+    tail = ""
+    if finish != "stop_string":
+        detok.finalize()
+        tail, _ = stopper.feed(detok.last_segment)
+        tail += stopper.flush()
+    reason = "length" if finish == "length" else "stop"
+    yield GenerationResponse(tail, None, False, stats, reason, prompt_ids=tokens, step_log=step_log)
+
+
+def generate(model: Any, tokenizer: Any, prompt: Any, **kwargs: Any) -> GenerationResult:
+    """Run ``stream_generate`` to completion; same keyword arguments."""
+    text, toks, margins = [], [], []
+    for resp in stream_generate(model, tokenizer, prompt, **kwargs):
+        text.append(resp.text)
+        if resp.token is not None:
+            toks.append(resp.token)
+            if resp.margin is not None:
+                margins.append(resp.margin)
+    return GenerationResult(
+        text="".join(text),
+        tokens=toks,
+        finish_reason=resp.finish_reason,
+        stats=resp.stats,
+        prompt_tokens=resp.prompt_ids,
+        margins=margins,
+        steps=resp.step_log or [],
+    )

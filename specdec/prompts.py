@@ -1,0 +1,109 @@
+"""Real, echo-heavy prompts built at run time from text this project did not write.
+
+Contract: every builder returns a prompt string made from material installed on any
+Python machine (standard-library sources and docstrings, installed package metadata),
+plus an instruction whose answer quotes that material. Nothing is downloaded.
+
+- ``demo_prompt()``: the README's main job — edit a real source file (``colorsys``).
+- ``code_edit_prompt(module, func, instruction)``, ``json_prompt(n)``,
+  ``passage_prompt(module)``: one prompt of each workload class.
+- ``parity_prompts()``: a varied named set for the parity tests.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from importlib import metadata
+
+
+def source_of(module: str, name: str | None = None) -> str:
+    mod = importlib.import_module(module)
+    return inspect.getsource(getattr(mod, name) if name else mod)
+
+
+def demo_prompt() -> str:
+    src = source_of("colorsys")
+    body = src[src.index("def rgb_to_hsv") :]
+    return (
+        "Here is a Python module:\n\n```python\n" + body + "```\n\n"
+        "Rename the function rgb_to_hsv to rgb_to_hsv_color and hsv_to_rgb to "
+        "hsv_to_rgb_color. Reply with the complete updated code only."
+    )
+
+
+def code_edit_prompt(module: str, func: str, instruction: str) -> str:
+    return (
+        f"```python\n{source_of(module, func)}```\n\n{instruction} "
+        "Reply with the complete updated code."
+    )
+
+
+def json_records(n: int = 4) -> list[dict]:
+    """Real records: metadata of installed distributions (sorted for determinism)."""
+    recs = []
+    for dist in sorted(metadata.distributions(), key=lambda d: (d.metadata["Name"] or "").lower()):
+        md = dist.metadata
+        if md["Name"] and md["Summary"]:
+            recs.append(
+                {"name": md["Name"], "version": dist.version, "summary": md["Summary"][:80]}
+            )
+        if len(recs) == n:
+            break
+    return recs
+
+
+def json_prompt(n: int = 4) -> str:
+    recs = json_records(n)
+    return (
+        "Package records:\n" + json.dumps(recs, indent=2) + "\n\n"
+        f"Return these records as a JSON list again, adding a field \"rank\" to each "
+        f"(1 for {recs[0]['name']}, 2 for the next, and so on)."
+    )
+
+
+def passage_prompt(module: str, question: str) -> str:
+    doc = inspect.getdoc(importlib.import_module(module)) or ""
+    return f"Documentation:\n{doc[:1500]}\n\nQuote the sentences that answer: {question}"
+
+
+def parity_prompts() -> dict[str, str]:
+    """Named text prompts of every class the parity tests sweep."""
+    return {
+        "demo_colorsys": demo_prompt(),
+        "code_statistics_hints": code_edit_prompt("statistics", "median", "Add type hints."),
+        "code_textwrap_doc": code_edit_prompt(
+            "textwrap", "dedent", "Add a one-line comment above every line."
+        ),
+        "code_fnmatch_rename": code_edit_prompt(
+            "fnmatch", "filter", "Rename the variable 'result' to 'matches'."
+        ),
+        "code_shlex_quote": code_edit_prompt("shlex", "quote", "Add a docstring example."),
+        "json_records": json_prompt(4),
+        "json_records_short": json_prompt(2),
+        "passage_json": passage_prompt("json", "what does json expose?"),
+        "passage_argparse": passage_prompt("argparse", "what does the module make easy?"),
+        "passage_string": passage_prompt("string", "which constants are defined?"),
+        "passage_zen": "The Zen of Python:\n"
+        + _zen()
+        + "\nRepeat the lines about namespaces and errors.",
+        "repetitive_counting": "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3,",
+        "repetitive_words": "red green blue " * 20,
+        "open_story": "Write a short story about a lighthouse keeper.",
+        "open_arith": "What is 17 times 23? Explain step by step.",
+    }
+
+
+def _zen() -> str:
+    """The Zen of Python, read from the ``this`` module's source (importing it prints)."""
+    import ast
+    import codecs
+    import importlib.util
+
+    with open(importlib.util.find_spec("this").origin) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "s":
+            return codecs.decode(node.value.value, "rot13")
+    raise RuntimeError("the 'this' module has no Zen text")

@@ -1,0 +1,199 @@
+"""KV-cache construction and rollback with one contract: ``trim(cache, n) -> n``.
+
+Contract:
+- ``make_cache(model, max_trim=..., kv_bits=None)`` builds the model's own mlx-lm cache and
+  swaps every ``RotatingKVCache`` (sliding-window layers) for ``WindowKVCache``, which
+  keeps the same attention window but can always roll back. With ``rollback=True`` any
+  layer whose cache cannot roll back (e.g. ``ArraysCache`` of recurrent/hybrid models)
+  is refused up front with ``UnsupportedCacheError`` naming it.
+- ``trim(cache, n)`` removes the last ``n`` positions from every layer and returns ``n``;
+  when any layer cannot, it raises ``RollbackError``. It is never a silent no-op.
+
+Why a new window cache: mlx-lm's ``RotatingKVCache`` overwrites the oldest slot in place
+once the window is full, so its ``trim`` after a wrap cannot restore what a rejected draft
+overwrote (ml-explore/mlx-lm#1914, #1427). ``WindowKVCache`` stores keys in time order,
+retains ``window - 1 + slack`` positions before each new block, and masks attention to
+exactly the model's window, so the model sees what it would have seen without
+speculation and any rollback that leaves a full window behind is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+from mlx_lm.models.cache import (
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+    _BaseCache,
+    make_prompt_cache,
+)
+
+
+class RollbackError(RuntimeError):
+    """A cache could not remove the requested positions."""
+
+
+class UnsupportedCacheError(ValueError):
+    """The model's cache kind cannot roll back, so speculation is impossible."""
+
+
+class WindowKVCache(_BaseCache):
+    """Sliding-window KV cache in time order that supports exact ``trim`` after wrapping.
+
+    Buffer slot ``i`` holds absolute position ``start + i``; valid slots end at
+    ``offset - start``. When a block does not fit, the oldest positions beyond
+    ``window - 1 + slack`` are dropped and the buffer regrows by ``step`` (amortised
+    copies). ``make_mask`` is called before ``update_and_fetch`` by mlx-lm models, so both
+    derive the drop from the same ``_drop_for`` rule.
+    """
+
+    step = 128
+
+    def __init__(self, window: int, slack: int = 16):
+        if window < 1 or slack < 0:
+            raise ValueError(f"bad window cache shape: window={window}, slack={slack}")
+        self.window, self.slack = window, slack
+        self.keys = self.values = None
+        self.start = 0
+        self.offset = 0
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _valid(self) -> int:
+        return self.offset - self.start
+
+    def _drop_for(self, n_new: int) -> int:
+        if self.keys is None or self._valid() + n_new <= self.keys.shape[2]:
+            return 0
+        return max(0, self._valid() - (self.window - 1 + self.slack))
+
+    # ---- mlx-lm cache interface ---------------------------------------------------------
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        S = keys.shape[2]
+        n = self._valid()
+        if self.keys is None or n + S > self.keys.shape[2]:
+            drop = self._drop_for(S)
+            B, H, _, Dk = keys.shape
+            pad = S + self.step
+            new_k = mx.zeros((B, H, n - drop + pad, Dk), keys.dtype)
+            new_v = mx.zeros((B, H, n - drop + pad, values.shape[3]), values.dtype)
+            if self.keys is not None and n - drop > 0:
+                new_k[..., : n - drop, :] = self.keys[..., drop:n, :]
+                new_v[..., : n - drop, :] = self.values[..., drop:n, :]
+            self.keys, self.values = new_k, new_v
+            self.start += drop
+            n -= drop
+        self.keys[..., n : n + S, :] = keys
+        self.values[..., n : n + S, :] = values
+        self.offset += S
+        return self.keys[..., : n + S, :], self.values[..., : n + S, :]
+
+    def make_mask(self, N: int, window_size: int | None = None, return_array: bool = False, **_):
+        window = window_size or self.window
+        first_key = self.start + self._drop_for(N)  # absolute position of key slot 0
+        n_keys = self.offset + N - first_key
+        if self.offset + N - 1 - first_key < window:  # every key inside every window
+            if N == 1:
+                return None
+            if not return_array:
+                return "causal"
+        q = mx.arange(self.offset, self.offset + N)[:, None]
+        k = mx.arange(first_key, first_key + n_keys)[None]
+        return (k <= q) & (k > q - window)
+
+    def is_trimmable(self) -> bool:
+        return True
+
+    def check_trim(self, n: int) -> None:
+        """Raise RollbackError unless ``trim(n)`` would leave a full window behind."""
+        after = self.offset - n
+        if n < 0 or after < self.start or self._valid() - n < min(after, self.window - 1):
+            raise RollbackError(
+                f"WindowKVCache cannot trim {n}: it retains positions {self.start}..{self.offset - 1} "
+                f"and a {self.window}-token window needs {min(after, self.window - 1)} of them; "
+                f"build the cache with a larger max_trim (slack={self.slack})"
+            )
+
+    def trim(self, n: int) -> int:
+        self.check_trim(n)
+        self.offset -= n
+        return n
+
+    def size(self) -> int:
+        return min(self.offset, self.window)
+
+    @property
+    def state(self):
+        n = self._valid()
+        return self.keys[..., :n, :], self.values[..., :n, :]
+
+    @state.setter
+    def state(self, v):
+        self.keys, self.values = v
+        self.start = self.offset - self.keys.shape[2]
+
+    @property
+    def meta_state(self):
+        return tuple(map(str, (self.window, self.slack, self.start, self.offset)))
+
+    @meta_state.setter
+    def meta_state(self, v):
+        self.window, self.slack, self.start, self.offset = map(int, v)
+
+    def empty(self) -> bool:
+        return self.keys is None
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.keys is None else self.keys.nbytes + self.values.nbytes
+
+
+ROLLBACK_KINDS = (KVCache, QuantizedKVCache, WindowKVCache)
+
+
+def make_cache(
+    model: Any,
+    *,
+    max_trim: int = 16,
+    rollback: bool = True,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+) -> list[Any]:
+    """The model's mlx-lm cache, made rollback-capable (see module docstring)."""
+    cache = make_prompt_cache(model)
+    out = []
+    for i, c in enumerate(cache):
+        if isinstance(c, RotatingKVCache):
+            if c.keep:
+                raise UnsupportedCacheError(
+                    f"layer {i}: RotatingKVCache with keep={c.keep} (attention sinks) is not supported"
+                )
+            c = WindowKVCache(c.max_size, slack=max_trim)
+        elif kv_bits is not None and type(c) is KVCache:
+            c = QuantizedKVCache(group_size=kv_group_size, bits=kv_bits)
+        if rollback and not isinstance(c, ROLLBACK_KINDS):
+            raise UnsupportedCacheError(
+                f"layer {i} uses {type(c).__name__}, which cannot roll back rejected draft tokens; "
+                "speculative decoding is impossible for this model: use --draft-type none"
+            )
+        out.append(c)
+    return out
+
+
+def trim(cache: list[Any], n: int) -> int:
+    """Remove the last ``n`` positions from every layer; returns ``n`` or raises RollbackError."""
+    if n == 0:
+        return 0
+    for i, c in enumerate(cache):  # check every layer first: never leave layers disagreeing
+        if not isinstance(c, ROLLBACK_KINDS):
+            raise RollbackError(f"layer {i}: {type(c).__name__} cannot roll back")
+        if isinstance(c, WindowKVCache):
+            c.check_trim(n)
+        elif n > c.offset:
+            raise RollbackError(f"layer {i}: cannot trim {n} of {c.offset} positions")
+    for i, c in enumerate(cache):
+        got = c.trim(n)
+        if got != n:
+            raise RollbackError(f"layer {i}: {type(c).__name__} trimmed {got} of {n} positions")
+    return n

@@ -1,0 +1,77 @@
+"""Speculation statistics for one request.
+
+Definitions (the ones vLLM and the published prompt-lookup write-ups use):
+- acceptance_rate = accepted / drafted.
+- mean_acceptance_length = (accepted + one target token) per verify step, i.e. emitted
+  tokens per decode forward; plain decoding scores exactly 1.0.
+- per-position acceptance: of the steps that drafted a token in slot i, how many accepted it.
+- p_cache = emitted tokens / tokens fed through decode forwards (1.0 for plain decoding;
+  below 1 when rejected draft tokens were computed and thrown away).
+- decode_tokens_per_s counts every emitted token over the time after prefill (the prefill
+  covers the prompt minus its last token, which the first decode step feeds), so plain and
+  speculative runs are timed over exactly the same work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SpecStats:
+    drafter: str = "none"
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    verify_steps: int = 0
+    fed_tokens: int = 0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    ttft_s: float = 0.0
+    decode_s: float = 0.0
+
+    def record_step(self, drafted: int, accepted: int, fed: int) -> None:
+        self.verify_steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.fed_tokens += fed
+        while len(self.drafted_by_position) < drafted:
+            self.drafted_by_position.append(0)
+            self.accepted_by_position.append(0)
+        for i in range(drafted):
+            self.drafted_by_position[i] += 1
+            self.accepted_by_position[i] += i < accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        return (self.accepted + self.verify_steps) / self.verify_steps if self.verify_steps else 0.0
+
+    @property
+    def p_cache(self) -> float:
+        return self.generated_tokens / self.fed_tokens if self.fed_tokens else 0.0
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return max(self.prompt_tokens - 1, 0) / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.generated_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items()}
+        for name in (
+            "acceptance_rate",
+            "mean_acceptance_length",
+            "p_cache",
+            "prefill_tokens_per_s",
+            "decode_tokens_per_s",
+        ):
+            d[name] = getattr(self, name)
+        return d

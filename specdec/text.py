@@ -1,0 +1,91 @@
+"""Prompt encoding and stop-string matching.
+
+Contract:
+- ``encode_prompt(tokenizer, prompt, system=None, chat=None)`` turns text, a token list or
+  chat messages into token ids. Text goes through the chat template when the tokenizer has
+  one and ``chat`` is not False (``--raw`` sets it False); a BOS is added the way mlx-lm
+  adds it (unless the text already starts with it).
+- ``StopMatcher`` releases text only once it cannot be the start of a stop string, so a
+  stop string that arrives split across tokens, or inside an accepted draft block, is
+  never emitted, and nothing after it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def _validate_messages(messages: Sequence[Any]) -> list[dict]:
+    if not messages:
+        raise ValueError("chat prompt has no messages")
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise ValueError(f"chat message must be a dict with 'role' and 'content': {m!r}")
+    return list(messages)
+
+
+def encode_prompt(
+    tokenizer: Any,
+    prompt: str | Sequence[int] | Sequence[dict],
+    *,
+    system: str | None = None,
+    chat: bool | None = None,
+) -> list[int]:
+    """Token ids for ``prompt`` (text, token ids, or chat messages)."""
+    has_template = getattr(tokenizer, "chat_template", None) is not None
+    if isinstance(prompt, str):
+        if chat is None:
+            chat = has_template
+        if not chat:
+            if system:
+                raise ValueError("--system needs a chat template; drop --raw or the system prompt")
+            bos = getattr(tokenizer, "bos_token", None)
+            add_special = bos is None or not prompt.startswith(bos)
+            return list(tokenizer.encode(prompt, add_special_tokens=add_special))
+        prompt = [{"role": "user", "content": prompt}]
+        if system:
+            prompt.insert(0, {"role": "system", "content": system})
+    if len(prompt) and all(isinstance(t, int) for t in prompt):
+        return [int(t) for t in prompt]
+    messages = _validate_messages(prompt)
+    if not has_template:
+        raise ValueError("this tokenizer has no chat template: pass a text prompt (completion)")
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # transformers 5 returns an encoding
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
+
+
+class StopMatcher:
+    """Holds back text that could be the beginning of a stop string.
+
+    >>> m = StopMatcher(["END"])
+    >>> m.feed("abc E"), m.feed("N"), m.feed("Dxyz")
+    (('abc ', False), ('', False), ('', True))
+    """
+
+    def __init__(self, stops: Sequence[str] | None):
+        self.stops = [s for s in (stops or []) if s]
+        self.pending = ""
+
+    def feed(self, segment: str) -> tuple[str, bool]:
+        """Returns (text safe to emit, stopped)."""
+        if not self.stops:
+            return segment, False
+        text = self.pending + segment
+        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.pending = ""
+            return text[: min(hits)], True
+        hold = 0
+        for s in self.stops:
+            for n in range(min(len(s) - 1, len(text)), hold, -1):
+                if text.endswith(s[:n]):
+                    hold = n
+                    break
+        self.pending = text[len(text) - hold :]
+        return text[: len(text) - hold], False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out

@@ -1,0 +1,61 @@
+"""Shared fixtures: tiny random-weight mlx-lm models and the packaged real models.
+
+Real models are loaded once per session; plain-decoding references are cached per
+(model, prompt, max_tokens) so every speculative config is compared with one reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_map
+
+TINY_VOCAB = 64
+
+
+def tiny_model(arch: str, seed: int = 0, window: int = 8, hidden: int = 64):
+    """A small random-weight model of an mlx-lm architecture (weights scaled up so that
+    greedy outputs vary instead of collapsing to one token)."""
+    from mlx_lm.models import gemma3_text, llama, qwen2
+
+    common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=TINY_VOCAB, rms_norm_eps=1e-5)
+    if arch == "llama":
+        m = llama.Model(llama.ModelArgs(model_type="llama", num_hidden_layers=2, **common))
+    elif arch == "qwen2":
+        m = qwen2.Model(qwen2.ModelArgs(model_type="qwen2", num_hidden_layers=2, **common))
+    elif arch == "gemma3":
+        m = gemma3_text.Model(gemma3_text.ModelArgs(
+            model_type="gemma3_text", num_hidden_layers=3, head_dim=16, sliding_window=window,
+            sliding_window_pattern=3, query_pre_attn_scalar=16, **common))
+    else:
+        raise ValueError(arch)
+    mx.random.seed(seed)
+    params = tree_map(lambda p: mx.random.normal(p.shape) * 0.5, m.parameters())
+    m.update(params)
+    mx.eval(m.parameters())
+    return m
+
+
+@functools.lru_cache(maxsize=None)
+def cached_tiny(arch: str, seed: int = 0, window: int = 8, hidden: int = 64):
+    return tiny_model(arch, seed, window, hidden)
+
+
+def have(pkg: str) -> bool:
+    return importlib.util.find_spec(pkg) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def real_model(name: str):
+    from specdec.loader import load
+
+    return load(name)
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    return real_model("smollm2-135m")
