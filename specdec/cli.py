@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -47,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--verbose", "-v", action="store_true", help="print speculation stats")
     par = sub.add_parser("parity", help="check speculative == plain greedy and diagnose")
     _add_run_flags(par)
+    cost = sub.add_parser("cost", help="measure verify cost(L)/cost(1) and drafter cost")
+    cost.add_argument("--model", default="smollm2-135m")
+    cost.add_argument("--dtype", choices=DTYPES, default="auto")
+    cost.add_argument("--max-len", type=int, default=17)
+    cost.add_argument("--num-draft-tokens", type=int, default=4)
+    cost.add_argument("--json", action="store_true")
     return parser
 
 
@@ -140,14 +147,51 @@ def cmd_parity(args: argparse.Namespace) -> int:
     return 0 if report.identical else 1
 
 
+def cmd_cost(args: argparse.Namespace) -> int:
+    from .loader import load
+    from .drafters import NgramDrafter
+    from .measure import proposal_cost, verify_cost_curve
+
+    model, tokenizer = load(args.model, dtype=args.dtype)
+    curve = verify_cost_curve(model, args.max_len)
+    step = curve[min(args.num_draft_tokens + 1, args.max_len)]
+    vocab = len(tokenizer.get_vocab()) if hasattr(tokenizer, "get_vocab") else 49152
+    drafts = {n: proposal_cost(NgramDrafter(1, 3), n, k=args.num_draft_tokens, vocab=vocab)
+              for n in (1024, 8192)}
+    out = {
+        "cost_ratio": {L: t / curve[1] for L, t in curve.items()},
+        "cost_1_ms": curve[1] * 1e3,
+        "ngram_proposal_us": {n: t * 1e6 for n, t in drafts.items()},
+        "ngram_proposal_fraction_of_verify": {n: t / step for n, t in drafts.items()},
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"cost(1) = {out['cost_1_ms']:.1f} ms")
+    print("L  " + " ".join(f"{L:>5}" for L in curve))
+    print("x  " + " ".join(f"{r:5.2f}" for r in out["cost_ratio"].values()))
+    for n, t in drafts.items():
+        print(f"ngram proposal at {n} tokens of context: {t * 1e6:.1f} us = "
+              f"{t / step:.3%} of a k={args.num_draft_tokens} verify step")
+    return 0
+
+
+def _load_error() -> type[Exception]:
+    from .loader import ModelLoadError
+
+    return ModelLoadError
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ensure_openblas(argv)
+    # transformers (used only for GGUF tokenizers) warns that torch is absent; we never need it.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
     try:
-        handler = cmd_generate if args.command == "generate" else cmd_parity
+        handler = {"generate": cmd_generate, "parity": cmd_parity, "cost": cmd_cost}[args.command]
         return handler(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, _load_error()) as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2
 

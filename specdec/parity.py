@@ -52,7 +52,8 @@ def shape_matched_reference(
     steps: Sequence[tuple[int, int]],
     prefill_step_size: int = 512,
 ) -> tuple[list[int], list[float]]:
-    """The model's argmax (and top-2 margin) for each of ``tokens`` given its prefix,
+    """The model's argmax (and top-2 margin) after each prefix of ``tokens`` — one more
+    than ``len(tokens)``: the last is what follows them all (EOS if the run ended there) —
     fed in the speculative run's block boundaries without rollback (see module doc)."""
     cache = make_cache(model, rollback=False)
     prefill(model, cache, prompt_ids[:-1], prefill_step_size)
@@ -62,7 +63,7 @@ def shape_matched_reference(
     pos = 0
     for _, accepted in steps:
         block = seq[pos : pos + accepted + 1]
-        if not block or len(preds) >= len(tokens):
+        if not block or len(preds) > len(tokens):
             break
         logits = model(mx.array(block)[None], cache=cache)[0]
         am, mg = mx.argmax(logits, axis=-1), _top2_margin(logits)
@@ -70,13 +71,18 @@ def shape_matched_reference(
         preds += am.tolist()
         margins += mg.tolist()
         pos += len(block)
-    return preds[: len(tokens)], margins[: len(tokens)]
+    return preds[: len(tokens) + 1], margins[: len(tokens) + 1]
 
 
 def diagnose(
-    model: Any, plain: GenerationResult, spec: GenerationResult, prefill_step_size: int = 512
+    model: Any,
+    plain: GenerationResult,
+    spec: GenerationResult,
+    eos: set[int] | frozenset[int] = frozenset(),
+    prefill_step_size: int = 512,
 ) -> ParityReport:
-    """A ParityReport for two finished runs made with ``diagnostics=True``."""
+    """A ParityReport for two finished runs made with ``diagnostics=True``; ``eos`` are
+    the ids that end generation (to check a run that stopped early)."""
     a, b = plain.tokens, spec.tokens
     n = min(len(a), len(b))
     report = ParityReport(
@@ -97,11 +103,15 @@ def diagnose(
     preds, margins = shape_matched_reference(
         model, spec.prompt_tokens, b[: p + 1], spec.steps, prefill_step_size
     )
-    bad = next((i for i, (x, y) in enumerate(zip(preds, b)) if x != y), None)
+    bad = next((i for i, (x, y) in enumerate(zip(preds, b[: p + 1])) if x != y), None)
+    if bad is None and p == len(b) and spec.finish_reason == "stop" and p < len(preds):
+        if preds[p] not in eos:  # the run ended with an EOS the model did not choose
+            bad = p
     if bad is not None:
+        emitted = b[bad] if bad < len(b) else "EOS"
         report.reference_position, report.reference_token = bad, preds[bad]
         report.verdict = (
-            f"logic bug: at position {bad} the speculative run emitted {b[bad]} but the model, "
+            f"logic bug: at position {bad} the speculative run emitted {emitted} but the model, "
             f"fed the same tokens in the same blocks without rollback, chooses {preds[bad]} "
             f"(margin {margins[bad]:.3g})"
         )
@@ -121,4 +131,5 @@ def check_parity(model: Any, tokenizer: Any, prompt: Any, **kwargs: Any) -> Pari
     kwargs = {**kwargs, "diagnostics": True}
     plain = generate(model, tokenizer, prompt, **{**kwargs, "drafter": None})
     spec = generate(model, tokenizer, prompt, **kwargs)
-    return diagnose(model, plain, spec, kwargs.get("prefill_step_size", 512))
+    eos = set(tokenizer.eos_token_ids)
+    return diagnose(model, plain, spec, eos, kwargs.get("prefill_step_size", 512))

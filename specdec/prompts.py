@@ -80,11 +80,19 @@ def parity_prompts() -> dict[str, str]:
             "fnmatch", "filter", "Rename the variable 'result' to 'matches'."
         ),
         "code_shlex_quote": code_edit_prompt("shlex", "quote", "Add a docstring example."),
+        "code_colorsys_hls": code_edit_prompt("colorsys", "rgb_to_hls", "Add type hints."),
+        "code_fnmatch_translate": code_edit_prompt(
+            "fnmatch", "fnmatchcase", "Rename the argument 'pat' to 'pattern'."
+        ),
         "json_records": json_prompt(4),
+        "json_add_record": "Package records:\n"
+        + json.dumps(json_records(3), indent=2)
+        + "\n\nAdd one more record in the same format for a package named 'specdec'.",
         "json_records_short": json_prompt(2),
         "passage_json": passage_prompt("json", "what does json expose?"),
         "passage_argparse": passage_prompt("argparse", "what does the module make easy?"),
         "passage_string": passage_prompt("string", "which constants are defined?"),
+        "passage_textwrap": passage_prompt("textwrap", "what is the module for?"),
         "passage_zen": "The Zen of Python:\n"
         + _zen()
         + "\nRepeat the lines about namespaces and errors.",

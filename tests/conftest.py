@@ -59,3 +59,11 @@ def real_model(name: str):
 @pytest.fixture(scope="session")
 def smollm():
     return real_model("smollm2-135m")
+
+
+def pytest_report_header(config):
+    from specdec.backend import openblas_path, openblas_preloaded
+
+    if openblas_path() and not openblas_preloaded():
+        return "WARNING: OpenBLAS installed but not preloaded: run `make test` (tests will be slow)"
+    return f"OpenBLAS preloaded: {openblas_preloaded()}"

@@ -1,0 +1,45 @@
+"""The `specdec` command as a user runs it: real process, real default model."""
+
+import json
+import subprocess
+import sys
+
+from specdec.backend import preload_env
+
+
+def specdec(*args, input=None):
+    return subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True,
+                          text=True, input=input, env=preload_env(), timeout=900)
+
+
+def test_generate_compare_json_on_the_demo_prompt():
+    r = specdec("generate", "--compare", "--json", "--max-tokens", "64")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("text", "tokens", "parity", "speedup", "baseline_tokens_per_s", "spec_tokens_per_s",
+                "acceptance_rate", "mean_acceptance_length", "verify_steps"):
+        assert key in out
+    assert out["parity"] is True
+    assert len(out["tokens"]) == out["baseline_tokens"] > 0
+    assert out["mean_acceptance_length"] > 1.5  # an edit of real code echoes the prompt
+
+
+def test_generate_streams_text_from_stdin_and_stops():
+    r = specdec("generate", "--prompt", "-", "--max-tokens", "40", "--stop", "\n\n", "--verbose",
+                input="List three colors, one per line.")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and "\n\n" not in r.stdout.strip()
+    assert "mean acceptance length" in r.stderr
+
+
+def test_parity_command_reports_identical():
+    r = specdec("parity", "--json", "--max-tokens", "48", "--num-draft-tokens", "8")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["verdict"] == "identical"
+
+
+def test_bad_flags_fail_with_a_message():
+    r = specdec("generate", "--num-draft-tokens", "0", "--prompt", "hi")
+    assert r.returncode == 2 and "--num-draft-tokens must be >= 1" in r.stderr
+    r = specdec("generate", "--model", "no-such-model", "--prompt", "hi")
+    assert r.returncode == 2 and "no-such-model" in r.stderr

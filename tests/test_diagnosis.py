@@ -1,0 +1,29 @@
+"""The parity diagnosis tells a logic bug from a kernel near-tie.
+
+A deliberately broken rollback (it trims one position too few) must be reported as a logic
+bug at the first position it corrupts; the real engine must be reported identical.
+"""
+
+import pytest
+
+import specdec.engine as engine
+from specdec.parity import check_parity
+from specdec.prompts import parity_prompts
+
+
+def test_real_engine_is_identical(smollm):
+    model, tok = smollm
+    rep = check_parity(model, tok, parity_prompts()["json_records"], drafter="ngram",
+                       max_tokens=64, num_draft_tokens=4)
+    assert rep.identical and rep.verdict == "identical"
+
+
+def test_broken_rollback_is_diagnosed_as_a_logic_bug(smollm, monkeypatch):
+    real_trim = engine.trim
+    monkeypatch.setattr(engine, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
+    model, tok = smollm
+    rep = check_parity(model, tok, parity_prompts()["demo_colorsys"], drafter="ngram",
+                       max_tokens=64, num_draft_tokens=4)
+    assert not rep.identical
+    assert rep.verdict.startswith("logic bug"), rep.verdict
+    assert rep.reference_position is not None and rep.reference_position <= rep.position
