@@ -14,7 +14,7 @@ from typing import Any
 
 from .drafters import DRAFT_TYPES
 
-DTYPES = ("auto", "float32", "float16", "bfloat16")
+from .loader.api import DTYPES  # noqa: E402  (one list of dtype names)
 
 
 @dataclass
