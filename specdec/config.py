@@ -30,6 +30,11 @@ class RunConfig:
     ngram_min: int = 1
     ngram_max: int = 3
     stop: list[str] | None = None
+    temp: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
     dtype: str = "auto"
     kv_bits: int | None = None
     prefill_step_size: int = 512
@@ -53,6 +58,9 @@ class RunConfig:
             raise ValueError("--ngram-max must be >= --ngram-min")
         if self.prompt is not None and self.prompt_file is not None:
             raise ValueError("give either --prompt or --prompt-file, not both")
+        from .sampling import SamplingParams
+
+        SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed).validate()
         if self.kv_bits is not None and self.kv_bits not in (2, 3, 4, 6, 8):
             raise ValueError("--kv-bits must be one of 2, 3, 4, 6, 8")
 
@@ -78,6 +86,11 @@ class RunConfig:
             ngram_min=self.ngram_min,
             ngram_max=self.ngram_max,
             stop=self.stop,
+            temperature=self.temp,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            seed=self.seed,
             system=self.system,
             chat=False if self.raw else None,
             prefill_step_size=self.prefill_step_size,

@@ -11,9 +11,9 @@ plus one target token (``verify.greedy_accept``), and rolls the cache back past 
 (``rollback.trim``). Stops (EOS, ``max_tokens``, stop strings) are applied token by token,
 so one inside an accepted block ends the output there.
 
-One host synchronisation per decode step: the step's argmaxes come back in one
-``tolist()``. Plain decoding additionally overlaps building step t+1 with computing step t,
-as mlx-lm does, so the baseline is as fast as mlx-lm's own loop.
+Temperature > 0 uses exact rejection sampling (``verify.rejection_sample``): each token is
+distributed as plain sampling from the target's processed distribution would give.
+Decode steps themselves live in ``steps``: one host synchronisation per step.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-import mlx.core as mx
-
 from .drafters import Drafter, NoDrafter, make_drafter
-from .rollback import make_cache, trim
+from .rollback import make_cache
+from .sampling import Rng, SamplingParams
 from .stats import SpecStats
+from .steps import plain_steps, prefill, spec_steps
 from .text import StopMatcher, encode_prompt
-from .verify import greedy_accept
 
 
 @dataclass
@@ -39,6 +38,7 @@ class GenerationResponse:
     stats: SpecStats
     finish_reason: str | None = None
     margin: float | None = None  # top-2 logit gap at this token (diagnostics only)
+    logprob: float | None = None  # the target's log-probability of this token
     prompt_ids: list[int] | None = None  # final response only
     step_log: list[tuple[int, int]] | None = None  # final response, diagnostics only
 
@@ -51,73 +51,8 @@ class GenerationResult:
     stats: SpecStats
     prompt_tokens: list[int]
     margins: list[float] = field(default_factory=list)  # top-2 logit gap per token (diagnostics)
+    logprobs: list[float] = field(default_factory=list)
     steps: list[tuple[int, int]] = field(default_factory=list)  # (block length, accepted)
-
-
-@dataclass
-class _Step:
-    tokens: list[int]
-    drafted: int
-    accepted: int
-    fed: int
-    margins: list[float] | None = None
-
-
-def _top2_margin(logits: mx.array) -> mx.array:
-    top2 = mx.topk(logits, 2, axis=-1)
-    return mx.abs(top2[..., 0] - top2[..., 1])
-
-
-def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
-    """Run ``tokens`` through the model in chunks, filling the cache (no logits kept)."""
-    for i in range(0, len(tokens), step_size):
-        model(mx.array(tokens[i : i + step_size])[None], cache=cache)
-        mx.eval([c.state for c in cache])
-
-
-def _plain_steps(model: Any, cache: list, last: int, diagnostics: bool) -> Iterator[_Step]:
-    def forward(tok: mx.array) -> tuple[mx.array, mx.array | None]:
-        logits = model(tok.reshape(1, 1), cache=cache)[0, -1]
-        return mx.argmax(logits), (_top2_margin(logits) if diagnostics else None)
-
-    y, m = forward(mx.array([last]))
-    mx.async_eval(y, *([m] if diagnostics else []))
-    while True:
-        # Queue the next forward on the still-unevaluated y before waiting for y.
-        ny, nm = forward(y)
-        mx.async_eval(ny, *([nm] if diagnostics else []))
-        yield _Step([y.item()], 0, 0, 1, [m.item()] if diagnostics else None)
-        y, m = ny, nm
-
-
-def _spec_steps(
-    model: Any,
-    cache: list,
-    context: list[int],
-    drafter: Drafter,
-    k: int,
-    budget: list[int],
-    diagnostics: bool,
-) -> Iterator[_Step]:
-    """Draft, verify, roll back. ``context`` grows by the emitted tokens of each step;
-    ``budget[0]`` is the number of tokens still wanted (drafting past it is waste)."""
-    while True:
-        kk = min(k, budget[0] - 1)
-        draft = list(drafter.propose(context, kk))[:kk] if kk > 0 else []
-        block = [context[-1], *draft]
-        logits = model(mx.array(block)[None], cache=cache)[0]
-        targets = mx.argmax(logits, axis=-1)
-        margins = None
-        if diagnostics:
-            margin_arr = _top2_margin(logits)
-            mx.eval(targets, margin_arr)
-            margins = margin_arr.tolist()
-        targets = targets.tolist()  # the step's one host sync
-        accepted, emitted = greedy_accept(draft, targets)
-        drafter.observe(accepted)
-        trim(cache, len(draft) - accepted)
-        context.extend(emitted)
-        yield _Step(emitted, len(draft), accepted, len(block), margins and margins[: accepted + 1])
 
 
 def resolve_drafter(drafter: Drafter | str | None, tokenizer: Any, **kwargs: Any) -> Drafter:
@@ -145,6 +80,7 @@ class _Emitted:
     token: int
     from_draft: bool
     margin: float | None
+    logprob: float
 
 
 def token_stream(
@@ -155,6 +91,7 @@ def token_stream(
     max_tokens: int = 256,
     num_draft_tokens: int = 4,
     eos: Sequence[int] | set[int] = (),
+    sampling: SamplingParams = SamplingParams(),
     prefill_step_size: int = 512,
     kv_bits: int | None = None,
     kv_group_size: int = 64,
@@ -182,17 +119,20 @@ def token_stream(
     stats = stats if stats is not None else SpecStats()
     stats.drafter, stats.prompt_tokens = drafter.name, len(prompt_ids)
 
+    sampling.validate()
+    rng = None if sampling.greedy else Rng(sampling.seed)
     t0 = time.perf_counter()
     prefill(model, cache, prompt_ids[:-1], prefill_step_size)
     t_prefill = time.perf_counter()
     stats.prefill_s = t_prefill - t0
     budget = [max_tokens]
     if speculative:
-        steps = _spec_steps(
-            model, cache, list(prompt_ids), drafter, num_draft_tokens, budget, diagnostics
+        steps = spec_steps(
+            model, cache, list(prompt_ids), drafter, num_draft_tokens, budget, sampling, rng,
+            diagnostics,
         )
     else:
-        steps = _plain_steps(model, cache, prompt_ids[-1], diagnostics)
+        steps = plain_steps(model, cache, prompt_ids[-1], sampling, rng, diagnostics)
     eos = set(eos)
     for step in steps:
         stats.record_step(step.drafted, step.accepted, step.fed)
@@ -206,7 +146,8 @@ def token_stream(
             budget[0] = max_tokens - stats.generated_tokens
             stats.ttft_s = stats.ttft_s or now - t0
             stats.decode_s = now - t_prefill
-            yield _Emitted(tok, i < step.accepted, step.margins[i] if step.margins else None)
+            margin = step.margins[i] if step.margins else None
+            yield _Emitted(tok, i < step.accepted, margin, step.logprobs[i])
             if budget[0] <= 0:
                 return
 
@@ -222,6 +163,11 @@ def stream_generate(
     ngram_min: int = 1,
     ngram_max: int = 3,
     stop: Sequence[str] | None = None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    min_p: float = 0.0,
+    seed: int | None = None,
     system: str | None = None,
     chat: bool | None = None,
     prefill_step_size: int = 512,
@@ -245,6 +191,7 @@ def stream_generate(
         max_tokens=max_tokens,
         num_draft_tokens=num_draft_tokens,
         eos=tokenizer.eos_token_ids,
+        sampling=SamplingParams(temperature, top_p, top_k, min_p, seed),
         prefill_step_size=prefill_step_size,
         kv_bits=kv_bits,
         kv_group_size=kv_group_size,
@@ -255,7 +202,9 @@ def stream_generate(
         n += 1
         detok.add_token(e.token)
         text, hit = stopper.feed(detok.last_segment)
-        yield GenerationResponse(text, e.token, e.from_draft, stats, margin=e.margin)
+        yield GenerationResponse(
+            text, e.token, e.from_draft, stats, margin=e.margin, logprob=e.logprob
+        )
         if hit:
             finish = "stop_string"
             break
@@ -272,11 +221,12 @@ def stream_generate(
 
 def generate(model: Any, tokenizer: Any, prompt: Any, **kwargs: Any) -> GenerationResult:
     """Run ``stream_generate`` to completion; same keyword arguments."""
-    text, toks, margins = [], [], []
+    text, toks, margins, logprobs = [], [], [], []
     for resp in stream_generate(model, tokenizer, prompt, **kwargs):
         text.append(resp.text)
         if resp.token is not None:
             toks.append(resp.token)
+            logprobs.append(resp.logprob)
             if resp.margin is not None:
                 margins.append(resp.margin)
     return GenerationResult(
@@ -286,5 +236,6 @@ def generate(model: Any, tokenizer: Any, prompt: Any, **kwargs: Any) -> Generati
         stats=resp.stats,
         prompt_tokens=resp.prompt_ids,
         margins=margins,
+        logprobs=logprobs,
         steps=resp.step_log or [],
     )

@@ -21,7 +21,7 @@ from typing import Any
 import mlx.core as mx
 
 from .drafters import Drafter
-from .engine import prefill
+from .steps import prefill
 from .rollback import make_cache, trim
 
 

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
-from .engine import GenerationResult, _top2_margin, generate, prefill
+from .engine import GenerationResult, generate
+from .steps import prefill, top2_margin
 from .rollback import make_cache
 
 
@@ -66,7 +67,7 @@ def shape_matched_reference(
         if not block or len(preds) > len(tokens):
             break
         logits = model(mx.array(block)[None], cache=cache)[0]
-        am, mg = mx.argmax(logits, axis=-1), _top2_margin(logits)
+        am, mg = mx.argmax(logits, axis=-1), top2_margin(logits)
         mx.eval(am, mg)
         preds += am.tolist()
         margins += mg.tolist()

@@ -7,12 +7,22 @@ accepted prefix is the longest run with ``draft[i] == targets[i]``; the step emi
 matched — so every step emits at least one token, and exactly the tokens plain greedy
 decoding would have produced.
 
-(Rejection sampling for temperature > 0 lives beside it once sampling lands.)
+Contract of ``rejection_sample(draft, p, q, key)`` (temperature > 0): ``p[i]`` is the
+target's processed distribution after ``[last] + draft[:i]``; ``q[i]`` the distribution the
+drafter sampled ``draft[i]`` from, or ``None`` for a deterministic drafter (a point mass).
+Draft token i is accepted with probability ``min(1, p_i(x)/q_i(x))`` (for a point mass:
+``p_i(x)``); at the first rejection the step emits a sample of ``normalize(max(0, p_i -
+q_i))`` (for a point mass: ``p_i`` with ``x`` removed); when all are accepted, a bonus
+sample of ``p_k``. Each emitted token is then distributed exactly as under ``p`` (Leviathan
+et al. 2023; Chen et al. 2023). It returns device arrays, one candidate per position, so
+the engine settles a step with one host sync (``settle``).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
+
+import mlx.core as mx
 
 
 def greedy_accept(draft: Sequence[int], targets: Sequence[int]) -> tuple[int, list[int]]:
@@ -31,3 +41,38 @@ def greedy_accept(draft: Sequence[int], targets: Sequence[int]) -> tuple[int, li
     while a < len(draft) and draft[a] == targets[a]:
         a += 1
     return a, [*draft[:a], targets[a]]
+
+
+def rejection_sample(
+    draft: mx.array, p: mx.array, q: mx.array | None, key: mx.array
+) -> tuple[mx.array, mx.array]:
+    """Returns ``(accept, fix)``: ``accept[i]`` (k,) whether draft token i passes its test,
+    ``fix[i]`` (k+1,) the token emitted if the first rejection is at i (``fix[k]``: bonus)."""
+    k = draft.shape[0]
+    k_accept, k_fix = mx.random.split(key)
+    if k == 0:
+        return mx.zeros((0,), mx.bool_), mx.random.categorical(mx.log(p), axis=-1, key=k_fix)
+    rows = mx.arange(k)
+    p_x = p[rows, draft]
+    if q is None:
+        ratio = p_x
+        residual = mx.where(mx.arange(p.shape[-1])[None] == draft[:, None], 0.0, p[:k])
+    else:
+        ratio = mx.minimum(p_x / q[rows, draft], 1.0)
+        residual = mx.maximum(p[:k] - q, 0.0)
+    accept = mx.random.uniform(shape=(k,), key=k_accept) < ratio
+    # categorical normalises log-weights itself; rows never drawn from may be all zero.
+    fix = mx.random.categorical(mx.log(mx.concatenate([residual, p[k:]], axis=0)), axis=-1, key=k_fix)
+    return accept, fix
+
+
+def settle(draft: Sequence[int], accept: Sequence[bool], fix: Sequence[int]) -> tuple[int, list[int]]:
+    """Host side of a step: accepted count and tokens to emit from per-position candidates.
+
+    >>> settle([4, 5, 6], [True, False, True], [9, 8, 7, 1])
+    (1, [4, 8])
+    """
+    a = 0
+    while a < len(draft) and accept[a]:
+        a += 1
+    return a, [*draft[:a], fix[a]]

@@ -1,0 +1,69 @@
+"""Sampling parameters and the target's processed distribution.
+
+Contract:
+- ``SamplingParams`` holds temperature, top-p, top-k, min-p and the seed; temperature 0
+  means greedy. ``validate()`` raises ValueError naming the bad field.
+- ``processed_probs(logits, params)`` is the distribution plain sampling draws from, for
+  every row of ``logits``: mlx-lm's own filters (``apply_top_p``, ``apply_min_p``,
+  ``apply_top_k``, in mlx-lm's order) on the log-probabilities, then softmax(x / T). It is
+  what ``mlx_lm.sample_utils.make_sampler`` samples from, so speculative sampling targets
+  exactly the distribution mlx-lm users get.
+- ``Rng`` is a per-request seeded generator (explicit mlx keys, never the global state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> "SamplingParams":
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        return self
+
+
+def processed_probs(logits: mx.array, params: SamplingParams) -> mx.array:
+    """Row-wise sampling distribution (float32) after mlx-lm's filters and temperature."""
+    x = logits.astype(mx.float32)
+    x = x - mx.logsumexp(x, axis=-1, keepdims=True)
+    if 0 < params.top_p < 1:
+        x = apply_top_p(x, params.top_p)
+    if params.min_p > 0:
+        x = apply_min_p(x, params.min_p)
+    if 0 < params.top_k < x.shape[-1]:
+        x = apply_top_k(x, params.top_k)
+    return mx.softmax(x / params.temperature, axis=-1)
+
+
+class Rng:
+    """A seeded stream of mlx random keys for one request."""
+
+    def __init__(self, seed: int | None):
+        import random
+
+        self._key = mx.random.key(seed if seed is not None else random.SystemRandom().randrange(2**63))
+
+    def next(self) -> mx.array:
+        self._key, sub = mx.random.split(self._key)
+        return sub

@@ -1,0 +1,123 @@
+"""Decode steps: prefill, a plain step, a speculative step — each with one host sync.
+
+Contract:
+- ``prefill(model, cache, tokens)`` fills the cache in chunks, keeping no logits.
+- ``plain_steps(...)`` yields one ``Step`` (one token) per target forward. Building the
+  forward of token t+1 is queued before waiting for token t, as mlx-lm's loop does.
+- ``spec_steps(...)`` yields one ``Step`` per verify forward over ``[last] + draft``: the
+  kept tokens (``verify.greedy_accept`` at temperature 0, ``verify.rejection_sample`` +
+  ``settle`` otherwise), after rolling the cache back past the rejected ones.
+Every Step carries the target's log-probability of each emitted token (raw
+``log_softmax`` of the logits, as mlx-lm reports them) and, with ``diagnostics``, the
+top-2 logit margin at each emitted position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import mlx.core as mx
+
+from .drafters import Drafter
+from .rollback import trim
+from .sampling import Rng, SamplingParams, processed_probs
+from .verify import greedy_accept, rejection_sample, settle
+
+
+@dataclass
+class Step:
+    tokens: list[int]
+    drafted: int
+    accepted: int
+    fed: int
+    logprobs: list[float]
+    margins: list[float] | None = None
+
+
+def top2_margin(logits: mx.array) -> mx.array:
+    top2 = mx.topk(logits, 2, axis=-1)
+    return mx.abs(top2[..., 0] - top2[..., 1])
+
+
+def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
+    """Run ``tokens`` through the model in chunks, filling the cache (no logits kept)."""
+    for i in range(0, len(tokens), step_size):
+        model(mx.array(tokens[i : i + step_size])[None], cache=cache)
+        mx.eval([c.state for c in cache])
+
+
+def _pick(logits: mx.array, params: SamplingParams, rng: Rng | None) -> mx.array:
+    if params.greedy:
+        return mx.argmax(logits, axis=-1)
+    return mx.random.categorical(mx.log(processed_probs(logits, params)), key=rng.next())
+
+
+def plain_steps(
+    model: Any, cache: list, last: int, params: SamplingParams, rng: Rng | None, diagnostics: bool
+) -> Iterator[Step]:
+    def forward(tok: mx.array) -> list[mx.array]:
+        logits = model(tok.reshape(1, 1), cache=cache)[0, -1]
+        y = _pick(logits, params, rng)
+        out = [y, logits[y] - mx.logsumexp(logits)]
+        return out + ([top2_margin(logits)] if diagnostics else [])
+
+    cur = forward(mx.array([last]))
+    mx.async_eval(*cur)
+    while True:
+        nxt = forward(cur[0])  # queued on the still-unevaluated token
+        mx.async_eval(*nxt)
+        vals = [a.item() for a in cur]  # waits for this step only
+        yield Step([vals[0]], 0, 0, 1, [vals[1]], vals[2:] or None)
+        cur = nxt
+
+
+def _verify(
+    logits: mx.array, draft: list[int], drafter: Drafter, params: SamplingParams, rng: Rng | None
+) -> tuple[mx.array, mx.array]:
+    """Device arrays (accept (k,), fix (k+1,)) for one verify block."""
+    d = mx.array(draft, dtype=mx.int32)
+    if params.greedy:
+        fix = mx.argmax(logits, axis=-1)
+        return d == fix[: len(draft)], fix
+    q = getattr(drafter, "last_q", None) if draft else None
+    return rejection_sample(d, processed_probs(logits, params), q, rng.next())
+
+
+def spec_steps(
+    model: Any,
+    cache: list,
+    context: list[int],
+    drafter: Drafter,
+    k: int,
+    budget: list[int],
+    params: SamplingParams,
+    rng: Rng | None,
+    diagnostics: bool,
+) -> Iterator[Step]:
+    """Draft, verify, roll back. ``context`` grows by the emitted tokens of each step;
+    ``budget[0]`` is the number of tokens still wanted (drafting past it is waste)."""
+    while True:
+        kk = min(k, budget[0] - 1)
+        draft = list(drafter.propose(context, kk))[:kk] if kk > 0 else []
+        block = [context[-1], *draft]
+        logits = model(mx.array(block)[None], cache=cache)[0]
+        accept, fix = _verify(logits, draft, drafter, params, rng)
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        rows = mx.arange(len(block))
+        cand = mx.concatenate([mx.array(draft, dtype=mx.int32), fix[-1:]]) if draft else fix
+        arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
+        if diagnostics:
+            arrays.append(top2_margin(logits))
+        mx.eval(*arrays)
+        acc, fx, lp_draft, lp_fix, *mg = (a.tolist() for a in arrays)  # the step's one sync
+        if params.greedy:
+            accepted, emitted = greedy_accept(draft, fx)
+        else:
+            accepted, emitted = settle(draft, acc, fx)
+        drafter.observe(accepted)
+        trim(cache, len(draft) - accepted)
+        context.extend(emitted)
+        logprobs = lp_draft[:accepted] + [lp_fix[accepted]]
+        margins = mg[0][: accepted + 1] if mg else None
+        yield Step(emitted, len(draft), accepted, len(block), logprobs, margins)

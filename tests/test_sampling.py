@@ -1,0 +1,129 @@
+"""Exact sampling: speculative steps draw every token from the target's distribution.
+
+Small explicit distributions with exact expected frequencies (chi-square, fixed seeds,
+enough samples that a wrong acceptance rule fails), then the real model's own next-token
+distributions, then seeded reproducibility end to end.
+"""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+from specdec.sampling import SamplingParams, processed_probs
+from specdec.verify import rejection_sample, settle
+
+N = 10_000
+P = np.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]], np.float32)
+Q = np.array([[0.1, 0.6, 0.2, 0.1], [0.4, 0.3, 0.2, 0.1]], np.float32)
+
+
+def sample_steps(p, draft_fn, q=None, n=N, seed=0):
+    """Run n independent verify steps; returns the emitted token lists."""
+    key = mx.random.key(seed)
+    out = []
+    for _ in range(n):
+        key, k1, k2 = mx.random.split(key, 3)
+        draft = draft_fn(k1)
+        acc, fix = rejection_sample(mx.array(draft), mx.array(p), None if q is None else mx.array(q), k2)
+        out.append(settle(draft, acc.tolist(), fix.tolist())[1])
+    return out
+
+
+def expected(probs, n):
+    probs = np.asarray(probs, np.float64)
+    return probs / probs.sum() * n
+
+
+def check_first_two(emitted, p, d0):
+    first = np.bincount([e[0] for e in emitted], minlength=4)
+    assert chisquare(first, expected(P[0], len(emitted))).pvalue > 1e-3, first
+    seconds = [e[1] for e in emitted if e[0] == d0 and len(e) > 1]
+    counts = np.bincount(seconds, minlength=4)
+    # given first == d0 (which the draft proposed), the next token must follow p[1]
+    assert chisquare(counts, expected(p[1], len(seconds))).pvalue > 1e-3, counts
+
+
+@pytest.mark.parametrize("d", [[0, 3], [2, 1], [3, 3]])
+def test_point_mass_drafts_give_the_target_distribution(d):
+    emitted = sample_steps(P, lambda key: d)
+    check_first_two(emitted, P, d[0])
+
+
+def test_draft_model_q_gives_the_target_distribution():
+    def draw(key):  # sample the draft from q, as a draft model does
+        k1, k2 = mx.random.split(key)
+        return [mx.random.categorical(mx.log(mx.array(Q[0])), key=k1).item(),
+                mx.random.categorical(mx.log(mx.array(Q[1])), key=k2).item()]
+
+    emitted = sample_steps(P, draw, q=Q)
+    first = np.bincount([e[0] for e in emitted], minlength=4)
+    assert chisquare(first, expected(P[0], N)).pvalue > 1e-3, first
+
+
+def test_a_wrong_acceptance_rule_is_caught():
+    """The same test with the rule 'always accept' must fail: the test has power."""
+    emitted = sample_steps(P, lambda key: [3, 3])
+    wrong = [[3] + e[1:] if e[0] != 3 else e for e in emitted]  # as if token 3 were always accepted
+    first = np.bincount([e[0] for e in wrong], minlength=4)
+    assert chisquare(first, expected(P[0], N)).pvalue < 1e-6
+
+
+def test_processed_probs_match_mlx_lm_filters():
+    logits = mx.array([[2.0, 1.0, 0.5, -1.0, -3.0]])
+    p = processed_probs(logits, SamplingParams(temperature=0.7, top_k=3)).tolist()[0]
+    assert p[3] == p[4] == 0.0 and abs(sum(p) - 1) < 1e-6
+    p = processed_probs(logits, SamplingParams(temperature=1.0, top_p=0.5)).tolist()[0]
+    assert p[0] == 1.0  # the top token alone holds more than half the mass
+    with pytest.raises(ValueError):
+        SamplingParams(temperature=-1).validate()
+
+
+def test_real_model_speculative_step_matches_the_target_distribution(smollm):
+    """On SmolLM2's real logits: the token emitted after a speculative step is distributed
+    as the target's own processed next-token distribution (first and second position)."""
+    from specdec.rollback import make_cache, trim
+    from specdec.steps import prefill
+    from specdec.text import encode_prompt
+
+    model, tok = smollm
+    ids = encode_prompt(tok, "Name a color.")
+    cache = make_cache(model)
+    prefill(model, cache, ids[:-1])
+    params = SamplingParams(temperature=1.0, top_k=4)
+    probe = processed_probs(model(mx.array([ids[-1:]]), cache=cache)[0], params)
+    top = np.argsort(-np.array(probe.tolist()[0]))[:2].tolist()
+    draft = [top[1], top[0]]  # a plausible but not-most-likely first draft token
+    trim(cache, 1)
+    logits = model(mx.array([[ids[-1], *draft]]), cache=cache)[0]
+    p = np.array(processed_probs(logits, params).tolist(), np.float64)
+    key = mx.random.key(1)
+    emitted = []
+    for _ in range(6000):
+        key, sub = mx.random.split(key)
+        acc, fix = rejection_sample(mx.array(draft), mx.array(p.astype(np.float32)), None, sub)
+        emitted.append(settle(draft, acc.tolist(), fix.tolist())[1])
+    support = np.nonzero(p[0])[0]
+    first = np.array([sum(e[0] == t for e in emitted) for t in support])
+    assert chisquare(first, expected(p[0][support], len(emitted))).pvalue > 1e-3
+    seconds = [e[1] for e in emitted if e[0] == draft[0] and len(e) > 1]
+    s_support = np.nonzero(p[1])[0]
+    counts = np.array([sum(s == t for s in seconds) for t in s_support])
+    assert chisquare(counts, expected(p[1][s_support], len(seconds))).pvalue > 1e-3
+
+
+def test_seeded_sampling_is_reproducible_and_greedy_is_unchanged(smollm):
+    from specdec.engine import generate
+
+    model, tok = smollm
+    prompt = "Write a haiku about the sea."
+    kw = dict(drafter="ngram", max_tokens=32, temperature=0.8, top_p=0.95)
+    a = generate(model, tok, prompt, seed=7, **kw)
+    b = generate(model, tok, prompt, seed=7, **kw)
+    c = generate(model, tok, prompt, seed=8, **kw)
+    assert a.tokens == b.tokens and a.logprobs == b.logprobs
+    assert a.tokens != c.tokens
+    assert all(lp <= 0 for lp in a.logprobs)
+    g0 = generate(model, tok, prompt, drafter=None, max_tokens=32)
+    g1 = generate(model, tok, prompt, drafter="ngram", max_tokens=32, temperature=0.0, seed=3)
+    assert g0.tokens == g1.tokens
