@@ -109,6 +109,8 @@ def token_stream(
         raise ValueError("the prompt encodes to no tokens")
     drafter = drafter or NoDrafter()
     speculative = not isinstance(drafter, NoDrafter)
+    if hasattr(drafter, "begin"):
+        drafter.begin(list(prompt_ids))
     cache = make_cache(
         model,
         max_trim=num_draft_tokens + 1,

@@ -10,6 +10,12 @@ only change speed, never output. Contract:
 - ``observe(num_accepted)`` reports how many of the last proposal's tokens the target
   accepted (0..len(proposal)); drafters with state (adaptive ones, draft models) use it.
 
+- optional ``begin(prompt_ids)``: the engine calls it at the start of every request, so a
+  drafter with per-request state need not guess where a request starts.
+- optional ``last_q``: for drafters that sample, an mx.array (len(proposal), vocab) of the
+  distribution each proposed token was drawn from (exact rejection sampling needs it);
+  absent or None means the proposal is deterministic (a point mass).
+
 ``name`` identifies the drafter in stats and reports.
 """
 

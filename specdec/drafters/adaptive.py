@@ -1,0 +1,129 @@
+"""Adaptive draft length: choose each step's k to maximise expected tokens per second.
+
+Contract of ``AdaptiveKDrafter(inner, cost, k_max)`` (a Drafter): before each proposal it
+picks ``k* = argmax_k E[tokens | k] / cost(k + 1)`` over 0..k_max, where
+
+    E[tokens | k] = 1 + sum_{j=1..k} prod_{i=1..j} a_i
+
+``a_i`` is the recent probability that draft slot i is accepted given slots < i were
+(decayed counts learned from ``observe``, shrunk towards the previous slot's estimate), and ``cost(L)`` the
+measured seconds of one L-token verify forward (``specdec.measure.verify_cost_curve``;
+cached per model by ``cost_curve_for``). k* = 0 means a plain step. The inner drafter
+proposes up to k* tokens; output is unchanged whatever k is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .base import Drafter
+
+
+def expected_tokens(accept: Sequence[float], k: int) -> float:
+    """Expected tokens one verify step emits when drafting k tokens.
+
+    >>> expected_tokens([0.5, 0.5], 2)   # 1 + 0.5 + 0.25
+    1.75
+    """
+    total, run = 1.0, 1.0
+    for i in range(k):
+        run *= accept[i]
+        total += run
+    return total
+
+
+def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int) -> int:
+    """The k in 0..k_max maximising expected tokens per second (ties: the smaller k).
+
+    >>> best_k([0.9] * 4, {1: 1.0, 2: 1.1, 3: 1.2, 4: 1.3, 5: 1.4}, 4)
+    4
+    >>> best_k([0.05] * 4, {1: 1.0, 2: 1.1, 3: 1.2, 4: 1.3, 5: 1.4}, 4)
+    0
+    """
+    rates = [expected_tokens(accept, k) / cost[k + 1] for k in range(0, k_max + 1)]
+    return max(range(len(rates)), key=lambda k: (rates[k], -k))
+
+
+class AdaptiveKDrafter:
+    def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int, decay: float = 0.95):
+        missing = [L for L in range(1, k_max + 2) if L not in cost]
+        if missing:
+            raise ValueError(f"cost curve lacks block lengths {missing}; measure up to {k_max + 1}")
+        self.inner, self.name = inner, f"{inner.name}+adaptive-k"
+        self.cost, self.k_max, self.decay = dict(cost), k_max, decay
+        self._tested = [0.0] * k_max  # decayed counts, per slot
+        self._accepted = [0.0] * k_max
+        self._proposed = 0
+        self.last_q = None
+        self.chosen: list[int] = []
+
+    def acceptance(self) -> list[float]:
+        """Per-slot estimates; a slot with little evidence leans on the slot before it
+        (2 pseudo-counts), so slots never yet tested do not pin k at its first value."""
+        out, prev = [], 0.5
+        for a, t in zip(self._accepted, self._tested):
+            prev = (a + 2.0 * prev) / (t + 2.0)
+            out.append(prev)
+        return out
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        if hasattr(self.inner, "begin"):
+            self.inner.begin(prompt_ids)
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        kk = min(k, best_k(self.acceptance(), self.cost, min(k, self.k_max)))
+        self.chosen.append(kk)
+        # k* = 0 still probes one slot now and then so estimates can recover
+        if kk == 0 and len(self.chosen) % 8 == 0:
+            kk = min(k, 1)
+        draft = self.inner.propose(context, kk) if kk else []
+        self.last_q = getattr(self.inner, "last_q", None)
+        self._proposed = len(draft)
+        return draft
+
+    def observe(self, num_accepted: int) -> None:
+        if not self._proposed:
+            return
+        self.inner.observe(num_accepted)
+        tested = min(num_accepted + 1, self._proposed)  # slots after a rejection were untested
+        for i in range(self.k_max):
+            self._tested[i] *= self.decay
+            self._accepted[i] *= self.decay
+        for i in range(tested):
+            self._tested[i] += 1.0
+            self._accepted[i] += float(i < num_accepted)
+        self._proposed = 0
+
+
+def model_fingerprint(model: Any) -> str:
+    """A key for cached measurements: architecture args, weight dtype and mlx device."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    args = getattr(model, "args", None)
+    desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
+    first = tree_flatten(model.parameters())[0][1]
+    raw = f"{desc}|{first.dtype}|{mx.default_device()}|{os.cpu_count()}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None) -> dict[int, float]:
+    """The model's verify cost curve up to ``max_len``, measured once and cached on disk."""
+    from ..measure import verify_cost_curve
+
+    root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+    path = root / "cost" / f"{model_fingerprint(model)}.json"
+    if path.exists():
+        curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        if all(L in curve for L in range(1, max_len + 1)):
+            return curve
+    curve = verify_cost_curve(model, max_len)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(curve))
+    os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+    return curve

@@ -1,0 +1,123 @@
+"""Chains, gates and adaptive k: behaviour against simple oracles, parity on tiny models."""
+
+import random
+
+import pytest
+from conftest import cached_tiny
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specdec.drafters import NgramDrafter, NoDrafter
+from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, expected_tokens
+from specdec.drafters.chain import ChainDrafter
+from specdec.drafters.gate import GatedDrafter, repetition_score
+from specdec.engine import token_stream
+
+
+class Fixed:
+    """A real (if trivial) drafter: proposes a fixed list; used to observe wrappers."""
+
+    def __init__(self, name, proposal):
+        self.name, self.proposal, self.seen = name, proposal, []
+
+    def propose(self, context, k):
+        return self.proposal[:k]
+
+    def observe(self, n):
+        self.seen.append(n)
+
+
+def test_chain_first_nonempty_wins_and_keeps_stats():
+    a, b = Fixed("a", []), Fixed("b", [1, 2, 3])
+    chain = ChainDrafter([a, b])
+    assert chain.propose([0], 2) == [1, 2]
+    chain.observe(1)
+    assert b.seen == [1] and a.seen == []
+    assert chain.stats == {"a": {"won": 0, "drafted": 0, "accepted": 0},
+                           "b": {"won": 1, "drafted": 2, "accepted": 1}}
+
+
+@given(st.lists(st.integers(0, 4), max_size=40))
+def test_repetition_score_matches_definition(tokens):
+    grams = [tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2)]
+    distinct = set(grams)
+    expected = sum(grams.count(g) >= 2 for g in distinct) / len(distinct) if distinct else 0.0
+    assert repetition_score(tokens) == expected
+
+
+def test_prompt_gate_turns_off_on_novel_prompts_unless_forced():
+    g = GatedDrafter(Fixed("f", [7]), min_score=0.1)
+    g.begin(list(range(50)))  # no repeated 3-gram
+    assert not g.enabled and g.propose(list(range(50)), 4) == []
+    forced = GatedDrafter(Fixed("f", [7]), min_score=0.1, force=True)
+    forced.begin(list(range(50)))
+    assert forced.propose(list(range(50)), 4) == [7]
+
+
+def test_runtime_gate_turns_off_then_back_on_via_shadow_guesses():
+    inner = Fixed("f", [5, 5])
+    g = GatedDrafter(inner, min_score=0.0, min_acceptance=0.5, window=4, recheck_every=1)
+    ctx = [1, 2, 3, 1, 2, 3]
+    g.begin(ctx)
+    for _ in range(4):  # four fully rejected proposals: drafting turns off
+        assert g.propose(ctx, 2)
+        g.observe(0)
+        ctx = ctx + [9]
+    assert not g.enabled
+    for _ in range(4):  # shadow guesses [5, ...] would now have been right every time
+        assert g.propose(ctx, 2) == []
+        ctx = ctx + [5]
+    g.propose(ctx, 2)
+    assert g.enabled
+
+
+def test_expected_tokens_and_best_k_against_brute_force():
+    rng = random.Random(0)
+    for _ in range(200):
+        acc = [rng.random() for _ in range(6)]
+        cost = {L: 1.0 + rng.random() * (L - 1) * 0.3 for L in range(1, 8)}
+        # brute force over sampled outcomes is noisy; use the exact enumeration instead
+        for k in range(7):
+            exp = 1.0
+            for j in range(1, k + 1):
+                p = 1.0
+                for i in range(j):
+                    p *= acc[i]
+                exp += p
+            assert abs(expected_tokens(acc, k) - exp) < 1e-12
+        k = best_k(acc, cost, 6)
+        assert all(expected_tokens(acc, k) / cost[k + 1] >= expected_tokens(acc, j) / cost[j + 1] - 1e-12 for j in range(7))
+
+
+def test_adaptive_k_learns_to_draft_long_when_drafts_are_accepted():
+    cost = {L: 1.0 + 0.1 * (L - 1) for L in range(1, 10)}
+    good = AdaptiveKDrafter(Fixed("f", list(range(8))), cost, k_max=8)
+    for _ in range(30):
+        good.propose([0], 8)
+        good.observe(8)
+    assert good.chosen[-1] == 8
+    bad = AdaptiveKDrafter(Fixed("f", list(range(8))), cost, k_max=8)
+    for _ in range(30):
+        bad.propose([0], 8)
+        bad.observe(0)
+    assert bad.chosen[-1] == 0
+    with pytest.raises(ValueError, match="cost curve lacks"):
+        AdaptiveKDrafter(Fixed("f", []), {1: 1.0}, k_max=4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_wrappers_keep_parity_on_tiny_models(arch):
+    model = cached_tiny(arch)
+    rng = random.Random(4)
+    motif = [rng.randrange(64) for _ in range(4)]
+    prompt = (motif * 10)[:37]
+    ref = [e.token for e in token_stream(model, prompt, max_tokens=48)]
+    cost = {L: 1.0 + 0.15 * (L - 1) for L in range(1, 18)}
+    drafters = [
+        ChainDrafter([NoDrafter(), NgramDrafter(2, 3), NgramDrafter(1, 1)]),
+        GatedDrafter(NgramDrafter(1, 3), min_score=0.0, min_acceptance=0.9, window=3, recheck_every=2),
+        AdaptiveKDrafter(NgramDrafter(1, 3), cost, k_max=16),
+    ]
+    for d in drafters:
+        out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=48, num_draft_tokens=16)]
+        assert out == ref, d.name
