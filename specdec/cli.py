@@ -28,7 +28,15 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", help="system message (chat models)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--max-tokens", "-m", type=int, default=256)
-    p.add_argument("--draft-type", choices=DRAFT_TYPES, default="ngram")
+    p.add_argument("--draft-type", default="ngram",
+                   help=f"one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix,model")
+    p.add_argument("--draft-model", help="draft model for --draft-type model (same tokenizer)")
+    p.add_argument("--ngram-mod-file", help="load the ngram-mod table from / save it to this file")
+    p.add_argument("--suffix-history", type=int, default=32768, help="suffix history tokens")
+    p.add_argument("--gate", action="store_true", help="skip drafting on non-repetitive prompts")
+    p.add_argument("--gate-threshold", type=float, default=0.02, help="3-gram repetition score")
+    p.add_argument("--adaptive-k", action="store_true",
+                   help="choose k per step from acceptance and the measured verify cost")
     p.add_argument("--num-draft-tokens", type=int, default=4, help="draft length k")
     p.add_argument("--ngram-min", type=int, default=1)
     p.add_argument("--ngram-max", type=int, default=3)
@@ -102,13 +110,19 @@ def _summary(res: Any, base: Any | None, sampled: bool = False) -> dict:
     return out
 
 
+def _save_memory(cfg: RunConfig) -> None:
+    """Persist the ngram-mod table when --ngram-mod-file names one (atomic replace)."""
+    if cfg.ngram_mod_file and cfg.table is not None:
+        cfg.table.save(cfg.ngram_mod_file)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_args(args)
     prompt = cfg.read_prompt()
     model, tokenizer = _load(cfg)
     from .engine import generate, stream_generate
 
-    kw = cfg.engine_kwargs()
+    kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
     base = None
     if args.compare:
         generate(model, tokenizer, prompt, **{**kw, "drafter": None, "max_tokens": 8})  # warm-up
@@ -123,6 +137,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(r.text, end="", flush=True)
         print()
         stats = r.stats
+    _save_memory(cfg)
     if args.json:
         print(json.dumps(_summary(res, base, cfg.temp > 0)))
         return 0
@@ -147,7 +162,8 @@ def cmd_parity(args: argparse.Namespace) -> int:
     from .parity import check_parity
 
     t0 = time.perf_counter()
-    report = check_parity(model, tokenizer, prompt, **cfg.engine_kwargs())
+    kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
+    report = check_parity(model, tokenizer, prompt, **kw)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:

@@ -8,7 +8,7 @@ Contract: ``RunConfig.from_args(namespace)`` validates at the boundary (raising
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +35,32 @@ class RunConfig:
     top_k: int = 0
     min_p: float = 0.0
     seed: int | None = None
+    draft_model: str | None = None
+    ngram_mod_file: str | None = None
+    suffix_history: int = 32768
+    gate: bool = False
+    gate_threshold: float = 0.02
+    adaptive_k: bool = False
     dtype: str = "auto"
     kv_bits: int | None = None
     prefill_step_size: int = 512
+    table: Any = field(default=None, init=False, repr=False)  # the ngram-mod table in use
 
     @classmethod
     def from_args(cls, ns: Any) -> "RunConfig":
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls) if f.init}
         cfg = cls(**{k: v for k, v in vars(ns).items() if k in names})
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
-        if self.draft_type not in DRAFT_TYPES:
-            raise ValueError(f"--draft-type must be one of {', '.join(DRAFT_TYPES)}")
+        names = [n.strip() for n in self.draft_type.split(",")]
+        if any(n not in DRAFT_TYPES for n in names) or (len(names) > 1 and "none" in names):
+            raise ValueError(
+                f"--draft-type must be one of {', '.join(DRAFT_TYPES)} or a comma chain of them"
+            )
+        if "model" in names and not self.draft_model:
+            raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}")
         for name in ("max_tokens", "num_draft_tokens", "ngram_min", "prefill_step_size"):
@@ -77,6 +89,35 @@ class RunConfig:
 
             return demo_prompt()
         return self.prompt
+
+    def build_drafter(self, model: Any, tokenizer: Any) -> Any:
+        """The drafter for one request: loads the draft model / ngram-mod file as asked."""
+        from .drafters import make_drafter, shared_ngram_mod_table
+
+        opts: dict[str, Any] = dict(ngram_min=self.ngram_min, ngram_max=self.ngram_max,
+                                    suffix_history=self.suffix_history, temperature=self.temp,
+                                    seed=self.seed)
+        if self.draft_model:
+            from .loader import load
+
+            opts["draft_model"], opts["draft_tokenizer"] = load(self.draft_model, dtype=self.dtype)
+        if "ngram-mod" in self.draft_type:
+            opts["table"] = self.table = self._ngram_mod_table(tokenizer, shared_ngram_mod_table)
+        cost = None
+        if self.adaptive_k:
+            from .drafters.adaptive import cost_curve_for
+
+            cost = cost_curve_for(model, self.num_draft_tokens + 1)
+        return make_drafter(self.draft_type, eos=tokenizer.eos_token_ids, tokenizer=tokenizer,
+                            gate=self.gate, gate_threshold=self.gate_threshold,
+                            adaptive_k=cost, num_draft_tokens=self.num_draft_tokens, **opts)
+
+    def _ngram_mod_table(self, tokenizer: Any, shared: Any) -> Any:
+        from .drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
+
+        if self.ngram_mod_file and Path(self.ngram_mod_file).exists():
+            return NgramModTable.load(self.ngram_mod_file, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
+        return shared(tokenizer)
 
     def engine_kwargs(self) -> dict[str, Any]:
         return dict(

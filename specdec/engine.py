@@ -56,11 +56,11 @@ class GenerationResult:
 
 
 def resolve_drafter(drafter: Drafter | str | None, tokenizer: Any, **kwargs: Any) -> Drafter:
-    """A Drafter instance from an instance, a draft-type name, or None (plain decoding)."""
+    """A Drafter from an instance, a draft-type spec (``make_drafter``), or None (plain)."""
     if drafter is None:
         return NoDrafter()
     if isinstance(drafter, str):
-        return make_drafter(drafter, eos=tokenizer.eos_token_ids, **kwargs)
+        return make_drafter(drafter, eos=tokenizer.eos_token_ids, tokenizer=tokenizer, **kwargs)
     if not hasattr(drafter, "propose") or not hasattr(drafter, "observe"):
         raise TypeError(f"{drafter!r} is not a Drafter (needs propose() and observe())")
     return drafter

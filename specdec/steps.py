@@ -80,8 +80,15 @@ def _verify(
     if params.greedy:
         fix = mx.argmax(logits, axis=-1)
         return d == fix[: len(draft)], fix
+    p = processed_probs(logits, params)
     q = getattr(drafter, "last_q", None) if draft else None
-    return rejection_sample(d, processed_probs(logits, params), q, rng.next())
+    if q is not None and q.shape[-1] != p.shape[-1]:
+        # padded vocabularies (Qwen pads its embedding rows): ids beyond either table
+        # have probability 0 there, so zero-padding the narrower is exact
+        width = max(q.shape[-1], p.shape[-1])
+        q = mx.pad(q, [(0, 0), (0, width - q.shape[-1])])
+        p = mx.pad(p, [(0, 0), (0, width - p.shape[-1])])
+    return rejection_sample(d, p, q, rng.next())
 
 
 def spec_steps(

@@ -1,0 +1,394 @@
+"""Suffix-automaton drafting: the longest earlier match, then its most frequent continuation.
+
+Contract (``suffix_proposal`` states it as a pure function; ``SuffixIndex`` computes the
+same answer incrementally; ``SuffixDrafter`` wraps the index in the Drafter protocol):
+
+1. Match. The *live* match is the longest suffix of ``context`` that also ends at an
+   earlier position, i.e. one with at least one token after it (so the suffix occurrence
+   itself never counts; overlapping it is fine). The *history* match is the longest suffix
+   of ``context`` that occurs inside one earlier request's tokens (a document) with a token
+   after it in that document: documents never match across their boundaries. The longer
+   match wins, the live one on ties (the current request is the better evidence). A match
+   of length 0 means no draft.
+2. Length. A match of length m allows ``draft_length(m, k, alpha) = min(k, max(1,
+   ceil(alpha * m)))`` tokens: a long match is strong evidence that text is being repeated,
+   a one-token match is weak, so the draft grows with it. ``alpha=1`` (default) allows one
+   draft token per matched token.
+3. Continuation. Starting from the pattern p = the matched suffix, repeatedly append the
+   token c maximising ``(min(count(p + c), count_cap), first(p + c))`` within the winning
+   source (the live context, or all history documents in FIFO order), where count is the
+   number of occurrences and first the end position of the first one (later wins: for the
+   common count-1 tie that is exactly the most recent continuation). Stop after the allowed
+   length, when p has no follower, or after an EOS (the EOS is kept).
+
+Why the cap: counts are the endpos sizes of automaton states, and keeping them exact costs
+a +1 on every suffix-link ancestor of each new state, O(length) per token on periodic text
+(a model stuck in a loop). Endpos sizes strictly grow towards the root, so once a state
+reaches the cap all its ancestors have too: capped counts stop the walk there, at most
+``count_cap`` updates per token. Counts at or above the cap tie and recency decides.
+
+Costs: appending a token is amortized O(1) automaton work plus at most ``count_cap`` count
+updates; a proposal costs O(draft length x branching of the states it walks): no term in
+the context length, though a short common pattern (one token that many different tokens
+follow) branches more as the text grows, since picking the most frequent follower scans
+them all. The history automaton is extended when a request is added and
+rebuilt (O(window)) only when the FIFO window evicts a request, since automata cannot
+forget text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Iterable, Sequence
+
+DEFAULT_COUNT_CAP = 64
+DEFAULT_MAX_HISTORY_TOKENS = 32768
+DEFAULT_ALPHA = 1.0
+
+
+def draft_length(match_len: int, k: int, alpha: float = DEFAULT_ALPHA) -> int:
+    """Tokens a match of ``match_len`` may draft: ``min(k, max(1, ceil(alpha * m)))``, 0 if
+    there is no match or ``k <= 0``."""
+    if match_len <= 0 or k <= 0:
+        return 0
+    return min(k, max(1, math.ceil(alpha * match_len)))
+
+
+def _occurrences(docs: Sequence[Sequence[int]], pattern: Sequence[int]) -> list[tuple[int, int]]:
+    """(doc, end) of every occurrence of ``pattern`` that has a token after it in its doc,
+    in (doc, end) order."""
+    m, pat = len(pattern), list(pattern)
+    return [
+        (d, e)
+        for d, doc in enumerate(docs)
+        for e in range(m - 1, len(doc) - 1)
+        if list(doc[e - m + 1 : e + 1]) == pat
+    ]
+
+
+def longest_history_match(
+    docs: Sequence[Sequence[int]], context: Sequence[int]
+) -> tuple[int, list[tuple[int, int]]]:
+    """Longest suffix of ``context`` occurring inside one of ``docs`` with a follower there.
+
+    Returns ``(length, [(doc, end), ...])``, or ``(0, [])``. Example: docs [[1, 2], [3, 4]]
+    and context [2, 3] give (1, [(1, 0)]): [2, 3] spans the boundary, so it does not count.
+    """
+    best: tuple[int, list[tuple[int, int]]] = (0, [])
+    for m in range(1, len(context) + 1):
+        hits = _occurrences(docs, context[len(context) - m :])
+        if not hits:
+            break  # every longer suffix contains this one, so none of them occurs either
+        best = (m, hits)
+    return best
+
+
+def longest_suffix_match(tokens: Sequence[int]) -> tuple[int, list[int]]:
+    """Longest suffix of ``tokens`` that also ends earlier: ``(length, ascending ends)``.
+
+    Worked example (positions 0..10)::
+
+        tokens = [1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2]
+        [4, 1, 2] never occurred before; [1, 2] ends earlier at 1, 4 and 7  -> (2, [1, 4, 7])
+
+    An earlier occurrence is one with a token after it, so this is the history match with
+    the context as the only document.
+    """
+    m, hits = longest_history_match([tokens], tokens)
+    return m, [e for _, e in hits]
+
+
+def most_frequent_continuation(
+    docs: Sequence[Sequence[int]],
+    pattern: Sequence[int],
+    n: int,
+    eos: Iterable[int] = (),
+    count_cap: int = DEFAULT_COUNT_CAP,
+) -> list[int]:
+    """Follow the most frequent next token after ``pattern``, ``n`` times at most.
+
+    Worked example, continuing ``longest_suffix_match``'s (docs = [tokens], pattern [1, 2])::
+
+        [1, 2] is followed by 3 (twice, first at 2) and 4 (once)        -> 3
+        [1, 2, 3] by 1, 1                                                -> 1
+        [1, 2, 3, 1] by 2, 2                                             -> 2
+        [1, 2, 3, 1, 2] by 3 (ending at 5) and 4 (at 8): a count tie,
+        the later first occurrence wins                                  -> 4
+
+    so n=2 gives [3, 1], n=4 gives [3, 1, 2, 4], and eos={1} gives [3, 1]. Note the
+    contrast with n-gram lookup, which would follow the most recent [1, 2] and draft 4.
+    """
+    eos, pat, out = set(eos), list(pattern), []
+    while len(out) < n:
+        follow: dict[int, list] = {}  # token -> [count, first (doc, end) of pattern + token]
+        for d, e in _occurrences(docs, pat):
+            entry = follow.setdefault(docs[d][e + 1], [0, (d, e + 1)])
+            entry[0] += 1
+        if not follow:
+            break
+        tok = max(follow, key=lambda t: (min(follow[t][0], count_cap), follow[t][1]))
+        out.append(tok)
+        pat.append(tok)
+        if tok in eos:
+            break  # an accepted EOS ends generation; nothing after it matters
+    return out
+
+
+def suffix_proposal(
+    context: Sequence[int],
+    k: int,
+    *,
+    history: Sequence[Sequence[int]] = (),
+    alpha: float = DEFAULT_ALPHA,
+    eos: Iterable[int] = (),
+    count_cap: int = DEFAULT_COUNT_CAP,
+) -> list[int]:
+    """The draft the module contract specifies, by brute force (the reference).
+
+    With the context of the worked examples and k=4: alpha=1 gives [3, 1] (match length
+    2), alpha=2 gives [3, 1, 2, 4]. With history=[[7, 4, 1, 2, 5, 0]] the history match
+    [4, 1, 2] (length 3) beats the live one and the draft is [5, 0]: the document ends there.
+    """
+    context = list(context)
+    live_len, _ = longest_suffix_match(context)
+    hist_len, _ = longest_history_match(history, context)
+    if hist_len > live_len:
+        docs, m = [list(d) for d in history], hist_len
+    else:
+        docs, m = [context], live_len
+    n = draft_length(m, k, alpha)
+    if n == 0:
+        return []
+    return most_frequent_continuation(docs, context[len(context) - m :], n, eos, count_cap)
+
+
+class SuffixAutomaton:
+    """Online suffix automaton over integer tokens (the classic construction).
+
+    State 0 is the root (the empty string). Per state, in parallel lists: ``next`` (token ->
+    state), ``link`` (suffix link), ``length`` (its longest string), ``count`` (endpos size,
+    capped at ``count_cap``) and ``first`` (where its first occurrence ends). At most
+    2n states for n tokens. Negative tokens are reserved for document separators.
+    """
+
+    def __init__(self, count_cap: int = DEFAULT_COUNT_CAP):
+        self.count_cap = count_cap
+        self.tokens: list[int] = []
+        self.next: list[dict[int, int]] = [{}]
+        self.link, self.length, self.count, self.first = [-1], [0], [0], [-1]
+        self.last = 0  # the state of the whole text
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        for t in tokens:
+            self.append(t)
+
+    def append(self, tok: int) -> None:
+        nxt, link, length, count, first = self.next, self.link, self.length, self.count, self.first
+        cur = len(length)
+        nxt.append({})
+        link.append(0)
+        length.append(length[self.last] + 1)
+        count.append(0)
+        first.append(len(self.tokens))
+        self.tokens.append(tok)
+        p = self.last
+        while p >= 0 and tok not in nxt[p]:
+            nxt[p][tok] = cur
+            p = link[p]
+        if p >= 0:
+            q = nxt[p][tok]
+            if length[p] + 1 == length[q]:
+                link[cur] = q
+            else:
+                # Split q: the clone takes its strings up to length[p] + 1, whose occurrences
+                # so far are exactly q's (the new one is counted below).
+                clone = len(length)
+                nxt.append(dict(nxt[q]))
+                link.append(link[q])
+                length.append(length[p] + 1)
+                count.append(count[q])
+                first.append(first[q])
+                while p >= 0 and nxt[p].get(tok) == q:
+                    nxt[p][tok] = clone
+                    p = link[p]
+                link[q] = link[cur] = clone
+        self.last = cur
+        # The new end position is in the endpos of cur and every suffix-link ancestor;
+        # stop at the first capped one, since all above it are capped too.
+        v, cap = cur, self.count_cap
+        while v > 0 and count[v] < cap:
+            count[v] += 1
+            v = link[v]
+
+    def longest_earlier(self) -> tuple[int, int]:
+        """(state, length) of the longest suffix of the text that also ends earlier: the
+        suffix link of the whole text's state, whose strings occur at least twice."""
+        s = self.link[self.last]
+        return (s, self.length[s]) if s > 0 else (0, 0)
+
+    def advance(self, state: int, matched: int, tok: int) -> tuple[int, int]:
+        """Matching statistics: given the state and length of the longest suffix of some
+        other text that occurs here, the same after that text grows by ``tok``."""
+        nxt, link = self.next, self.link
+        while state and tok not in nxt[state]:
+            state = link[state]
+            matched = self.length[state]
+        if tok in nxt[state]:
+            return nxt[state][tok], matched + 1
+        return 0, 0
+
+    def with_follower(self, state: int, matched: int) -> tuple[int, int]:
+        """Shorten a match until it has a real (non-separator) follower; strings that only
+        occur at the end of documents have none."""
+        while state and not any(t >= 0 for t in self.next[state]):
+            state = self.link[state]
+            matched = self.length[state]
+        return (state, matched) if state else (0, 0)
+
+    def continuation(self, state: int, n: int, eos: frozenset[int] | set[int]) -> list[int]:
+        """Up to ``n`` tokens following the most frequent transitions from ``state``."""
+        nxt, count, first, out = self.next, self.count, self.first, []
+        while len(out) < n:
+            best, best_key = -1, (-1, -1)
+            for tok, t in nxt[state].items():
+                # Different children end their first occurrences at different positions,
+                # so the key never ties.
+                if tok >= 0 and (count[t], first[t]) > best_key:
+                    best, best_key = tok, (count[t], first[t])
+            if best < 0:
+                break
+            out.append(best)
+            if best in eos:
+                break
+            state = nxt[state][best]
+        return out
+
+
+class SuffixIndex:
+    """The live automaton of the current request plus one over a FIFO window of earlier
+    requests, answering ``suffix_proposal`` queries with ``lookup``.
+
+    ``history`` holds the documents of ``docs`` (oldest first), each followed by a separator
+    token unique in that automaton, so no match can span two documents. The longest suffix
+    of the live text occurring in the history is tracked as each live token arrives.
+    """
+
+    def __init__(
+        self,
+        max_history_tokens: int = DEFAULT_MAX_HISTORY_TOKENS,
+        count_cap: int = DEFAULT_COUNT_CAP,
+    ):
+        self.max_history_tokens = max_history_tokens
+        self.count_cap = count_cap
+        self.docs: deque[list[int]] = deque()
+        self.history_tokens = 0  # sum of len(docs), separators excluded
+        self.history = SuffixAutomaton(count_cap)
+        self.live = SuffixAutomaton(count_cap)
+        self._hist_state = self._hist_len = 0
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.live.tokens
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        live, hist = self.live, self.history
+        s, m = self._hist_state, self._hist_len
+        for t in tokens:
+            live.append(t)
+            s, m = hist.advance(s, m, t)
+        self._hist_state, self._hist_len = s, m
+
+    def _add_doc(self, doc: list[int]) -> None:
+        self.history.extend(doc)
+        # A separator unique in this automaton: its position, negated (tokens are >= 0).
+        self.history.append(-1 - len(self.history.tokens))
+
+    def new_request(self) -> None:
+        """Move the current request's tokens into the history window (FIFO by request) and
+        start an empty live text."""
+        doc, budget = self.live.tokens, self.max_history_tokens
+        self.live = SuffixAutomaton(self.count_cap)
+        self._hist_state = self._hist_len = 0
+        if budget <= 0 or not doc:
+            return
+        doc = doc[-budget:]  # a request longer than the whole window keeps its latest tokens
+        self.docs.append(doc)
+        self.history_tokens += len(doc)
+        if self.history_tokens <= budget:
+            self._add_doc(doc)
+            return
+        while self.history_tokens > budget:
+            self.history_tokens -= len(self.docs.popleft())
+        # An automaton cannot forget text: rebuild it over the window that is left.
+        self.history = SuffixAutomaton(self.count_cap)
+        for d in self.docs:
+            self._add_doc(d)
+
+    def match(self) -> tuple[int, SuffixAutomaton, int]:
+        """(length, automaton, state) of the match a proposal follows: the longer of the live
+        and the history match, the live one on ties."""
+        live_state, live_len = self.live.longest_earlier()
+        hist_state, hist_len = self.history.with_follower(self._hist_state, self._hist_len)
+        if hist_len > live_len:
+            return hist_len, self.history, hist_state
+        return live_len, self.live, live_state
+
+    def lookup(self, k: int, alpha: float = DEFAULT_ALPHA, eos: Iterable[int] = ()) -> list[int]:
+        m, automaton, state = self.match()
+        n = draft_length(m, k, alpha)
+        if n == 0:
+            return []
+        eos = eos if isinstance(eos, frozenset) else frozenset(eos)
+        return automaton.continuation(state, n, eos)
+
+
+class SuffixDrafter:
+    """Longest-match drafting over the request and earlier requests (the Drafter protocol).
+
+    A context that does not extend the previous one starts a new request, moving the
+    previous request's tokens (as far as this drafter saw them) into the history window; a
+    context that does extend it (a follow-up turn that resends the conversation) simply
+    continues the live index.
+    """
+
+    name = "suffix"
+
+    def __init__(
+        self,
+        *,
+        max_history_tokens: int = DEFAULT_MAX_HISTORY_TOKENS,
+        alpha: float = DEFAULT_ALPHA,
+        eos: Iterable[int] = (),
+        count_cap: int = DEFAULT_COUNT_CAP,
+    ):
+        if max_history_tokens < 0:
+            raise ValueError(f"max_history_tokens must be >= 0, got {max_history_tokens}")
+        if not alpha > 0:
+            raise ValueError(f"alpha must be > 0, got {alpha}")
+        if count_cap < 1:
+            raise ValueError(f"count_cap must be >= 1, got {count_cap}")
+        self.alpha = alpha
+        self.eos = frozenset(eos)
+        self.index = SuffixIndex(max_history_tokens, count_cap)
+
+    def _sync(self, context: Sequence[int]) -> None:
+        seen = self.index.tokens
+        n = len(seen)
+        # Not an extension of what we indexed: a new request. Checking the first and the
+        # last 8 seen tokens keeps this O(1) while making a false "extension" unlikely.
+        if n and (
+            len(context) < n
+            or context[0] != seen[0]
+            or list(context[max(0, n - 8) : n]) != seen[-8:]
+        ):
+            self.index.new_request()
+            n = 0
+        self.index.extend(context[n:])
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        self._sync(context)
+        return self.index.lookup(k, self.alpha, self.eos)
+
+    def observe(self, num_accepted: int) -> None:
+        pass
