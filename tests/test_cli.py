@@ -43,3 +43,19 @@ def test_bad_flags_fail_with_a_message():
     assert r.returncode == 2 and "--num-draft-tokens must be >= 1" in r.stderr
     r = specdec("generate", "--model", "no-such-model", "--prompt", "hi")
     assert r.returncode == 2 and "no-such-model" in r.stderr
+
+
+def test_chains_gate_adaptive_k_and_ngram_mod_memory(tmp_path):
+    table = tmp_path / "mem.ngm"
+    r = specdec("generate", "--compare", "--json", "--max-tokens", "40", "--draft-type",
+                "ngram-mod,suffix,ngram", "--gate", "--adaptive-k", "--ngram-mod-file", str(table))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["parity"] is True and out["stats"]["drafter"].startswith("ngram-mod,suffix,ngram")
+    assert table.exists()  # saved at exit
+    r = specdec("generate", "--json", "--max-tokens", "40", "--draft-type", "ngram-mod",
+                "--ngram-mod-file", str(table))  # warm start: the table from the first run
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["acceptance_rate"] > 0.5
+    r = specdec("generate", "--draft-type", "model", "--prompt", "hi")
+    assert r.returncode == 2 and "--draft-model" in r.stderr
