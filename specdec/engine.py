@@ -109,8 +109,6 @@ def token_stream(
         raise ValueError("the prompt encodes to no tokens")
     drafter = drafter or NoDrafter()
     speculative = not isinstance(drafter, NoDrafter)
-    if hasattr(drafter, "begin"):
-        drafter.begin(list(prompt_ids))
     cache = make_cache(
         model,
         max_trim=num_draft_tokens + 1,
@@ -124,6 +122,8 @@ def token_stream(
     sampling.validate()
     rng = None if sampling.greedy else Rng(sampling.seed)
     t0 = time.perf_counter()
+    if hasattr(drafter, "begin"):  # per-request drafter state (a draft model prefills here)
+        drafter.begin(list(prompt_ids))
     prefill(model, cache, prompt_ids[:-1], prefill_step_size)
     t_prefill = time.perf_counter()
     stats.prefill_s = t_prefill - t0

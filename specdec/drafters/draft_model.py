@@ -1,0 +1,249 @@
+"""A small draft model as drafter (classic two-model speculative decoding).
+
+Contract of ``DraftModelDrafter(draft_model, ...)`` (``name = "model"``):
+
+- Vocabulary: a draft only helps if its token ids mean what the target's ids mean. When
+  both tokenizers are given, ``check_tokenizers_match`` refuses (``ValueError`` naming the
+  first differing id/token or the sizes) unless the token -> id mappings are identical.
+  The draft's embedding matrix may have more rows than the vocabulary (Qwen pads 151665
+  tokens to 151936 rows); it may not have fewer.
+- State: the drafter owns a KV cache for the draft model (``rollback.make_cache``) and
+  ``cached_tokens``, the exact token list whose keys/values that cache holds.
+- ``propose(context, k)``: keep the longest prefix shared by ``cached_tokens`` and
+  ``context`` (always leaving at least ``context[-1]`` to feed, since its logits give the
+  first draft token), roll the cache back to it with ``rollback.trim``, or rebuild the
+  cache from scratch when nothing is shared or the cache cannot roll back that far (a
+  new request). Feed the missing context (chunked prefill for a long prompt), then draft
+  ``k`` tokens autoregressively. The k-step chain is built on the device with no host
+  sync between steps (step i's token is step i+1's input as an ``mx.array``) and comes
+  back with one ``tolist()``. Afterwards the cache holds ``context + draft[:-1]``: the
+  last draft token is never fed (feeding it is wasted work whenever it is rejected; if it
+  is accepted, the next ``propose`` feeds it together with the target's bonus token).
+- ``observe(num_accepted)`` only records statistics: whatever the target rejected is
+  trimmed lazily by the next ``propose``, which sees the new context.
+- ``temperature == 0``: each draft token is the draft's argmax and ``last_q`` is None (a
+  point mass). ``temperature > 0``: each draft token is sampled from
+  ``softmax(logits / T)`` with keys split from ``mx.random.key(seed)`` (never the global
+  MLX random state, so runs are reproducible per seed), and ``last_q`` is an
+  ``mx.array`` of shape ``(len(draft), V)`` holding those distributions, for a rejection
+  sampler (``V`` is the draft's logits width, padded rows included).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import mlx.core as mx
+
+from ..rollback import RollbackError, WindowKVCache, make_cache, trim
+
+_BLOCK = 16  # missing context up to this long is fed with the first draft step
+
+
+def _id_to_token(vocab: dict[str, int]) -> dict[int, str]:
+    return {i: t for t, i in vocab.items()}
+
+
+def check_tokenizers_match(target_tokenizer: Any, draft_tokenizer: Any) -> None:
+    """Raise ValueError unless both tokenizers map every token to the same id.
+
+    The message names the first id at which the two differ (and the sizes when they
+    differ), so a user can tell a wrong model pair from, say, extra special tokens.
+    """
+    tv, dv = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if tv == dv:
+        return
+    t_by_id, d_by_id = _id_to_token(tv), _id_to_token(dv)
+    size = (
+        f"vocabulary sizes differ (target {len(tv)}, draft {len(dv)}); "
+        if len(tv) != len(dv)
+        else ""
+    )
+    # Ids may have gaps, so walk the union in order; the first disagreement is reported.
+    for i in sorted(t_by_id.keys() | d_by_id.keys()):
+        t, d = t_by_id.get(i), d_by_id.get(i)
+        if t != d:
+            raise ValueError(
+                "draft model tokenizer does not match the target's: "
+                f"{size}first difference at id {i}: target {t!r}, draft {d!r}. "
+                "Speculative decoding needs identical vocabularies (same model family)."
+            )
+    raise ValueError(f"draft model tokenizer does not match the target's: {size.rstrip('; ')}")
+
+
+def _embedding_rows(model: Any) -> int | None:
+    """Rows of the model's output vocabulary, where it can be read (None otherwise)."""
+    args = getattr(model, "args", None)
+    rows = getattr(args, "vocab_size", None)
+    return rows if isinstance(rows, int) else None
+
+
+class DraftModelDrafter:
+    """Drafts with a small model that shares the target's tokenizer (see module doc)."""
+
+    name = "model"
+
+    def __init__(
+        self,
+        draft_model: Any,
+        *,
+        target_tokenizer: Any = None,
+        draft_tokenizer: Any = None,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        max_trim: int = 16,
+        prefill_step_size: int = 512,
+    ):
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if max_trim < 1 or prefill_step_size < 1:
+            raise ValueError(
+                f"need max_trim >= 1 and prefill_step_size >= 1, got {max_trim}, {prefill_step_size}"
+            )
+        if target_tokenizer is not None and draft_tokenizer is not None:
+            check_tokenizers_match(target_tokenizer, draft_tokenizer)
+            rows = _embedding_rows(draft_model)
+            top_id = max(draft_tokenizer.get_vocab().values())
+            if rows is not None and rows <= top_id:  # more rows (padding) is fine, fewer is not
+                raise ValueError(
+                    f"draft model has {rows} vocabulary rows but the tokenizer has ids up to "
+                    f"{top_id}: it cannot score every token"
+                )
+        # Fail now, not at the first propose, if the draft's cache cannot roll back
+        # (recurrent/hybrid layers): make_cache raises UnsupportedCacheError naming the layer.
+        make_cache(draft_model, max_trim=max_trim)
+        self.model = draft_model
+        self.temperature = float(temperature)
+        self.max_trim = max_trim
+        self.prefill_step_size = prefill_step_size
+        # Randomness is explicit: a key we own and split, never MLX's global state.
+        seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+        self._key = mx.random.key(seed)
+        self.last_q: mx.array | None = None
+        self._cache: list | None = None
+        self._slack = 0  # the rollback slack the current cache was built with
+        self._tokens: list[int] = []
+        self._last_len = 0
+        self.stats = {"proposals": 0, "drafted": 0, "accepted": 0, "rebuilds": 0, "fed": 0}
+
+    # ---- state ---------------------------------------------------------------------------
+    @property
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose keys/values the draft cache holds, in order (a copy)."""
+        return list(self._tokens)
+
+    def reset(self) -> None:
+        """Drop the draft cache; the next propose rebuilds it."""
+        self._cache, self._tokens, self.last_q = None, [], None
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        """Prefill the draft cache with the prompt (all but its last token). The engine
+        calls this inside its prefill phase, so the draft's prompt pass counts as prefill,
+        not decode; ``propose`` then only feeds what is new."""
+        keep = self._sync(prompt_ids, self.max_trim)
+        missing = list(prompt_ids[keep:-1])
+        self._prefill(missing)
+        self._tokens += missing
+        self.stats["fed"] += len(missing)
+
+    def _rebuild(self, slack: int) -> None:
+        self._cache = make_cache(self.model, max_trim=slack)
+        self._slack, self._tokens = slack, []
+        self.stats["rebuilds"] += 1
+
+    def _sync(self, context: Sequence[int], k: int) -> int:
+        """Roll the cache back to the longest usable shared prefix; returns its length."""
+        limit = min(len(self._tokens), len(context) - 1)  # context[-1] must be fed
+        keep = 0
+        while keep < limit and self._tokens[keep] == context[keep]:
+            keep += 1
+        # Window caches can roll back at most their slack; each step trims up to k - 1.
+        windowed = any(isinstance(c, WindowKVCache) for c in self._cache or ())
+        if self._cache is None or keep == 0 or (windowed and k > self._slack):
+            self._rebuild(max(self.max_trim, k))
+            return 0
+        try:
+            trim(self._cache, len(self._tokens) - keep)
+        except RollbackError:
+            # Only window caches refuse (they dropped what lies before their window):
+            # the shared prefix cannot be reused, so this is effectively a new request.
+            self._rebuild(max(self.max_trim, k))
+            return 0
+        del self._tokens[keep:]
+        return keep
+
+    # ---- drafting ------------------------------------------------------------------------
+    def _prefill(self, tokens: Sequence[int]) -> None:
+        """Fill the cache with ``tokens`` in chunks, evaluating each (bounded graph size)."""
+        step = self.prefill_step_size
+        for i in range(0, len(tokens), step):
+            self.model(mx.array(tokens[i : i + step])[None], cache=self._cache)
+            mx.eval([c.state for c in self._cache])
+
+    def _pick(self, logits: mx.array, key: mx.array | None) -> tuple[mx.array, mx.array | None]:
+        """Next draft token from last-position logits (shape (1, V)), and its distribution."""
+        if key is None:
+            return mx.argmax(logits, axis=-1), None
+        scaled = logits.astype(mx.float32) / self.temperature
+        tok = mx.random.categorical(scaled, axis=-1, key=key)
+        return tok, mx.softmax(scaled, axis=-1)
+
+    def _chain(self, block: Sequence[int], k: int) -> tuple[mx.array, mx.array | None]:
+        """Feed ``block`` then draft ``k`` tokens, all lazily: no host sync in the loop."""
+        keys = None
+        if self.temperature > 0:
+            keys = mx.random.split(self._key, k + 1)
+            self._key = keys[0]
+        y = mx.array(block)[None]
+        toks, qs = [], []
+        for i in range(k):
+            logits = self.model(y, cache=self._cache)[:, -1, :]
+            tok, q = self._pick(logits, None if keys is None else keys[i + 1])
+            toks.append(tok)
+            qs.append(q)
+            if i + 1 < k:  # the last token is not fed (see module doc)
+                y = tok[None]
+                # Start computing this step while Python builds the next one.
+                mx.async_eval(y)
+        q = mx.concatenate(qs, axis=0) if keys is not None else None
+        return mx.concatenate(toks, axis=0), q
+
+    def propose(self, context: Sequence[int], k: int) -> list[int]:
+        self.last_q, self._last_len = None, 0
+        if k <= 0 or not context:
+            return []
+        context = list(context)
+        try:
+            keep = self._sync(context, k)
+            missing = context[keep:]
+            # The chain's first input must end with context[-1]. A few missing tokens (the
+            # usual decode step: the unfed last draft + the target's token) go in as one
+            # block; a long stretch (a new prompt) is prefilled without computing logits
+            # (only the cache is evaluated), since the block's logits would be computed
+            # for every position and all but the last thrown away.
+            head = len(missing) - 1 if len(missing) > _BLOCK else 0
+            self._prefill(missing[:head])
+            toks, q = self._chain(missing[head:], k)
+            if q is not None:
+                mx.eval(toks, q)
+            draft = toks.tolist()  # the one host sync of the chain
+        except BaseException:
+            self.reset()  # the cache's contents are unknown now: never trust them again
+            raise
+        self._tokens = context + draft[:-1]
+        self.last_q = q
+        self._last_len = len(draft)
+        self.stats["proposals"] += 1
+        self.stats["drafted"] += len(draft)
+        self.stats["fed"] += len(missing) + len(draft) - 1
+        return draft
+
+    def observe(self, num_accepted: int) -> None:
+        if not 0 <= num_accepted <= self._last_len:
+            raise ValueError(f"accepted {num_accepted} of a {self._last_len}-token proposal")
+        self.stats["accepted"] += num_accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.stats["accepted"] / self.stats["drafted"] if self.stats["drafted"] else 0.0
