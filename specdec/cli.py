@@ -46,6 +46,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None, help="seed of the request's generator")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1.0 = off")
+    p.add_argument("--repetition-context-size", type=int, default=20)
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
     p.add_argument("--kv-bits", type=int, default=None, help="quantize the KV cache")
     p.add_argument("--prefill-step-size", type=int, default=512)

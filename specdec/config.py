@@ -35,6 +35,8 @@ class RunConfig:
     top_k: int = 0
     min_p: float = 0.0
     seed: int | None = None
+    repetition_penalty: float = 1.0
+    repetition_context_size: int = 20
     draft_model: str | None = None
     ngram_mod_file: str | None = None
     suffix_history: int = 32768
@@ -72,7 +74,8 @@ class RunConfig:
             raise ValueError("give either --prompt or --prompt-file, not both")
         from .sampling import SamplingParams
 
-        SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed).validate()
+        SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed,
+                       self.repetition_penalty, self.repetition_context_size).validate()
         if self.kv_bits is not None and self.kv_bits not in (2, 3, 4, 6, 8):
             raise ValueError("--kv-bits must be one of 2, 3, 4, 6, 8")
 
@@ -132,6 +135,8 @@ class RunConfig:
             top_k=self.top_k,
             min_p=self.min_p,
             seed=self.seed,
+            repetition_penalty=self.repetition_penalty,
+            repetition_context_size=self.repetition_context_size,
             system=self.system,
             chat=False if self.raw else None,
             prefill_step_size=self.prefill_step_size,

@@ -134,7 +134,7 @@ def token_stream(
             diagnostics,
         )
     else:
-        steps = plain_steps(model, cache, prompt_ids[-1], sampling, rng, diagnostics)
+        steps = plain_steps(model, cache, prompt_ids, sampling, rng, diagnostics)
     eos = set(eos)
     for step in steps:
         stats.record_step(step.drafted, step.accepted, step.fed)
@@ -170,6 +170,8 @@ def stream_generate(
     top_k: int = 0,
     min_p: float = 0.0,
     seed: int | None = None,
+    repetition_penalty: float = 1.0,
+    repetition_context_size: int = 20,
     system: str | None = None,
     chat: bool | None = None,
     prefill_step_size: int = 512,
@@ -193,7 +195,9 @@ def stream_generate(
         max_tokens=max_tokens,
         num_draft_tokens=num_draft_tokens,
         eos=tokenizer.eos_token_ids,
-        sampling=SamplingParams(temperature, top_p, top_k, min_p, seed),
+        sampling=SamplingParams(
+            temperature, top_p, top_k, min_p, seed, repetition_penalty, repetition_context_size
+        ),
         prefill_step_size=prefill_step_size,
         kv_bits=kv_bits,
         kv_group_size=kv_group_size,

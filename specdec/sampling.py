@@ -8,6 +8,10 @@ Contract:
   ``apply_top_k``, in mlx-lm's order) on the log-probabilities, then softmax(x / T). It is
   what ``mlx_lm.sample_utils.make_sampler`` samples from, so speculative sampling targets
   exactly the distribution mlx-lm users get.
+- ``penalize(logits, windows, params)`` applies mlx-lm's repetition penalty row by row:
+  row i is penalised for the tokens in ``windows[i]`` (the last ``repetition_context_size``
+  tokens before that position), so every position of a verify block sees exactly the
+  history plain decoding would have had there. Off (1.0) by default.
 - ``Rng`` is a per-request seeded generator (explicit mlx keys, never the global state).
 """
 
@@ -26,6 +30,8 @@ class SamplingParams:
     top_k: int = 0
     min_p: float = 0.0
     seed: int | None = None
+    repetition_penalty: float = 1.0
+    repetition_context_size: int = 20
 
     @property
     def greedy(self) -> bool:
@@ -40,7 +46,23 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
         if not 0 <= self.min_p <= 1:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not self.repetition_penalty > 0 or self.repetition_context_size < 1:
+            raise ValueError(
+                "repetition_penalty must be > 0 (1.0 = off) and repetition_context_size >= 1, "
+                f"got {self.repetition_penalty}, {self.repetition_context_size}"
+            )
         return self
+
+
+def penalize(logits: mx.array, windows: mx.array, params: SamplingParams) -> mx.array:
+    """mlx-lm's repetition penalty, per row: logits of tokens in ``windows[i]`` are divided
+    by the penalty when positive and multiplied when negative."""
+    if params.repetition_penalty == 1.0 or windows.shape[-1] == 0:
+        return logits
+    sel = mx.take_along_axis(logits, windows, axis=-1)
+    pen = params.repetition_penalty
+    sel = mx.where(sel < 0, sel * pen, sel / pen)
+    return mx.put_along_axis(logits, windows, sel, axis=-1)
 
 
 def processed_probs(logits: mx.array, params: SamplingParams) -> mx.array:

@@ -21,7 +21,7 @@ import mlx.core as mx
 
 from .drafters import Drafter
 from .rollback import trim
-from .sampling import Rng, SamplingParams, processed_probs
+from .sampling import Rng, SamplingParams, penalize, processed_probs
 from .verify import greedy_accept, rejection_sample, settle
 
 
@@ -54,15 +54,28 @@ def _pick(logits: mx.array, params: SamplingParams, rng: Rng | None) -> mx.array
 
 
 def plain_steps(
-    model: Any, cache: list, last: int, params: SamplingParams, rng: Rng | None, diagnostics: bool
+    model: Any,
+    cache: list,
+    context: Sequence[int],
+    params: SamplingParams,
+    rng: Rng | None,
+    diagnostics: bool,
 ) -> Iterator[Step]:
+    # the penalty window lives on the device so the pipelined loop never waits for it
+    window = mx.array(list(context[-params.repetition_context_size :]), dtype=mx.int32)
+
     def forward(tok: mx.array) -> list[mx.array]:
+        nonlocal window
         logits = model(tok.reshape(1, 1), cache=cache)[0, -1]
+        logits = penalize(logits[None], window[None], params)[0]
         y = _pick(logits, params, rng)
+        if params.repetition_penalty != 1.0:
+            tail = mx.concatenate([window, y.reshape(1).astype(mx.int32)])
+            window = tail[-params.repetition_context_size :]
         out = [y, logits[y] - mx.logsumexp(logits)]
         return out + ([top2_margin(logits)] if diagnostics else [])
 
-    cur = forward(mx.array([last]))
+    cur = forward(mx.array([context[-1]]))
     mx.async_eval(*cur)
     while True:
         nxt = forward(cur[0])  # queued on the still-unevaluated token
@@ -109,6 +122,16 @@ def spec_steps(
         draft = list(drafter.propose(context, kk))[:kk] if kk > 0 else []
         block = [context[-1], *draft]
         logits = model(mx.array(block)[None], cache=cache)[0]
+        if params.repetition_penalty != 1.0:
+            size, seq = params.repetition_context_size, context + draft
+            n = len(context)  # row i has seen context + draft[:i]
+            rows = [seq[max(0, n + i - size) : n + i] for i in range(len(block))]
+            if min(map(len, rows)) == max(map(len, rows)):  # equal widths: one gather
+                logits = penalize(logits, mx.array(rows, dtype=mx.int32), params)
+            else:  # a prompt shorter than the window: rows differ in width
+                logits = mx.concatenate(
+                    [penalize(logits[i : i + 1], mx.array([r], dtype=mx.int32), params) for i, r in enumerate(rows)]
+                )
         accept, fix = _verify(logits, draft, drafter, params, rng)
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         rows = mx.arange(len(block))

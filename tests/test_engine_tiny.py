@@ -98,3 +98,18 @@ def test_stats_are_consistent():
     assert stats.drafted == sum(stats.drafted_by_position)
     assert stats.verify_steps + stats.accepted >= 40  # each step emits accepted + 1
     assert 0 < stats.p_cache <= 1
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("penalty", [1.3, 0.8])
+def test_repetition_penalty_parity(arch, penalty):
+    """Each verify row is penalised for exactly the history plain decoding had there."""
+    from specdec.sampling import SamplingParams
+
+    params = SamplingParams(repetition_penalty=penalty, repetition_context_size=6)
+    model = cached_tiny(arch)
+    for seed in (0, 1):
+        prompt = repetitive_prompt(seed, 30 if seed else 4)  # also a prompt shorter than the window
+        ref = run(model, prompt, sampling=params)
+        for k in (1, 4, 8):
+            assert run(model, prompt, NgramDrafter(1, 3), num_draft_tokens=k, sampling=params) == ref

@@ -69,6 +69,14 @@ def test_a_wrong_acceptance_rule_is_caught():
     assert chisquare(first, expected(P[0], N)).pvalue < 1e-6
 
 
+def test_repetition_penalty_matches_mlx_lm_rule():
+    from specdec.sampling import penalize
+
+    logits = mx.array([[2.0, -2.0, 1.0], [2.0, -2.0, 1.0]])
+    out = penalize(logits, mx.array([[0, 1], [2, 2]]), SamplingParams(repetition_penalty=2.0))
+    assert out.tolist() == [[1.0, -4.0, 1.0], [2.0, -2.0, 0.5]]
+
+
 def test_processed_probs_match_mlx_lm_filters():
     logits = mx.array([[2.0, 1.0, 0.5, -1.0, -3.0]])
     p = processed_probs(logits, SamplingParams(temperature=0.7, top_k=3)).tolist()[0]
