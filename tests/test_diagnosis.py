@@ -6,7 +6,7 @@ bug at the first position it corrupts; the real engine must be reported identica
 
 import pytest
 
-import specdec.engine as engine
+import specdec.steps as steps
 from specdec.parity import check_parity
 from specdec.prompts import parity_prompts
 
@@ -19,8 +19,8 @@ def test_real_engine_is_identical(smollm):
 
 
 def test_broken_rollback_is_diagnosed_as_a_logic_bug(smollm, monkeypatch):
-    real_trim = engine.trim
-    monkeypatch.setattr(engine, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
+    real_trim = steps.trim
+    monkeypatch.setattr(steps, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
     model, tok = smollm
     rep = check_parity(model, tok, parity_prompts()["demo_colorsys"], drafter="ngram",
                        max_tokens=64, num_draft_tokens=4)
