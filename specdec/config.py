@@ -63,6 +63,16 @@ class RunConfig:
             )
         if "model" in names and not self.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
+        # a flag for a drafter that is not in use would be parsed and silently ignored
+        unused = [flag for flag, used in (
+            ("--draft-model", not self.draft_model or "model" in names),
+            ("--ngram-mod-file", not self.ngram_mod_file or "ngram-mod" in names),
+            ("--suffix-history", self.suffix_history == 32768 or "suffix" in names),
+            ("--gate-threshold", self.gate_threshold == 0.02 or self.gate),
+        ) if not used]
+        if unused:
+            raise ValueError(f"{', '.join(unused)} has no effect with --draft-type {self.draft_type}"
+                             f"{'' if self.gate else ' and without --gate'}: drop it or add that drafter")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}")
         for name in ("max_tokens", "num_draft_tokens", "ngram_min", "prefill_step_size"):
@@ -104,7 +114,7 @@ class RunConfig:
             from .loader import load
 
             opts["draft_model"], opts["draft_tokenizer"] = load(self.draft_model, dtype=self.dtype)
-        if "ngram-mod" in self.draft_type:
+        if "ngram-mod" in (n.strip() for n in self.draft_type.split(",")):
             opts["table"] = self.table = self._ngram_mod_table(tokenizer, shared_ngram_mod_table)
         cost = None
         if self.adaptive_k:

@@ -86,15 +86,14 @@ def plain_steps(
 
 
 def _verify(
-    logits: mx.array, draft: list[int], drafter: Drafter, params: SamplingParams, rng: Rng | None
+    logits: mx.array, d: mx.array, drafter: Drafter, params: SamplingParams, rng: Rng | None
 ) -> tuple[mx.array, mx.array]:
-    """Device arrays (accept (k,), fix (k+1,)) for one verify block."""
-    d = mx.array(draft, dtype=mx.int32)
+    """Device arrays (accept (k,), fix (k+1,)) for one verify block with draft ``d``."""
     if params.greedy:
         fix = mx.argmax(logits, axis=-1)
-        return d == fix[: len(draft)], fix
+        return d == fix[: d.shape[0]], fix
     p = processed_probs(logits, params)
-    q = getattr(drafter, "last_q", None) if draft else None
+    q = getattr(drafter, "last_q", None) if d.shape[0] else None
     if q is not None and q.shape[-1] != p.shape[-1]:
         # padded vocabularies (Qwen pads its embedding rows): ids beyond either table
         # have probability 0 there, so zero-padding the narrower is exact
@@ -132,10 +131,11 @@ def spec_steps(
                 logits = mx.concatenate(
                     [penalize(logits[i : i + 1], mx.array([r], dtype=mx.int32), params) for i, r in enumerate(rows)]
                 )
-        accept, fix = _verify(logits, draft, drafter, params, rng)
+        d = mx.array(draft, dtype=mx.int32)
+        accept, fix = _verify(logits, d, drafter, params, rng)
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         rows = mx.arange(len(block))
-        cand = mx.concatenate([mx.array(draft, dtype=mx.int32), fix[-1:]]) if draft else fix
+        cand = mx.concatenate([d, fix[-1:]]) if draft else fix
         arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
         if diagnostics:
             arrays.append(top2_margin(logits))

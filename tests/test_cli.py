@@ -59,3 +59,5 @@ def test_chains_gate_adaptive_k_and_ngram_mod_memory(tmp_path):
     assert json.loads(r.stdout)["acceptance_rate"] > 0.5
     r = specdec("generate", "--draft-type", "model", "--prompt", "hi")
     assert r.returncode == 2 and "--draft-model" in r.stderr
+    r = specdec("generate", "--ngram-mod-file", str(table), "--prompt", "hi")  # ngram only
+    assert r.returncode == 2 and "--ngram-mod-file has no effect" in r.stderr
