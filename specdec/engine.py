@@ -39,8 +39,9 @@ class GenerationResponse:
     finish_reason: str | None = None
     margin: float | None = None  # top-2 logit gap at this token (diagnostics only)
     logprob: float | None = None  # the target's log-probability of this token
+    top_logprobs: list[tuple[int, float]] | None = None  # (token, logprob) best first, if asked
     prompt_ids: list[int] | None = None  # final response only
-    step_log: list[tuple[int, int]] | None = None  # final response, diagnostics only
+    step_log: list[tuple[int, int]] | None = None  # final response: (block length, accepted) per step
 
 
 @dataclass
@@ -81,6 +82,7 @@ class _Emitted:
     from_draft: bool
     margin: float | None
     logprob: float
+    top: list[tuple[int, float]] | None = None
 
 
 def token_stream(
@@ -96,15 +98,19 @@ def token_stream(
     kv_bits: int | None = None,
     kv_group_size: int = 64,
     diagnostics: bool = False,
+    top_logprobs: int = 0,
     stats: SpecStats | None = None,
     step_log: list[tuple[int, int]] | None = None,
 ) -> Iterator[_Emitted]:
     """The token-level core: yields emitted tokens until EOS (not yielded) or max_tokens.
 
     Needs no tokenizer. ``stats`` (updated in place) and ``step_log`` (appended
-    ``(block length, accepted)`` per step) are optional outputs.
+    ``(block length, accepted)`` per step) are optional outputs. ``top_logprobs`` = n > 0
+    attaches the n most likely ``(token, logprob)`` pairs, best first, to each token.
     """
     _check_args(max_tokens, num_draft_tokens, prefill_step_size)
+    if not 0 <= top_logprobs <= 100:
+        raise ValueError(f"top_logprobs must be in [0, 100], got {top_logprobs}")
     if not prompt_ids:
         raise ValueError("the prompt encodes to no tokens")
     drafter = drafter or NoDrafter()
@@ -131,10 +137,10 @@ def token_stream(
     if speculative:
         steps = spec_steps(
             model, cache, list(prompt_ids), drafter, num_draft_tokens, budget, sampling, rng,
-            diagnostics,
+            diagnostics, top_logprobs,
         )
     else:
-        steps = plain_steps(model, cache, prompt_ids, sampling, rng, diagnostics)
+        steps = plain_steps(model, cache, prompt_ids, sampling, rng, diagnostics, top_logprobs)
     eos = set(eos)
     for step in steps:
         stats.record_step(step.drafted, step.accepted, step.fed)
@@ -149,7 +155,8 @@ def token_stream(
             stats.ttft_s = stats.ttft_s or now - t0
             stats.decode_s = now - t_prefill
             margin = step.margins[i] if step.margins else None
-            yield _Emitted(tok, i < step.accepted, margin, step.logprobs[i])
+            top = step.top[i] if step.top else None
+            yield _Emitted(tok, i < step.accepted, margin, step.logprobs[i], top)
             if budget[0] <= 0:
                 return
 
@@ -178,12 +185,13 @@ def stream_generate(
     kv_bits: int | None = None,
     kv_group_size: int = 64,
     diagnostics: bool = False,
+    top_logprobs: int = 0,
 ) -> Iterator[GenerationResponse]:
     """Generate greedily from ``prompt``, speculating with ``drafter``; see module doc."""
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     drafter = resolve_drafter(drafter, tokenizer, ngram_min=ngram_min, ngram_max=ngram_max)
     stats = SpecStats()
-    step_log = [] if diagnostics else None
+    step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
     detok = tokenizer.detokenizer
     detok.reset()
     stopper = StopMatcher(stop)
@@ -202,6 +210,7 @@ def stream_generate(
         kv_bits=kv_bits,
         kv_group_size=kv_group_size,
         diagnostics=diagnostics,
+        top_logprobs=top_logprobs,
         stats=stats,
         step_log=step_log,
     ):
@@ -209,7 +218,8 @@ def stream_generate(
         detok.add_token(e.token)
         text, hit = stopper.feed(detok.last_segment)
         yield GenerationResponse(
-            text, e.token, e.from_draft, stats, margin=e.margin, logprob=e.logprob
+            text, e.token, e.from_draft, stats, margin=e.margin, logprob=e.logprob,
+            top_logprobs=e.top,
         )
         if hit:
             finish = "stop_string"

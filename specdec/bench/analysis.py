@@ -1,0 +1,173 @@
+"""From raw run records to the numbers the report prints. Pure functions, no model.
+
+Contract:
+- A *case* is (workload, prompt length); a *run* of a config on a case is all its turns.
+  Run-level decode tok/s = tokens of all turns / decode seconds of all turns. Only
+  measured runs (``run >= 1``) count; the warm-up is kept in the raw JSON only.
+- ``summarize(records, cost)`` → one row per (case, config): median decode tok/s and
+  its min–max spread, median time to first token, speedup = median tok/s / median tok/s
+  of the same source's plain runs on the same case (so a peer is compared with its own
+  baseline), acceptance, mean acceptance length, p_cache, and the ceiling.
+- The **ceiling** of a config on a case: the speedup an ideal drafter would reach with
+  the acceptance this config observed but at zero drafting and bookkeeping cost, i.e.
+  each verify step costing exactly the model's forward on its block. With the measured
+  cost curve c(L): ceiling = tokens emitted / Σ over steps c(L_step)/c(1).
+  efficiency = measured speedup / ceiling.
+
+      steps (L, accepted) = [(5, 4), (5, 1)], c = {1: 1, 5: 1.4}  →  7 tokens for
+      2 × 1.4 = 2.8 plain-step costs: ceiling 2.5×.
+
+- ``parity(records)``: strict N×N: every measured run of every config is compared token
+  by token with every measured plain run of the same source on the same case and turn.
+- ``per_position(records)``: for each config, acceptance of draft slot i over all steps
+  that drafted slot i.
+- ``class_summary(rows)``: geometric-mean speedup per (class, config), baselines left out.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Any, Iterable, Mapping, Sequence
+
+PLAIN_LABEL = "plain"
+
+
+def baseline_label(row_config: str, source: str) -> str:
+    return PLAIN_LABEL if source == "specdec" else f"{source}: plain"
+
+
+def ceiling(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float]) -> float:
+    """Ideal speedup for these verify steps (see module doc); 1.0 for plain decoding."""
+    c1 = cost[1]
+    units = sum(cost[min(L, max(cost))] / c1 for L, _ in steps)
+    return generated / units if units else 0.0
+
+
+def _runs(records: Iterable[Any]) -> dict[tuple, dict[int, list[Any]]]:
+    """(workload, length, config, source) -> {run: [turn records]} for measured runs."""
+    out: dict[tuple, dict[int, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r["run"] >= 1:
+            out[(r["workload"], r["length"], r["config"], r["source"])][r["run"]].append(r)
+    return out
+
+
+def _tok_s(turns: list[dict]) -> float:
+    dec = sum(t["decode_s"] for t in turns)
+    return sum(t["generated"] for t in turns) / dec if dec > 0 else 0.0
+
+
+def summarize(records: Sequence[dict], cost: Mapping[int, float]) -> list[dict]:
+    runs = _runs(records)
+    medians = {key: statistics.median(_tok_s(t) for t in by_run.values())
+               for key, by_run in runs.items()}
+    rows = []
+    for (wl, length, config, source), by_run in runs.items():
+        turns = [t for ts in by_run.values() for t in ts]
+        speeds = [_tok_s(t) for t in by_run.values()]
+        base = medians.get((wl, length, baseline_label(config, source), source))
+        drafted = sum(t["drafted"] for t in turns)
+        steps = sum(t["verify_steps"] for t in turns)
+        accepted = sum(t["accepted"] for t in turns)
+        fed = sum(t["fed_tokens"] for t in turns)
+        generated = sum(t["generated"] for t in turns)
+        ceil = (ceiling([s for t in turns for s in t["steps"]], generated, cost)
+                if source == "specdec" and steps else None)
+        speedup = medians[(wl, length, config, source)] / base if base else None
+        rows.append(dict(
+            workload=wl, cls=turns[0]["cls"], length=length,
+            prompt_tokens=turns[0]["prompt_tokens"], config=config, source=source,
+            runs=len(by_run), tok_s=medians[(wl, length, config, source)],
+            tok_s_min=min(speeds), tok_s_max=max(speeds),
+            ttft_s=statistics.median(ts[0]["prefill_s"] for ts in by_run.values()),
+            speedup=speedup, acceptance=accepted / drafted if drafted else None,
+            mal=(accepted + steps) / steps if steps else None,
+            p_cache=generated / fed if fed else None, ceiling=ceil,
+            efficiency=speedup / ceil if speedup and ceil else None,
+        ))
+    return rows
+
+
+def parity(records: Sequence[dict]) -> list[dict]:
+    """One row per (case, turn, config): N×N comparisons against plain, and mismatches."""
+    groups: dict[tuple, dict[str, list[list[int]]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r["run"] >= 1:
+            key = (r["workload"], r["length"], r["turn"], r["source"])
+            groups[key][r["config"]].append(r["tokens"])
+    rows = []
+    for (wl, length, turn, source), by_cfg in groups.items():
+        base = by_cfg.get(baseline_label("", source), [])
+        for config, runs in by_cfg.items():
+            pairs = [(a, b) for a in runs for b in base]
+            bad = [(i, j) for i, a in enumerate(runs) for j, b in enumerate(base) if a != b]
+            first = None
+            if bad:
+                a, b = runs[bad[0][0]], base[bad[0][1]]
+                first = next((p for p in range(min(len(a), len(b))) if a[p] != b[p]),
+                             min(len(a), len(b)))
+            rows.append(dict(workload=wl, length=length, turn=turn, config=config,
+                             source=source, comparisons=len(pairs), mismatches=len(bad),
+                             first_divergence=first))
+    return rows
+
+
+def per_position(records: Sequence[dict]) -> dict[str, list[float]]:
+    """config -> acceptance of draft slot 1, 2, ... over all measured runs."""
+    drafted: dict[str, list[int]] = defaultdict(list)
+    accepted: dict[str, list[int]] = defaultdict(list)
+    for r in records:
+        if r["run"] < 1 or r["source"] != "specdec":
+            continue
+        d, a = drafted[r["config"]], accepted[r["config"]]
+        for i, (x, y) in enumerate(zip(r["drafted_by_position"], r["accepted_by_position"])):
+            if i >= len(d):
+                d.append(0)
+                a.append(0)
+            d[i] += x
+            a[i] += y
+    return {c: [a / d if d else 0.0 for a, d in zip(accepted[c], drafted[c])]
+            for c in drafted if drafted[c]}
+
+
+def geomean(xs: Iterable[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def class_summary(rows: Sequence[dict]) -> list[dict]:
+    """Geometric-mean speedup, ceiling and efficiency per (class, config, source)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if not r["config"].endswith(PLAIN_LABEL):  # a baseline is 1.0× by definition
+            groups[(r["cls"], r["config"], r["source"])].append(r)
+    return [dict(cls=c, config=cfg, source=src, cases=len(rs),
+                 speedup=geomean(r["speedup"] for r in rs),
+                 ceiling=geomean(r["ceiling"] for r in rs if r["ceiling"]),
+                 efficiency=geomean(r["efficiency"] for r in rs if r["efficiency"]),
+                 acceptance=statistics.mean(r["acceptance"] for r in rs if r["acceptance"] is not None)
+                 if any(r["acceptance"] is not None for r in rs) else None)
+            for (c, cfg, src), rs in groups.items()]
+
+
+def per_turn(records: Sequence[dict]) -> list[dict]:
+    """Multi-turn workloads: median tok/s and acceptance per (workload, length, config, turn),
+    with the speedup over plain decoding on the same turn."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        if r["run"] >= 1 and r["source"] == "specdec":
+            groups[(r["workload"], r["length"], r["config"], r["turn"])].append(r)
+    multi = {k[0] for k in groups if k[3] > 0}
+    med = {k: statistics.median(r["generated"] / r["decode_s"] for r in rs if r["decode_s"] > 0)
+           for k, rs in groups.items() if k[0] in multi}
+    rows = []
+    for (wl, length, cfg, turn), speed in med.items():
+        rs = groups[(wl, length, cfg, turn)]
+        drafted = sum(r["drafted"] for r in rs)
+        base = med.get((wl, length, PLAIN_LABEL, turn))
+        rows.append(dict(workload=wl, length=length, config=cfg, turn=turn, tok_s=speed,
+                         speedup=speed / base if base else None,
+                         acceptance=sum(r["accepted"] for r in rs) / drafted if drafted else None))
+    return sorted(rows, key=lambda r: (r["workload"], r["length"] or 0, r["config"], r["turn"]))

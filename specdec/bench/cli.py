@@ -1,0 +1,182 @@
+"""``specdec bench``: flags → one ``BenchPlan`` → ``run_plan`` → report.
+
+Contract: a profile (``--profile``, ``--quick`` = ``--profile quick``) supplies every
+default; each flag given overrides it. Workloads come from ``--workload FILE`` (JSONL, see
+``workloads``) or the built-in set, filtered by ``--workloads``/``--classes``. Configs come
+from ``--config SPEC`` (repeatable) or the sweep flags (``--draft-type`` × ``--num-draft-tokens``
+× ``--ngram-min``, plus ``--adaptive-k`` / ``--gate`` variants). The command writes
+report.md, results.json and PNG plots to ``--out``, prints the headline, and exits 1 if
+any of our configs produced tokens different from plain decoding (peers' mismatches are
+reported, not fatal: they are not our output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .profiles import PROFILES, Profile
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def add_bench_parser(sub: Any) -> None:
+    p = sub.add_parser("bench", help="benchmark drafters and peers: parity, speed, ceiling",
+                       description=__doc__.split("\n")[0])
+    p.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    p.add_argument("--quick", action="store_true", help="the 'quick' profile (CI smoke test)")
+    p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
+    p.add_argument("--model", help="target model (packaged name, .gguf or mlx-lm dir)")
+    p.add_argument("--draft-model", help="draft model for 'model' configs and mlx-lm's peer run")
+    p.add_argument("--workload", help="a JSONL workload file instead of the built-in set")
+    p.add_argument("--workloads", type=_names, help="only these workload names (comma list)")
+    p.add_argument("--classes", type=_names, help="only these classes (comma list)")
+    p.add_argument("--write-workloads", metavar="FILE",
+                   help="write the built-in workloads as JSONL (the file format) and exit")
+    p.add_argument("--config", action="append", help="a config spec, e.g. ngram:k=4:n=2 (repeatable)")
+    p.add_argument("--draft-type", action="append", help="sweep: draft types (repeatable)")
+    p.add_argument("--num-draft-tokens", type=_ints, help="sweep: k values, e.g. 2,4,8")
+    p.add_argument("--ngram-min", type=_ints, help="sweep: n_min values for ngram, e.g. 1,2,3")
+    p.add_argument("--adaptive-k", action="store_true", help="sweep: add adaptive-k variants")
+    p.add_argument("--gate", action="store_true", help="sweep: add gated variants")
+    p.add_argument("--prompt-tokens", type=_ints, help="fit prompts to these lengths, e.g. 600,800")
+    p.add_argument("--runs", type=int, help="measured runs per config and case (after 1 warm-up)")
+    p.add_argument("--max-tokens", "-m", type=int, help="tokens per turn")
+    p.add_argument("--peers", type=_names,
+                   help="hf-transformers,llama.cpp,mlx-lm or 'none'")
+    p.add_argument("--peer-k", type=int, default=4, help="draft length the peers use")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--out", help="output directory (default bench-results/<profile>-<time>)")
+    p.add_argument("--no-plots", action="store_true")
+
+
+def _workloads(args: argparse.Namespace, prof: Profile) -> list:
+    from .workloads import builtin_workloads, load_workloads
+
+    if args.workload:
+        pool = load_workloads(args.workload)
+        wanted = args.workloads
+    else:
+        pool = builtin_workloads()
+        wanted = args.workloads or list(prof.workloads) or None
+    by_name = {w.name: w for w in pool}
+    if wanted:
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            raise ValueError(f"unknown workload(s) {missing}; known: {', '.join(by_name)}")
+        pool = [by_name[n] for n in wanted]
+    if args.classes:
+        pool = [w for w in pool if w.cls in args.classes]
+    if not pool:
+        raise ValueError("no workloads left after --workloads/--classes")
+    return pool
+
+
+def _configs(args: argparse.Namespace, prof: Profile) -> list:
+    from .configs import parse_config, sweep
+
+    if args.config and (args.draft_type or args.num_draft_tokens or args.ngram_min):
+        raise ValueError("give --config specs or the sweep flags, not both")
+    if args.draft_type or args.num_draft_tokens or args.ngram_min or args.adaptive_k or args.gate:
+        return sweep(args.draft_type or ["ngram"], args.num_draft_tokens or [4],
+                     args.ngram_min or [1], adaptive=args.adaptive_k, gate=args.gate)
+    cfgs = [parse_config(s) for s in (args.config or prof.configs)]
+    if any(c.baseline for c in cfgs):
+        raise ValueError("plain decoding always runs as the baseline: drop 'none'")
+    return cfgs
+
+
+def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
+    from .runner import BenchPlan
+
+    name = "quick" if args.quick else args.profile
+    prof = PROFILES[name]
+    peers = args.peers if args.peers is not None else list(prof.peers)
+    peers = [] if peers == ["none"] else peers
+    from .peers import PEERS
+
+    bad = [p for p in peers if p not in PEERS]
+    if bad:
+        raise ValueError(f"unknown peer(s) {bad}; choose from {', '.join(PEERS)} or 'none'")
+    for flag in ("runs", "max_tokens"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1")
+    plan = BenchPlan(
+        model=args.model or prof.model, workloads=_workloads(args, prof),
+        configs=_configs(args, prof),
+        prompt_tokens=args.prompt_tokens or list(prof.prompt_tokens),
+        runs=args.runs or prof.runs, max_tokens=args.max_tokens or prof.max_tokens,
+        peers=peers, peer_k=args.peer_k, draft_model=args.draft_model or prof.draft_model,
+        dtype=args.dtype)
+    return plan, prof, name
+
+
+def _progress(total: int):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True)
+
+    def tick(desc: str) -> None:
+        bar.set_description(desc[:48])
+        bar.update(1)
+
+    return tick, bar
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .report import build_summary, headline, write_report
+    from .runner import run_plan, total_steps
+
+    if args.list_profiles:
+        for n, p in PROFILES.items():
+            print(f"{n:10s} {p.description}")
+        return 0
+    if args.write_workloads:
+        from .workloads import builtin_workloads, write_workloads
+
+        write_workloads(builtin_workloads(), args.write_workloads)
+        print(f"wrote {args.write_workloads}")
+        return 0
+    plan, prof, name = build_plan(args)
+    out = Path(args.out or f"bench-results/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    if prof.warm_from:
+        from .profiles import build_warm_table
+
+        info = build_warm_table(prof.warm_from, plan.workloads, plan.max_tokens,
+                                out / "warm.ngm", plan.dtype)
+        print(f"warm table: {json.dumps(info)}", file=sys.stderr)
+        plan.warm_table = info["file"]
+    tick, bar = _progress(total_steps(plan))
+    result = run_plan(plan, tick)
+    bar.close()
+    report = write_report(result, out, plots=not args.no_plots)
+    summary = build_summary(result)
+    ours_bad = sum(r["mismatches"] for r in summary["parity"] if r["source"] == "specdec")
+    print(f"report: {report}")
+    for cfg, h in headline(summary).items():
+        print(f"  {cfg:32s} echo-heavy {h['echo_speedup'] or 0:.2f}x  open-ended "
+              f"{h['open_speedup'] or 0:.2f}x  efficiency {h['efficiency'] or 0:.0%}")
+    for peer, note in result.peer_notes.items():
+        print(f"  {peer}: {note}")
+    print(f"parity: {ours_bad} mismatches of ours" + (" — see the report" if ours_bad else ""))
+    return 1 if ours_bad else 0
+
+
+__all__ = ["add_bench_parser", "cmd_bench", "build_plan"]

@@ -1,0 +1,124 @@
+"""PNG plots of a benchmark summary (matplotlib, no display needed).
+
+Contract: ``make_all(result, summary, out_dir)`` writes and returns the paths of
+``speedup_by_class.png`` (ours, per class and config, the ceiling marked on each bar),
+``per_position.png`` (acceptance of draft slot i), ``cost_curve.png`` (cost(L)/cost(1))
+and, when peers ran, ``peers.png`` (each engine's speedup over its own plain decoding
+and its absolute tok/s on the same prompts).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from . import analysis
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a server or in CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def speedup_by_class(summary: dict, path: Path) -> None:
+    plt = _plt()
+    rows = [c for c in summary["classes"] if c["source"] == "specdec" and c["config"] != "plain"]
+    classes = sorted({c["cls"] for c in rows})
+    configs = sorted({c["config"] for c in rows})
+    width = 0.8 / max(len(configs), 1)
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(classes)), 4.2))
+    cell = {(c["cls"], c["config"]): c for c in rows}
+    for j, cfg in enumerate(configs):
+        xs = [i + (j - (len(configs) - 1) / 2) * width for i in range(len(classes))]
+        sp = [(cell.get((k, cfg)) or {}).get("speedup") or 0 for k in classes]
+        ce = [(cell.get((k, cfg)) or {}).get("ceiling") or 0 for k in classes]
+        ax.bar(xs, sp, width, label=cfg)
+        ax.scatter(xs, ce, marker="_", s=300 * width, color="black", zorder=3)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(classes)), classes, rotation=15)
+    ax.set_ylabel("speedup over plain decoding (geomean)")
+    ax.set_title("Speedup by class (black tick: ceiling of a zero-cost drafter)")
+    ax.legend(fontsize=8, ncols=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def per_position(summary: dict, path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for cfg, acc in sorted(summary["per_position"].items()):
+        ax.plot(range(1, len(acc) + 1), acc, marker="o", label=cfg)
+    ax.set_xlabel("draft slot")
+    ax.set_ylabel("accepted / drafted")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Per-position acceptance")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cost_curve(cost: dict[int, float], path: Path) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    ls = sorted(cost)
+    ax.plot(ls, [cost[L] / cost[1] for L in ls], marker="o", label="measured cost(L)/cost(1)")
+    ax.plot(ls, ls, color="grey", ls="--", lw=0.8, label="L (no batching gain)")
+    ax.set_xlabel("block length L (1 + draft tokens)")
+    ax.set_ylabel("cost relative to one token")
+    ax.set_title(f"Verify cost curve (cost(1) = {cost[1] * 1e3:.0f} ms)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def peers(summary: dict, path: Path) -> bool:
+    """Speedup and absolute tok/s of every engine on the cases the peers ran."""
+    rows = summary["rows"]
+    peer_cases = {(r["workload"], r["length"]) for r in rows if r["source"] != "specdec"}
+    if not peer_cases:
+        return False
+    speed: dict[str, list[float]] = defaultdict(list)
+    tps: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if (r["workload"], r["length"]) in peer_cases:
+            label = r["config"] if r["source"] != "specdec" else f"specdec: {r['config']}"
+            tps[label].append(r["tok_s"])
+            if r["speedup"] is not None and not r["config"].endswith("plain"):
+                speed[label].append(r["speedup"])
+    plt = _plt()
+    labels = sorted(tps)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 0.45 * len(labels) + 1.8))
+    a1.barh(labels, [analysis.geomean(speed[k]) or 0 for k in labels])
+    a1.axvline(1.0, color="grey", ls="--", lw=0.8)
+    a1.set_xlabel("speedup over the same engine's plain decoding (geomean)")
+    a2.barh(labels, [analysis.geomean(tps[k]) or 0 for k in labels])
+    a2.set_xlabel("decode tok/s (geomean over the same cases)")
+    a2.set_yticks([])
+    fig.suptitle("Peers side by side, same prompts and model")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def make_all(result: Any, summary: dict, out: Path) -> list[str]:
+    made = []
+    if summary["classes"]:
+        speedup_by_class(summary, out / "speedup_by_class.png")
+        made.append(str(out / "speedup_by_class.png"))
+    if summary["per_position"]:
+        per_position(summary, out / "per_position.png")
+        made.append(str(out / "per_position.png"))
+    cost_curve(result.cost_curve, out / "cost_curve.png")
+    made.append(str(out / "cost_curve.png"))
+    if peers(summary, out / "peers.png"):
+        made.append(str(out / "peers.png"))
+    return made

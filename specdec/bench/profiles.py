@@ -1,0 +1,91 @@
+"""Named benchmark profiles: the default sweep, ``quick`` (CI smoke test), and the
+published experiments this project reproduces.
+
+Contract: ``PROFILES[name]`` is a ``Profile`` whose fields are the defaults of a
+``BenchPlan``; command-line flags override any of them. ``warm_from`` marks the
+cross-model warm-start experiment: before measuring, ``build_warm_table`` serves the
+profile's workloads (all turns) on that model with one shared ngram-mod table and saves
+it, and the ``warm`` configs of the measured model start from that file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+ECHO_SET = ("code_hints", "passage_json", "json_add", "multiturn_short", "summarize_zen")
+
+
+@dataclass(frozen=True)
+class Profile:
+    description: str
+    model: str = "smollm2-135m"
+    workloads: tuple[str, ...] = ()  # names of built-in workloads; () = all of them
+    configs: tuple[str, ...] = ("ngram:k=4",)
+    prompt_tokens: tuple[int | None, ...] = (None,)
+    runs: int = 3
+    max_tokens: int = 128
+    peers: tuple[str, ...] = ()
+    draft_model: str | None = None
+    warm_from: str | None = None
+
+
+PROFILES: dict[str, Profile] = {
+    "default": Profile(
+        "every class at two prompt lengths; the drafters at k=4 and 8, adaptive k, the gate; "
+        "all peers",
+        workloads=(*ECHO_SET, "open_story"),
+        configs=("ngram:k=4", "ngram:k=8", "ngram-mod:k=4", "suffix:k=4", "ngram,suffix:k=4",
+                 "ngram:k=8:adaptive", "ngram:k=4:gate"),
+        prompt_tokens=(400, 800), runs=3, max_tokens=96,
+        peers=("hf-transformers", "llama.cpp", "mlx-lm")),
+    "quick": Profile(
+        "CI smoke test (< 5 min on 2 cores): four classes, ngram and suffix at k=4",
+        workloads=("code_hints", "passage_json", "json_add", "open_story"),
+        configs=("ngram:k=4", "suffix:k=4"), runs=2, max_tokens=40),
+    "rag3": Profile(
+        "the published three-class RAG bench: passage / code / json_rag at 800 prompt "
+        "tokens, k=2 with n_min 2 and 3, and at k=8",
+        workloads=("passage_json", "code_hints", "json_lookup"),
+        configs=("ngram:k=2:n=2", "ngram:k=2:n=3", "ngram:k=8:n=2", "ngram:k=8:n=3"),
+        prompt_tokens=(800,), runs=3, max_tokens=128),
+    "multiturn": Profile(
+        "short and long multi-turn editing: ngram vs ngram-mod, per turn",
+        workloads=("multiturn_short", "multiturn_long"),
+        configs=("ngram:k=4", "ngram:k=6", "ngram-mod:k=4", "ngram-mod:k=6"),
+        runs=3, max_tokens=128),
+    "pair": Profile(
+        "prompt lookup vs two-model speculation on Qwen2.5-Coder 0.5B -> 1.5B, with "
+        "mlx-lm's own draft-model speculation",
+        model="qwen2.5-coder-1.5b", draft_model="qwen2.5-coder-0.5b",
+        workloads=("code_hints",), configs=("ngram:k=4", "model:k=4", "ngram,model:k=4"),
+        runs=2, max_tokens=48, peers=("mlx-lm", "llama.cpp", "hf-transformers")),
+    "warmstart": Profile(
+        "cross-model warm start: an ngram-mod table built serving the workloads on the "
+        "0.5B, loaded by the 1.5B; acceptance per turn cold vs warm",
+        model="qwen2.5-coder-1.5b", warm_from="qwen2.5-coder-0.5b",
+        workloads=("multiturn_short",), configs=("ngram-mod:k=4", "ngram-mod:k=4:warm"),
+        runs=1, max_tokens=64),
+}
+
+
+def build_warm_table(model_name: str, workloads: Sequence, max_tokens: int, path: Path,
+                     dtype: str = "auto") -> dict:
+    """Serve ``workloads`` on ``model_name`` with one shared ngram-mod table; save it to
+    ``path``. Returns what was built (occupancy, tokens served)."""
+    from ..drafters.ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
+    from ..loader import load
+    from .runner import conversation
+
+    model, tok = load(model_name, dtype=dtype)
+    table = NgramModTable(tokenizer_fingerprint=tokenizer_fingerprint(tok))
+    served = 0
+    for w in workloads:
+        drafter = NgramModDrafter(table, eos=tok.eos_token_ids)
+        for _, res in conversation(model, tok, w, drafter, 4, w.max_tokens or max_tokens):
+            served += len(res.tokens)
+        drafter.flush()
+    table.save(path)
+    return dict(model=model_name, file=str(path), occupancy=table.occupancy(),
+                generated_tokens=served)

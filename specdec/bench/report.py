@@ -1,0 +1,165 @@
+"""Write a benchmark's results: ``results.json`` (every raw measurement), ``report.md``
+and PNG plots.
+
+Contract: ``write_report(result, out_dir)`` writes the three and returns the report's
+path. The JSON holds the plan, the machine, the cost curve, every run record (warm-ups
+included, marked ``run: 0``), the summaries and the parity diagnoses, so any number in
+the report can be recomputed from it. ``headline(summary)`` gives the numbers a closing
+note quotes: geometric-mean speedup on the echo-heavy classes, the open-ended ratio,
+efficiency vs the ceiling, and each peer's speedup.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import analysis
+from .workloads import ECHO_CLASSES
+
+
+def build_summary(result: Any) -> dict:
+    records = [r.to_dict() for r in result.records]
+    rows = analysis.summarize(records, result.cost_curve)
+    return dict(rows=rows, classes=analysis.class_summary(rows),
+                parity=analysis.parity(records), per_position=analysis.per_position(records),
+                per_turn=analysis.per_turn(records))
+
+
+def headline(summary: dict) -> dict:
+    """Per config of ours: geomean speedup over echo-heavy cases, over open-ended cases,
+    and geomean efficiency; per peer config: geomean speedup over its own baseline."""
+    out: dict[str, dict] = {}
+    for r in summary["rows"]:
+        if r["config"].endswith("plain"):
+            continue
+        d = out.setdefault(r["config"], dict(source=r["source"], echo=[], open=[], eff=[]))
+        (d["echo"] if r["cls"] in ECHO_CLASSES else d["open"]).append(r["speedup"])
+        if r["efficiency"]:
+            d["eff"].append(r["efficiency"])
+    return {c: dict(source=d["source"], echo_speedup=analysis.geomean(d["echo"]),
+                    open_speedup=analysis.geomean(d["open"]),
+                    efficiency=analysis.geomean(d["eff"])) for c, d in out.items()}
+
+
+def _x(v: float | None, fmt: str = "{:.2f}×") -> str:
+    return "–" if v is None else fmt.format(v)
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.0%}"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]
+
+
+def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
+    p, m = result.plan, result.meta
+    lines = [f"# specdec bench — {p['model']}", "",
+             f"{m['date']} · {m['machine']}, {m['cpus']} CPUs, {m['device']} · "
+             f"versions {json.dumps(m['versions'])}", "",
+             f"Command: `{m['argv']}`", "",
+             f"Each config ran 1 warm-up + {p['runs']} measured runs per case, configs "
+             f"interleaved; up to {p['max_tokens']} tokens per turn, greedy. tok/s is decode "
+             "speed (tokens after the first / time after prefill; the median, with the "
+             "min–max spread); TTFT is separate. Speedup = median tok/s ÷ median tok/s of the "
+             "same engine's plain decoding on the same case.", ""]
+    lines += ["## Headline", ""]
+    lines += _table(["config", "source", "echo-heavy speedup (geomean)", "open-ended",
+                     "efficiency vs ceiling"],
+                    [[c, h["source"], _x(h["echo_speedup"]), _x(h["open_speedup"]),
+                      _pct(h["efficiency"])] for c, h in headline(summary).items()])
+    lines += _parity_section(result, summary)
+    lines += ["## Speedup by class (geometric mean; ceiling and efficiency in brackets)", ""]
+    lines += _table(["class", "config", "source", "cases", "speedup", "ceiling", "efficiency",
+                     "acceptance"],
+                    [[c["cls"], c["config"], c["source"], c["cases"], _x(c["speedup"]),
+                      _x(c["ceiling"]), _pct(c["efficiency"]), _pct(c["acceptance"])]
+                     for c in sorted(summary["classes"], key=lambda c: (c["cls"], c["source"] != "specdec", c["config"]))])
+    lines += ["## Every case", ""]
+    lines += _table(["workload", "class", "prompt tokens", "config", "tok/s (min–max)", "TTFT s",
+                     "speedup", "acceptance", "MAL", "p_cache", "ceiling", "efficiency"],
+                    [[r["workload"], r["cls"], r["prompt_tokens"], r["config"],
+                      f"{r['tok_s']:.1f} ({r['tok_s_min']:.1f}–{r['tok_s_max']:.1f})",
+                      f"{r['ttft_s']:.2f}", _x(r["speedup"]), _pct(r["acceptance"]),
+                      _x(r["mal"], "{:.2f}"), _x(r["p_cache"], "{:.2f}"), _x(r["ceiling"]),
+                      _pct(r["efficiency"])] for r in summary["rows"]])
+    pos = summary["per_position"]
+    if pos:
+        width = max(len(v) for v in pos.values())
+        lines += ["## Per-position acceptance (draft slot i accepted / slot i drafted)", ""]
+        lines += _table(["config", *[f"slot {i + 1}" for i in range(width)]],
+                        [[c, *[_pct(x) for x in v], *[""] * (width - len(v))] for c, v in pos.items()])
+    if summary["per_turn"]:
+        lines += ["## Multi-turn editing, per turn", ""]
+        lines += _table(["workload", "prompt tokens", "config", "turn", "tok/s", "speedup", "acceptance"],
+                        [[r["workload"], r["length"] or "as written", r["config"], r["turn"] + 1,
+                          f"{r['tok_s']:.1f}", _x(r["speedup"]), _pct(r["acceptance"])]
+                         for r in summary["per_turn"]])
+    c1 = result.cost_curve[1]
+    lines += ["## Verify cost curve", "", "cost(L)/cost(1), one forward of an L-token block "
+              f"(cost(1) = {c1 * 1e3:.1f} ms):", ""]
+    lines += _table(["L", *map(str, result.cost_curve)],
+                    [["cost(L)/cost(1)", *[f"{v / c1:.2f}" for v in result.cost_curve.values()]]])
+    lines += _peer_section(result, summary)
+    lines += [f"![{Path(pl).stem}]({Path(pl).name})" for pl in plots] + [""]
+    return "\n".join(lines)
+
+
+def _parity_section(result: Any, summary: dict) -> list[str]:
+    rows = summary["parity"]
+    total = sum(r["comparisons"] for r in rows)
+    bad = [r for r in rows if r["mismatches"]]
+    lines = ["## Parity (strict, N×N)", "",
+             f"{total} comparisons of a measured run with a plain run of the same engine, "
+             f"same case and turn: **{sum(r['mismatches'] for r in rows)} mismatches** "
+             f"({len(bad)} of {len(rows)} case/turn/config groups).", ""]
+    if bad:
+        diag = {(d["workload"], d["length"], d["turn"], d["config"]): d for d in result.diagnoses}
+        lines += _table(["workload", "prompt length", "turn", "config", "mismatches",
+                         "first divergence", "diagnosis"],
+                        [[r["workload"], r["length"], r["turn"] + 1, r["config"],
+                          f"{r['mismatches']}/{r['comparisons']}", r["first_divergence"],
+                          diag.get((r["workload"], r["length"], r["turn"], r["config"]),
+                                   {}).get("verdict", "(peer: not diagnosed)")] for r in bad])
+    return lines
+
+
+def _peer_section(result: Any, summary: dict) -> list[str]:
+    lines = ["## Peers (same prompts, same model, same run)", ""]
+    peer_rows = [r for r in summary["rows"] if r["source"] != "specdec"]
+    if peer_rows:
+        ours = {(r["workload"], r["length"]): r for r in summary["rows"]
+                if r["source"] == "specdec" and r["config"] == analysis.PLAIN_LABEL}
+        lines += _table(["workload", "prompt tokens", "config", "tok/s", "speedup vs its own plain",
+                         "our plain tok/s"],
+                        [[r["workload"], r["prompt_tokens"], r["config"], f"{r['tok_s']:.1f}",
+                          _x(r["speedup"]), f"{ours[(r['workload'], r['length'])]['tok_s']:.1f}"
+                          if (r["workload"], r["length"]) in ours else "–"] for r in peer_rows])
+    for name, note in result.peer_notes.items():
+        lines.append(f"- {name}: {note}")
+    return lines + [""]
+
+
+def write_report(result: Any, out_dir: str | Path, plots: bool = True) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = build_summary(result)
+    made = _plots(result, summary, out) if plots else []
+    data = dict(plan=result.plan, meta=result.meta,
+                cost_curve={str(k): v for k, v in result.cost_curve.items()},
+                peer_notes=result.peer_notes, headline=headline(summary), summary=summary,
+                diagnoses=result.diagnoses, records=[r.to_dict() for r in result.records])
+    (out / "results.json").write_text(json.dumps(data, indent=1))
+    path = out / "report.md"
+    path.write_text(_markdown(result, summary, made))
+    return path
+
+
+def _plots(result: Any, summary: dict, out: Path) -> list[str]:
+    from . import plots
+
+    return plots.make_all(result, summary, out)

@@ -1,0 +1,249 @@
+"""The measurement loop: every case × (1 warm-up + N runs) × every config, interleaved.
+
+Contract: ``run_plan(plan)`` loads the model once, measures its verify cost curve, then
+for each case (a workload fitted to one prompt length) runs repetition 0 (the warm-up,
+kept but marked) and repetitions 1..N; within a repetition every config — plain decoding
+first, then ours, then each available peer's baseline and speculative run — runs once,
+so slow drift of a shared machine hits every config alike. Each run returns one
+``RunRecord`` per turn (a multi-turn workload feeds the model's own reply back before the
+next user turn, with one drafter for the whole conversation, as a chat user would). Peers
+run the first turn only. Nothing is averaged here: ``analysis`` does that.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..engine import GenerationResult, generate
+from ..text import encode_prompt
+from .configs import BenchConfig
+from .workloads import Workload, fit_prompt
+
+PLAIN = BenchConfig()
+
+
+@dataclass
+class RunRecord:
+    model: str
+    workload: str
+    cls: str
+    length: int | None  # the requested prompt length (None: as written)
+    prompt_tokens: int
+    config: str  # a config label, or "<peer>: plain" / "<peer>: <method>"
+    source: str  # "specdec" or the peer's name
+    run: int  # 0 is the warm-up
+    turn: int
+    k: int
+    tokens: list[int]
+    prefill_s: float
+    decode_s: float
+    generated: int
+    drafted: int = 0
+    accepted: int = 0
+    verify_steps: int = 0
+    fed_tokens: int = 0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    steps: list[tuple[int, int]] = field(default_factory=list)  # (block length, accepted)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "decode_tokens_per_s": self.decode_tokens_per_s}
+
+
+@dataclass
+class BenchPlan:
+    model: str
+    workloads: Sequence[Workload]
+    configs: Sequence[BenchConfig]  # plain decoding is always added first
+    prompt_tokens: Sequence[int | None] = (None,)
+    runs: int = 3
+    max_tokens: int = 128
+    peers: Sequence[str] = ()
+    peer_k: int = 4
+    draft_model: str | None = None
+    dtype: str = "auto"
+    warm_table: str | None = None  # a saved ngram-mod table that 'warm' configs load
+
+
+@dataclass
+class BenchResult:
+    plan: dict
+    meta: dict
+    cost_curve: dict[int, float]
+    records: list[RunRecord]
+    peer_notes: dict[str, str]
+    diagnoses: list[dict] = field(default_factory=list)  # one per config/case/turn that diverged
+    cases: dict[str, Any] = field(default_factory=dict)  # case key -> per-turn prompts (not saved)
+
+
+def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, source: str,
+            run: int, turn: int, k: int, res: GenerationResult) -> RunRecord:
+    s = res.stats
+    return RunRecord(plan.model, case.name, case.cls, length, s.prompt_tokens, label, source,
+                     run, turn, k, list(res.tokens), s.prefill_s, s.decode_s,
+                     s.generated_tokens, s.drafted, s.accepted, s.verify_steps, s.fed_tokens,
+                     list(s.drafted_by_position), list(s.accepted_by_position),
+                     [tuple(x) for x in res.steps])
+
+
+def conversation(model: Any, tok: Any, case: Workload, drafter: Any, k: int,
+                 max_tokens: int) -> list[tuple[Any, GenerationResult]]:
+    """Run every turn of ``case`` with one drafter: [(prompt of the turn, result)]."""
+    prompt: Any = case.first_messages()
+    out = []
+    for turn in range(len(case.turns) + 1):
+        res = generate(model, tok, prompt, drafter=drafter, max_tokens=max_tokens,
+                       num_draft_tokens=k)
+        out.append((prompt, res))
+        if turn == len(case.turns):
+            break
+        if getattr(tok, "chat_template", None) is None:  # a base model: continue the text
+            prompt = f"{prompt}{res.text}\n\n{case.turns[turn]}\n\n"
+        else:
+            msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            prompt = [*msgs, {"role": "assistant", "content": res.text},
+                      {"role": "user", "content": case.turns[turn]}]
+    return out
+
+
+def _machine() -> dict:
+    import mlx.core as mx
+
+    from importlib import metadata
+
+    versions = {}
+    for pkg in ("mlx", "mlx-lm", "transformers", "torch", "llama_cpp_python"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return dict(platform=platform.platform(), machine=platform.machine(),
+                cpus=os.cpu_count(), python=sys.version.split()[0], device=str(mx.default_device()),
+                versions=versions, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                argv=" ".join(sys.argv))
+
+
+def _load_peers(plan: BenchPlan) -> tuple[list[Any], dict[str, str]]:
+    peers, notes = [], {}
+    if not plan.peers:
+        return peers, notes
+    from .peers import PeerUnavailable, make_peer
+
+    for name in plan.peers:
+        try:
+            peers.append(make_peer(name, plan.model, plan.draft_model))
+        except PeerUnavailable as e:
+            notes[name] = f"skipped: {e}"
+    return peers, notes
+
+
+def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, ids: list[int],
+               run: int, notes: dict[str, str]) -> list[RunRecord]:
+    from .peers import PeerUnavailable
+
+    out = []
+    for label, fn in ((f"{peer.name}: plain", lambda: peer.baseline(ids, plan.max_tokens)),
+                      (f"{peer.name}: {peer.method} k={plan.peer_k}",
+                       lambda: peer.speculative(ids, plan.max_tokens, plan.peer_k))):
+        if notes.get(label):
+            continue
+        try:
+            r = fn()
+        except PeerUnavailable as e:
+            notes[label] = f"skipped: {e}"
+            continue
+        out.append(RunRecord(plan.model, case.name, case.cls, length, len(ids), label,
+                             peer.name, run, 0, plan.peer_k, list(r.tokens), r.prefill_s,
+                             r.decode_s, len(r.tokens)))
+    return out
+
+
+def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> BenchResult:
+    from ..loader import load
+    from ..measure import verify_cost_curve
+
+    if plan.runs < 1:
+        raise ValueError("--runs must be >= 1")
+    model, tok = load(plan.model, dtype=plan.dtype)
+    draft = None
+    if any("model" in c.draft_type.split(",") for c in plan.configs):
+        if not plan.draft_model:
+            raise ValueError("a 'model' config needs --draft-model")
+        draft = load(plan.draft_model, dtype=plan.dtype)
+    cases = [(fit_prompt(tok, w, n) if n else w, n) for w in plan.workloads
+             for n in plan.prompt_tokens]
+    k_max = max([c.k for c in plan.configs] + [plan.peer_k])
+    context = max(len(encode_prompt(tok, c.first_messages())) for c, _ in cases)
+    cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048))
+    peers, notes = _load_peers(plan)
+    result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes)
+    configs = [PLAIN, *plan.configs]
+    for case, length in cases:
+        ids = encode_prompt(tok, case.first_messages())
+        for run in range(plan.runs + 1):
+            for cfg in configs:
+                drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
+                turns = conversation(model, tok, case, drafter, cfg.k, case.max_tokens or plan.max_tokens)
+                for t, (prompt, res) in enumerate(turns):
+                    result.records.append(_record(plan, case, length, cfg.label, "specdec",
+                                                  run, t, cfg.k, res))
+                    if cfg.baseline and run == 1:
+                        result.cases[f"{case.name}|{length}|{t}"] = prompt
+                if progress:
+                    progress(f"{case.name}@{length or 'as written'} run {run} {cfg.label}")
+            for peer in peers:
+                result.records += _peer_runs(plan, peer, case, length, ids, run, notes)
+                if progress:
+                    progress(f"{case.name}@{length or 'as written'} run {run} {peer.name}")
+    result.diagnoses = _diagnose(model, tok, plan, result, cost, draft)
+    return result
+
+
+def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: Any,
+              draft: Any) -> list[dict]:
+    """For each (case, turn, config) of ours whose tokens differed from plain decoding:
+    the foundation's parity diagnosis (position, margins, verdict), re-run with
+    diagnostics on that turn's prompt. A later turn is re-run with a fresh drafter, so
+    memory carried from earlier turns is not reproduced: the verdict says so."""
+    from ..parity import diagnose
+    from .analysis import parity
+
+    by_label = {c.label: c for c in plan.configs}
+    max_tokens = {w.name: w.max_tokens or plan.max_tokens for w in plan.workloads}
+    out = []
+    for row in parity([r.to_dict() for r in result.records]):
+        if not row["mismatches"] or row["source"] != "specdec" or row["config"] not in by_label:
+            continue
+        cfg = by_label[row["config"]]
+        prompt = result.cases[f"{row['workload']}|{row['length']}|{row['turn']}"]
+        kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True)
+        plain = generate(model, tok, prompt, drafter=None, **kw)
+        spec = generate(model, tok, prompt, drafter=cfg.drafter(tok, cost=cost, draft=draft), **kw)
+        rep = diagnose(model, plain, spec, set(tok.eos_token_ids)).to_dict()
+        if row["turn"]:
+            rep["verdict"] += " (re-run of a later turn with a fresh drafter)"
+        out.append({**row, **rep})
+    return out
+
+
+def total_steps(plan: BenchPlan) -> int:
+    """How many progress ticks ``run_plan`` makes (for a progress bar)."""
+    per_rep = 1 + len(plan.configs) + len(plan.peers)
+    return len(plan.workloads) * len(plan.prompt_tokens) * (plan.runs + 1) * per_rep
+
+
+def asdict_plan(plan: BenchPlan) -> dict:
+    return dict(model=plan.model, workloads=[w.name for w in plan.workloads],
+                configs=[c.spec for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
+                runs=plan.runs, max_tokens=plan.max_tokens, peers=list(plan.peers),
+                peer_k=plan.peer_k, draft_model=plan.draft_model,
+                warm_table=plan.warm_table)
