@@ -8,8 +8,10 @@ Contract:
   kept tokens (``verify.greedy_accept`` at temperature 0, ``verify.rejection_sample`` +
   ``settle`` otherwise), after rolling the cache back past the rejected ones.
 Every Step carries the target's log-probability of each emitted token (raw
-``log_softmax`` of the logits, as mlx-lm reports them) and, with ``diagnostics``, the
-top-2 logit margin at each emitted position.
+``log_softmax`` of the logits, as mlx-lm reports them), with ``top_logprobs = n > 0`` the
+n most likely tokens at each emitted position as ``(token, logprob)`` pairs, best first
+(computed on the device only when asked, fetched in the step's one sync), and, with
+``diagnostics``, the top-2 logit margin at each emitted position.
 """
 
 from __future__ import annotations
@@ -33,6 +35,18 @@ class Step:
     fed: int
     logprobs: list[float]
     margins: list[float] | None = None
+    top: list[list[tuple[int, float]]] | None = None  # per emitted token, when asked
+
+
+def top_entries(logp: mx.array, n: int) -> list[mx.array]:
+    """Device arrays (ids, logprobs) of the ``n`` largest entries of each row of ``logp``
+    (unordered: ``sorted_top`` orders them on the host, where n is tiny)."""
+    ids = mx.argpartition(-logp, n - 1, axis=-1)[..., :n]
+    return [ids, mx.take_along_axis(logp, ids, axis=-1)]
+
+
+def sorted_top(ids: list, vals: list) -> list[tuple[int, float]]:
+    return sorted(zip(ids, vals), key=lambda p: -p[1])
 
 
 def top2_margin(logits: mx.array) -> mx.array:
@@ -60,6 +74,7 @@ def plain_steps(
     params: SamplingParams,
     rng: Rng | None,
     diagnostics: bool,
+    top_logprobs: int = 0,
 ) -> Iterator[Step]:
     # the penalty window lives on the device so the pipelined loop never waits for it
     window = mx.array(list(context[-params.repetition_context_size :]), dtype=mx.int32)
@@ -72,16 +87,19 @@ def plain_steps(
         if params.repetition_penalty != 1.0:
             tail = mx.concatenate([window, y.reshape(1).astype(mx.int32)])
             window = tail[-params.repetition_context_size :]
-        out = [y, logits[y] - mx.logsumexp(logits)]
-        return out + ([top2_margin(logits)] if diagnostics else [])
+        lse = mx.logsumexp(logits)
+        out = [y, logits[y] - lse] + ([top2_margin(logits)] if diagnostics else [])
+        return out + (top_entries(logits - lse, top_logprobs) if top_logprobs else [])
 
     cur = forward(mx.array([context[-1]]))
     mx.async_eval(*cur)
     while True:
         nxt = forward(cur[0])  # queued on the still-unevaluated token
         mx.async_eval(*nxt)
-        vals = [a.item() for a in cur]  # waits for this step only
-        yield Step([vals[0]], 0, 0, 1, [vals[1]], vals[2:] or None)
+        vals = [a.tolist() for a in cur]  # waits for this step only
+        margins = [vals[2]] if diagnostics else None
+        top = [sorted_top(*vals[-2:])] if top_logprobs else None
+        yield Step([vals[0]], 0, 0, 1, [vals[1]], margins, top)
         cur = nxt
 
 
@@ -113,6 +131,7 @@ def spec_steps(
     params: SamplingParams,
     rng: Rng | None,
     diagnostics: bool,
+    top_logprobs: int = 0,
 ) -> Iterator[Step]:
     """Draft, verify, roll back. ``context`` grows by the emitted tokens of each step;
     ``budget[0]`` is the number of tokens still wanted (drafting past it is waste)."""
@@ -139,8 +158,12 @@ def spec_steps(
         arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
         if diagnostics:
             arrays.append(top2_margin(logits))
+        if top_logprobs:
+            arrays += top_entries(logp, top_logprobs)
         mx.eval(*arrays)
-        acc, fx, lp_draft, lp_fix, *mg = (a.tolist() for a in arrays)  # the step's one sync
+        acc, fx, lp_draft, lp_fix, *rest = (a.tolist() for a in arrays)  # the step's one sync
+        mg = rest.pop(0) if diagnostics else None
+        top_ids, top_vals = rest if top_logprobs else (None, None)
         if params.greedy:
             accepted, emitted = greedy_accept(draft, fx)
         else:
@@ -149,5 +172,6 @@ def spec_steps(
         trim(cache, len(draft) - accepted)
         context.extend(emitted)
         logprobs = lp_draft[:accepted] + [lp_fix[accepted]]
-        margins = mg[0][: accepted + 1] if mg else None
-        yield Step(emitted, len(draft), accepted, len(block), logprobs, margins)
+        margins = mg[: accepted + 1] if mg is not None else None
+        top = [sorted_top(top_ids[i], top_vals[i]) for i in range(accepted + 1)] if top_logprobs else None
+        yield Step(emitted, len(draft), accepted, len(block), logprobs, margins, top)
