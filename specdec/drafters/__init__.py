@@ -44,7 +44,8 @@ def _one(name: str, eos: frozenset, opts: Mapping[str, Any]) -> Drafter:
     if name == "suffix":
         from .suffix import SuffixDrafter
 
-        return SuffixDrafter(max_history_tokens=opts.get("suffix_history", 32768), eos=eos)
+        return SuffixDrafter(max_history_tokens=opts.get("suffix_history", 32768), eos=eos,
+                             history=opts.get("history"))
     if name == "model":
         from .draft_model import DraftModelDrafter
 
@@ -74,8 +75,9 @@ def make_drafter(
     """A fresh drafter for ``spec`` ("none", a type, or "a,b,c" — first non-empty wins).
 
     ``opts``: ngram_min, ngram_max, tokenizer, table (ngram-mod), suffix_history,
-    draft_model, draft_tokenizer, temperature, seed. ``gate`` wraps it in the prompt and
-    runtime gate; ``adaptive_k`` (a verify cost curve {L: seconds}) in adaptive k.
+    history (a shared ``SuffixHistory`` for suffix), draft_model, draft_tokenizer,
+    temperature, seed. ``gate`` wraps it in the prompt and runtime gate; ``adaptive_k``
+    (a verify cost curve {L: seconds}) in adaptive k.
     """
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if names == ["none"]:

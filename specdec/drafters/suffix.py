@@ -34,17 +34,30 @@ follow) branches more as the text grows, since picking the most frequent followe
 them all. The history automaton is extended when a request is added and
 rebuilt (O(window)) only when the FIFO window evicts a request, since automata cannot
 forget text.
+
+Sharing and persistence: the history window is a ``SuffixHistory``, which several indexes
+(drafters) may share, and which saves to / loads from a file atomically, refusing a file
+written with another tokenizer (see its docstring).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import zipfile
 from collections import deque
 from typing import Iterable, Sequence
+
+import numpy as np
+
+from .ngram_mod import _atomic_write
 
 DEFAULT_COUNT_CAP = 64
 DEFAULT_MAX_HISTORY_TOKENS = 32768
 DEFAULT_ALPHA = 1.0
+HISTORY_FORMAT = "specdec-suffix-history"
+HISTORY_VERSION = 1
 
 
 def draft_length(match_len: int, k: int, alpha: float = DEFAULT_ALPHA) -> int:
@@ -265,69 +278,190 @@ class SuffixAutomaton:
         return out
 
 
-class SuffixIndex:
-    """The live automaton of the current request plus one over a FIFO window of earlier
-    requests, answering ``suffix_proposal`` queries with ``lookup``.
+class SuffixHistory:
+    """A FIFO window of earlier requests (documents) and one automaton over them.
 
-    ``history`` holds the documents of ``docs`` (oldest first), each followed by a separator
-    token unique in that automaton, so no match can span two documents. The longest suffix
-    of the live text occurring in the history is tracked as each live token arrives.
+    One history may back many ``SuffixIndex``es (a server shares one across its requests);
+    it must only change (``add``) while none of them is answering a lookup — the server
+    changes it on its one inference thread between requests. ``version`` counts changes,
+    so an index whose match state predates one re-matches its live text (a new document
+    may hold a longer match; a rebuild replaces the automaton its state points into).
+
+    ``save(path, tokenizer_fingerprint=...)`` writes the documents atomically (temp file
+    in the same directory, fsync, ``os.replace``); ``load`` refuses a file written with
+    another tokenizer (``ValueError``) and rebuilds the automaton, keeping the newest
+    documents that fit ``max_tokens``.
+    """
+
+    def __init__(
+        self,
+        max_tokens: int = DEFAULT_MAX_HISTORY_TOKENS,
+        count_cap: int = DEFAULT_COUNT_CAP,
+    ):
+        if max_tokens < 0:
+            raise ValueError(f"max_history_tokens must be >= 0, got {max_tokens}")
+        self.max_tokens = max_tokens
+        self.count_cap = count_cap
+        self.docs: deque[list[int]] = deque()
+        self.tokens = 0  # sum of len(docs), separators excluded
+        self.automaton = SuffixAutomaton(count_cap)
+        self.version = 0
+
+    def _add_doc(self, doc: list[int]) -> None:
+        self.automaton.extend(doc)
+        # A separator unique in this automaton: its position, negated (tokens are >= 0).
+        self.automaton.append(-1 - len(self.automaton.tokens))
+
+    def add(self, doc: Sequence[int]) -> None:
+        """Append one request's tokens (FIFO by request; a request longer than the whole
+        window keeps its latest tokens)."""
+        budget = self.max_tokens
+        if budget <= 0 or not doc:
+            return
+        doc = [int(t) for t in doc[-budget:]]
+        self.docs.append(doc)
+        self.tokens += len(doc)
+        self.version += 1
+        if self.tokens <= budget:
+            self._add_doc(doc)
+            return
+        while self.tokens > budget:
+            self.tokens -= len(self.docs.popleft())
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        # An automaton cannot forget text: rebuild it over the window that is left.
+        self.automaton = SuffixAutomaton(self.count_cap)
+        for d in self.docs:
+            self._add_doc(d)
+        self.version += 1
+
+    def save(self, path: str | os.PathLike, *, tokenizer_fingerprint: str) -> None:
+        if not tokenizer_fingerprint:
+            raise ValueError("saving a suffix history needs the tokenizer fingerprint")
+        meta = {"format": HISTORY_FORMAT, "version": HISTORY_VERSION,
+                "tokenizer_fingerprint": tokenizer_fingerprint}
+        docs = list(self.docs)
+        flat = np.fromiter((t for d in docs for t in d), dtype=np.int64, count=self.tokens)
+        lengths = np.array([len(d) for d in docs], dtype=np.int64)
+        _atomic_write(os.fspath(path), lambda f: np.savez(
+            f, meta=np.array(json.dumps(meta)), tokens=flat, lengths=lengths))
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike,
+        *,
+        tokenizer_fingerprint: str,
+        max_tokens: int = DEFAULT_MAX_HISTORY_TOKENS,
+        count_cap: int = DEFAULT_COUNT_CAP,
+    ) -> SuffixHistory:
+        path = os.fspath(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(str(z["meta"]))
+                flat, lengths = z["tokens"], z["lengths"]
+        except (zipfile.BadZipFile, KeyError, ValueError, EOFError, AttributeError) as e:
+            raise ValueError(f"{path} is not a readable suffix history file ({e})") from e
+        if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
+            HISTORY_FORMAT, HISTORY_VERSION
+        ):
+            raise ValueError(f"{path}: not a {HISTORY_FORMAT} version {HISTORY_VERSION} file")
+        if meta.get("tokenizer_fingerprint") != tokenizer_fingerprint:
+            raise ValueError(
+                f"{path} was written with tokenizer {meta.get('tokenizer_fingerprint')}, not "
+                f"{tokenizer_fingerprint}: its token ids mean other text. Delete it or use "
+                "a history saved with this tokenizer."
+            )
+        if lengths.sum() != len(flat) or (len(lengths) and lengths.min() < 1) or (
+            len(flat) and flat.min() < 0
+        ):
+            raise ValueError(f"{path}: document lengths do not match its tokens; delete it")
+        history = cls(max_tokens, count_cap)
+        docs = np.split(flat, np.cumsum(lengths)[:-1]) if len(lengths) else []
+        kept: list[list[int]] = []
+        for d in reversed(docs):  # the newest documents that fit, in their FIFO order
+            if history.tokens + len(d) > max_tokens:
+                break
+            kept.append(d.tolist())
+            history.tokens += len(d)
+        history.docs.extend(reversed(kept))
+        history._rebuild()
+        return history
+
+
+class SuffixIndex:
+    """The live automaton of the current request plus a ``SuffixHistory`` of earlier
+    requests (its own, or one shared with other indexes), answering ``suffix_proposal``
+    queries with ``lookup``.
+
+    The history's documents are each followed by a separator token unique in its
+    automaton, so no match can span two documents. The longest suffix of the live text
+    occurring in the history is tracked as each live token arrives.
     """
 
     def __init__(
         self,
         max_history_tokens: int = DEFAULT_MAX_HISTORY_TOKENS,
         count_cap: int = DEFAULT_COUNT_CAP,
+        history: SuffixHistory | None = None,
     ):
-        self.max_history_tokens = max_history_tokens
+        self.store = history if history is not None else SuffixHistory(max_history_tokens, count_cap)
+        self.max_history_tokens = self.store.max_tokens
         self.count_cap = count_cap
-        self.docs: deque[list[int]] = deque()
-        self.history_tokens = 0  # sum of len(docs), separators excluded
-        self.history = SuffixAutomaton(count_cap)
         self.live = SuffixAutomaton(count_cap)
         self._hist_state = self._hist_len = 0
+        self._hist_version = self.store.version
 
     @property
     def tokens(self) -> list[int]:
         return self.live.tokens
 
+    @property
+    def docs(self) -> deque[list[int]]:
+        return self.store.docs
+
+    @property
+    def history(self) -> SuffixAutomaton:
+        return self.store.automaton
+
+    @property
+    def history_tokens(self) -> int:
+        return self.store.tokens
+
     def extend(self, tokens: Iterable[int]) -> None:
-        live, hist = self.live, self.history
+        if self._hist_version != self.store.version:
+            self._rematch()
+        live, hist = self.live, self.store.automaton
         s, m = self._hist_state, self._hist_len
         for t in tokens:
             live.append(t)
             s, m = hist.advance(s, m, t)
         self._hist_state, self._hist_len = s, m
 
-    def _add_doc(self, doc: list[int]) -> None:
-        self.history.extend(doc)
-        # A separator unique in this automaton: its position, negated (tokens are >= 0).
-        self.history.append(-1 - len(self.history.tokens))
+    def _rematch(self) -> None:
+        """The shared history changed since our match state was computed: match the live
+        text against it from scratch (O(live length), once per change)."""
+        hist, s, m = self.store.automaton, 0, 0
+        for t in self.live.tokens:
+            s, m = hist.advance(s, m, t)
+        self._hist_state, self._hist_len = s, m
+        self._hist_version = self.store.version
 
     def new_request(self) -> None:
         """Move the current request's tokens into the history window (FIFO by request) and
         start an empty live text."""
-        doc, budget = self.live.tokens, self.max_history_tokens
+        doc = self.live.tokens
         self.live = SuffixAutomaton(self.count_cap)
         self._hist_state = self._hist_len = 0
-        if budget <= 0 or not doc:
-            return
-        doc = doc[-budget:]  # a request longer than the whole window keeps its latest tokens
-        self.docs.append(doc)
-        self.history_tokens += len(doc)
-        if self.history_tokens <= budget:
-            self._add_doc(doc)
-            return
-        while self.history_tokens > budget:
-            self.history_tokens -= len(self.docs.popleft())
-        # An automaton cannot forget text: rebuild it over the window that is left.
-        self.history = SuffixAutomaton(self.count_cap)
-        for d in self.docs:
-            self._add_doc(d)
+        self.store.add(doc)
+        self._hist_version = self.store.version
 
     def match(self) -> tuple[int, SuffixAutomaton, int]:
         """(length, automaton, state) of the match a proposal follows: the longer of the live
         and the history match, the live one on ties."""
+        if self._hist_version != self.store.version:
+            self._rematch()
         live_state, live_len = self.live.longest_earlier()
         hist_state, hist_len = self.history.with_follower(self._hist_state, self._hist_len)
         if hist_len > live_len:
@@ -349,7 +483,9 @@ class SuffixDrafter:
     A context that does not extend the previous one starts a new request, moving the
     previous request's tokens (as far as this drafter saw them) into the history window; a
     context that does extend it (a follow-up turn that resends the conversation) simply
-    continues the live index.
+    continues the live index. ``history`` shares one ``SuffixHistory`` between drafters
+    (one per request, as the server builds them); its owner then adds finished requests
+    with ``history.add`` and ``max_history_tokens`` is the history's own.
     """
 
     name = "suffix"
@@ -361,6 +497,7 @@ class SuffixDrafter:
         alpha: float = DEFAULT_ALPHA,
         eos: Iterable[int] = (),
         count_cap: int = DEFAULT_COUNT_CAP,
+        history: SuffixHistory | None = None,
     ):
         if max_history_tokens < 0:
             raise ValueError(f"max_history_tokens must be >= 0, got {max_history_tokens}")
@@ -370,7 +507,7 @@ class SuffixDrafter:
             raise ValueError(f"count_cap must be >= 1, got {count_cap}")
         self.alpha = alpha
         self.eos = frozenset(eos)
-        self.index = SuffixIndex(max_history_tokens, count_cap)
+        self.index = SuffixIndex(max_history_tokens, count_cap, history)
 
     def _sync(self, context: Sequence[int]) -> None:
         seen = self.index.tokens
