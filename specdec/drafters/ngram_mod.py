@@ -49,12 +49,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
-import zipfile
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+from .persist import atomic_write, read_npz
 
 MULT = 6364136223846793005  # Knuth's MMIX LCG multiplier, as in the published ngram-mod
 _MASK = (1 << 64) - 1
@@ -229,7 +229,7 @@ class NgramModTable:
             tokens = self._slots[used]
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "n": self.n, "size": self.size,
                 "tokenizer_fingerprint": fp}
-        _atomic_write(os.fspath(path), lambda f: np.savez(
+        atomic_write(os.fspath(path), lambda f: np.savez(
             f, meta=np.array(json.dumps(meta)), used=used.astype(np.int64), tokens=tokens))
 
     @classmethod
@@ -248,25 +248,12 @@ class NgramModTable:
 
 
 def _read_table_file(path: str) -> tuple[dict, np.ndarray, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            used, tokens = z["used"], z["tokens"]
-    except (zipfile.BadZipFile, KeyError, ValueError, EOFError, AttributeError) as e:
-        raise ValueError(f"{path} is not a readable ngram-mod table file ({e})") from e
-    if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
-        FORMAT, FORMAT_VERSION
-    ):
-        got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else meta
-        raise ValueError(
-            f"{path}: format/version {got!r}; this specdec reads {FORMAT!r} version "
-            f"{FORMAT_VERSION}. Rebuild the table."
-        )
+    meta, arrays = read_npz(path, "ngram-mod table", FORMAT, FORMAT_VERSION, ("used", "tokens"))
     if not all(isinstance(meta.get(k), int) for k in ("n", "size")) or not isinstance(
         meta.get("tokenizer_fingerprint"), str
     ):
         raise ValueError(f"{path}: header lacks n, size or tokenizer_fingerprint; rebuild it")
-    return meta, used, tokens
+    return meta, arrays["used"], arrays["tokens"]
 
 
 def _check_fingerprint(path: str, stored: str, given: str) -> None:
@@ -280,35 +267,6 @@ def _check_fingerprint(path: str, stored: str, given: str) -> None:
             f"fingerprint is {given}: token ids differ, so its n-grams would be wrong. "
             "Use a table saved with this tokenizer, or start from an empty NgramModTable."
         )
-
-
-def _atomic_write(path: str, write: Any) -> None:
-    """``write(fileobj)`` into a temp file beside ``path``, fsync it, then rename over
-    ``path``: readers see the old file or the complete new one (rename is atomic within
-    a directory, hence the same directory), and fsync makes the rename not outrun the data."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # persist the rename itself; not all filesystems allow fsync on a directory
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

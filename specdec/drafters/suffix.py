@@ -45,13 +45,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import zipfile
 from collections import deque
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from .ngram_mod import _atomic_write
+from .persist import atomic_write, read_npz
 
 DEFAULT_COUNT_CAP = 64
 DEFAULT_MAX_HISTORY_TOKENS = 32768
@@ -344,7 +343,7 @@ class SuffixHistory:
         docs = list(self.docs)
         flat = np.fromiter((t for d in docs for t in d), dtype=np.int64, count=self.tokens)
         lengths = np.array([len(d) for d in docs], dtype=np.int64)
-        _atomic_write(os.fspath(path), lambda f: np.savez(
+        atomic_write(os.fspath(path), lambda f: np.savez(
             f, meta=np.array(json.dumps(meta)), tokens=flat, lengths=lengths))
 
     @classmethod
@@ -357,16 +356,9 @@ class SuffixHistory:
         count_cap: int = DEFAULT_COUNT_CAP,
     ) -> SuffixHistory:
         path = os.fspath(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                meta = json.loads(str(z["meta"]))
-                flat, lengths = z["tokens"], z["lengths"]
-        except (zipfile.BadZipFile, KeyError, ValueError, EOFError, AttributeError) as e:
-            raise ValueError(f"{path} is not a readable suffix history file ({e})") from e
-        if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
-            HISTORY_FORMAT, HISTORY_VERSION
-        ):
-            raise ValueError(f"{path}: not a {HISTORY_FORMAT} version {HISTORY_VERSION} file")
+        meta, arrays = read_npz(path, "suffix history", HISTORY_FORMAT, HISTORY_VERSION,
+                                ("tokens", "lengths"))
+        flat, lengths = arrays["tokens"], arrays["lengths"]
         if meta.get("tokenizer_fingerprint") != tokenizer_fingerprint:
             raise ValueError(
                 f"{path} was written with tokenizer {meta.get('tokenizer_fingerprint')}, not "
