@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--max-len", type=int, default=17)
     cost.add_argument("--num-draft-tokens", type=int, default=4)
     cost.add_argument("--json", action="store_true")
+    from .server.cli import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 
@@ -203,6 +206,12 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .server.cli import cmd_serve
+
+    return cmd_serve(args)
+
+
 def _load_error() -> type[Exception]:
     from .loader import ModelLoadError
 
@@ -216,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
     try:
-        handler = {"generate": cmd_generate, "parity": cmd_parity, "cost": cmd_cost}[args.command]
+        handler = {"generate": cmd_generate, "parity": cmd_parity, "cost": cmd_cost,
+                   "serve": _cmd_serve}[args.command]
         return handler(args)
     except (ValueError, FileNotFoundError, _load_error()) as e:
         print(f"specdec: error: {e}", file=sys.stderr)

@@ -1,0 +1,247 @@
+"""The FastAPI application: OpenAI-compatible routes in front of the inference worker.
+
+Contract: ``create_app(cfg, worker, metrics)`` returns the ASGI app to serve:
+``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or Server-Sent Events
+ending with ``data: [DONE]`` when ``stream`` is true), ``GET /v1/models`` (and
+``/v1/models/{id}``), ``GET /health`` and ``GET /metrics``. A request is checked
+completely before it is queued: the body (``schemas``), the model name (404), the prompt
+(tokenized here, under the worker's tokenizer lock) against the model's context length
+(400 ``context_length_exceeded`` with the numbers), the speculation options, then the
+queue (503 + Retry-After). A stream's HTTP status is sent with its first event, so an
+error that happens before the first token is still a proper error status. A client that
+disconnects, queued or generating, has its job cancelled. The app's shutdown stops the
+worker, which saves the shared memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..sampling import SamplingParams
+from ..text import encode_prompt
+from .config import ServerConfig
+from .errors import APIError, install_handlers
+from .metrics import CONTENT_TYPE, Metrics
+from .middleware import wrap
+from .responses import SSE_DONE, Responder, sse
+from .schemas import ChatCompletionRequest, CompletionRequest
+from .worker import DoneEvent, ErrorEvent, GenRequest, InferenceWorker, Job, TokenEvent
+
+CLIENT_CLOSED = 499  # nginx's status for "the client went away"; only metrics ever see it
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class DisconnectWatch:
+    """Calls ``on_disconnect`` when the client goes away (a queued request sends nothing,
+    so waiting for a failed write would never notice)."""
+
+    def __init__(self, receive: Callable, on_disconnect: Callable[[], None]):
+        self._task = asyncio.create_task(self._watch(receive, on_disconnect))
+
+    @staticmethod
+    async def _watch(receive: Callable, on_disconnect: Callable[[], None]) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        on_disconnect()
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+class Api:
+    """The routes' logic, bound to one worker (kept out of closures so it reads top-down)."""
+
+    def __init__(self, cfg: ServerConfig, worker: InferenceWorker):
+        self.cfg, self.worker = cfg, worker
+
+    def check_model(self, name: str) -> None:
+        if name != self.cfg.model_id:
+            raise APIError(404, f"The model {name!r} does not exist here; this server serves "
+                           f"{self.cfg.model_id!r} (GET /v1/models).", param="model",
+                           code="model_not_found")
+
+    async def prompt_ids(self, body: ChatCompletionRequest | CompletionRequest) -> list[int]:
+        chat = isinstance(body, ChatCompletionRequest)
+        param = "messages" if chat else "prompt"
+        prompt = body.chat_messages() if chat else body.prompt
+        if not chat and isinstance(prompt, list) and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+            bad = [t for t in prompt if not 0 <= t < self.worker.vocab_size]
+            if bad:
+                raise APIError(400, f"prompt token ids must lie in [0, {self.worker.vocab_size}); "
+                               f"got {bad[0]}", param=param)
+            return list(prompt)
+
+        def encode() -> list[int]:
+            with self.worker.tokenizer_lock:
+                return encode_prompt(self.worker.tokenizer, prompt, chat=chat)
+
+        try:
+            ids = await run_in_threadpool(encode)
+        except ValueError as e:
+            raise APIError(400, str(e), param=param) from e
+        if not ids:
+            raise APIError(400, f"the {param} encode to no tokens; send some text", param=param)
+        return ids
+
+    def max_tokens(self, asked: int | None, n_prompt: int, param: str) -> int:
+        ctx = self.worker.context_length
+        want = asked if asked is not None else min(self.cfg.max_tokens, ctx - n_prompt)
+        if n_prompt + max(want, 1) > ctx:
+            raise APIError(
+                400, f"This model's maximum context length is {ctx} tokens. However, you "
+                f"requested {n_prompt + max(want, 1)} tokens ({n_prompt} in the {param}, "
+                f"{max(want, 1)} in the completion). Please reduce the length of the {param} "
+                "or the completion (max_tokens).", param=param, code="context_length_exceeded")
+        return want
+
+    async def gen_request(self, body: ChatCompletionRequest | CompletionRequest) -> GenRequest:
+        chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
+        ids = await self.prompt_ids(body)
+        max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
+                                     "messages" if chat else "prompt")
+        try:
+            spec = cfg.speculation.merged(body.speculative)
+        except ValueError as e:
+            raise APIError(400, str(e), param="speculative") from e
+        if "model" in spec.draft_type.split(",") and self.worker.draft_model is None:
+            raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
+                           param="speculative.draft_type")
+        logprobs = body.logprobs if chat else body.logprobs is not None
+        top = (body.top_logprobs or 0) if chat else (body.logprobs or 0)
+        sampling = SamplingParams(
+            temperature=_or(body.temperature, cfg.temp), top_p=_or(body.top_p, cfg.top_p),
+            top_k=_or(body.top_k, cfg.top_k), min_p=_or(body.min_p, cfg.min_p), seed=body.seed,
+            repetition_penalty=_or(body.repetition_penalty, 1.0))
+        try:
+            sampling.validate()
+        except ValueError as e:
+            raise APIError(400, str(e)) from e
+        return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
+                          top_logprobs=top)
+
+    async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
+        self.check_model(body.model)
+        gen = await self.gen_request(body)
+        job = Job(gen, asyncio.get_running_loop())
+        self.worker.submit(job)
+        watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
+        chat = isinstance(body, ChatCompletionRequest)
+        responder = Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs)
+        try:
+            first = await job.events.get()
+        except BaseException:
+            watch.stop()
+            self.worker.cancel(job)
+            raise
+        if isinstance(first, ErrorEvent) or (isinstance(first, DoneEvent) and first.finish_reason == "cancelled"):
+            watch.stop()
+            return _answer_without_tokens(first)
+        if not body.stream:
+            return await self._whole(job, responder, first, watch)
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        return StreamingResponse(self._events(job, responder, first, watch, usage),
+                                 media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def _whole(self, job: Job, responder: Responder, event: Any, watch: DisconnectWatch) -> Response:
+        tokens: list[TokenEvent] = []
+        try:
+            while isinstance(event, TokenEvent):
+                tokens.append(event)
+                event = await job.events.get()
+        finally:
+            watch.stop()
+            self.worker.cancel(job)  # a no-op unless this handler was itself cancelled
+        if isinstance(event, ErrorEvent) or event.finish_reason == "cancelled":
+            return _answer_without_tokens(event)
+        return JSONResponse(responder.whole(tokens, event))
+
+    async def _events(self, job: Job, responder: Responder, event: Any, watch: DisconnectWatch,
+                      include_usage: bool) -> AsyncIterator[str]:
+        try:
+            opening = responder.first_chunk()
+            if opening is not None:
+                yield sse(opening)
+            while isinstance(event, TokenEvent):
+                yield sse(responder.token_chunk(event))
+                event = await job.events.get()
+            if isinstance(event, ErrorEvent):
+                yield sse(event.error.body())
+            elif event.finish_reason != "cancelled":
+                yield sse(responder.final_chunk(event))
+                if include_usage:
+                    yield sse(responder.usage_chunk(event))
+            yield SSE_DONE
+        finally:
+            watch.stop()
+            self.worker.cancel(job)  # the client left mid-stream (a no-op when finished)
+
+
+def _or(value: Any, default: Any) -> Any:
+    """An omitted request parameter takes the server's default."""
+    return default if value is None else value
+
+
+def _answer_without_tokens(event: ErrorEvent | DoneEvent) -> Response:
+    if isinstance(event, ErrorEvent):
+        return JSONResponse(event.error.body(), status_code=event.error.status,
+                            headers=event.error.headers)
+    return Response(status_code=CLIENT_CLOSED)  # cancelled: nobody is there to read it
+
+
+def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> Any:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(worker.stop)
+
+    app = FastAPI(title="specdec", description="OpenAI-compatible speculative decoding server",
+                  lifespan=lifespan)
+    install_handlers(app)
+    api = Api(cfg, worker)
+    metrics.watch(lambda: len(worker.queue), lambda: worker.running is not None)
+    _routes(app, api, cfg, worker, metrics)
+    return wrap(app, metrics, cfg.api_key, cfg.max_body_bytes)
+
+
+def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
+            metrics: Metrics) -> None:
+    model_card = {"id": cfg.model_id, "object": "model", "created": 0, "owned_by": "specdec",
+                  "context_length": worker.context_length}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        return await api.complete(request, body)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        return await api.complete(request, body)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [model_card]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict:
+        api.check_model(model_id)
+        return model_card
+
+    @app.get("/health")
+    async def health() -> Response:
+        body = {"status": "ok" if worker.alive else "stopping", "model": cfg.model_id,
+                "context_length": worker.context_length, "queue_depth": len(worker.queue),
+                "queue_size": cfg.queue_size, "running": worker.running is not None,
+                "memory": worker.memory.info()}
+        return JSONResponse(body, status_code=200 if worker.alive else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)

@@ -1,0 +1,86 @@
+"""``specdec serve``: its flags and its entry point.
+
+Contract: ``add_serve_parser(subparsers)`` adds the ``serve`` subcommand (the drafter and
+sampling flags keep ``specdec generate``'s names and defaults, except ``--draft-type``,
+whose default here is ``suffix``: it drafts from the request and from the shared history
+of earlier requests). ``cmd_serve(args)`` validates the flags, loads the model on the
+inference thread, then serves with uvicorn until SIGINT/SIGTERM, after which the worker
+stops and the shared memory is saved. Errors in flags, model or memory file raise
+``ValueError`` / ``ModelLoadError`` before anything listens (``specdec`` prints them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..config import DTYPES
+from ..drafters import DRAFT_TYPES
+
+
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with speculative decoding")
+    p.add_argument("--model", default="smollm2-135m", help="packaged name, .gguf path or mlx-lm dir")
+    p.add_argument("--served-model-name", help="the id clients send as 'model' (default: --model)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (or $SPECDEC_API_KEY)")
+    p.add_argument("--draft-type", default="suffix",
+                   help=f"default drafter: one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix")
+    p.add_argument("--num-draft-tokens", type=int, default=4, help="default draft length k")
+    p.add_argument("--ngram-min", type=int, default=1)
+    p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--draft-model", help="load this draft model so requests may use draft_type model")
+    p.add_argument("--gate", action="store_true", help="default: skip drafting on non-repetitive prompts")
+    p.add_argument("--gate-threshold", type=float, default=0.02)
+    p.add_argument("--adaptive-k", action="store_true", help="default: choose k per step")
+    p.add_argument("--suffix-history", type=int, default=32768,
+                   help="tokens of earlier requests the shared suffix history keeps")
+    p.add_argument("--memory-file",
+                   help="load the shared ngram-mod table from FILE and the suffix history from "
+                        "FILE.suffix at start; save both there periodically and at shutdown")
+    p.add_argument("--save-interval", type=float, default=60.0,
+                   help="seconds between saves of a changed memory (0: only at shutdown)")
+    p.add_argument("--queue-size", type=int, default=64,
+                   help="requests that may wait for the model; more get 503 + Retry-After")
+    p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger bodies get 413")
+    p.add_argument("--max-tokens", "-m", type=int, default=256,
+                   help="completion length when a request gives none (capped by the context)")
+    p.add_argument("--context-length", type=int, default=None,
+                   help="override the model's context length (max_position_embeddings)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature when a request gives none")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+    from .config import ServerConfig
+    from .metrics import Metrics
+    from .worker import InferenceWorker
+
+    cfg = ServerConfig.from_args(args)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    metrics = Metrics()
+    worker = InferenceWorker(cfg, metrics)
+    worker.start()  # loads the model and the memory; raises before we listen
+    info = worker.memory.info()
+    logging.getLogger("specdec.server").info(
+        "serving %s (context %d) on http://%s:%d, draft type %s, memory %s (%d table slots, "
+        "%d history tokens loaded)", cfg.model_id, worker.context_length, cfg.host, cfg.port,
+        cfg.speculation.draft_type, cfg.memory_file or "in RAM only",
+        info["loaded"]["table_slots"], info["loaded"]["history_tokens"])
+    app = create_app(cfg, worker, metrics)
+    try:
+        # graceful-shutdown timeout: open streams are cancelled (their jobs with them)
+        # instead of holding shutdown, and the memory save, for minutes
+        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
+                    timeout_graceful_shutdown=5, access_log=False)
+    finally:
+        worker.stop()  # idempotent; also covers a uvicorn that failed to bind
+    return 0

@@ -1,0 +1,118 @@
+"""The server's shared speculative memory: one ngram-mod table and one suffix history.
+
+Contract:
+- ``SharedMemory.open(path, tokenizer, history_tokens)`` loads the memory saved at
+  ``path`` (the ngram-mod table, in the format ``specdec generate --ngram-mod-file``
+  reads) and ``path + ".suffix"`` (the suffix history), or starts empty when a file is
+  missing. A file that exists but cannot be used (corrupt, another tokenizer) is an
+  error saying what to do: never silently replaced by an empty memory.
+- ``commit(tokens)`` adds one finished request (prompt + completion) to both memories,
+  whatever drafter the request used, so later requests can draft from it. The caller
+  (the inference thread) is the only one that changes or saves the memory.
+- ``save()`` writes both files when something changed since the last save. Each file is
+  first written completely to a staging file in the same directory (fsynced), then moved
+  over the old one with ``os.replace``, then the directory is fsynced: a process killed
+  at any point leaves, for each file, the old or the new version, never a torn one.
+  Leftover staging files of a killed save are removed by the next ``open``.
+- Test hook: with ``SPECDEC_SERVE_SAVE_PAUSE_S`` set, each save sleeps that long between
+  writing its staging file and the replace, so a test can SIGKILL it exactly there.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
+from ..drafters.persist import fsync_dir
+from ..drafters.suffix import SuffixHistory
+
+log = logging.getLogger("specdec.server")
+PAUSE_ENV = "SPECDEC_SERVE_SAVE_PAUSE_S"
+
+
+def staged_replace(path: str, write: Callable[[str], None]) -> None:
+    """``write(staging_path)`` must leave a complete, fsynced file there; it then
+    replaces ``path`` atomically (see the module contract)."""
+    directory, base = os.path.split(os.path.abspath(path))
+    staging = os.path.join(directory, f".{base}.staging")
+    write(staging)
+    pause = float(os.environ.get(PAUSE_ENV) or 0)
+    if pause > 0:
+        log.warning("test hook %s: pausing %.1fs before replacing %s", PAUSE_ENV, pause, path)
+        time.sleep(pause)
+    os.replace(staging, path)
+    fsync_dir(directory)
+
+
+def _remove_stale_staging(path: str) -> None:
+    directory, base = os.path.split(os.path.abspath(path))
+    # ".<base>.staging" and the writers' own temp files ("..<base>.staging.*.tmp")
+    for stale in glob.glob(os.path.join(directory, f".*{glob.escape(base)}*.staging*")):
+        log.warning("removing %s, left by a save that was killed", stale)
+        os.unlink(stale)
+
+
+class SharedMemory:
+    """See the module docstring."""
+
+    def __init__(self, table: NgramModTable, history: SuffixHistory, fingerprint: str,
+                 path: str | None):
+        self.table, self.history, self.fingerprint, self.path = table, history, fingerprint, path
+        self.dirty = False
+        self.saves = 0
+        self.last_save: float | None = None
+        self.loaded = {"table_slots": table.used, "history_tokens": history.tokens}
+
+    @classmethod
+    def open(cls, path: str | None, tokenizer: Any, history_tokens: int) -> SharedMemory:
+        fp = tokenizer_fingerprint(tokenizer)
+        table, history = NgramModTable(tokenizer_fingerprint=fp), SuffixHistory(history_tokens)
+        if path is None:
+            return cls(table, history, fp, None)
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise ValueError(f"--memory-file {path}: directory {directory} does not exist or "
+                             "is not writable; create it or choose another path")
+        _remove_stale_staging(path)
+        try:
+            if os.path.exists(path):
+                table = NgramModTable.load(path, tokenizer_fingerprint=fp)
+            if os.path.exists(cls.history_path(path)):
+                history = SuffixHistory.load(cls.history_path(path), tokenizer_fingerprint=fp,
+                                             max_tokens=history_tokens)
+        except ValueError as e:
+            raise ValueError(f"--memory-file {path}: {e} (or pass another --memory-file)") from e
+        return cls(table, history, fp, path)
+
+    @staticmethod
+    def history_path(path: str) -> str:
+        return path + ".suffix"
+
+    def commit(self, tokens: list[int]) -> None:
+        if len(tokens) > self.table.n:
+            self.table.insert(tokens)
+        self.history.add(tokens)
+        self.dirty = True
+
+    def save(self) -> bool:
+        """Write both files if anything changed; returns whether it wrote."""
+        if self.path is None or not self.dirty:
+            return False
+        self.dirty = False  # commits during the save (none: same thread) would re-dirty it
+        fp = self.fingerprint
+        staged_replace(self.path, lambda p: self.table.save(p, tokenizer_fingerprint=fp))
+        staged_replace(self.history_path(self.path),
+                       lambda p: self.history.save(p, tokenizer_fingerprint=fp))
+        self.saves += 1
+        self.last_save = time.time()
+        return True
+
+    def info(self) -> dict[str, Any]:
+        return {"file": self.path, "table_slots_used": self.table.used,
+                "history_documents": len(self.history.docs), "history_tokens": self.history.tokens,
+                "loaded": self.loaded, "saves": self.saves, "last_save": self.last_save}

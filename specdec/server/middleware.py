@@ -1,0 +1,139 @@
+"""ASGI middleware around the FastAPI app: request counting, API key, body size limit.
+
+Contract (outermost first, as ``wrap`` stacks them):
+- ``CountRequests`` records every HTTP answer's status in the metrics, whatever produced
+  it (a middleware's 401/413 included).
+- ``RequireKey`` answers 401 to a ``/v1/...`` request whose ``Authorization`` header is
+  not ``Bearer <key>`` (constant-time comparison); /health and /metrics stay open.
+- ``LimitBody`` reads a POST body up front and answers 413 when it exceeds the limit,
+  whether announced by Content-Length or arriving chunked; the app then receives the
+  body in one message, and later ``receive`` calls (disconnect detection) pass through.
+A refusal first reads (and discards) the rest of the body, up to ``DRAIN_CAP`` bytes, so
+the client can finish sending and read the answer: an error never drops a connection
+that is still uploading a reasonably sized body.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .errors import APIError, error_response
+
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+ASGIApp = Callable[[dict, Receive, Send], Awaitable[None]]
+DRAIN_CAP = 64 << 20
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+
+
+def endpoint_label(path: str) -> str:
+    """A bounded label set: fuzzed or scanned paths must not grow the metrics."""
+    for e in ENDPOINTS:
+        if path == e or (e == "/v1/models" and path.startswith("/v1/models/")):
+            return e
+    return "other"
+
+
+async def drain(receive: Receive, seen: int = 0) -> None:
+    more = True
+    while more and seen <= DRAIN_CAP:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return
+        seen += len(msg.get("body", b""))
+        more = msg.get("more_body", False)
+
+
+async def refuse(err: APIError, scope: dict, receive: Receive, send: Send, seen: int = 0,
+                 body_done: bool = False) -> None:
+    if not body_done:
+        await drain(receive, seen)
+    await error_response(err)(scope, receive, send)
+
+
+class CountRequests:
+    def __init__(self, app: ASGIApp, metrics: Any):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = [500]  # if nothing was sent, the app crashed
+
+        async def record(msg: dict) -> None:
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, record)
+        finally:
+            self.metrics.on_request(endpoint_label(scope["path"]), status[0])
+
+
+class RequireKey:
+    def __init__(self, app: ASGIApp, key: str):
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            return await self.app(scope, receive, send)
+        what = "is missing" if not given else "is wrong"
+        err = APIError(401, f"The API key {what}: send the header 'Authorization: Bearer <key>' "
+                       "with the key the server was started with (--api-key).",
+                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        await refuse(err, scope, receive, send)
+
+
+class LimitBody:
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit = app, limit
+
+    def _too_large(self, size: str) -> APIError:
+        return APIError(413, f"The request body is {size} bytes; this server accepts at most "
+                        f"{self.limit} (--max-body-bytes). Shorten the prompt or raise the limit.",
+                        code="request_too_large")
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await refuse(self._too_large(declared.decode()), scope, receive, send)
+        chunks, size, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":  # the client left before sending it all
+                return
+            chunks.append(msg.get("body", b""))
+            size += len(chunks[-1])
+            more = msg.get("more_body", False)
+            if size > self.limit:
+                err = self._too_large(f"more than {self.limit}")
+                return await refuse(err, scope, receive, send, size, body_done=not more)
+        await self.app(scope, _replay(b"".join(chunks), receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def wrap(app: ASGIApp, metrics: Any, api_key: str | None, max_body_bytes: int) -> ASGIApp:
+    inner = LimitBody(app, max_body_bytes)
+    if api_key:
+        inner = RequireKey(inner, api_key)
+    return CountRequests(inner, metrics)

@@ -1,0 +1,109 @@
+"""OpenAI response bodies for one request: chat or text completion, whole or streamed.
+
+Contract: a ``Responder`` renders exactly the shapes OpenAI's API returns
+(``chat.completion`` / ``chat.completion.chunk`` / ``text_completion``), with one id and
+creation time per request, ``usage`` extended by ``drafted_tokens``, ``accepted_tokens``,
+``acceptance_rate`` and ``mean_acceptance_length``, and an extension field ``specdec``
+with the request's timings (queue wait, time to first token, decode tok/s) and drafter.
+Log-probabilities use the endpoint's own format: chat ``{"content": [{token, logprob,
+bytes, top_logprobs}]}``, completions ``{tokens, token_logprobs, top_logprobs,
+text_offset}``. ``sse(obj)`` frames one Server-Sent Event; ``SSE_DONE`` ends a stream.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from .worker import DoneEvent, TokenEvent
+
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def _chat_item(text: str, lp: float) -> dict[str, Any]:
+    return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+
+class Responder:
+    def __init__(self, chat: bool, model_id: str, logprobs: bool, top_logprobs: int):
+        self.chat, self.model_id = chat, model_id
+        self.logprobs, self.top_logprobs = logprobs, top_logprobs
+        self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        self.created = int(time.time())
+        self._offset = 0  # completions' text_offset runs over the whole completion
+
+    def _envelope(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
+        obj = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model_id,
+                "choices": choices}
+
+    def _logprobs(self, events: list[TokenEvent]) -> dict[str, Any] | None:
+        if not self.logprobs:
+            return None
+        if self.chat:
+            return {"content": [
+                {**_chat_item(e.token_text, e.logprob),
+                 "top_logprobs": [_chat_item(t, lp) for t, lp in (e.top or [])]}
+                for e in events]}
+        offsets = []
+        for e in events:
+            offsets.append(self._offset)
+            self._offset += len(e.token_text)
+        return {"tokens": [e.token_text for e in events],
+                "token_logprobs": [e.logprob for e in events],
+                "top_logprobs": [dict(e.top or []) for e in events] if self.top_logprobs else None,
+                "text_offset": offsets}
+
+    def _choice(self, text: str, events: list[TokenEvent], finish: str | None,
+                chunk: bool) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0}
+        if not self.chat:
+            choice["text"] = text
+        elif chunk:
+            choice["delta"] = {"content": text} if text or finish is None else {}
+        else:
+            choice["message"] = {"role": "assistant", "content": text}
+        choice["logprobs"] = self._logprobs(events) if events else None
+        choice["finish_reason"] = finish
+        return choice
+
+    # -- streaming -----------------------------------------------------------------------
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        """Chat streams open with the assistant role, as OpenAI's do."""
+        if not self.chat:
+            return None
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                  "finish_reason": None}
+        return self._envelope([choice], chunk=True)
+
+    def token_chunk(self, event: TokenEvent) -> dict[str, Any]:
+        return self._envelope([self._choice(event.text, [event], None, chunk=True)], chunk=True)
+
+    def final_chunk(self, done: DoneEvent) -> dict[str, Any]:
+        out = self._envelope([self._choice(done.text, [], done.finish_reason, chunk=True)],
+                             chunk=True)
+        out["specdec"] = done.timings
+        return out
+
+    def usage_chunk(self, done: DoneEvent) -> dict[str, Any]:
+        """``stream_options.include_usage``: a last chunk with no choices and the usage."""
+        out = self._envelope([], chunk=True)
+        out["usage"] = done.usage
+        return out
+
+    # -- whole ---------------------------------------------------------------------------
+
+    def whole(self, events: list[TokenEvent], done: DoneEvent) -> dict[str, Any]:
+        text = "".join(e.text for e in events) + done.text
+        out = self._envelope([self._choice(text, events, done.finish_reason, chunk=False)],
+                             chunk=False)
+        out["usage"] = done.usage
+        out["specdec"] = done.timings
+        return out

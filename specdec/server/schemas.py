@@ -1,0 +1,209 @@
+"""Request bodies of the OpenAI-compatible API, validated at the boundary (pydantic).
+
+Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` accept the OpenAI
+parameters this server implements, with OpenAI's names, types and ranges, plus the
+extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p`` and
+``repetition_penalty``. Validation is strict: wrong JSON types are errors (no "5" for 5),
+unknown parameters are errors (as OpenAI's own API does), and parameters whose other
+values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``,
+``presence_penalty``, ``frequency_penalty``, ``logit_bias``, non-text ``response_format``)
+are accepted only at their neutral value, with a message saying so. ``Speculation``
+merges a request's ``speculative`` with the server's defaults. Everything that needs the
+tokenizer (context length, token ids) is checked by ``app`` after this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from ..drafters import DRAFT_TYPES
+
+MAX_DRAFT_TOKENS = 32
+MAX_STOPS = 4
+
+
+def _unsupported(message: str) -> PydanticCustomError:
+    return PydanticCustomError("unsupported_value", message)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SpeculativeOptions(_Strict):
+    """Per-request speculation; unset fields take the server's ``--...`` defaults."""
+
+    draft_type: str | None = Field(None, description=f"one of {', '.join(DRAFT_TYPES)} or a comma chain")
+    num_draft_tokens: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS)
+    ngram_min: int | None = Field(None, ge=1, le=64)
+    ngram_max: int | None = Field(None, ge=1, le=64)
+    gate: bool | None = None
+    gate_threshold: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    adaptive_k: bool | None = None
+
+    @field_validator("draft_type")
+    @classmethod
+    def _known_types(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        names = [n.strip() for n in v.split(",")]
+        if any(n not in DRAFT_TYPES for n in names) or (len(names) > 1 and "none" in names):
+            raise _unsupported(f"draft_type must be one of {', '.join(DRAFT_TYPES)} or a comma "
+                               "chain of them without 'none'")
+        return ",".join(names)
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """The speculation one request runs with (server defaults + its overrides)."""
+
+    draft_type: str = "suffix"
+    num_draft_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 3
+    gate: bool = False
+    gate_threshold: float = 0.02
+    adaptive_k: bool = False
+
+    def merged(self, opts: SpeculativeOptions | None) -> Speculation:
+        if opts is None:
+            return self
+        spec = replace(self, **{k: v for k, v in opts.model_dump().items() if v is not None})
+        if spec.ngram_max < spec.ngram_min:
+            raise ValueError(f"speculative.ngram_max ({spec.ngram_max}) must be >= ngram_min "
+                             f"({spec.ngram_min})")
+        return spec
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class _Sampling(_Strict):
+    model: str = Field(description="the served model id (GET /v1/models)")
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    top_k: int | None = Field(None, ge=0, description="extension: 0 = off")
+    min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="extension")
+    repetition_penalty: float | None = Field(None, gt=0, le=10, allow_inf_nan=False,
+                                             description="extension: 1.0 = off")
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    presence_penalty: float = Field(0.0, allow_inf_nan=False)
+    frequency_penalty: float = Field(0.0, allow_inf_nan=False)
+    logit_bias: dict[str, float] | None = None
+    user: str | None = Field(None, description="accepted for compatibility; not used")
+    speculative: SpeculativeOptions | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: str | list[str] | None) -> list[str] | None:
+        stops = [v] if isinstance(v, str) else v
+        if stops is None:
+            return None
+        if len(stops) > MAX_STOPS or any(s == "" for s in stops):
+            raise _unsupported(f"stop takes 1 to {MAX_STOPS} non-empty strings")
+        return stops
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v: int) -> int:
+        if v != 1:
+            raise _unsupported(f"n={v} is not supported: this server generates one choice per "
+                               "request; send n=1 (or omit it) and repeat the request for more")
+        return v
+
+    @field_validator("presence_penalty", "frequency_penalty")
+    @classmethod
+    def _no_penalties(cls, v: float) -> float:
+        if v != 0:
+            raise _unsupported("presence/frequency penalties are not implemented; omit them "
+                               "(or send 0) and use repetition_penalty instead")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, v: dict | None) -> dict | None:
+        if v:
+            raise _unsupported("logit_bias is not supported; omit it")
+        return v
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> Any:
+        if self.stream_options is not None and not self.stream:
+            raise _unsupported("stream_options is only allowed when stream is true")
+        return self
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _checks(self) -> Any:
+        if self.top_logprobs and not self.logprobs:
+            raise _unsupported("top_logprobs needs logprobs: true")
+        if (self.max_tokens is not None and self.max_completion_tokens is not None
+                and self.max_tokens != self.max_completion_tokens):
+            raise _unsupported("max_tokens and max_completion_tokens differ; send one of them")
+        if self.response_format not in (None, {"type": "text"}):
+            raise _unsupported("only response_format {\"type\": \"text\"} is supported")
+        return self
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        # "developer" is OpenAI's newer name for the system role
+        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                for m in self.messages]
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | list[str] = Field(description="text, token ids, or one text in a list")
+    logprobs: int | None = Field(None, ge=0, le=5, description="top alternatives per token")
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+    @model_validator(mode="after")
+    def _checks(self) -> Any:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) \
+                and len(self.prompt) != 1:
+            raise _unsupported("a list of prompts is a batch, which this server does not run; "
+                               "send one prompt per request")
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise _unsupported("prompt is an empty list")
+        if self.echo or self.best_of not in (None, 1) or self.suffix is not None:
+            raise _unsupported("echo, best_of > 1 and suffix are not supported; omit them")
+        return self
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens

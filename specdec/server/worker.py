@@ -1,0 +1,364 @@
+"""The one inference thread: it owns the model and the shared memory, and runs requests
+one at a time from a bounded queue.
+
+Contract:
+- ``InferenceWorker(cfg, metrics).start()`` loads the model (and draft model) and the
+  shared memory on the worker thread and returns once it is ready, or raises the load
+  error. Only that thread ever runs the model or changes the memory: MLX evaluation is
+  not thread-safe, and the drafters' shared state assumes one writer.
+- ``submit(job)`` queues a ``Job`` or raises ``APIError(503)`` with ``Retry-After`` when
+  ``cfg.queue_size`` jobs already wait (the running one is not counted).
+- Each job's events reach its asyncio side in order through ``Job.events``: one
+  ``TokenEvent`` per generated token, then a ``DoneEvent`` (finish reason, usage,
+  timings) or an ``ErrorEvent``; a cancelled job gets a ``DoneEvent`` with
+  ``finish_reason="cancelled"``.
+- ``cancel(job)`` (client gone) frees its place at once: a queued job leaves the queue,
+  a running one stops before its next token. Either way the tokens generated so far are
+  committed to the shared memory.
+- The memory is saved every ``cfg.save_interval`` seconds when it changed (checked
+  between jobs and while idle) and once more by ``stop()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..sampling import SamplingParams
+from .config import ServerConfig
+from .errors import APIError
+from .memory import SharedMemory
+from .schemas import Speculation
+
+log = logging.getLogger("specdec.server")
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """Everything the worker needs for one generation, already validated."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    speculation: Speculation
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: list[str] | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass
+class TokenEvent:
+    text: str
+    token: int
+    logprob: float | None = None
+    token_text: str | None = None  # only when logprobs were asked for
+    top: list[tuple[str, float]] | None = None
+
+
+@dataclass
+class DoneEvent:
+    finish_reason: str  # "stop", "length" or "cancelled"
+    text: str = ""  # text the detokenizer or stop matcher held back until the end
+    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ErrorEvent:
+    error: APIError
+
+
+class Job:
+    """One request on its way through the worker; events go to ``self.events``."""
+
+    def __init__(self, request: GenRequest, loop: asyncio.AbstractEventLoop):
+        self.request, self.loop = request, loop
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self.state = "queued"  # -> running -> finished | cancelled
+        self.submitted = time.perf_counter()
+
+    def emit(self, event: Any) -> None:
+        try:  # from the worker thread: asyncio queues are not thread-safe
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
+            pass
+
+
+class JobQueue:
+    """A bounded FIFO whose waiting jobs can be withdrawn (a client that leaves while
+    queued frees its place at once, which ``queue.Queue`` cannot do)."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._jobs: deque[Job] = deque()
+        self._cv = threading.Condition()
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def put_nowait(self, job: Job) -> bool:
+        with self._cv:
+            if len(self._jobs) >= self.maxsize:
+                return False
+            self._jobs.append(job)
+            self._cv.notify()
+            return True
+
+    def get(self, timeout: float) -> Job | None:
+        with self._cv:
+            if not self._jobs:
+                self._cv.wait(timeout)
+            return self._jobs.popleft() if self._jobs else None
+
+    def remove(self, job: Job) -> bool:
+        with self._cv:
+            try:
+                self._jobs.remove(job)
+                return True
+            except ValueError:
+                return False
+
+    def drain(self) -> list[Job]:
+        with self._cv:
+            jobs, self._jobs = list(self._jobs), deque()
+            self._cv.notify_all()
+            return jobs
+
+    def wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+
+class InferenceWorker:
+    """See the module docstring."""
+
+    def __init__(self, cfg: ServerConfig, metrics: Any):
+        self.cfg, self.metrics = cfg, metrics
+        self.queue = JobQueue(cfg.queue_size)
+        self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
+        self.running: Job | None = None
+        self.model = self.tokenizer = self.memory = None
+        self.draft_model = self.draft_tokenizer = None
+        self.context_length = self.vocab_size = 0
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stopping = False
+        self._mean_job_s = 1.0  # moving average, for Retry-After
+        self._last_save = time.monotonic()
+        self._costs: dict[int, dict[int, float]] = {}
+        self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and not self._stopping
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel everything, let the thread save the memory one last time, join it."""
+        self._stopping = True
+        if self.running is not None:
+            self.running.cancelled.set()
+        for job in self.queue.drain():
+            job.state = "cancelled"
+            job.emit(ErrorEvent(APIError(503, "the server is shutting down; retry later",
+                                         code="shutting_down")))
+        self.queue.wake()
+        self._thread.join(timeout)
+
+    def _main(self) -> None:
+        try:
+            self._load()
+        except Exception as e:  # noqa: BLE001 (any load failure is re-raised by start())
+            self._error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            self._loop()
+        finally:
+            self._save(final=True)
+
+    def _load(self) -> None:
+        from ..loader import load
+
+        cfg = self.cfg
+        self.model, self.tokenizer = load(cfg.model, dtype=cfg.dtype)
+        if cfg.draft_model:
+            self.draft_model, self.draft_tokenizer = load(cfg.draft_model, dtype=cfg.dtype)
+        self.context_length = self._context_length()
+        args = getattr(self.model, "args", None)
+        self.vocab_size = getattr(args, "vocab_size", None) or len(self.tokenizer.get_vocab())
+        self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.suffix_history)
+
+    def _context_length(self) -> int:
+        native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
+        if self.cfg.context_length is None:
+            if native is None:
+                raise ValueError("the model config has no max_position_embeddings: pass "
+                                 "--context-length N")
+            return int(native)
+        if native is not None and self.cfg.context_length > native:
+            raise ValueError(f"--context-length {self.cfg.context_length} exceeds the model's "
+                             f"{native}")
+        return self.cfg.context_length
+
+    # -- the asyncio side's interface ------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        if not self.alive:
+            raise APIError(503, "the server is shutting down; retry later", code="shutting_down",
+                           headers={"Retry-After": "5"})
+        if not self.queue.put_nowait(job):
+            wait = max(1, min(3600, math.ceil(self._mean_job_s * (len(self.queue) + 1))))
+            raise APIError(503, f"the request queue is full ({self.queue.maxsize} waiting); retry "
+                           f"in about {wait} s", code="queue_full", headers={"Retry-After": str(wait)})
+
+    def cancel(self, job: Job) -> None:
+        """Idempotent; a no-op for a finished job."""
+        if job.state in ("finished", "cancelled"):
+            return
+        job.cancelled.set()
+        if self.queue.remove(job):
+            job.state = "cancelled"
+            self.metrics.on_cancel()
+            job.emit(DoneEvent("cancelled"))
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
+        while not self._stopping:
+            job = self.queue.get(timeout=tick)
+            if job is not None and job.cancelled.is_set():  # cancelled as it left the queue
+                job.state = "cancelled"
+                self.metrics.on_cancel()
+                job.emit(DoneEvent("cancelled"))
+            elif job is not None:
+                t0 = time.perf_counter()
+                self.running = job
+                try:
+                    self._run(job)
+                finally:
+                    self.running = None
+                self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - t0)
+            if self.cfg.save_interval > 0 and time.monotonic() - self._last_save >= self.cfg.save_interval:
+                self._save()
+
+    def _save(self, final: bool = False) -> None:
+        self._last_save = time.monotonic()
+        if self.memory is None:
+            return
+        try:
+            if self.memory.save():
+                self.metrics.on_save(ok=True)
+                log.info("saved the shared memory to %s%s", self.cfg.memory_file,
+                         " (shutdown)" if final else "")
+        except OSError as e:  # keep serving; the memory stays dirty and is retried
+            self.metrics.on_save(ok=False)
+            self.memory.dirty = True
+            log.error("could not save the shared memory to %s: %s", self.cfg.memory_file, e)
+
+    def _run(self, job: Job) -> None:
+        from ..engine import stream_generate
+
+        req, tokens = job.request, []
+        job.state, started = "running", time.perf_counter()
+        try:
+            gen = stream_generate(
+                self.model, self.tokenizer, req.prompt_ids, drafter=self._drafter(req),
+                max_tokens=req.max_tokens, num_draft_tokens=req.speculation.num_draft_tokens,
+                stop=req.stop, top_logprobs=req.top_logprobs, **asdict(req.sampling),
+            )
+            final = self._pump(job, gen, tokens)
+        except Exception as e:  # a bug or a resource failure: tell the client, keep serving
+            log.exception("generation failed")
+            job.state = "finished"
+            job.emit(ErrorEvent(APIError(500, f"generation failed: {type(e).__name__}: {e}")))
+            return
+        finally:
+            self.memory.commit(req.prompt_ids + tokens)
+        if final is None:
+            job.state = "cancelled"
+            self.metrics.on_cancel()
+            job.emit(DoneEvent("cancelled"))
+            return
+        job.state = "finished"
+        job.emit(self._done(job, final, started))
+
+    def _pump(self, job: Job, gen: Any, tokens: list[int]) -> Any:
+        """Forward tokens to the client until the end (the final response) or a cancel (None)."""
+        req, last = job.request, None
+        for r in gen:
+            if job.cancelled.is_set():
+                gen.close()
+                return None
+            if r.token is None:
+                return r
+            now = time.perf_counter()
+            self.metrics.on_token(last is None, now - (job.submitted if last is None else last))
+            last = now
+            tokens.append(r.token)
+            event = TokenEvent(r.text, r.token)
+            if req.logprobs:
+                event.logprob, event.token_text = r.logprob, self._decode(r.token)
+                event.top = [(self._decode(t), lp) for t, lp in (r.top_logprobs or [])]
+            job.emit(event)
+        raise RuntimeError("the engine ended without a final response")
+
+    def _decode(self, token: int) -> str:
+        with self.tokenizer_lock:
+            return self.tokenizer.decode([token])
+
+    def _done(self, job: Job, final: Any, started: float) -> DoneEvent:
+        s, n_prompt = final.stats, len(job.request.prompt_ids)
+        usage = {
+            "prompt_tokens": n_prompt, "completion_tokens": s.generated_tokens,
+            "total_tokens": n_prompt + s.generated_tokens, "drafted_tokens": s.drafted,
+            "accepted_tokens": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
+            "mean_acceptance_length": round(s.mean_acceptance_length, 4),
+        }
+        timings = {
+            "draft_type": s.drafter, "queue_s": round(started - job.submitted, 4),
+            "ttft_s": round(started - job.submitted + s.ttft_s, 4), "prefill_s": round(s.prefill_s, 4),
+            "decode_tokens_per_s": round(s.decode_tokens_per_s, 2),
+        }
+        self.metrics.on_done(usage)
+        log.info("done: %d prompt + %d tokens (%s), %s, accepted %d/%d, decode %.1f tok/s",
+                 n_prompt, s.generated_tokens, final.finish_reason, s.drafter, s.accepted,
+                 s.drafted, s.decode_tokens_per_s)
+        return DoneEvent(final.finish_reason, final.text, usage, timings)
+
+    def _drafter(self, req: GenRequest) -> Any:
+        from ..drafters import make_drafter
+
+        spec, tok = req.speculation, self.tokenizer
+        cost = self._cost_curve(spec.num_draft_tokens + 1) if spec.adaptive_k else None
+        return make_drafter(
+            spec.draft_type, eos=tok.eos_token_ids, tokenizer=tok, gate=spec.gate,
+            gate_threshold=spec.gate_threshold, adaptive_k=cost,
+            num_draft_tokens=spec.num_draft_tokens, ngram_min=spec.ngram_min,
+            ngram_max=spec.ngram_max, table=self.memory.table, history=self.memory.history,
+            draft_model=self.draft_model, draft_tokenizer=self.draft_tokenizer,
+            temperature=req.sampling.temperature, seed=req.sampling.seed,
+        )
+
+    def _cost_curve(self, max_len: int) -> dict[int, float]:
+        if max_len not in self._costs:  # measured once per length (and cached on disk)
+            from ..drafters.adaptive import cost_curve_for
+
+            self._costs[max_len] = cost_curve_for(self.model, max_len)
+        return self._costs[max_len]

@@ -1,0 +1,91 @@
+"""A real ``specdec serve`` process on a free loopback port, for the server tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from specdec.backend import preload_env
+
+MODEL = "smollm2-135m"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *flags: str, env: dict[str, str] | None = None, api_key: str | None = None,
+                 start_timeout: float = 180):
+        self.port = free_port()
+        self.api_key = api_key
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (lives as long as the server)
+            "w+", prefix="specdec-serve-", suffix=".log", delete=False)
+        args = [sys.executable, "-m", "specdec", "serve", "--port", str(self.port), *flags]
+        if api_key:
+            args += ["--api-key", api_key]
+        self.proc = subprocess.Popen(args, env=preload_env({**os.environ, **(env or {})}),
+                                     stdout=self.log_file, stderr=subprocess.STDOUT)
+        self._wait_healthy(start_timeout)
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"server not healthy after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        with open(self.log_file.name) as f:
+            return f.read()
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def http(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.base, headers=self.headers(), timeout=kw.pop("timeout", 300), **kw)
+
+    def openai(self, **kw):
+        from openai import OpenAI
+
+        return OpenAI(base_url=self.base + "/v1", api_key=self.api_key or "unused", max_retries=0,
+                      timeout=kw.pop("timeout", 300), **kw)
+
+    def health(self) -> dict:
+        return httpx.get(self.base + "/health", timeout=10).json()
+
+    def metric(self, name: str) -> float:
+        """Sum of a metric's samples whose line starts with ``name`` (labels allowed)."""
+        text = httpx.get(self.base + "/metrics", timeout=10).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and line[len(name)] in " {")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill9(self) -> None:
+        self.stop(signal.SIGKILL)

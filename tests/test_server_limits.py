@@ -1,0 +1,83 @@
+"""Queue limits and disconnects on a real `specdec serve` with room for one waiting request:
+a full queue answers 503 + Retry-After, and a client that disconnects (waiting or
+generating) frees its place at once and cancels its generation."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+from serverproc import MODEL, Server
+
+# plain decoding of an endless count: ~12 tok/s here, so 4000 tokens would take minutes
+LONG = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "stream": True,
+        "speculative": {"draft_type": "none"}}
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--queue-size", "1")
+    yield s
+    s.stop()
+
+
+def raw_request(port: int, body: dict) -> socket.socket:
+    """A client we can disconnect at any moment: a bare socket with the request sent."""
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def wait_for(predicate, timeout: float = 30, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_full_queue_503_and_disconnects_free_their_slots(server):
+    gen_metric = "specdec_generated_tokens_total"
+    running = raw_request(server.port, LONG)
+    wait_for(lambda: server.metric(gen_metric) > 0, what="the first request to generate")
+    waiting = raw_request(server.port, LONG)
+    wait_for(lambda: server.health()["queue_depth"] == 1, what="the second request to queue")
+
+    full = httpx.post(server.base + "/v1/completions", json={**LONG, "stream": False, "max_tokens": 2})
+    assert full.status_code == 503 and full.json()["error"]["code"] == "queue_full"
+    assert int(full.headers["Retry-After"]) >= 1
+
+    waiting.close()  # a waiting client leaves: its place is free at once
+    wait_for(lambda: server.health()["queue_depth"] == 0, timeout=10, what="the queued job to leave")
+    assert server.metric("specdec_requests_cancelled_total") == 1
+
+    result = {}
+    short = {"model": MODEL, "prompt": "Hello", "max_tokens": 4}
+    t = threading.Thread(target=lambda: result.update(r=httpx.post(
+        server.base + "/v1/completions", json=short, timeout=600)))
+    t.start()  # accepted (not 503): the slot was freed
+    wait_for(lambda: server.health()["queue_depth"] == 1, what="the new request to queue")
+    t0 = time.monotonic()
+    running.close()  # the generating client leaves: its generation stops
+    t.join(timeout=120)
+    assert not t.is_alive() and result["r"].status_code == 200
+    assert result["r"].json()["usage"]["completion_tokens"] == 4
+    assert time.monotonic() - t0 < 60  # the 4000-token generation did not run on
+    assert server.metric("specdec_requests_cancelled_total") == 2
+    assert server.metric('specdec_requests_total{endpoint="/v1/completions",status="503"}') == 1
+
+
+def test_non_streaming_client_disconnect_cancels(server):
+    before = server.metric("specdec_requests_cancelled_total")
+    tokens = server.metric("specdec_generated_tokens_total")
+    client = raw_request(server.port, {**LONG, "stream": False})
+    wait_for(lambda: server.metric("specdec_generated_tokens_total") > tokens, what="generation")
+    client.close()
+    wait_for(lambda: server.metric("specdec_requests_cancelled_total") == before + 1, timeout=20,
+             what="the cancel")
+    wait_for(lambda: not server.health()["running"], timeout=10, what="the worker to be idle")
