@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .server.cli import add_serve_parser
 
     add_serve_parser(sub)
+    from .bench.cli import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 
@@ -206,6 +209,12 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench.cli import cmd_bench
+
+    return cmd_bench(args)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from .server.cli import cmd_serve
 
@@ -226,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         handler = {"generate": cmd_generate, "parity": cmd_parity, "cost": cmd_cost,
-                   "serve": _cmd_serve}[args.command]
+                   "serve": _cmd_serve,
+                   "bench": _cmd_bench}[args.command]
         return handler(args)
     except (ValueError, FileNotFoundError, _load_error()) as e:
         print(f"specdec: error: {e}", file=sys.stderr)

@@ -161,9 +161,12 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
         except PeerUnavailable as e:
             notes[label] = f"skipped: {e}"
             continue
+        # A peer's clock starts at its first token, ours at the end of prefill (whose
+        # first decode forward makes the first token): count the tokens after the
+        # first for a peer, so both rates are tokens per second of decoding forwards.
         out.append(RunRecord(plan.model, case.name, case.cls, length, len(ids), label,
                              peer.name, run, 0, plan.peer_k, list(r.tokens), r.prefill_s,
-                             r.decode_s, len(r.tokens)))
+                             r.decode_s, max(len(r.tokens) - 1, 0)))
     return out
 
 
@@ -204,6 +207,8 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
                 result.records += _peer_runs(plan, peer, case, length, ids, run, notes)
                 if progress:
                     progress(f"{case.name}@{length or 'as written'} run {run} {peer.name}")
+    for peer in peers:
+        peer.close()
     result.diagnoses = _diagnose(model, tok, plan, result, cost, draft)
     return result
 
