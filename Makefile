@@ -6,7 +6,7 @@ PY ?= python3
 # after setup-blas may have installed it.
 BLAS = $$($(PY) -c 'from specdec.backend import openblas_path; print(openblas_path() or "")')
 
-.PHONY: demo test install install-dev setup-blas measure-drafters
+.PHONY: demo test install install-dev setup-blas
 
 setup-blas:
 	@if [ "$$(uname -s)" = Linux ] && [ -z "$(BLAS)" ]; then \
@@ -29,6 +29,3 @@ demo: install
 
 test: install-dev
 	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q
-
-measure-drafters: install-dev
-	LD_PRELOAD="$(BLAS)" $(PY) scripts/measure_drafters.py

@@ -349,17 +349,19 @@ class MlxLmPeer:
     name = "mlx-lm"
     method = "draft model (num_draft_tokens=k)"
 
-    def __init__(self, model: str, draft_model: str | None = None):
+    def __init__(self, model: str, draft_model: str | None = None,
+                 loaded: dict[str, tuple[Any, Any]] | None = None):
         if importlib.util.find_spec("mlx_lm") is None:
             raise PeerUnavailable("mlx-lm peer needs mlx-lm: pip install mlx-lm")
         from ..loader import load
 
         t = time.perf_counter()
         # The dtype policy ours uses (float32 on the CPU): the same weights as our engine.
-        self.model, self.tokenizer = load(model)
+        loaded = loaded or {}
+        self.model, self.tokenizer = loaded.get(model) or load(model)
         self.draft = None
         if draft_model is not None:
-            self.draft, draft_tok = load(draft_model)
+            self.draft, draft_tok = loaded.get(draft_model) or load(draft_model)
             if draft_tok.vocab_size != self.tokenizer.vocab_size or \
                     draft_tok.get_vocab() != self.tokenizer.get_vocab():
                 raise ValueError(f"mlx-lm speculation needs one tokenizer: {draft_model!r} "
@@ -395,12 +397,16 @@ class MlxLmPeer:
         """Nothing to free early (mlx arrays go with the object); here for the protocol."""
 
 
-def make_peer(name: str, model: str, draft_model: str | None = None) -> Peer:
-    """Load peer ``name`` on ``model`` (a packaged name or path); see the module docstring."""
+def make_peer(name: str, model: str, draft_model: str | None = None,
+              loaded: dict[str, tuple[Any, Any]] | None = None) -> Peer:
+    """Load peer ``name`` on ``model`` (a packaged name or path); see the module docstring.
+    ``loaded`` maps model names to (model, tokenizer) already in memory: mlx-lm runs the
+    very same weights as ours, and a second copy of a 1.5B float32 model would not fit
+    beside the others in 24 GiB."""
     if name == "hf-transformers":
         return HFTransformersPeer(model)
     if name == "llama.cpp":
         return LlamaCppPeer(model)
     if name == "mlx-lm":
-        return MlxLmPeer(model, draft_model)
+        return MlxLmPeer(model, draft_model, loaded or {})
     raise ValueError(f"unknown peer {name!r}; use one of: {', '.join(PEERS)}")

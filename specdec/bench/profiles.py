@@ -56,7 +56,7 @@ PROFILES: dict[str, Profile] = {
         runs=3, max_tokens=128),
     "pair": Profile(
         "prompt lookup vs two-model speculation on Qwen2.5-Coder 0.5B -> 1.5B, with "
-        "mlx-lm's own draft-model speculation",
+        "mlx-lm's own draft-model speculation and the other peers",
         model="qwen2.5-coder-1.5b", draft_model="qwen2.5-coder-0.5b",
         workloads=("code_hints",), configs=("ngram:k=4", "model:k=4", "ngram,model:k=4"),
         runs=2, max_tokens=48, peers=("mlx-lm", "llama.cpp", "hf-transformers")),

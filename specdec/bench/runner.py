@@ -132,7 +132,7 @@ def _machine() -> dict:
                 argv=" ".join(sys.argv))
 
 
-def _load_peers(plan: BenchPlan) -> tuple[list[Any], dict[str, str]]:
+def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[list[Any], dict[str, str]]:
     peers, notes = [], {}
     if not plan.peers:
         return peers, notes
@@ -140,7 +140,7 @@ def _load_peers(plan: BenchPlan) -> tuple[list[Any], dict[str, str]]:
 
     for name in plan.peers:
         try:
-            peers.append(make_peer(name, plan.model, plan.draft_model))
+            peers.append(make_peer(name, plan.model, plan.draft_model, loaded))
         except PeerUnavailable as e:
             notes[name] = f"skipped: {e}"
     return peers, notes
@@ -187,7 +187,8 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
     k_max = max([c.k for c in plan.configs] + [plan.peer_k])
     context = max(len(encode_prompt(tok, c.first_messages())) for c, _ in cases)
     cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048))
-    peers, notes = _load_peers(plan)
+    loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
+    peers, notes = _load_peers(plan, loaded)
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes)
     configs = [PLAIN, *plan.configs]
     for case, length in cases:
