@@ -170,9 +170,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     summary = build_summary(result)
     ours_bad = sum(r["mismatches"] for r in summary["parity"] if r["source"] == "specdec")
     print(f"report: {report}")
+    def fmt(v: float | None, spec: str) -> str:
+        return "–" if v is None else format(v, spec)
+
     for cfg, h in headline(summary).items():
-        print(f"  {cfg:32s} echo-heavy {h['echo_speedup'] or 0:.2f}x  open-ended "
-              f"{h['open_speedup'] or 0:.2f}x  efficiency {h['efficiency'] or 0:.0%}")
+        print(f"  {cfg:32s} echo-heavy {fmt(h['echo_speedup'], '.2f')}x  open-ended "
+              f"{fmt(h['open_speedup'], '.2f')}x  efficiency {fmt(h['efficiency'], '.0%')}")
     for peer, note in result.peer_notes.items():
         print(f"  {peer}: {note}")
     print(f"parity: {ours_bad} mismatches of ours" + (" — see the report" if ours_bad else ""))

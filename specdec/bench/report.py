@@ -95,7 +95,7 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
                         [[c, *[_pct(x) for x in v], *[""] * (width - len(v))] for c, v in pos.items()])
     if summary["per_turn"]:
         lines += ["## Multi-turn editing, per turn", ""]
-        lines += _table(["workload", "prompt tokens", "config", "turn", "tok/s", "speedup", "acceptance"],
+        lines += _table(["workload", "prompt length", "config", "turn", "tok/s", "speedup", "acceptance"],
                         [[r["workload"], r["length"] or "as written", r["config"], r["turn"] + 1,
                           f"{r['tok_s']:.1f}", _x(r["speedup"]), _pct(r["acceptance"])]
                          for r in summary["per_turn"]])
