@@ -91,8 +91,10 @@ def _workloads(args: argparse.Namespace, prof: Profile) -> list:
 def _configs(args: argparse.Namespace, prof: Profile) -> list:
     from .configs import parse_config, sweep
 
-    if args.config and (args.draft_type or args.num_draft_tokens or args.ngram_min):
-        raise ValueError("give --config specs or the sweep flags, not both")
+    if args.config and (args.draft_type or args.num_draft_tokens or args.ngram_min
+                        or args.adaptive_k or args.gate):
+        raise ValueError("give --config specs or the sweep flags (--draft-type, "
+                         "--num-draft-tokens, --ngram-min, --adaptive-k, --gate), not both")
     if args.draft_type or args.num_draft_tokens or args.ngram_min or args.adaptive_k or args.gate:
         return sweep(args.draft_type or ["ngram"], args.num_draft_tokens or [4],
                      args.ngram_min or [1], adaptive=args.adaptive_k, gate=args.gate)
