@@ -22,8 +22,12 @@ _EXPORTS = {
     "GenerationResponse": "specdec.engine",
     "GenerationResult": "specdec.engine",
     "check_parity": "specdec.parity",
-    "make_drafter": "specdec.drafters",
+    "DraftSpec": "specdec.drafters",
+    "DraftResources": "specdec.drafters",
+    "build_drafter": "specdec.drafters",
+    "prepare_resources": "specdec.drafters",
     "Drafter": "specdec.drafters",
+    "Proposal": "specdec.drafters",
     "SpecStats": "specdec.stats",
 }
 

@@ -17,8 +17,7 @@ import time
 from typing import Any
 
 from .backend import ensure_openblas
-from .config import DTYPES, RunConfig
-from .drafters import DRAFT_TYPES
+from .config import DTYPES, KV_BITS, RunConfig, add_draft_flags
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -28,18 +27,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", help="system message (chat models)")
     p.add_argument("--raw", action="store_true", help="do not apply the chat template")
     p.add_argument("--max-tokens", "-m", type=int, default=256)
-    p.add_argument("--draft-type", default="ngram",
-                   help=f"one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix,model")
-    p.add_argument("--draft-model", help="draft model for --draft-type model (same tokenizer)")
-    p.add_argument("--ngram-mod-file", help="load the ngram-mod table from / save it to this file")
-    p.add_argument("--suffix-history", type=int, default=32768, help="suffix history tokens")
-    p.add_argument("--gate", action="store_true", help="skip drafting on non-repetitive prompts")
-    p.add_argument("--gate-threshold", type=float, default=0.02, help="3-gram repetition score")
-    p.add_argument("--adaptive-k", action="store_true",
-                   help="choose k per step from acceptance and the measured verify cost")
-    p.add_argument("--num-draft-tokens", type=int, default=4, help="draft length k")
-    p.add_argument("--ngram-min", type=int, default=1)
-    p.add_argument("--ngram-max", type=int, default=3)
+    add_draft_flags(p)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--temp", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -49,7 +37,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0, help="1.0 = off")
     p.add_argument("--repetition-context-size", type=int, default=20)
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
-    p.add_argument("--kv-bits", type=int, default=None, help="quantize the KV cache")
+    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV cache")
     p.add_argument("--prefill-step-size", type=int, default=512)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -120,8 +108,8 @@ def _summary(res: Any, base: Any | None, sampled: bool = False) -> dict:
 
 def _save_memory(cfg: RunConfig) -> None:
     """Persist the ngram-mod table when --ngram-mod-file names one (atomic replace)."""
-    if cfg.ngram_mod_file and cfg.table is not None:
-        cfg.table.save(cfg.ngram_mod_file)
+    if cfg.spec.ngram_mod_file and cfg.table is not None:
+        cfg.table.save(cfg.spec.ngram_mod_file)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -1,20 +1,57 @@
 """One dataclass carries a run's configuration from argparse to the engine.
 
-Contract: ``RunConfig.from_args(namespace)`` validates at the boundary (raising
-``ValueError`` with what to change); ``engine_kwargs()`` is exactly the keyword arguments
-``specdec.generate`` / ``stream_generate`` take.
+Contract: ``add_draft_flags(parser)`` adds the drafter flags (``specdec generate``,
+``parity`` and ``serve`` share them); ``RunConfig.from_args(namespace)`` validates at the boundary (raising
+``ValueError`` with what to change). The drafter flags become one ``DraftSpec``
+(``draft_spec_from_args``, shared with ``specdec serve``); ``build_drafter`` loads what
+the spec needs and returns a fresh drafter; ``engine_kwargs()`` gives the keyword
+arguments of ``specdec.generate`` / ``stream_generate`` other than the drafter.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .drafters import DRAFT_TYPES
+from .drafters.spec import DEFAULT_GATE_THRESHOLD, DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec
+from .loader.api import DTYPES  # one list of dtype names
 
-from .loader.api import DTYPES  # noqa: E402  (one list of dtype names)
+DRAFT_FIELDS = tuple(f.name for f in fields(DraftSpec))
+KV_BITS = (2, 3, 4, 6, 8)
+
+
+def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = "ngram") -> None:
+    """The drafter flags (one per ``DraftSpec`` field), shared with ``specdec serve``."""
+    p.add_argument("--draft-type", default=draft_type,
+                   help=f"one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix,model")
+    p.add_argument("--draft-model", help="draft model for --draft-type model (same tokenizer)")
+    p.add_argument("--num-draft-tokens", type=int, default=4, help="draft length k")
+    p.add_argument("--ngram-min", type=int, default=1)
+    p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--ngram-mod-file", help="load the ngram-mod table from / save it to this file")
+    p.add_argument("--ngram-mod-size", type=int, help="ngram-mod table slots (default 2**18)")
+    p.add_argument("--ngram-mod-n", type=int, help="ngram-mod hashed n-gram length (default 4)")
+    p.add_argument("--suffix-history", type=int, default=DEFAULT_SUFFIX_HISTORY,
+                   help="suffix history tokens")
+    p.add_argument("--gate", action="store_true", help="skip drafting on non-repetitive prompts")
+    p.add_argument("--gate-threshold", type=float, default=DEFAULT_GATE_THRESHOLD,
+                   help="3-gram repetition score")
+    p.add_argument("--adaptive-k", action="store_true",
+                   help="choose k per step from acceptance and the measured verify cost")
+
+
+def draft_spec_from_args(ns: Any) -> DraftSpec:
+    """The ``DraftSpec`` of the drafter flags in an argparse namespace (missing flags
+    take the spec's defaults)."""
+    return DraftSpec(**{f: getattr(ns, f) for f in DRAFT_FIELDS if getattr(ns, f, None) is not None})
+
+
+def check_kv_bits(kv_bits: int | None) -> None:
+    if kv_bits is not None and kv_bits not in KV_BITS:
+        raise ValueError(f"--kv-bits must be one of {', '.join(map(str, KV_BITS))}")
 
 
 @dataclass
@@ -25,10 +62,7 @@ class RunConfig:
     system: str | None = None
     raw: bool = False
     max_tokens: int = 256
-    draft_type: str = "ngram"
-    num_draft_tokens: int = 4
-    ngram_min: int = 1
-    ngram_max: int = 3
+    spec: DraftSpec = field(default_factory=DraftSpec)
     stop: list[str] | None = None
     temp: float = 0.0
     top_p: float = 1.0
@@ -37,12 +71,6 @@ class RunConfig:
     seed: int | None = None
     repetition_penalty: float = 1.0
     repetition_context_size: int = 20
-    draft_model: str | None = None
-    ngram_mod_file: str | None = None
-    suffix_history: int = 32768
-    gate: bool = False
-    gate_threshold: float = 0.02
-    adaptive_k: bool = False
     dtype: str = "auto"
     kv_bits: int | None = None
     prefill_step_size: int = 512
@@ -50,44 +78,28 @@ class RunConfig:
 
     @classmethod
     def from_args(cls, ns: Any) -> "RunConfig":
-        names = {f.name for f in fields(cls) if f.init}
-        cfg = cls(**{k: v for k, v in vars(ns).items() if k in names})
+        names = {f.name for f in fields(cls) if f.init} - {"spec"}
+        cfg = cls(**{k: v for k, v in vars(ns).items() if k in names}, spec=draft_spec_from_args(ns))
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
-        names = [n.strip() for n in self.draft_type.split(",")]
-        if any(n not in DRAFT_TYPES for n in names) or (len(names) > 1 and "none" in names):
-            raise ValueError(
-                f"--draft-type must be one of {', '.join(DRAFT_TYPES)} or a comma chain of them"
-            )
-        if "model" in names and not self.draft_model:
-            raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
-        # a flag for a drafter that is not in use would be parsed and silently ignored
-        unused = [flag for flag, used in (
-            ("--draft-model", not self.draft_model or "model" in names),
-            ("--ngram-mod-file", not self.ngram_mod_file or "ngram-mod" in names),
-            ("--suffix-history", self.suffix_history == 32768 or "suffix" in names),
-            ("--gate-threshold", self.gate_threshold == 0.02 or self.gate),
-        ) if not used]
-        if unused:
-            raise ValueError(f"{', '.join(unused)} has no effect with --draft-type {self.draft_type}"
-                             f"{'' if self.gate else ' and without --gate'}: drop it or add that drafter")
+        self.spec.check_used()
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}")
-        for name in ("max_tokens", "num_draft_tokens", "ngram_min", "prefill_step_size"):
+        for name in ("max_tokens", "prefill_step_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        if self.ngram_max < self.ngram_min:
-            raise ValueError("--ngram-max must be >= --ngram-min")
         if self.prompt is not None and self.prompt_file is not None:
             raise ValueError("give either --prompt or --prompt-file, not both")
+        self.sampling().validate()
+        check_kv_bits(self.kv_bits)
+
+    def sampling(self) -> Any:
         from .sampling import SamplingParams
 
-        SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed,
-                       self.repetition_penalty, self.repetition_context_size).validate()
-        if self.kv_bits is not None and self.kv_bits not in (2, 3, 4, 6, 8):
-            raise ValueError("--kv-bits must be one of 2, 3, 4, 6, 8")
+        return SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed,
+                              self.repetition_penalty, self.repetition_context_size)
 
     def read_prompt(self) -> str:
         if self.prompt_file is not None:
@@ -105,40 +117,20 @@ class RunConfig:
 
     def build_drafter(self, model: Any, tokenizer: Any) -> Any:
         """The drafter for one request: loads the draft model / ngram-mod file as asked."""
-        from .drafters import make_drafter, shared_ngram_mod_table
+        from .drafters import build_drafter, prepare_resources, shared_ngram_mod_table
 
-        opts: dict[str, Any] = dict(ngram_min=self.ngram_min, ngram_max=self.ngram_max,
-                                    suffix_history=self.suffix_history, temperature=self.temp,
-                                    seed=self.seed)
-        if self.draft_model:
-            from .loader import load
-
-            opts["draft_model"], opts["draft_tokenizer"] = load(self.draft_model, dtype=self.dtype)
-        if "ngram-mod" in (n.strip() for n in self.draft_type.split(",")):
-            opts["table"] = self.table = self._ngram_mod_table(tokenizer, shared_ngram_mod_table)
-        cost = None
-        if self.adaptive_k:
-            from .drafters.adaptive import cost_curve_for
-
-            cost = cost_curve_for(model, self.num_draft_tokens + 1)
-        return make_drafter(self.draft_type, eos=tokenizer.eos_token_ids, tokenizer=tokenizer,
-                            gate=self.gate, gate_threshold=self.gate_threshold,
-                            adaptive_k=cost, num_draft_tokens=self.num_draft_tokens, **opts)
-
-    def _ngram_mod_table(self, tokenizer: Any, shared: Any) -> Any:
-        from .drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
-
-        if self.ngram_mod_file and Path(self.ngram_mod_file).exists():
-            return NgramModTable.load(self.ngram_mod_file, tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
-        return shared(tokenizer)
+        table = None
+        if self.spec.uses("ngram-mod") and not self.spec.ngram_mod_file:
+            table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)
+        res = prepare_resources(self.spec, model, tokenizer, dtype=self.dtype, table=table)
+        self.table = res.table
+        return build_drafter(self.spec, res, temperature=self.temp, seed=self.seed)
 
     def engine_kwargs(self) -> dict[str, Any]:
+        """``generate``'s keyword arguments; the drafter is ``build_drafter``'s."""
         return dict(
-            drafter=self.draft_type,
             max_tokens=self.max_tokens,
-            num_draft_tokens=self.num_draft_tokens,
-            ngram_min=self.ngram_min,
-            ngram_max=self.ngram_max,
+            num_draft_tokens=self.spec.num_draft_tokens,
             stop=self.stop,
             temperature=self.temp,
             top_p=self.top_p,

@@ -1,11 +1,11 @@
-"""The decoding engine: plain and speculative greedy decoding on any mlx-lm model.
+"""The decoding engine: plain and speculative decoding (greedy or sampled) on any mlx-lm model.
 
 Contract: ``stream_generate`` yields one ``GenerationResponse`` per emitted token (token id,
 text segment, whether it came from an accepted draft, running stats), then one final
 response with ``token=None``, the ``finish_reason`` ("stop" or "length"), any remaining
 text and the final stats. ``generate`` collects it into a ``GenerationResult``.
 
-With any drafter the emitted tokens equal plain greedy decoding: each step feeds
+Greedy: with any drafter the emitted tokens equal plain greedy decoding. Each step feeds
 ``[last] + draft`` through the target once, keeps the leading run the target agrees with
 plus one target token (``verify.greedy_accept``), and rolls the cache back past the rest
 (``rollback.trim``). Stops (EOS, ``max_tokens``, stop strings) are applied token by token,
@@ -13,7 +13,10 @@ so one inside an accepted block ends the output there.
 
 Temperature > 0 uses exact rejection sampling (``verify.rejection_sample``): each token is
 distributed as plain sampling from the target's processed distribution would give.
-Decode steps themselves live in ``steps``: one host synchronisation per step.
+Decode steps themselves live in ``steps``: one host synchronisation per step (a draft
+model adds one per proposal). ``drafter`` is a ``Drafter``, a draft-type string (built
+with ``DraftSpec``/``build_drafter`` and this call's n-gram and sampling options), or
+None for plain decoding; the engine calls its ``begin`` once per request.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from .drafters import Drafter, NoDrafter, make_drafter
+from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, build_drafter
 from .rollback import make_cache
 from .sampling import Rng, SamplingParams
 from .stats import SpecStats
@@ -56,14 +59,29 @@ class GenerationResult:
     steps: list[tuple[int, int]] = field(default_factory=list)  # (block length, accepted)
 
 
-def resolve_drafter(drafter: Drafter | str | None, tokenizer: Any, **kwargs: Any) -> Drafter:
-    """A Drafter from an instance, a draft-type spec (``make_drafter``), or None (plain)."""
+def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
+                    num_draft_tokens: int = 4, ngram_min: int = 1, ngram_max: int = 3,
+                    temperature: float = 0.0, seed: int | None = None) -> Drafter:
+    """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
+
+    A string uses the process-wide ngram-mod table of this tokenizer (so library calls
+    share one memory, as a server does) and cannot name ``model`` (it needs a loaded
+    draft model: build a ``DraftModelDrafter`` or use ``prepare_resources``)."""
     if drafter is None:
         return NoDrafter()
     if isinstance(drafter, str):
-        return make_drafter(drafter, eos=tokenizer.eos_token_ids, tokenizer=tokenizer, **kwargs)
-    if not hasattr(drafter, "propose") or not hasattr(drafter, "observe"):
-        raise TypeError(f"{drafter!r} is not a Drafter (needs propose() and observe())")
+        drafter = DraftSpec(drafter, num_draft_tokens=num_draft_tokens, ngram_min=ngram_min,
+                            ngram_max=ngram_max)
+    if isinstance(drafter, DraftSpec):
+        from .drafters import shared_ngram_mod_table
+
+        table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n) \
+            if drafter.uses("ngram-mod") else None
+        res = DraftResources(tokenizer=tokenizer, table=table)
+        return build_drafter(drafter, res, temperature=temperature, seed=seed)
+    if not isinstance(drafter, Drafter):
+        raise TypeError(f"{drafter!r} is not a Drafter: subclass specdec.drafters.Drafter "
+                        "(propose returns a Proposal)")
     return drafter
 
 
@@ -128,8 +146,7 @@ def token_stream(
     sampling.validate()
     rng = None if sampling.greedy else Rng(sampling.seed)
     t0 = time.perf_counter()
-    if hasattr(drafter, "begin"):  # per-request drafter state (a draft model prefills here)
-        drafter.begin(list(prompt_ids))
+    drafter.begin(list(prompt_ids))  # per-request state (a draft model prefills here)
     prefill(model, cache, prompt_ids[:-1], prefill_step_size)
     t_prefill = time.perf_counter()
     stats.prefill_s = t_prefill - t0
@@ -166,7 +183,7 @@ def stream_generate(
     tokenizer: Any,
     prompt: str | Sequence[int] | Sequence[dict],
     *,
-    drafter: Drafter | str | None = "ngram",
+    drafter: Drafter | DraftSpec | str | None = "ngram",
     max_tokens: int = 256,
     num_draft_tokens: int = 4,
     ngram_min: int = 1,
@@ -187,9 +204,11 @@ def stream_generate(
     diagnostics: bool = False,
     top_logprobs: int = 0,
 ) -> Iterator[GenerationResponse]:
-    """Generate greedily from ``prompt``, speculating with ``drafter``; see module doc."""
+    """Generate from ``prompt``, speculating with ``drafter``; see module doc."""
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
-    drafter = resolve_drafter(drafter, tokenizer, ngram_min=ngram_min, ngram_max=ngram_max)
+    drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=num_draft_tokens,
+                              ngram_min=ngram_min, ngram_max=ngram_max,
+                              temperature=temperature, seed=seed)
     stats = SpecStats()
     step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
     detok = tokenizer.detokenizer

@@ -6,6 +6,9 @@ Contract:
   ``repeats``), measured interleaved so machine noise hits every L alike. cost(L)/cost(1)
   bounds the speedup: a step that emits m tokens for cost(L) beats plain decoding only if
   m > cost(L)/cost(1).
+- ``cost_curve_for(model, max_len)`` is ``verify_cost_curve`` measured once per model
+  (``model_fingerprint``: architecture, weight dtype, device) and cached as JSON under
+  ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically.
 - ``proposal_cost(drafter, context_len)`` returns the median seconds of one ``propose``
   call on a context of that length, after the drafter has indexed the context, i.e. the
   steady-state per-step cost during decoding.
@@ -13,14 +16,18 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 
-from .drafters import Drafter
+from .drafters.base import Drafter
 from .steps import prefill
 from .rollback import make_cache, trim
 
@@ -55,7 +62,8 @@ def proposal_cost(
     while len(ctx) < context_len:
         ctx += rng.choice(phrases) if rng.random() < 0.5 else [rng.randrange(vocab)]
     ctx = ctx[:context_len]
-    drafter.propose(ctx, k)  # index the context once, as prefill would
+    drafter.begin(ctx)  # a request starts: the drafter indexes the prompt
+    drafter.propose(ctx, k)
     times = []
     for _ in range(repeats):
         ctx.append(rng.randrange(vocab))  # one new token per step, as in decoding
@@ -63,3 +71,30 @@ def proposal_cost(
         drafter.propose(ctx, k)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def model_fingerprint(model: Any) -> str:
+    """A key for cached measurements: architecture args, weight dtype and mlx device."""
+    from mlx.utils import tree_flatten
+
+    args = getattr(model, "args", None)
+    desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
+    first = tree_flatten(model.parameters())[0][1]
+    raw = f"{desc}|{first.dtype}|{mx.default_device()}|{os.cpu_count()}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None) -> dict[int, float]:
+    """The model's verify cost curve up to ``max_len``, measured once and cached on disk."""
+    root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+    path = root / "cost" / f"{model_fingerprint(model)}.json"
+    if path.exists():
+        curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        if all(L in curve for L in range(1, max_len + 1)):
+            return curve
+    curve = verify_cost_curve(model, max_len)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(curve))
+    os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+    return curve

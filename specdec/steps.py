@@ -1,4 +1,5 @@
-"""Decode steps: prefill, a plain step, a speculative step — each with one host sync.
+"""Decode steps: prefill, a plain step, a speculative step — one host sync per step
+(a draft model's proposal adds its own; see ``drafters.draft_model``).
 
 Contract:
 - ``prefill(model, cache, tokens)`` fills the cache in chunks, keeping no logits.
@@ -6,7 +7,8 @@ Contract:
   forward of token t+1 is queued before waiting for token t, as mlx-lm's loop does.
 - ``spec_steps(...)`` yields one ``Step`` per verify forward over ``[last] + draft``: the
   kept tokens (``verify.greedy_accept`` at temperature 0, ``verify.rejection_sample`` +
-  ``settle`` otherwise), after rolling the cache back past the rejected ones.
+  ``settle`` otherwise), after rolling the cache back past the rejected ones. Only
+  linear proposals are verified here: a token tree is refused, never flattened.
 Every Step carries the target's log-probability of each emitted token (raw
 ``log_softmax`` of the logits, as mlx-lm reports them), with ``top_logprobs = n > 0`` the
 n most likely tokens at each emitted position as ``(token, logprob)`` pairs, best first
@@ -21,7 +23,7 @@ from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 
-from .drafters import Drafter
+from .drafters.base import Drafter, Proposal
 from .rollback import trim
 from .sampling import Rng, SamplingParams, penalize, processed_probs
 from .verify import greedy_accept, rejection_sample, settle
@@ -104,14 +106,15 @@ def plain_steps(
 
 
 def _verify(
-    logits: mx.array, d: mx.array, drafter: Drafter, params: SamplingParams, rng: Rng | None
+    logits: mx.array, proposal: Proposal, params: SamplingParams, rng: Rng | None
 ) -> tuple[mx.array, mx.array]:
-    """Device arrays (accept (k,), fix (k+1,)) for one verify block with draft ``d``."""
+    """Device arrays (accept (k,), fix (k+1,)) for one verify block of ``proposal``."""
+    d = mx.array(proposal.tokens, dtype=mx.int32)
     if params.greedy:
         fix = mx.argmax(logits, axis=-1)
         return d == fix[: d.shape[0]], fix
     p = processed_probs(logits, params)
-    q = getattr(drafter, "last_q", None) if d.shape[0] else None
+    q = proposal.q
     if q is not None and q.shape[-1] != p.shape[-1]:
         # padded vocabularies (Qwen pads its embedding rows): ids beyond either table
         # have probability 0 there, so zero-padding the narrower is exact
@@ -119,6 +122,69 @@ def _verify(
         q = mx.pad(q, [(0, 0), (0, width - q.shape[-1])])
         p = mx.pad(p, [(0, 0), (0, width - p.shape[-1])])
     return rejection_sample(d, p, q, rng.next())
+
+
+def penalize_block(logits: mx.array, context: list[int], draft: Sequence[int],
+                   params: SamplingParams) -> mx.array:
+    """Apply the repetition penalty to each row of a verify block: row i has seen
+    ``context + draft[:i]``, so each row gets its own window."""
+    if params.repetition_penalty == 1.0:
+        return logits
+    size, seq, n = params.repetition_context_size, context + list(draft), len(context)
+    rows = [seq[max(0, n + i - size) : n + i] for i in range(len(draft) + 1)]
+    if min(map(len, rows)) == max(map(len, rows)):  # equal widths: one gather
+        return penalize(logits, mx.array(rows, dtype=mx.int32), params)
+    # a prompt shorter than the window: rows differ in width
+    return mx.concatenate(
+        [penalize(logits[i : i + 1], mx.array([r], dtype=mx.int32), params) for i, r in enumerate(rows)]
+    )
+
+
+@dataclass
+class _Fetched:
+    """The host copies of one verify step's device results (the step's one sync)."""
+
+    accept: list[bool]
+    fix: list[int]
+    lp_draft: list[float]  # logprob of each drafted token, then of the bonus candidate
+    lp_fix: list[float]
+    margins: list[float] | None
+    top: tuple[list, list] | None
+
+    @classmethod
+    def fetch(cls, logits: mx.array, proposal: Proposal, accept: mx.array, fix: mx.array,
+              diagnostics: bool, top_logprobs: int) -> "_Fetched":
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        rows = mx.arange(logits.shape[0])
+        cand = mx.concatenate([mx.array(proposal.tokens, dtype=fix.dtype), fix[-1:]])
+        arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
+        arrays += [top2_margin(logits)] if diagnostics else []
+        arrays += top_entries(logp, top_logprobs) if top_logprobs else []
+        mx.eval(*arrays)
+        acc, fx, lp_draft, lp_fix, *rest = (a.tolist() for a in arrays)  # the one sync
+        margins = rest.pop(0) if diagnostics else None
+        return cls(acc, fx, lp_draft, lp_fix, margins, tuple(rest) if top_logprobs else None)
+
+    def step(self, emitted: list[int], drafted: int, accepted: int) -> Step:
+        n = accepted + 1
+        logprobs = self.lp_draft[:accepted] + [self.lp_fix[accepted]]
+        margins = self.margins[:n] if self.margins is not None else None
+        top = [sorted_top(self.top[0][i], self.top[1][i]) for i in range(n)] if self.top else None
+        return Step(emitted, drafted, accepted, drafted + 1, logprobs, margins, top)
+
+
+def draft_for_step(drafter: Drafter, context: Sequence[int], k: int) -> Proposal:
+    """The drafter's proposal for this step, at most ``k`` tokens (none when k < 1)."""
+    if k < 1:
+        return Proposal()
+    proposal = drafter.propose(context, k)
+    if not isinstance(proposal, Proposal):
+        raise TypeError(f"{type(drafter).__name__}.propose returned {type(proposal).__name__}, "
+                        "not a specdec.drafters.Proposal")
+    if not proposal.is_linear:
+        raise ValueError(f"drafter {drafter.name!r} proposed a token tree; this engine verifies "
+                         "linear drafts only")
+    return proposal.truncated(k)
 
 
 def spec_steps(
@@ -133,45 +199,22 @@ def spec_steps(
     diagnostics: bool,
     top_logprobs: int = 0,
 ) -> Iterator[Step]:
-    """Draft, verify, roll back. ``context`` grows by the emitted tokens of each step;
-    ``budget[0]`` is the number of tokens still wanted (drafting past it is waste)."""
+    """Draft, verify, accept, roll back, emit. ``context`` grows by the emitted tokens of
+    each step; ``budget[0]`` is the number of tokens still wanted (drafting past it is
+    waste)."""
     while True:
-        kk = min(k, budget[0] - 1)
-        draft = list(drafter.propose(context, kk))[:kk] if kk > 0 else []
-        block = [context[-1], *draft]
-        logits = model(mx.array(block)[None], cache=cache)[0]
-        if params.repetition_penalty != 1.0:
-            size, seq = params.repetition_context_size, context + draft
-            n = len(context)  # row i has seen context + draft[:i]
-            rows = [seq[max(0, n + i - size) : n + i] for i in range(len(block))]
-            if min(map(len, rows)) == max(map(len, rows)):  # equal widths: one gather
-                logits = penalize(logits, mx.array(rows, dtype=mx.int32), params)
-            else:  # a prompt shorter than the window: rows differ in width
-                logits = mx.concatenate(
-                    [penalize(logits[i : i + 1], mx.array([r], dtype=mx.int32), params) for i, r in enumerate(rows)]
-                )
-        d = mx.array(draft, dtype=mx.int32)
-        accept, fix = _verify(logits, d, drafter, params, rng)
-        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        rows = mx.arange(len(block))
-        cand = mx.concatenate([d, fix[-1:]]) if draft else fix
-        arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
-        if diagnostics:
-            arrays.append(top2_margin(logits))
-        if top_logprobs:
-            arrays += top_entries(logp, top_logprobs)
-        mx.eval(*arrays)
-        acc, fx, lp_draft, lp_fix, *rest = (a.tolist() for a in arrays)  # the step's one sync
-        mg = rest.pop(0) if diagnostics else None
-        top_ids, top_vals = rest if top_logprobs else (None, None)
+        proposal = draft_for_step(drafter, context, min(k, budget[0] - 1))
+        draft = list(proposal.tokens)
+        logits = model(mx.array([context[-1], *draft])[None], cache=cache)[0]
+        logits = penalize_block(logits, context, draft, params)
+        accept, fix = _verify(logits, proposal, params, rng)
+        got = _Fetched.fetch(logits, proposal, accept, fix, diagnostics, top_logprobs)
         if params.greedy:
-            accepted, emitted = greedy_accept(draft, fx)
+            accepted, emitted = greedy_accept(draft, got.fix)
         else:
-            accepted, emitted = settle(draft, acc, fx)
-        drafter.observe(accepted)
+            accepted, emitted = settle(draft, got.accept, got.fix)
+        if draft:
+            drafter.observe(accepted)
         trim(cache, len(draft) - accepted)
         context.extend(emitted)
-        logprobs = lp_draft[:accepted] + [lp_fix[accepted]]
-        margins = mg[: accepted + 1] if mg is not None else None
-        top = [sorted_top(top_ids[i], top_vals[i]) for i in range(accepted + 1)] if top_logprobs else None
-        yield Step(emitted, len(draft), accepted, len(block), logprobs, margins, top)
+        yield got.step(emitted, len(draft), accepted)

@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 import specdec.steps as steps
 from specdec.bench import analysis
 from specdec.bench.configs import BenchConfig, parse_config, sweep
+from specdec.drafters import DraftSpec
 from specdec.bench.runner import BenchPlan, run_plan
 from specdec.bench.workloads import (
     CLASSES, Workload, builtin_workloads, fit_prompt, load_workloads, parse_workload,
@@ -94,8 +95,8 @@ def test_fit_prompt_refuses_a_length_below_the_instruction(smollm):
 
 def test_config_specs_parse_and_label():
     c = parse_config("ngram:k=8:n=2:adaptive")
-    assert c == BenchConfig("ngram", 8, 2, adaptive=True)
-    assert parse_config(c.spec) == c and c.label == "ngram k=8 n=2 adaptive"
+    assert c == BenchConfig(DraftSpec("ngram", 8, 2, 3, adaptive_k=True))
+    assert parse_config(c.text) == c and c.label == "ngram k=8 n=2 adaptive"
     assert parse_config("ngram,suffix:k=2:gate").draft_type == "ngram,suffix"
     assert parse_config("none").baseline
     for bad in ("nope", "ngram:k=0", "ngram:x=1", "none:k=2", "ngram:warm", "ngram,none"):
@@ -183,6 +184,23 @@ def test_bench_reports_a_broken_rollback_with_its_diagnosis(monkeypatch):
     bad = [r for r in rows if r["mismatches"]]
     assert bad and all(r["config"] == "ngram k=4" for r in bad)
     assert result.diagnoses and result.diagnoses[0]["verdict"].startswith("logic bug")
+
+
+def test_a_diverging_warm_config_is_diagnosed_with_its_warm_table(monkeypatch, tmp_path, smollm):
+    """The re-run of a diverging run must start from the drafter the run started with:
+    a 'warm' ngram-mod config loads the saved table again (it used to raise instead)."""
+    from specdec.drafters import DraftSpec, ngram_mod_table
+
+    table = ngram_mod_table(DraftSpec("ngram-mod"), smollm[1])
+    table.insert(list(range(1000, 1100)))
+    table.save(tmp_path / "warm.ngm")
+    real_trim = steps.trim
+    monkeypatch.setattr(steps, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
+    plan = _small_plan(warm_table=str(tmp_path / "warm.ngm"))
+    plan.workloads, plan.configs = plan.workloads[:1], [parse_config("ngram,ngram-mod:k=4:warm")]
+    result = run_plan(plan)
+    assert result.diagnoses and result.diagnoses[0]["config"] == "ngram,ngram-mod k=4 warm"
+    assert result.diagnoses[0]["verdict"].startswith("logic bug")
 
 
 def test_multi_turn_runs_feed_the_models_reply_back():

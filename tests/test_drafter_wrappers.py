@@ -7,21 +7,21 @@ from conftest import cached_tiny
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdec.drafters import NgramDrafter, NoDrafter
+from specdec.drafters import Drafter, NgramDrafter, NoDrafter, Proposal
 from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, expected_tokens
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.gate import GatedDrafter, repetition_score
 from specdec.engine import token_stream
 
 
-class Fixed:
+class Fixed(Drafter):
     """A real (if trivial) drafter: proposes a fixed list; used to observe wrappers."""
 
     def __init__(self, name, proposal):
         self.name, self.proposal, self.seen = name, proposal, []
 
     def propose(self, context, k):
-        return self.proposal[:k]
+        return Proposal(self.proposal[:k])
 
     def observe(self, n):
         self.seen.append(n)
@@ -30,7 +30,7 @@ class Fixed:
 def test_chain_first_nonempty_wins_and_keeps_stats():
     a, b = Fixed("a", []), Fixed("b", [1, 2, 3])
     chain = ChainDrafter([a, b])
-    assert chain.propose([0], 2) == [1, 2]
+    assert chain.propose([0], 2).tokens == (1, 2)
     chain.observe(1)
     assert b.seen == [1] and a.seen == []
     assert chain.stats == {"a": {"won": 0, "drafted": 0, "accepted": 0},
@@ -48,10 +48,10 @@ def test_repetition_score_matches_definition(tokens):
 def test_prompt_gate_turns_off_on_novel_prompts_unless_forced():
     g = GatedDrafter(Fixed("f", [7]), min_score=0.1)
     g.begin(list(range(50)))  # no repeated 3-gram
-    assert not g.enabled and g.propose(list(range(50)), 4) == []
+    assert not g.enabled and not g.propose(list(range(50)), 4)
     forced = GatedDrafter(Fixed("f", [7]), min_score=0.1, force=True)
     forced.begin(list(range(50)))
-    assert forced.propose(list(range(50)), 4) == [7]
+    assert forced.propose(list(range(50)), 4).tokens == (7,)
 
 
 def test_runtime_gate_turns_off_then_back_on_via_shadow_guesses():
@@ -65,7 +65,7 @@ def test_runtime_gate_turns_off_then_back_on_via_shadow_guesses():
         ctx = ctx + [9]
     assert not g.enabled
     for _ in range(4):  # shadow guesses [5, ...] would now have been right every time
-        assert g.propose(ctx, 2) == []
+        assert not g.propose(ctx, 2)
         ctx = ctx + [5]
     g.propose(ctx, 2)
     assert g.enabled

@@ -149,13 +149,14 @@ def test_drafter_matches_dict_oracle(requests, n, k, gate, eos):
         if pending:
             insert(*pending)
         full, cur = prompt + gen, len(prompt)
+        drafter.begin(prompt)
         insert(full, 0, cur)
         i_last = cur
         for step in steps * (1 + len(gen)):
             if i_last + gate < cur:
                 insert(full, i_last, cur)
                 i_last = cur
-            got = drafter.propose(full[:cur], k)
+            got = list(drafter.propose(full[:cur], k).tokens)
             assert got == dict_walk(d, n, full[:cur], k, eos, occupied, size)
             drafter.observe(0)
             if cur == len(full):
@@ -176,6 +177,7 @@ def test_gate_inserts_nothing_until_32_new_tokens_then_everything():
     gen = list(range(200, 240))
     table = NgramModTable(size, n)
     drafter = NgramModDrafter(table)  # default gate: 32
+    drafter.begin(prompt)
     drafter.propose(prompt, 4)
     assert table.used == len(prompt) - n  # the prompt, ungated
     for i in range(1, 33):
@@ -188,7 +190,7 @@ def test_gate_inserts_nothing_until_32_new_tokens_then_everything():
     assert (table.snapshot() == full.snapshot()).all()  # everything up to cur_len
     drafter.propose(prompt + gen[:38], 4)  # 5 more: under the gate again
     assert table.used == len(prompt) + 33 - n
-    drafter.propose([1, 2, 3], 4)  # a new request flushes the last one's gated tail
+    drafter.begin([1, 2, 3])  # a new request flushes the last one's gated tail
     full.insert(prompt + gen[:38])
     full.insert([1, 2, 3])
     assert table.used == len(prompt) + 38 - n + 1
@@ -199,8 +201,8 @@ def test_generated_text_drafts_after_the_gate():
     table = NgramModTable(1 << 16, 3)
     drafter = NgramModDrafter(table, gate=4)
     seq = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 3]
-    drafter.propose(seq[:2], 4)
-    assert drafter.propose(seq[:13], 4) == [4, 5, 6, 7]
+    drafter.begin(seq[:2])
+    assert drafter.propose(seq[:13], 4).tokens == (4, 5, 6, 7)
 
 
 def test_reset_on_low_acceptance_streak_then_reseed():
@@ -208,10 +210,11 @@ def test_reset_on_low_acceptance_streak_then_reseed():
     table.insert([50, 51, 52, 53])  # foreign traffic
     d = NgramModDrafter(table, reset_below=0.5, reset_streak=3)
     other = NgramModDrafter(table, reset_streak=None)
-    other.propose([60, 61, 62], 3)  # another request sharing the table
+    other.begin([60, 61, 62])  # another request sharing the table
     ctx = [1, 2, 3, 4, 1, 2]
+    d.begin(ctx)
     for accepted in (0, 1, 3, 0, 1):  # 1/3 < 0.5 counts, 3/3 breaks the streak
-        assert d.propose(ctx, 3) == [3, 4, 1]
+        assert d.propose(ctx, 3).tokens == (3, 4, 1)
         d.observe(accepted)
     assert table.resets == 0 and table.used == 2 + 4 + 1
     d.propose(ctx, 3)
@@ -221,7 +224,7 @@ def test_reset_on_low_acceptance_streak_then_reseed():
         d.observe(0)  # no proposal since: no evidence
     assert table.resets == 1
     # each sharer puts its own request's text back at its next proposal; foreign text is gone
-    assert d.propose(ctx, 3) == [3, 4, 1] and table.used == 4
+    assert d.propose(ctx, 3).tokens == (3, 4, 1) and table.used == 4
     assert table.draft([50, 51], 2) == []
     other.propose([60, 61, 62, 63], 3)
     assert table.used == 4 + 2 and table.draft([60, 61], 3) == [62, 63]
@@ -230,6 +233,7 @@ def test_reset_on_low_acceptance_streak_then_reseed():
 def test_reset_off():
     table = NgramModTable(1 << 12, 2)
     d = NgramModDrafter(table, reset_streak=None)
+    d.begin([1, 2, 3, 4, 1, 2])
     for _ in range(10):
         d.propose([1, 2, 3, 4, 1, 2], 3)
         d.observe(0)
@@ -403,8 +407,9 @@ def test_drafters_in_threads_share_one_table():
     def serve(seed):
         try:
             d = NgramModDrafter(table, gate=8)
+            d.begin(text[: 5 + seed])
             for cur in range(5 + seed, len(text), 3):
-                out = d.propose(text[:cur], 4)
+                out = d.propose(text[:cur], 4).tokens
                 d.observe(len(out))
                 assert all(0 <= t < 300 for t in out)
         except Exception as e:  # noqa: BLE001
@@ -416,7 +421,9 @@ def test_drafters_in_threads_share_one_table():
     for t in threads:
         t.join()
     assert not errors
-    assert NgramModDrafter(table).propose([7, 8, 9], 4) == [10, 11, 12, 13]
+    last = NgramModDrafter(table)
+    last.begin([7, 8, 9])
+    assert last.propose([7, 8, 9], 4).tokens == (10, 11, 12, 13)
 
 
 # ---------------------------------------------------------------- real tokenizer and weights

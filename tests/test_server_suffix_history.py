@@ -52,8 +52,10 @@ def test_drafters_sharing_a_history_see_its_changes(docs, context, budget, k):
     under it between its proposals (including FIFO rebuilds)."""
     shared = SuffixHistory(budget)
     d = SuffixDrafter(history=shared)
+    d.begin(context[:1])
     for i, doc in enumerate(docs):
         cut = max(1, len(context) * (i + 1) // (len(docs) + 1))
-        assert d.propose(context[:cut], k) == suffix_proposal(context[:cut], k, history=list(shared.docs))
+        got = list(d.propose(context[:cut], k).tokens)
+        assert got == suffix_proposal(context[:cut], k, history=list(shared.docs))
         shared.add(doc)  # another request finished meanwhile
-    assert d.propose(context, k) == suffix_proposal(context, k, history=list(shared.docs))
+    assert list(d.propose(context, k).tokens) == suffix_proposal(context, k, history=list(shared.docs))

@@ -10,27 +10,27 @@ from conftest import cached_tiny
 
 from specdec.drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from specdec.server.memory import SharedMemory
-from specdec.server.schemas import Speculation
+from specdec.drafters import DraftSpec
 from specdec.server.worker import GenRequest, Job, JobQueue
 
 
 def test_shared_memory_files(tmp_path, smollm):
     tok = smollm[1]
     path = str(tmp_path / "mem")
-    mem = SharedMemory.open(path, tok, 1000)
+    mem = SharedMemory.open(path, tok, DraftSpec("suffix", suffix_history=1000))
     assert not mem.save()  # nothing changed: nothing written
     mem.commit(list(range(100, 160)))
     assert mem.save() and not mem.dirty
     stale = tmp_path / ".mem.staging"
     stale.write_bytes(b"half a file")
-    again = SharedMemory.open(path, tok, 1000)
+    again = SharedMemory.open(path, tok, DraftSpec("suffix", suffix_history=1000))
     assert not stale.exists() and again.table.used == mem.table.used
     assert list(again.history.docs) == [list(range(100, 160))]
     NgramModTable(tokenizer_fingerprint="other").save(path)
     with pytest.raises(ValueError, match="--memory-file"):
-        SharedMemory.open(path, tok, 1000)
+        SharedMemory.open(path, tok, DraftSpec("suffix", suffix_history=1000))
     with pytest.raises(ValueError, match="not writable|does not exist"):
-        SharedMemory.open(str(tmp_path / "missing-dir" / "mem"), tok, 1000)
+        SharedMemory.open(str(tmp_path / "missing-dir" / "mem"), tok, DraftSpec("suffix", suffix_history=1000))
     assert tokenizer_fingerprint(tok) == again.fingerprint
 
 
@@ -38,7 +38,7 @@ def test_job_queue_bounded_and_withdrawable():
     loop = asyncio.new_event_loop()
     try:
         q = JobQueue(2)
-        jobs = [Job(GenRequest([1], 1, Speculation()), loop) for _ in range(3)]
+        jobs = [Job(GenRequest([1], 1, DraftSpec("suffix")), loop) for _ in range(3)]
         assert q.put_nowait(jobs[0]) and q.put_nowait(jobs[1]) and not q.put_nowait(jobs[2])
         assert q.remove(jobs[0]) and not q.remove(jobs[0])
         assert q.put_nowait(jobs[2])  # the withdrawn job's place

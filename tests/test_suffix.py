@@ -230,15 +230,19 @@ def test_history_window_is_fifo_and_bounded(requests, budget):
         assert structure(idx.history) == structure(fresh)  # rebuilt or extended alike
 
 
-def test_drafter_detects_new_requests():
+def test_begin_continues_a_follow_up_turn_and_starts_other_requests_afresh():
     d = SuffixDrafter(eos=[9])
-    assert d.propose([1, 2, 3, 1, 2], 4) == [3, 1]
-    d.propose([1, 2, 3, 1, 2, 3], 4)  # an extension: same request
-    assert list(d.index.docs) == [] and d.index.tokens == [1, 2, 3, 1, 2, 3]
-    assert d.propose([5, 1, 2], 4) == [3, 1]  # new request: history match [1, 2] -> [3, 1]
-    assert list(d.index.docs) == [[1, 2, 3, 1, 2, 3]] and d.index.tokens == [5, 1, 2]
-    d.propose([5, 7, 8, 9, 7], 4)  # same first token, differs later: new request
-    assert len(d.index.docs) == 2 and d.propose([5, 7, 8, 9, 7, 8], 4) == [9]  # cut after EOS
+    d.begin([1, 2, 3, 1, 2])
+    assert d.propose([1, 2, 3, 1, 2], 4).tokens == (3, 1)
+    d.propose([1, 2, 3, 1, 2, 3], 4)  # the context grows within the request
+    d.begin([1, 2, 3, 1, 2, 3, 4])  # a follow-up turn resending the conversation: same text
+    assert list(d.index.docs) == [] and d.index.tokens == [1, 2, 3, 1, 2, 3, 4]
+    d.begin([5, 1, 2])  # another request: the previous one joins the history
+    history = [[1, 2, 3, 1, 2, 3, 4]]  # the history match [1, 2] -> 3 ...
+    assert list(d.propose([5, 1, 2], 4).tokens) == suffix_proposal([5, 1, 2], 4, history=history)
+    assert list(d.index.docs) == [[1, 2, 3, 1, 2, 3, 4]] and d.index.tokens == [5, 1, 2]
+    d.begin([5, 1, 7, 8, 9, 7])  # same first tokens, differs later: a new request
+    assert len(d.index.docs) == 2 and d.propose([5, 1, 7, 8, 9, 7, 8], 4).tokens == (9,)  # cut after EOS
 
 
 def test_bad_arguments():

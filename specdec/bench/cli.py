@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config import KV_BITS
 from .profiles import PROFILES, Profile
 
 
@@ -62,6 +63,8 @@ def add_bench_parser(sub: Any) -> None:
                    help="hf-transformers,llama.cpp,mlx-lm or 'none'")
     p.add_argument("--peer-k", type=int, default=4, help="draft length the peers use")
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None,
+                   help="quantize our KV cache (the peers keep their own)")
     p.add_argument("--out", help="output directory (default bench-results/<profile>-<time>)")
     p.add_argument("--no-plots", action="store_true")
 
@@ -125,7 +128,7 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
         prompt_tokens=args.prompt_tokens or list(prof.prompt_tokens),
         runs=args.runs or prof.runs, max_tokens=args.max_tokens or prof.max_tokens,
         peers=peers, peer_k=args.peer_k, draft_model=args.draft_model or prof.draft_model,
-        dtype=args.dtype)
+        dtype=args.dtype, kv_bits=args.kv_bits)
     return plan, prof, name
 
 

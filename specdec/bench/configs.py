@@ -1,59 +1,77 @@
 """Drafter configurations the benchmark sweeps, written as short specs.
 
-Contract: ``parse_config("ngram:k=4:n=2")`` → ``BenchConfig``. A spec is a draft type (or
-a comma chain such as ``ngram,suffix``) followed by ``:``-separated options: ``k=K``
-(draft length, default 4), ``n=N`` (n-gram minimum for ``ngram``), ``adaptive`` (choose k
-per step, K is the maximum), ``gate`` (skip drafting on non-repetitive prompts) and
-``warm`` (ngram-mod starts from a table built earlier, e.g. by another model).
-``none`` is plain decoding, the baseline. ``sweep(types, ks, ns, ...)`` is the cartesian
-product. ``BenchConfig.drafter(...)`` builds a fresh drafter for one run, so no state
-(an n-gram index, an ngram-mod table, a suffix history) leaks from one measured run into
-the next: each run measures the same cold start.
+Contract: ``parse_config("ngram:k=4:n=2")`` → ``BenchConfig``, a ``DraftSpec`` plus the
+bench-only ``warm`` flag. A spec is a draft type (or a comma chain such as
+``ngram,suffix``) followed by ``:``-separated options: ``k=K`` (draft length, default 4),
+``n=N`` (n-gram minimum for ``ngram``; the maximum is max(3, N)), ``adaptive`` (choose k
+per step, K is the maximum), ``gate`` (skip drafting on non-repetitive prompts),
+``mod-size=S`` / ``mod-n=N`` (the ngram-mod table's slots and hashed n-gram length) and
+``warm`` (ngram-mod starts from a table built earlier, e.g. by another model). ``none``
+is plain decoding, the baseline. ``sweep(types, ks, ns, ...)`` is the cartesian product.
+``BenchConfig.drafter(...)`` builds a fresh drafter for one run, so no state (an n-gram
+index, an ngram-mod table, a suffix history) leaks from one measured run into the next:
+each run measures the same cold start (a ``warm`` run starts from the same saved table).
 
     >>> parse_config("ngram:k=8:n=2:adaptive").label
     'ngram k=8 n=2 adaptive'
+    >>> parse_config("ngram-mod:k=4:mod-n=6").spec.ngram_mod_n
+    6
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..drafters import DRAFT_TYPES, make_drafter
+from ..drafters.spec import DraftResources, DraftSpec, build_drafter, ngram_mod_table
+
+_FLAGS = ("adaptive", "gate", "warm")
+_NUMBERS = {"k": "num_draft_tokens", "n": "ngram_min", "mod-size": "ngram_mod_size",
+            "mod-n": "ngram_mod_n"}
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    draft_type: str = "none"
-    k: int = 4
-    n_min: int = 1
-    adaptive: bool = False
-    gate: bool = False
+    spec: DraftSpec = field(default_factory=lambda: DraftSpec("none"))
     warm: bool = False  # ngram-mod starts from the plan's warm table instead of an empty one
 
     @property
     def baseline(self) -> bool:
-        return self.draft_type == "none"
+        return not self.spec.speculative
+
+    @property
+    def k(self) -> int:
+        return self.spec.num_draft_tokens
+
+    @property
+    def draft_type(self) -> str:
+        return self.spec.draft_type
+
+    def _options(self) -> list[tuple[str, str]]:
+        """(option, value) pairs that differ from the defaults, in spec order."""
+        s = self.spec
+        out = [("k", str(s.num_draft_tokens))]
+        out += [("n", str(s.ngram_min))] if s.ngram_min != 1 else []
+        out += [("mod-size", str(s.ngram_mod_size))] if s.ngram_mod_size else []
+        out += [("mod-n", str(s.ngram_mod_n))] if s.ngram_mod_n else []
+        flags = (("adaptive", s.adaptive_k), ("gate", s.gate), ("warm", self.warm))
+        return out + [(name, "") for name, on in flags if on]
 
     @property
     def label(self) -> str:
         if self.baseline:
             return "plain"
-        parts = [self.draft_type, f"k={self.k}"]
-        parts += [f"n={self.n_min}"] if self.n_min != 1 else []
-        parts += ["adaptive"] * self.adaptive + ["gate"] * self.gate + ["warm"] * self.warm
-        return " ".join(parts)
+        return " ".join([self.draft_type] + [f"{o}={v}" if v else o for o, v in self._options()])
 
     @property
-    def spec(self) -> str:
+    def text(self) -> str:
+        """The spec string that parses back to this config."""
         if self.baseline:
             return "none"
-        opts = [f"k={self.k}"] + ([f"n={self.n_min}"] if self.n_min != 1 else [])
-        opts += ["adaptive"] * self.adaptive + ["gate"] * self.gate + ["warm"] * self.warm
-        return ":".join([self.draft_type, *opts])
+        return ":".join([self.draft_type] + [f"{o}={v}" if v else o for o, v in self._options()])
 
     def drafter(self, tokenizer: Any, *, cost: Mapping[int, float] | None = None,
-                draft: tuple[Any, Any] | None = None, table: Any = None) -> Any:
+                draft: tuple[Any, Any] | None = None, table: str | None = None) -> Any:
         """A fresh drafter for one run (``None`` for the baseline).
 
         ``cost``: the verify cost curve (needed by ``adaptive``); ``draft``: (model,
@@ -61,55 +79,52 @@ class BenchConfig:
         afresh for every run of a ``warm`` config (the cross-model warm-start experiment)."""
         if self.baseline:
             return None
-        names = self.draft_type.split(",")
-        opts: dict[str, Any] = dict(ngram_min=self.n_min, ngram_max=max(3, self.n_min),
-                                    tokenizer=tokenizer)
-        if "ngram-mod" in names:
-            from ..drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
-
+        res = DraftResources(tokenizer=tokenizer, draft=draft, cost=cost)
+        if self.spec.uses("ngram-mod"):
             if self.warm and table is None:
-                raise ValueError(f"config {self.spec} needs a warm ngram-mod table")
-            fp = tokenizer_fingerprint(tokenizer)
-            opts["table"] = (NgramModTable.load(table, tokenizer_fingerprint=fp) if self.warm
-                             else NgramModTable(tokenizer_fingerprint=fp))
-        if "model" in names:
-            if draft is None:
-                raise ValueError(f"config {self.spec} needs a draft model: pass --draft-model")
-            opts["draft_model"], opts["draft_tokenizer"] = draft
-        if self.adaptive and cost is None:
-            raise ValueError(f"config {self.spec} needs the verify cost curve")
-        return make_drafter(self.draft_type, eos=tokenizer.eos_token_ids, gate=self.gate,
-                            adaptive_k=cost if self.adaptive else None,
-                            num_draft_tokens=self.k, **opts)
+                raise ValueError(f"config {self.text} needs a warm ngram-mod table")
+            spec = self.spec.with_options(ngram_mod_file=table if self.warm else None)
+            res.table = ngram_mod_table(spec, tokenizer, load_file=self.warm)
+        if self.spec.uses("model") and draft is None:
+            raise ValueError(f"config {self.text} needs a draft model: pass --draft-model")
+        if self.spec.adaptive_k and cost is None:
+            raise ValueError(f"config {self.text} needs the verify cost curve")
+        return build_drafter(self.spec, res)
 
 
-def parse_config(spec: str) -> BenchConfig:
-    head, *opts = [p.strip() for p in spec.strip().split(":")]
-    names = [n.strip() for n in head.split(",")]
-    if not head or any(n not in DRAFT_TYPES for n in names) or (len(names) > 1 and "none" in names):
-        raise ValueError(f"config {spec!r}: the draft type must be one of "
-                         f"{', '.join(DRAFT_TYPES)} or a comma chain of them")
-    kw: dict[str, Any] = {"draft_type": ",".join(names)}
-    for opt in opts:
-        key, _, value = opt.partition("=")
-        if key in ("adaptive", "gate", "warm") and not value:
-            kw[key] = True
-        elif key in ("k", "n") and value.isdigit() and int(value) >= 1:
-            kw["k" if key == "k" else "n_min"] = int(value)
-        else:
-            raise ValueError(f"config {spec!r}: bad option {opt!r} "
-                             "(use k=K, n=N, adaptive, gate, warm)")
-    if head == "none" and len(kw) > 1:
-        raise ValueError(f"config {spec!r}: plain decoding takes no options")
-    if kw.get("warm") and "ngram-mod" not in names:
-        raise ValueError(f"config {spec!r}: 'warm' applies to ngram-mod only")
-    return BenchConfig(**kw)
+def parse_config(text: str) -> BenchConfig:
+    head, *opts = [p.strip() for p in text.strip().split(":")]
+    try:
+        kw: dict[str, Any] = {"draft_type": head}
+        warm = False
+        for opt in opts:
+            key, _, value = opt.partition("=")
+            if key in _FLAGS and not value:
+                warm |= key == "warm"
+                kw[{"adaptive": "adaptive_k"}.get(key, key)] = True
+            elif key in _NUMBERS and value.isdigit() and int(value) >= 1:
+                kw[_NUMBERS[key]] = int(value)
+            else:
+                raise ValueError(f"bad option {opt!r} (use k=K, n=N, mod-size=S, mod-n=N, "
+                                 "adaptive, gate, warm)")
+        kw.pop("warm", None)
+        if "ngram_min" in kw:
+            kw["ngram_max"] = max(3, kw["ngram_min"])
+        spec = DraftSpec(**kw)
+    except ValueError as e:
+        raise ValueError(f"config {text!r}: {e}") from None
+    if not spec.speculative and opts:
+        raise ValueError(f"config {text!r}: plain decoding takes no options")
+    if warm and not spec.uses("ngram-mod"):
+        raise ValueError(f"config {text!r}: 'warm' applies to ngram-mod only")
+    return BenchConfig(spec, warm)
 
 
 def sweep(types: Iterable[str], ks: Iterable[int], ns: Iterable[int] = (1,), *,
           adaptive: bool = False, gate: bool = False) -> list[BenchConfig]:
     """Every draft type × k × n (n only varies ``ngram``), plus adaptive/gate variants."""
     out: list[BenchConfig] = []
+    ks = list(ks)
     for t in types:
         for k in ks:
             for n in (ns if t == "ngram" else (1,)):

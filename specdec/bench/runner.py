@@ -71,6 +71,7 @@ class BenchPlan:
     peer_k: int = 4
     draft_model: str | None = None
     dtype: str = "auto"
+    kv_bits: int | None = None  # quantize our KV cache (the peers keep their own)
     warm_table: str | None = None  # a saved ngram-mod table that 'warm' configs load
 
 
@@ -96,13 +97,13 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
 
 
 def conversation(model: Any, tok: Any, case: Workload, drafter: Any, k: int,
-                 max_tokens: int) -> list[tuple[Any, GenerationResult]]:
+                 max_tokens: int, kv_bits: int | None = None) -> list[tuple[Any, GenerationResult]]:
     """Run every turn of ``case`` with one drafter: [(prompt of the turn, result)]."""
     prompt: Any = case.first_messages()
     out = []
     for turn in range(len(case.turns) + 1):
         res = generate(model, tok, prompt, drafter=drafter, max_tokens=max_tokens,
-                       num_draft_tokens=k)
+                       num_draft_tokens=k, kv_bits=kv_bits)
         out.append((prompt, res))
         if turn == len(case.turns):
             break
@@ -178,7 +179,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
         raise ValueError("--runs must be >= 1")
     model, tok = load(plan.model, dtype=plan.dtype)
     draft = None
-    if any("model" in c.draft_type.split(",") for c in plan.configs):
+    if any(c.spec.uses("model") for c in plan.configs):
         if not plan.draft_model:
             raise ValueError("a 'model' config needs --draft-model")
         draft = load(plan.draft_model, dtype=plan.dtype)
@@ -196,7 +197,8 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
         for run in range(plan.runs + 1):
             for cfg in configs:
                 drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
-                turns = conversation(model, tok, case, drafter, cfg.k, case.max_tokens or plan.max_tokens)
+                turns = conversation(model, tok, case, drafter, cfg.k,
+                                     case.max_tokens or plan.max_tokens, plan.kv_bits)
                 for t, (prompt, res) in enumerate(turns):
                     result.records.append(_record(plan, case, length, cfg.label, "specdec",
                                                   run, t, cfg.k, res))
@@ -231,9 +233,12 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
             continue
         cfg = by_label[row["config"]]
         prompt = result.cases[f"{row['workload']}|{row['length']}|{row['turn']}"]
-        kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True)
+        kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True,
+                  kv_bits=plan.kv_bits)
         plain = generate(model, tok, prompt, drafter=None, **kw)
-        spec = generate(model, tok, prompt, drafter=cfg.drafter(tok, cost=cost, draft=draft), **kw)
+        # the same drafter the measured run started with (a warm config's saved table too)
+        drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
+        spec = generate(model, tok, prompt, drafter=drafter, **kw)
         rep = diagnose(model, plain, spec, set(tok.eos_token_ids)).to_dict()
         if row["turn"]:
             rep["verdict"] += " (re-run of a later turn with a fresh drafter)"
@@ -249,7 +254,7 @@ def total_steps(plan: BenchPlan) -> int:
 
 def asdict_plan(plan: BenchPlan) -> dict:
     return dict(model=plan.model, workloads=[w.name for w in plan.workloads],
-                configs=[c.spec for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
+                configs=[c.text for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
                 runs=plan.runs, max_tokens=plan.max_tokens, peers=list(plan.peers),
-                peer_k=plan.peer_k, draft_model=plan.draft_model,
+                peer_k=plan.peer_k, draft_model=plan.draft_model, kv_bits=plan.kv_bits,
                 warm_table=plan.warm_table)

@@ -7,20 +7,16 @@ picks ``k* = argmax_k E[tokens | k] / cost(k + 1)`` over 0..k_max, where
 
 ``a_i`` is the recent probability that draft slot i is accepted given slots < i were
 (decayed counts learned from ``observe``, shrunk towards the previous slot's estimate), and ``cost(L)`` the
-measured seconds of one L-token verify forward (``specdec.measure.verify_cost_curve``;
-cached per model by ``cost_curve_for``). k* = 0 means a plain step. The inner drafter
+measured seconds of one L-token verify forward (``specdec.measure.cost_curve_for``,
+measured once per model and cached). k* = 0 means a plain step. The inner drafter
 proposes up to k* tokens; output is unchanged whatever k is.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from .base import Drafter
+from .base import EMPTY, Drafter, Proposal
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -48,7 +44,7 @@ def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int) -> in
     return max(range(len(rates)), key=lambda k: (rates[k], -k))
 
 
-class AdaptiveKDrafter:
+class AdaptiveKDrafter(Drafter):
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int, decay: float = 0.95):
         missing = [L for L in range(1, k_max + 2) if L not in cost]
         if missing:
@@ -58,7 +54,6 @@ class AdaptiveKDrafter:
         self._tested = [0.0] * k_max  # decayed counts, per slot
         self._accepted = [0.0] * k_max
         self._proposed = 0
-        self.last_q = None
         self.chosen: list[int] = []
 
     def acceptance(self) -> list[float]:
@@ -71,19 +66,17 @@ class AdaptiveKDrafter:
         return out
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        if hasattr(self.inner, "begin"):
-            self.inner.begin(prompt_ids)
+        self.inner.begin(prompt_ids)
 
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
         kk = min(k, best_k(self.acceptance(), self.cost, min(k, self.k_max)))
         self.chosen.append(kk)
         # k* = 0 still probes one slot now and then so estimates can recover
         if kk == 0 and len(self.chosen) % 8 == 0:
             kk = min(k, 1)
-        draft = self.inner.propose(context, kk) if kk else []
-        self.last_q = getattr(self.inner, "last_q", None)
-        self._proposed = len(draft)
-        return draft
+        proposal = self.inner.propose(context, kk) if kk else EMPTY
+        self._proposed = len(proposal)
+        return proposal
 
     def observe(self, num_accepted: int) -> None:
         if not self._proposed:
@@ -98,32 +91,3 @@ class AdaptiveKDrafter:
             self._accepted[i] += float(i < num_accepted)
         self._proposed = 0
 
-
-def model_fingerprint(model: Any) -> str:
-    """A key for cached measurements: architecture args, weight dtype and mlx device."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-
-    args = getattr(model, "args", None)
-    desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
-    first = tree_flatten(model.parameters())[0][1]
-    raw = f"{desc}|{first.dtype}|{mx.default_device()}|{os.cpu_count()}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-
-def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None) -> dict[int, float]:
-    """The model's verify cost curve up to ``max_len``, measured once and cached on disk."""
-    from ..measure import verify_cost_curve
-
-    root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
-    path = root / "cost" / f"{model_fingerprint(model)}.json"
-    if path.exists():
-        curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
-        if all(L in curve for L in range(1, max_len + 1)):
-            return curve
-    curve = verify_cost_curve(model, max_len)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(curve))
-    os.replace(tmp, path)  # atomic: concurrent processes never read half a file
-    return curve

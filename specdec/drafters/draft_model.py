@@ -1,6 +1,6 @@
 """A small draft model as drafter (classic two-model speculative decoding).
 
-Contract of ``DraftModelDrafter(draft_model, ...)`` (``name = "model"``):
+Contract of ``DraftModelDrafter(draft_model, ...)`` (a ``Drafter``, ``name = "model"``):
 
 - Vocabulary: a draft only helps if its token ids mean what the target's ids mean. When
   both tokenizers are given, ``check_tokenizers_match`` refuses (``ValueError`` naming the
@@ -9,11 +9,15 @@ Contract of ``DraftModelDrafter(draft_model, ...)`` (``name = "model"``):
   tokens to 151936 rows); it may not have fewer.
 - State: the drafter owns a KV cache for the draft model (``rollback.make_cache``) and
   ``cached_tokens``, the exact token list whose keys/values that cache holds.
-- ``propose(context, k)``: keep the longest prefix shared by ``cached_tokens`` and
-  ``context`` (always leaving at least ``context[-1]`` to feed, since its logits give the
-  first draft token), roll the cache back to it with ``rollback.trim``, or rebuild the
-  cache from scratch when nothing is shared or the cache cannot roll back that far (a
-  new request). Feed the missing context (chunked prefill for a long prompt), then draft
+- ``begin(prompt_ids)``: keep the longest prefix shared by ``cached_tokens`` and the
+  prompt (a follow-up turn reuses the previous turn's cache), roll the cache back to it
+  with ``rollback.trim``, or rebuild the cache from scratch when nothing is shared or
+  the cache cannot roll back that far; then prefill the rest of the prompt but its last
+  token. The engine calls it inside its prefill phase.
+- ``propose(context, k)``: the same roll-back, but the comparison starts where the
+  previous proposal's context ended (within a request the context only grows, so only
+  the last draft can differ from it: O(k), not O(context)), always leaving at least
+  ``context[-1]`` to feed, since its logits give the first draft token. Feed the missing context (chunked prefill for a long prompt), then draft
   ``k`` tokens autoregressively. The k-step chain is built on the device with no host
   sync between steps (step i's token is step i+1's input as an ``mx.array``) and comes
   back with one ``tolist()``. Afterwards the cache holds ``context + draft[:-1]``: the
@@ -21,12 +25,14 @@ Contract of ``DraftModelDrafter(draft_model, ...)`` (``name = "model"``):
   is accepted, the next ``propose`` feeds it together with the target's bonus token).
 - ``observe(num_accepted)`` only records statistics: whatever the target rejected is
   trimmed lazily by the next ``propose``, which sees the new context.
-- ``temperature == 0``: each draft token is the draft's argmax and ``last_q`` is None (a
-  point mass). ``temperature > 0``: each draft token is sampled from
+- ``temperature == 0``: each draft token is the draft's argmax and the proposal's ``q``
+  is None (point masses). ``temperature > 0``: each draft token is sampled from
   ``softmax(logits / T)`` with keys split from ``mx.random.key(seed)`` (never the global
-  MLX random state, so runs are reproducible per seed), and ``last_q`` is an
+  MLX random state, so runs are reproducible per seed), and the proposal's ``q`` is an
   ``mx.array`` of shape ``(len(draft), V)`` holding those distributions, for a rejection
   sampler (``V`` is the draft's logits width, padded rows included).
+- Host syncs: one per proposal (the chain's ``tolist``), besides the target's one per
+  verify step; prefilling a long stretch evaluates its cache chunk by chunk.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..rollback import RollbackError, WindowKVCache, make_cache, trim
+from .base import EMPTY, Drafter, Proposal
 
 _BLOCK = 16  # missing context up to this long is fed with the first draft step
 
@@ -79,7 +86,7 @@ def _embedding_rows(model: Any) -> int | None:
     return rows if isinstance(rows, int) else None
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(Drafter):
     """Drafts with a small model that shares the target's tokenizer (see module doc)."""
 
     name = "model"
@@ -120,11 +127,11 @@ class DraftModelDrafter:
         # Randomness is explicit: a key we own and split, never MLX's global state.
         seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self._key = mx.random.key(seed)
-        self.last_q: mx.array | None = None
         self._cache: list | None = None
         self._slack = 0  # the rollback slack the current cache was built with
         self._tokens: list[int] = []
         self._last_len = 0
+        self._known = 0  # context[:_known] is known to equal _tokens[:_known]
         self.stats = {"proposals": 0, "drafted": 0, "accepted": 0, "rebuilds": 0, "fed": 0}
 
     # ---- state ---------------------------------------------------------------------------
@@ -135,17 +142,19 @@ class DraftModelDrafter:
 
     def reset(self) -> None:
         """Drop the draft cache; the next propose rebuilds it."""
-        self._cache, self._tokens, self.last_q = None, [], None
+        self._cache, self._tokens, self._known = None, [], 0
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Prefill the draft cache with the prompt (all but its last token). The engine
         calls this inside its prefill phase, so the draft's prompt pass counts as prefill,
         not decode; ``propose`` then only feeds what is new."""
+        self._known = 0  # a new prompt: compare from its start
         keep = self._sync(prompt_ids, self.max_trim)
         missing = list(prompt_ids[keep:-1])
         self._prefill(missing)
         self._tokens += missing
         self.stats["fed"] += len(missing)
+        self._known = len(self._tokens)  # == prompt_ids[:-1]
 
     def _rebuild(self, slack: int) -> None:
         self._cache = make_cache(self.model, max_trim=slack)
@@ -155,7 +164,7 @@ class DraftModelDrafter:
     def _sync(self, context: Sequence[int], k: int) -> int:
         """Roll the cache back to the longest usable shared prefix; returns its length."""
         limit = min(len(self._tokens), len(context) - 1)  # context[-1] must be fed
-        keep = 0
+        keep = min(self._known, limit)
         while keep < limit and self._tokens[keep] == context[keep]:
             keep += 1
         # Window caches can roll back at most their slack; each step trims up to k - 1.
@@ -209,10 +218,10 @@ class DraftModelDrafter:
         q = mx.concatenate(qs, axis=0) if keys is not None else None
         return mx.concatenate(toks, axis=0), q
 
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
-        self.last_q, self._last_len = None, 0
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        self._last_len = 0
         if k <= 0 or not context:
-            return []
+            return EMPTY
         context = list(context)
         try:
             keep = self._sync(context, k)
@@ -232,12 +241,12 @@ class DraftModelDrafter:
             self.reset()  # the cache's contents are unknown now: never trust them again
             raise
         self._tokens = context + draft[:-1]
-        self.last_q = q
+        self._known = len(context)
         self._last_len = len(draft)
         self.stats["proposals"] += 1
         self.stats["drafted"] += len(draft)
         self.stats["fed"] += len(missing) + len(draft) - 1
-        return draft
+        return Proposal(draft, q)
 
     def observe(self, num_accepted: int) -> None:
         if not 0 <= num_accepted <= self._last_len:

@@ -1,9 +1,9 @@
 """Deciding when to draft: a prompt gate and a runtime gate around any drafter.
 
 Contract of ``GatedDrafter(inner, ...)`` (itself a Drafter):
-- Prompt gate: at the start of a request (``begin(prompt_ids)``, which the engine calls;
-  or the first ``propose`` when used directly) it scores the prompt with ``repetition_score``; below ``min_score`` speculation is
-  off for the request unless ``force``.
+- Prompt gate: at the start of a request (``begin(prompt_ids)``) it scores the prompt
+  with ``repetition_score``; below ``min_score`` speculation is off for the request
+  unless ``force``.
 - Runtime gate: after ``window`` proposals it turns drafting off when their acceptance
   rate is below ``min_acceptance``. While off it *shadow-drafts* every ``recheck_every``
   steps — asks the inner drafter for a guess without submitting it — and compares the
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Sequence
 
-from .base import Drafter
+from .base import EMPTY, Drafter, Proposal
 
 
 def repetition_score(tokens: Sequence[int], n: int = 3) -> float:
@@ -33,7 +33,7 @@ def repetition_score(tokens: Sequence[int], n: int = 3) -> float:
     return sum(c >= 2 for c in seen.values()) / len(seen) if seen else 0.0
 
 
-class GatedDrafter:
+class GatedDrafter(Drafter):
     def __init__(
         self,
         inner: Drafter,
@@ -47,8 +47,6 @@ class GatedDrafter:
         self.inner, self.name = inner, inner.name
         self.min_score, self.force = min_score, force
         self.min_acceptance, self.window, self.recheck_every = min_acceptance, window, recheck_every
-        self.last_q = None
-        self._begun = False
         self._reset()
 
     def _reset(self) -> None:
@@ -62,25 +60,20 @@ class GatedDrafter:
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._reset()
-        self._begun = True
         self.prompt_score = repetition_score(prompt_ids)
         self.enabled = self.force or self.prompt_score >= self.min_score
-        if hasattr(self.inner, "begin"):
-            self.inner.begin(prompt_ids)
+        self.inner.begin(prompt_ids)
 
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
-        if not self._begun:
-            self.begin(context)
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
         self._score_shadow(context)
         if self.enabled:
-            draft = self.inner.propose(context, k)
-            self.last_q = getattr(self.inner, "last_q", None)
-            self._proposed = len(draft)
-            return draft
+            proposal = self.inner.propose(context, k)
+            self._proposed = len(proposal)
+            return proposal
         self._steps_off += 1
         if self._steps_off % self.recheck_every == 0:
-            self._shadow_guess = (len(context), self.inner.propose(context, k))
-        return []
+            self._shadow_guess = (len(context), list(self.inner.propose(context, k).tokens))
+        return EMPTY
 
     def _score_shadow(self, context: Sequence[int]) -> None:
         if self._shadow_guess is None:

@@ -5,12 +5,14 @@ of the longest suffix n-gram (n from ``n_max`` down to ``n_min``) — never the 
 itself — cut to ``k`` tokens and cut after the first EOS. ``prompt_lookup`` states this as
 a pure function; ``NgramIndex`` computes the same answer incrementally (a hash map per n
 from n-gram to the latest position it ended at) so a proposal costs O(n_max - n_min + k)
-however long the context grows; ``NgramDrafter`` wraps the index in the Drafter protocol.
+however long the context grows; ``NgramDrafter`` wraps the index as a ``Drafter``.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Sequence
+
+from .base import Drafter, Proposal
 
 
 def _cut_at_eos(draft: list[int], eos: Iterable[int]) -> list[int]:
@@ -84,8 +86,8 @@ class NgramIndex:
         return []
 
 
-class NgramDrafter:
-    """Prompt lookup over prompt + generated tokens (the Drafter protocol)."""
+class NgramDrafter(Drafter):
+    """Prompt lookup over prompt + generated tokens (see ``base.Drafter``)."""
 
     name = "ngram"
 
@@ -94,18 +96,10 @@ class NgramDrafter:
         self.eos = frozenset(eos)
         self._index = NgramIndex(n_min, n_max)
 
-    def _sync(self, context: Sequence[int]) -> None:
-        seen = self._index.tokens
-        n = len(seen)
-        # A context that is not an extension of what we indexed is a new request.
-        if len(context) < n or (n and (context[n - 1] != seen[-1] or context[0] != seen[0])):
-            self._index = NgramIndex(self.n_min, self.n_max)
-            n = 0
-        self._index.extend(context[n:])
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._index = NgramIndex(self.n_min, self.n_max)
+        self._index.extend(prompt_ids)
 
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
-        self._sync(context)
-        return self._index.lookup(k, self.eos)
-
-    def observe(self, num_accepted: int) -> None:
-        pass
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        self._index.extend(context[len(self._index.tokens) :])  # the context only grows
+        return Proposal(self._index.lookup(k, self.eos))

@@ -14,11 +14,10 @@ Contract:
 - ``table.insert(tokens, start, stop)`` records, for every next-token index ``j`` in
   ``[max(start, n), stop)``, the entry ``tokens[j-n:j] -> tokens[j]``; within one call a
   later position wins a shared slot, as later calls overwrite earlier ones.
-- ``NgramModDrafter(table, ...)`` (the Drafter protocol, ``name = "ngram-mod"``) inserts a
-  request's prompt when the request starts (a context that does not extend the previous
-  one), then its generated text in chunks: once ``cur_len - i_last > gate`` (the published
+- ``NgramModDrafter(table, ...)`` (a ``Drafter``, ``name = "ngram-mod"``) inserts a
+  request's prompt at ``begin``, then its generated text in chunks: once ``cur_len - i_last > gate`` (the published
   ``i_last + 32 < cur_len``) everything up to ``cur_len`` is inserted. The tail still under
-  the gate is inserted when the next request starts (``flush``). ``observe`` counts
+  the gate is inserted when the next request begins (``flush``). ``observe`` counts
   proposals accepted below ``reset_below``; ``reset_streak`` of them in a row reset the
   whole table (``reset_streak=None`` turns this off), and every drafter sharing it puts
   its own request's text back at its next proposal, so a reset drops other traffic only.
@@ -54,6 +53,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from .base import Drafter, Proposal
 from .persist import atomic_write, read_npz
 
 MULT = 6364136223846793005  # Knuth's MMIX LCG multiplier, as in the published ngram-mod
@@ -284,8 +284,8 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return "vocab-sha256:" + hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class NgramModDrafter:
-    """Drafts from a shared ``NgramModTable`` and feeds it (the Drafter protocol).
+class NgramModDrafter(Drafter):
+    """Drafts from a shared ``NgramModTable`` and feeds it.
 
     Per-request state only: the tokens seen, ``i_last`` (entries with next-token index
     below it are in the table) and the low-acceptance streak. Many drafters, one per
@@ -319,20 +319,14 @@ class NgramModDrafter:
         self._streak = 0
         self._generation = table.resets  # the table's reset count when we last synced
 
-    def _is_new_request(self, context: Sequence[int]) -> bool:
-        seen, n = self._tokens, len(self._tokens)
-        # Same cheap test as NgramDrafter._sync: the context must keep our first and last
-        # token in place. A miss only delays inserting a prompt to the gated path.
-        return not n or len(context) < n or context[n - 1] != seen[-1] or context[0] != seen[0]
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self.flush()  # the previous answer's tail: the likeliest text of the next turn
+        self._tokens = [int(t) for t in prompt_ids]
+        self._streak = self._proposed = 0
+        self._reseed()  # the prompt, ungated
 
     def _sync(self, context: Sequence[int]) -> None:
-        if self._is_new_request(context):
-            self.flush()  # the previous answer's tail: the likeliest text of the next turn
-            self._tokens = [int(t) for t in context]
-            self._streak = 0
-            self._reseed()  # the prompt, ungated
-            return
-        self._tokens.extend(int(t) for t in context[len(self._tokens) :])
+        self._tokens.extend(int(t) for t in context[len(self._tokens) :])  # the context only grows
         if self._generation != self.table.resets:
             # Someone (this drafter or a sharer) reset the table: put this request's own
             # text back. A reset should drop foreign, misleading entries, not the prompt
@@ -354,11 +348,11 @@ class NgramModDrafter:
             self.table.insert(self._tokens, self._i_last, len(self._tokens))
             self._i_last = len(self._tokens)
 
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
         self._sync(context)
         draft = self.table.draft(self._tokens, k, self.eos)
         self._proposed = len(draft)
-        return draft
+        return Proposal(draft)
 
     def observe(self, num_accepted: int) -> None:
         proposed, self._proposed = self._proposed, 0

@@ -1,7 +1,7 @@
 """Suffix-automaton drafting: the longest earlier match, then its most frequent continuation.
 
 Contract (``suffix_proposal`` states it as a pure function; ``SuffixIndex`` computes the
-same answer incrementally; ``SuffixDrafter`` wraps the index in the Drafter protocol):
+same answer incrementally; ``SuffixDrafter`` wraps the index as a ``Drafter``):
 
 1. Match. The *live* match is the longest suffix of ``context`` that also ends at an
    earlier position, i.e. one with at least one token after it (so the suffix occurrence
@@ -50,6 +50,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from .base import Drafter, Proposal
 from .persist import atomic_write, read_npz
 
 DEFAULT_COUNT_CAP = 64
@@ -469,15 +470,15 @@ class SuffixIndex:
         return automaton.continuation(state, n, eos)
 
 
-class SuffixDrafter:
-    """Longest-match drafting over the request and earlier requests (the Drafter protocol).
+class SuffixDrafter(Drafter):
+    """Longest-match drafting over the request and earlier requests.
 
-    A context that does not extend the previous one starts a new request, moving the
-    previous request's tokens (as far as this drafter saw them) into the history window; a
-    context that does extend it (a follow-up turn that resends the conversation) simply
-    continues the live index. ``history`` shares one ``SuffixHistory`` between drafters
-    (one per request, as the server builds them); its owner then adds finished requests
-    with ``history.add`` and ``max_history_tokens`` is the history's own.
+    ``begin`` starts a request: a prompt that extends the tokens this drafter saw (a
+    follow-up turn that resends the conversation) continues the live index; any other
+    prompt moves the previous request's tokens into the history window and starts
+    afresh. ``history`` shares one ``SuffixHistory`` between drafters (one per request,
+    as the server builds them); its owner then adds finished requests with
+    ``history.add`` and ``max_history_tokens`` is the history's own.
     """
 
     name = "suffix"
@@ -501,23 +502,14 @@ class SuffixDrafter:
         self.eos = frozenset(eos)
         self.index = SuffixIndex(max_history_tokens, count_cap, history)
 
-    def _sync(self, context: Sequence[int]) -> None:
+    def begin(self, prompt_ids: Sequence[int]) -> None:
         seen = self.index.tokens
         n = len(seen)
-        # Not an extension of what we indexed: a new request. Checking the first and the
-        # last 8 seen tokens keeps this O(1) while making a false "extension" unlikely.
-        if n and (
-            len(context) < n
-            or context[0] != seen[0]
-            or list(context[max(0, n - 8) : n]) != seen[-8:]
-        ):
+        if n and list(prompt_ids[:n]) != seen:  # exact, once per request
             self.index.new_request()
             n = 0
-        self.index.extend(context[n:])
+        self.index.extend(prompt_ids[n:])
 
-    def propose(self, context: Sequence[int], k: int) -> list[int]:
-        self._sync(context)
-        return self.index.lookup(k, self.alpha, self.eos)
-
-    def observe(self, num_accepted: int) -> None:
-        pass
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        self.index.extend(context[len(self.index.tokens) :])  # the context only grows
+        return Proposal(self.index.lookup(k, self.alpha, self.eos))

@@ -31,7 +31,7 @@ from .errors import APIError, install_handlers
 from .metrics import CONTENT_TYPE, Metrics
 from .middleware import wrap
 from .responses import SSE_DONE, Responder, sse
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
 from .worker import DoneEvent, ErrorEvent, GenRequest, InferenceWorker, Job, TokenEvent
 
 CLIENT_CLOSED = 499  # nginx's status for "the client went away"; only metrics ever see it
@@ -109,10 +109,10 @@ class Api:
         max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
                                      "messages" if chat else "prompt")
         try:
-            spec = cfg.speculation.merged(body.speculative)
+            spec = merge_speculative(cfg.speculation, body.speculative)
         except ValueError as e:
             raise APIError(400, str(e), param="speculative") from e
-        if "model" in spec.draft_type.split(",") and self.worker.draft_model is None:
+        if spec.uses("model") and self.worker.draft is None:
             raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
                            param="speculative.draft_type")
         logprobs = body.logprobs if chat else body.logprobs is not None

@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ..config import DTYPES
-from ..drafters import DRAFT_TYPES
+from ..config import DTYPES, KV_BITS, add_draft_flags
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,17 +24,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (or $SPECDEC_API_KEY)")
-    p.add_argument("--draft-type", default="suffix",
-                   help=f"default drafter: one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix")
-    p.add_argument("--num-draft-tokens", type=int, default=4, help="default draft length k")
-    p.add_argument("--ngram-min", type=int, default=1)
-    p.add_argument("--ngram-max", type=int, default=3)
-    p.add_argument("--draft-model", help="load this draft model so requests may use draft_type model")
-    p.add_argument("--gate", action="store_true", help="default: skip drafting on non-repetitive prompts")
-    p.add_argument("--gate-threshold", type=float, default=0.02)
-    p.add_argument("--adaptive-k", action="store_true", help="default: choose k per step")
-    p.add_argument("--suffix-history", type=int, default=32768,
-                   help="tokens of earlier requests the shared suffix history keeps")
+    add_draft_flags(p, draft_type="suffix")
     p.add_argument("--memory-file",
                    help="load the shared ngram-mod table from FILE and the suffix history from "
                         "FILE.suffix at start; save both there periodically and at shutdown")
@@ -53,6 +42,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
+    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV cache")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 

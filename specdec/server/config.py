@@ -1,20 +1,23 @@
 """``specdec serve`` settings: one dataclass built from argparse and validated at start.
 
 Contract: ``ServerConfig.from_args(namespace)`` raises ``ValueError`` naming the flag to
-change. Drafter, sampling and dtype flags are checked by ``RunConfig.validate`` (the same
-rules and messages as ``specdec generate``); the server's own flags here. ``speculation``
-holds the defaults a request's ``speculative`` field overrides; ``temp`` ... ``min_p``
-are the defaults of omitted sampling parameters.
+change. The drafter flags become one ``DraftSpec`` (``speculation``: the defaults a
+request's ``speculative`` field overrides, plus the server-wide draft model, suffix
+history size and ngram-mod table shape); sampling and dtype flags are checked by
+``RunConfig.validate`` (the same rules and messages as ``specdec generate``); the
+server's own flags here. ``temp`` ... ``min_p`` are the defaults of omitted sampling
+parameters.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..config import RunConfig
-from .schemas import MAX_DRAFT_TOKENS, Speculation
+from ..config import RunConfig, check_kv_bits, draft_spec_from_args
+from ..drafters.spec import DraftSpec
+from .schemas import MAX_DRAFT_TOKENS
 
 API_KEY_ENV = "SPECDEC_API_KEY"
 
@@ -27,10 +30,9 @@ class ServerConfig:
     port: int = 8080
     api_key: str | None = None
     dtype: str = "auto"
-    draft_model: str | None = None
+    kv_bits: int | None = None
     memory_file: str | None = None
     save_interval: float = 60.0
-    suffix_history: int = 32768
     queue_size: int = 64
     max_body_bytes: int = 4 << 20
     max_tokens: int = 256
@@ -39,7 +41,7 @@ class ServerConfig:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
-    speculation: Speculation = field(default_factory=Speculation)
+    speculation: DraftSpec = field(default_factory=lambda: DraftSpec("suffix"))
 
     @property
     def model_id(self) -> str:
@@ -47,10 +49,11 @@ class ServerConfig:
 
     @classmethod
     def from_args(cls, ns: Any) -> ServerConfig:
-        spec = Speculation(ns.draft_type, ns.num_draft_tokens, ns.ngram_min, ns.ngram_max,
-                           ns.gate, ns.gate_threshold, ns.adaptive_k)
+        if getattr(ns, "ngram_mod_file", None):
+            raise ValueError("specdec serve keeps its ngram-mod table in --memory-file "
+                             "(with the suffix history): use that instead of --ngram-mod-file")
         own = {k: getattr(ns, k) for k in cls.__dataclass_fields__ if k != "speculation"}
-        cfg = cls(**own, speculation=spec)
+        cfg = cls(**own, speculation=draft_spec_from_args(ns))
         if cfg.api_key is None:
             cfg.api_key = os.environ.get(API_KEY_ENV) or None
         cfg.validate()
@@ -58,15 +61,15 @@ class ServerConfig:
 
     def validate(self) -> None:
         s = self.speculation
-        RunConfig(
-            model=self.model, max_tokens=self.max_tokens, draft_type=s.draft_type,
-            num_draft_tokens=s.num_draft_tokens, ngram_min=s.ngram_min, ngram_max=s.ngram_max,
-            temp=self.temp, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
-            gate=s.gate, gate_threshold=s.gate_threshold, adaptive_k=s.adaptive_k,
-            dtype=self.dtype,
-            # requests may ask for draft_type "model" later, so the model may go unused now
-            draft_model=self.draft_model if "model" in s.draft_type.split(",") else None,
-        ).validate()
+        # requests may ask for draft_type "model" later, so a loaded draft model may go
+        # unused now; the suffix history and the table are the server's shared memory
+        if s.uses("model") and not s.draft_model:
+            raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
+        RunConfig(model=self.model, max_tokens=self.max_tokens, temp=self.temp, top_p=self.top_p,
+                  top_k=self.top_k, min_p=self.min_p, dtype=self.dtype,
+                  spec=replace(s, draft_model=None, suffix_history=DraftSpec.suffix_history,
+                               ngram_mod_size=None, ngram_mod_n=None)).validate()
+        check_kv_bits(self.kv_bits)
         if s.num_draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"--num-draft-tokens must be <= {MAX_DRAFT_TOKENS}")
         checks = [
@@ -74,7 +77,6 @@ class ServerConfig:
             (self.queue_size >= 1, "--queue-size must be >= 1"),
             (self.max_body_bytes >= 1024, "--max-body-bytes must be >= 1024"),
             (self.save_interval >= 0, "--save-interval must be >= 0 (0 = only at shutdown)"),
-            (self.suffix_history >= 0, "--suffix-history must be >= 0"),
             (self.context_length is None or self.context_length >= 2, "--context-length must be >= 2"),
             (self.temp <= 2, "--temp must be <= 2 (the API's range)"),
             (self.api_key is None or self.api_key.strip() == self.api_key != "",

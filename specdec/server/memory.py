@@ -25,9 +25,11 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
+from ..drafters.spec import DraftSpec, ngram_mod_table
 from ..drafters.persist import fsync_dir
 from ..drafters.suffix import SuffixHistory
 
@@ -69,9 +71,12 @@ class SharedMemory:
         self.loaded = {"table_slots": table.used, "history_tokens": history.tokens}
 
     @classmethod
-    def open(cls, path: str | None, tokenizer: Any, history_tokens: int) -> SharedMemory:
-        fp = tokenizer_fingerprint(tokenizer)
-        table, history = NgramModTable(tokenizer_fingerprint=fp), SuffixHistory(history_tokens)
+    def open(cls, path: str | None, tokenizer: Any, spec: DraftSpec) -> SharedMemory:
+        """The memory ``spec`` shapes (table size and n, history tokens), loaded from
+        ``path`` and ``path.suffix`` where those exist."""
+        fp, history_tokens = tokenizer_fingerprint(tokenizer), spec.suffix_history
+        table = ngram_mod_table(replace(spec, ngram_mod_file=None), tokenizer)
+        history = SuffixHistory(history_tokens)
         if path is None:
             return cls(table, history, fp, None)
         directory = os.path.dirname(os.path.abspath(path))
@@ -81,7 +86,7 @@ class SharedMemory:
         _remove_stale_staging(path)
         try:
             if os.path.exists(path):
-                table = NgramModTable.load(path, tokenizer_fingerprint=fp)
+                table = ngram_mod_table(replace(spec, ngram_mod_file=path), tokenizer)
             if os.path.exists(cls.history_path(path)):
                 history = SuffixHistory.load(cls.history_path(path), tokenizer_fingerprint=fp,
                                              max_tokens=history_tokens)

@@ -7,20 +7,21 @@ extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p`` and
 unknown parameters are errors (as OpenAI's own API does), and parameters whose other
 values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``,
 ``presence_penalty``, ``frequency_penalty``, ``logit_bias``, non-text ``response_format``)
-are accepted only at their neutral value, with a message saying so. ``Speculation``
-merges a request's ``speculative`` with the server's defaults. Everything that needs the
+are accepted only at their neutral value, with a message saying so.
+``merge_speculative`` applies a request's ``speculative`` to the server's default
+``DraftSpec`` (the one typed spec the CLI and the bench use too). Everything that needs the
 tokenizer (context length, token ids) is checked by ``app`` after this.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..drafters import DRAFT_TYPES
+from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types
 
 MAX_DRAFT_TOKENS = 32
 MAX_STOPS = 4
@@ -50,33 +51,22 @@ class SpeculativeOptions(_Strict):
     def _known_types(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        names = [n.strip() for n in v.split(",")]
-        if any(n not in DRAFT_TYPES for n in names) or (len(names) > 1 and "none" in names):
-            raise _unsupported(f"draft_type must be one of {', '.join(DRAFT_TYPES)} or a comma "
-                               "chain of them without 'none'")
-        return ",".join(names)
+        try:
+            return ",".join(parse_draft_types(v))
+        except ValueError as e:
+            raise _unsupported(str(e).replace("draft type", "draft_type")) from None
 
 
-@dataclass(frozen=True)
-class Speculation:
-    """The speculation one request runs with (server defaults + its overrides)."""
-
-    draft_type: str = "suffix"
-    num_draft_tokens: int = 4
-    ngram_min: int = 1
-    ngram_max: int = 3
-    gate: bool = False
-    gate_threshold: float = 0.02
-    adaptive_k: bool = False
-
-    def merged(self, opts: SpeculativeOptions | None) -> Speculation:
-        if opts is None:
-            return self
-        spec = replace(self, **{k: v for k, v in opts.model_dump().items() if v is not None})
-        if spec.ngram_max < spec.ngram_min:
-            raise ValueError(f"speculative.ngram_max ({spec.ngram_max}) must be >= ngram_min "
-                             f"({spec.ngram_min})")
-        return spec
+def merge_speculative(default: DraftSpec, opts: SpeculativeOptions | None) -> DraftSpec:
+    """The spec one request runs with: the server's default + the request's overrides
+    (``ValueError`` naming the ``speculative`` field when the combination is invalid)."""
+    if opts is None:
+        return default
+    try:
+        return default.with_options(**opts.model_dump())
+    except ValueError as e:
+        msg = re.sub(r"--([a-z-]+)", lambda m: "speculative." + m.group(1).replace("-", "_"), str(e))
+        raise ValueError(msg) from None
 
 
 class StreamOptions(_Strict):

@@ -30,11 +30,11 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..drafters.spec import DraftResources, DraftSpec, build_drafter
 from ..sampling import SamplingParams
 from .config import ServerConfig
 from .errors import APIError
 from .memory import SharedMemory
-from .schemas import Speculation
 
 log = logging.getLogger("specdec.server")
 
@@ -45,7 +45,7 @@ class GenRequest:
 
     prompt_ids: list[int]
     max_tokens: int
-    speculation: Speculation
+    speculation: DraftSpec
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: list[str] | None = None
     logprobs: bool = False
@@ -145,7 +145,7 @@ class InferenceWorker:
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
         self.running: Job | None = None
         self.model = self.tokenizer = self.memory = None
-        self.draft_model = self.draft_tokenizer = None
+        self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -197,12 +197,12 @@ class InferenceWorker:
 
         cfg = self.cfg
         self.model, self.tokenizer = load(cfg.model, dtype=cfg.dtype)
-        if cfg.draft_model:
-            self.draft_model, self.draft_tokenizer = load(cfg.draft_model, dtype=cfg.dtype)
+        if cfg.speculation.draft_model:
+            self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
         self.context_length = self._context_length()
         args = getattr(self.model, "args", None)
         self.vocab_size = getattr(args, "vocab_size", None) or len(self.tokenizer.get_vocab())
-        self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.suffix_history)
+        self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
 
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
@@ -281,7 +281,8 @@ class InferenceWorker:
             gen = stream_generate(
                 self.model, self.tokenizer, req.prompt_ids, drafter=self._drafter(req),
                 max_tokens=req.max_tokens, num_draft_tokens=req.speculation.num_draft_tokens,
-                stop=req.stop, top_logprobs=req.top_logprobs, **asdict(req.sampling),
+                stop=req.stop, top_logprobs=req.top_logprobs, kv_bits=self.cfg.kv_bits,
+                **asdict(req.sampling),
             )
             final = self._pump(job, gen, tokens)
         except Exception as e:  # a bug or a resource failure: tell the client, keep serving
@@ -343,22 +344,16 @@ class InferenceWorker:
         return DoneEvent(final.finish_reason, final.text, usage, timings)
 
     def _drafter(self, req: GenRequest) -> Any:
-        from ..drafters import make_drafter
-
-        spec, tok = req.speculation, self.tokenizer
-        cost = self._cost_curve(spec.num_draft_tokens + 1) if spec.adaptive_k else None
-        return make_drafter(
-            spec.draft_type, eos=tok.eos_token_ids, tokenizer=tok, gate=spec.gate,
-            gate_threshold=spec.gate_threshold, adaptive_k=cost,
-            num_draft_tokens=spec.num_draft_tokens, ngram_min=spec.ngram_min,
-            ngram_max=spec.ngram_max, table=self.memory.table, history=self.memory.history,
-            draft_model=self.draft_model, draft_tokenizer=self.draft_tokenizer,
-            temperature=req.sampling.temperature, seed=req.sampling.seed,
-        )
+        spec = req.speculation
+        res = DraftResources(
+            tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,
+            history=self.memory.history,
+            cost=self._cost_curve(spec.num_draft_tokens + 1) if spec.adaptive_k else None)
+        return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 
     def _cost_curve(self, max_len: int) -> dict[int, float]:
         if max_len not in self._costs:  # measured once per length (and cached on disk)
-            from ..drafters.adaptive import cost_curve_for
+            from ..measure import cost_curve_for
 
             self._costs[max_len] = cost_curve_for(self.model, max_len)
         return self._costs[max_len]

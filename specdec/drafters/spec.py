@@ -1,0 +1,223 @@
+"""One typed description of "how to draft", parsed once, shared by every front end.
+
+Contract:
+- ``DraftSpec`` holds everything that selects and shapes a drafter: the draft types (one
+  name or a chain such as ``"ngram,suffix"``: the first non-empty proposal wins), the
+  draft length k, the n-gram bounds, the gate and its threshold, adaptive k, the
+  ngram-mod table's file, size and n, the suffix history size and the draft model's
+  name. Constructing one validates it (``ValueError`` naming the flag to change), so a
+  ``DraftSpec`` that exists is valid. The CLI (``RunConfig``), the server's
+  ``speculative`` field, the bench's config specs (``ngram:k=4:n=2``) and the library
+  all build one and nothing else.
+- ``DraftResources`` holds what drafters need but a spec only names: the tokenizer,
+  the loaded draft model, the shared ngram-mod table and suffix history, the verify
+  cost curve (adaptive k). ``prepare_resources`` loads what a spec asks for.
+- ``build_drafter(spec, resources, temperature=, seed=)`` returns a fresh drafter for
+  one request (``NoDrafter`` for ``"none"``), wrapped in adaptive k and the gate as the
+  spec says.
+
+    >>> DraftSpec("ngram, suffix", num_draft_tokens=8).draft_types
+    ('ngram', 'suffix')
+    >>> DraftSpec("suffix,none")
+    Traceback (most recent call last):
+    ValueError: draft type 'suffix,none': 'none' cannot be part of a chain
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from .base import Drafter, NoDrafter
+
+DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model")
+DEFAULT_SUFFIX_HISTORY = 32768
+DEFAULT_GATE_THRESHOLD = 0.02
+
+
+def parse_draft_types(text: str) -> tuple[str, ...]:
+    """``"ngram, suffix"`` -> ``("ngram", "suffix")``; raises on unknown or misplaced names."""
+    names = tuple(n.strip() for n in str(text).split(","))
+    if not all(names) or any(n not in DRAFT_TYPES for n in names):
+        raise ValueError(f"draft type {text!r}: use one of {', '.join(DRAFT_TYPES)} or a "
+                         "comma chain of them (e.g. ngram,suffix)")
+    if len(names) > 1 and "none" in names:
+        raise ValueError(f"draft type {text!r}: 'none' cannot be part of a chain")
+    if len(set(names)) != len(names):
+        raise ValueError(f"draft type {text!r}: a chain names each drafter once")
+    return names
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    draft_type: str = "ngram"
+    num_draft_tokens: int = 4
+    ngram_min: int = 1
+    ngram_max: int = 3
+    gate: bool = False
+    gate_threshold: float = DEFAULT_GATE_THRESHOLD
+    adaptive_k: bool = False
+    ngram_mod_file: str | None = None
+    ngram_mod_size: int | None = None  # None: the table's default (2**18 slots)
+    ngram_mod_n: int | None = None  # None: the table's default (4)
+    suffix_history: int = DEFAULT_SUFFIX_HISTORY
+    draft_model: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "draft_type", ",".join(parse_draft_types(self.draft_type)))
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        for name in ("num_draft_tokens", "ngram_min", "ngram_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{_flag(name)} must be an integer >= 1, got {value!r}")
+        if self.ngram_max < self.ngram_min:
+            raise ValueError(f"--ngram-max ({self.ngram_max}) must be >= --ngram-min ({self.ngram_min})")
+        if not 0 <= self.gate_threshold <= 1:
+            raise ValueError(f"--gate-threshold must be in [0, 1], got {self.gate_threshold}")
+        if self.suffix_history < 0:
+            raise ValueError(f"--suffix-history must be >= 0, got {self.suffix_history}")
+        for name in ("ngram_mod_size", "ngram_mod_n"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{_flag(name)} must be an integer >= 1, got {value!r}")
+
+    @property
+    def draft_types(self) -> tuple[str, ...]:
+        return tuple(self.draft_type.split(","))
+
+    @property
+    def speculative(self) -> bool:
+        return self.draft_type != "none"
+
+    def uses(self, name: str) -> bool:
+        return name in self.draft_types
+
+    def check_used(self) -> None:
+        """Refuse options that name a drafter the spec does not use: parsed and then
+        silently ignored, they would mislead (a CLI user's --draft-model with ngram)."""
+        unused = [flag for flag, set_, used in (
+            ("--draft-model", self.draft_model, self.uses("model")),
+            ("--ngram-mod-file", self.ngram_mod_file, self.uses("ngram-mod")),
+            ("--ngram-mod-size", self.ngram_mod_size, self.uses("ngram-mod")),
+            ("--ngram-mod-n", self.ngram_mod_n, self.uses("ngram-mod")),
+            ("--suffix-history", self.suffix_history != DEFAULT_SUFFIX_HISTORY, self.uses("suffix")),
+            ("--gate-threshold", self.gate_threshold != DEFAULT_GATE_THRESHOLD, self.gate),
+        ) if set_ and not used]
+        if unused:
+            raise ValueError(f"{', '.join(unused)} has no effect with --draft-type {self.draft_type}"
+                             f"{'' if self.gate else ' and without --gate'}: drop it or add that drafter")
+        if self.uses("model") and not self.draft_model:
+            raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
+
+    def with_options(self, **changes: Any) -> "DraftSpec":
+        """A copy with ``changes`` applied (``None`` values keep the current field), validated."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+@dataclass
+class DraftResources:
+    """What drafters use but a spec only names (see module doc). Shared across requests."""
+
+    tokenizer: Any = None
+    draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)
+    table: Any = None  # NgramModTable shared by ngram-mod drafters
+    history: Any = None  # SuffixHistory shared by suffix drafters
+    cost: Mapping[int, float] | None = None  # verify cost curve, for adaptive k
+
+
+def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str = "auto",
+                      draft: tuple[Any, Any] | None = None, table: Any = None,
+                      history: Any = None) -> DraftResources:
+    """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the
+    ngram-mod table (from ``spec.ngram_mod_file`` if it exists, else a fresh one of the
+    spec's size and n, unless ``table`` is given) and the cost curve for adaptive k."""
+    res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history)
+    if spec.uses("model") and res.draft is None:
+        from ..loader import load
+
+        res.draft = load(spec.draft_model, dtype=dtype)
+    if spec.uses("ngram-mod") and res.table is None:
+        res.table = ngram_mod_table(spec, tokenizer)
+    if spec.adaptive_k:
+        from ..measure import cost_curve_for
+
+        res.cost = cost_curve_for(model, spec.num_draft_tokens + 1)
+    return res
+
+
+def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> Any:
+    """The spec's ngram-mod table: loaded from its file when that exists (the file's size
+    and n must then match any the spec sets), else empty with the spec's size and n."""
+    import os
+
+    from .ngram_mod import NgramModTable, tokenizer_fingerprint
+
+    fp = tokenizer_fingerprint(tokenizer)
+    if load_file and spec.ngram_mod_file and os.path.exists(spec.ngram_mod_file):
+        table = NgramModTable.load(spec.ngram_mod_file, tokenizer_fingerprint=fp)
+        for name, want, have in (("size", spec.ngram_mod_size, table.size), ("n", spec.ngram_mod_n, table.n)):
+            if want is not None and want != have:
+                raise ValueError(f"{spec.ngram_mod_file} holds a table of {name} {have}, but "
+                                 f"--ngram-mod-{name} {want} was asked: drop the flag or the file")
+        return table
+    kw = {k: v for k, v in (("size", spec.ngram_mod_size), ("n", spec.ngram_mod_n)) if v is not None}
+    return NgramModTable(tokenizer_fingerprint=fp, **kw)
+
+
+def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
+         temperature: float, seed: int | None) -> Drafter:
+    if name == "ngram":
+        from .ngram import NgramDrafter
+
+        return NgramDrafter(spec.ngram_min, spec.ngram_max, eos=eos)
+    if name == "ngram-mod":
+        from .ngram_mod import NgramModDrafter
+
+        table = res.table if res.table is not None else ngram_mod_table(spec, res.tokenizer)
+        return NgramModDrafter(table, eos=eos)
+    if name == "suffix":
+        from .suffix import SuffixDrafter
+
+        return SuffixDrafter(max_history_tokens=spec.suffix_history, eos=eos, history=res.history)
+    from .draft_model import DraftModelDrafter  # "model": DraftSpec admits no other name
+
+    if res.draft is None:
+        raise ValueError("draft type 'model' needs a loaded draft model: pass --draft-model")
+    return DraftModelDrafter(res.draft[0], target_tokenizer=res.tokenizer,
+                             draft_tokenizer=res.draft[1], temperature=temperature, seed=seed,
+                             max_trim=spec.num_draft_tokens + 1)
+
+
+def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
+                  temperature: float = 0.0, seed: int | None = None) -> Drafter:
+    """A fresh drafter for one request; ``temperature``/``seed`` drive a draft model's
+    own sampling (its q must match the request's sampler for exact rejection sampling)."""
+    if not spec.speculative:
+        return NoDrafter()
+    res = resources or DraftResources()
+    tok = res.tokenizer
+    eos = frozenset(getattr(tok, "eos_token_ids", None) or ())
+    members = [_one(n, spec, res, eos, temperature, seed) for n in spec.draft_types]
+    if len(members) == 1:
+        drafter = members[0]
+    else:
+        from .chain import ChainDrafter
+
+        drafter = ChainDrafter(members)
+    if spec.adaptive_k:
+        from .adaptive import AdaptiveKDrafter
+
+        if res.cost is None:
+            raise ValueError("adaptive k needs the verify cost curve: use prepare_resources")
+        drafter = AdaptiveKDrafter(drafter, res.cost, spec.num_draft_tokens)
+    if spec.gate:
+        from .gate import GatedDrafter
+
+        drafter = GatedDrafter(drafter, min_score=spec.gate_threshold)
+    return drafter
