@@ -40,7 +40,7 @@ def test_parity_command_reports_identical():
 
 def test_bad_flags_fail_with_a_message():
     r = specdec("generate", "--num-draft-tokens", "0", "--prompt", "hi")
-    assert r.returncode == 2 and "--num-draft-tokens must be >= 1" in r.stderr
+    assert r.returncode == 2 and "--num-draft-tokens must be an integer >= 1" in r.stderr
     r = specdec("generate", "--model", "no-such-model", "--prompt", "hi")
     assert r.returncode == 2 and "no-such-model" in r.stderr
 
