@@ -203,6 +203,20 @@ def test_a_diverging_warm_config_is_diagnosed_with_its_warm_table(monkeypatch, t
     assert result.diagnoses[0]["verdict"].startswith("logic bug")
 
 
+def test_kv_bits_apply_to_every_run_of_ours(smollm):
+    from specdec import generate
+    from specdec.text import encode_prompt
+
+    plan = _small_plan(kv_bits=4)
+    plan.workloads, plan.max_tokens = plan.workloads[:1], 16
+    result = run_plan(plan)
+    prompt = encode_prompt(smollm[1], plan.workloads[0].first_messages())
+    ref = generate(*smollm, prompt, drafter=None, max_tokens=16, kv_bits=4).tokens
+    assert ref != generate(*smollm, prompt, drafter=None, max_tokens=16).tokens
+    assert {tuple(r.tokens) for r in result.records} == {tuple(ref)}
+    assert result.plan["kv_bits"] == 4
+
+
 def test_multi_turn_runs_feed_the_models_reply_back():
     result = run_plan(_small_plan())
     turns = [r for r in result.records if r.workload == "multiturn_short" and r.run == 1

@@ -118,6 +118,7 @@ class SharedMemory:
         return True
 
     def info(self) -> dict[str, Any]:
-        return {"file": self.path, "table_slots_used": self.table.used,
+        return {"file": self.path, "table_size": self.table.size, "table_n": self.table.n,
+                "table_slots_used": self.table.used,
                 "history_documents": len(self.history.docs), "history_tokens": self.history.tokens,
                 "loaded": self.loaded, "saves": self.saves, "last_save": self.last_save}
