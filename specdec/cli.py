@@ -39,6 +39,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
     p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV cache")
     p.add_argument("--prefill-step-size", type=int, default=512)
+    p.add_argument("--prompt-cache-file",
+                   help="reuse the KV cache saved in this file for the prompt's shared prefix, "
+                        "then save the cache (prompt + reply) back to it, like mlx_lm.cache_prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -78,7 +81,7 @@ def _stats_line(label: str, s: Any) -> str:
         f"prefill {s.prefill_tokens_per_s:.1f} tok/s, ttft {s.ttft_s:.2f}s, "
         f"steps {s.verify_steps}, accepted {s.accepted}/{s.drafted} "
         f"({s.acceptance_rate:.0%}), mean acceptance length {s.mean_acceptance_length:.2f}, "
-        f"p_cache {s.p_cache:.2f}"
+        f"p_cache {s.p_cache:.2f}" + (f", {s.cached_tokens} prompt tokens cached" if s.cached_tokens else "")
     )
 
 
@@ -106,10 +109,25 @@ def _summary(res: Any, base: Any | None, sampled: bool = False) -> dict:
     return out
 
 
-def _save_memory(cfg: RunConfig) -> None:
-    """Persist the ngram-mod table when --ngram-mod-file names one (atomic replace)."""
+def _save_memory(cfg: RunConfig, prompt_cache: Any = None) -> None:
+    """Persist the ngram-mod table when --ngram-mod-file names one, and the prompt cache
+    when --prompt-cache-file does (each an atomic replace)."""
     if cfg.spec.ngram_mod_file and cfg.table is not None:
         cfg.table.save(cfg.spec.ngram_mod_file)
+    if prompt_cache is not None:
+        prompt_cache.save(cfg.prompt_cache_file)
+
+
+def _prompt_cache(cfg: RunConfig, model: Any) -> Any:
+    """The --prompt-cache-file cache: loaded when the file exists, else a new one."""
+    if not cfg.prompt_cache_file:
+        return None
+    from .prompt_cache import load_prompt_cache, make_prompt_cache
+
+    if os.path.exists(cfg.prompt_cache_file):
+        return load_prompt_cache(cfg.prompt_cache_file, model)
+    return make_prompt_cache(model, max_draft_tokens=max(32, cfg.spec.num_draft_tokens),
+                             kv_bits=cfg.kv_bits)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -123,6 +141,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.compare:
         generate(model, tokenizer, prompt, **{**kw, "drafter": None, "max_tokens": 8})  # warm-up
         base = generate(model, tokenizer, prompt, **{**kw, "drafter": None})
+    # the main run reuses the prompt cache; the --compare baseline runs without it
+    prompt_cache = _prompt_cache(cfg, model)
+    kw["prompt_cache"] = prompt_cache
     if args.json or args.compare:
         res = generate(model, tokenizer, prompt, **kw)
         stats = res.stats
@@ -133,7 +154,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(r.text, end="", flush=True)
         print()
         stats = r.stats
-    _save_memory(cfg)
+    _save_memory(cfg, prompt_cache)
     if args.json:
         print(json.dumps(_summary(res, base, cfg.temp > 0)))
         return 0
@@ -153,6 +174,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_parity(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_args(args)
+    if cfg.prompt_cache_file:
+        raise ValueError("--prompt-cache-file applies to specdec generate, not parity")
     prompt = cfg.read_prompt()
     model, tokenizer = _load(cfg)
     from .parity import check_parity

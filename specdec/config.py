@@ -74,6 +74,7 @@ class RunConfig:
     dtype: str = "auto"
     kv_bits: int | None = None
     prefill_step_size: int = 512
+    prompt_cache_file: str | None = None
     table: Any = field(default=None, init=False, repr=False)  # the ngram-mod table in use
 
     @classmethod

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, build_drafter
+from .prompt_cache import PromptCache
 from .rollback import make_cache
 from .sampling import Rng, SamplingParams
 from .stats import SpecStats
@@ -119,12 +120,15 @@ def token_stream(
     top_logprobs: int = 0,
     stats: SpecStats | None = None,
     step_log: list[tuple[int, int]] | None = None,
+    prompt_cache: PromptCache | None = None,
 ) -> Iterator[_Emitted]:
     """The token-level core: yields emitted tokens until EOS (not yielded) or max_tokens.
 
     Needs no tokenizer. ``stats`` (updated in place) and ``step_log`` (appended
     ``(block length, accepted)`` per step) are optional outputs. ``top_logprobs`` = n > 0
     attaches the n most likely ``(token, logprob)`` pairs, best first, to each token.
+    ``prompt_cache`` (``make_prompt_cache``) is reused for the prompt's cached prefix and
+    left holding exactly the prompt and the emitted tokens (see ``prompt_cache``).
     """
     _check_args(max_tokens, num_draft_tokens, prefill_step_size)
     if not 0 <= top_logprobs <= 100:
@@ -133,32 +137,40 @@ def token_stream(
         raise ValueError("the prompt encodes to no tokens")
     drafter = drafter or NoDrafter()
     speculative = not isinstance(drafter, NoDrafter)
-    cache = make_cache(
-        model,
-        max_trim=num_draft_tokens + 1,
-        rollback=speculative,
-        kv_bits=kv_bits,
-        kv_group_size=kv_group_size,
-    )
+    if prompt_cache is None:
+        cache, reused = make_cache(model, max_trim=num_draft_tokens + 1, rollback=speculative,
+                                   kv_bits=kv_bits, kv_group_size=kv_group_size), 0
+    else:
+        reused = prompt_cache.reuse(model, prompt_ids, num_draft_tokens, kv_bits)
+        cache = prompt_cache.layers
     stats = stats if stats is not None else SpecStats()
-    stats.drafter, stats.prompt_tokens = drafter.name, len(prompt_ids)
+    stats.drafter, stats.prompt_tokens, stats.cached_tokens = drafter.name, len(prompt_ids), reused
 
     sampling.validate()
     rng = None if sampling.greedy else Rng(sampling.seed)
     t0 = time.perf_counter()
     drafter.begin(list(prompt_ids))  # per-request state (a draft model prefills here)
-    prefill(model, cache, prompt_ids[:-1], prefill_step_size)
-    t_prefill = time.perf_counter()
-    stats.prefill_s = t_prefill - t0
-    budget = [max_tokens]
+    prefill(model, cache, prompt_ids[reused:-1], prefill_step_size)
+    if prompt_cache is not None:
+        prompt_cache.fed(prompt_ids[reused:-1])
+    stats.prefill_s = time.perf_counter() - t0
+    budget = [max_tokens]  # tokens still wanted: spec_steps drafts no further than that
     if speculative:
-        steps = spec_steps(
-            model, cache, list(prompt_ids), drafter, num_draft_tokens, budget, sampling, rng,
-            diagnostics, top_logprobs,
-        )
+        steps = spec_steps(model, cache, list(prompt_ids), drafter, num_draft_tokens, budget,
+                           sampling, rng, diagnostics, top_logprobs)
     else:
         steps = plain_steps(model, cache, prompt_ids, sampling, rng, diagnostics, top_logprobs)
-    eos = set(eos)
+    emitted = _emit(steps, budget, set(eos), stats, step_log, t0)
+    if prompt_cache is None:
+        return emitted
+    return _settling(emitted, prompt_cache, list(prompt_ids))
+
+
+def _emit(steps: Iterator[Any], budget: list[int], eos: set[int], stats: SpecStats,
+          step_log: list[tuple[int, int]] | None, t0: float) -> Iterator[_Emitted]:
+    """Tokens of the steps one by one, stopping at EOS or when ``budget[0]`` (the tokens
+    still wanted, kept up to date here) reaches 0."""
+    t_prefill, max_tokens = t0 + stats.prefill_s, budget[0]
     for step in steps:
         stats.record_step(step.drafted, step.accepted, step.fed)
         if step_log is not None:
@@ -176,6 +188,27 @@ def token_stream(
             yield _Emitted(tok, i < step.accepted, margin, step.logprobs[i], top)
             if budget[0] <= 0:
                 return
+
+
+def _settling(emitted: Iterator[_Emitted], prompt_cache: PromptCache,
+              prompt_ids: list[int]) -> Iterator[_Emitted]:
+    """Pass ``emitted`` through; afterwards (finished, or closed early) the prompt cache
+    holds exactly the prompt and the emitted tokens. After an error its contents are
+    unknown, so it is emptied."""
+    tokens, ok = [], False
+    try:
+        for e in emitted:
+            tokens.append(e.token)
+            yield e
+        ok = True
+    except GeneratorExit:
+        ok = True
+        raise
+    finally:
+        if ok:
+            prompt_cache.settle(prompt_ids + tokens)
+        else:
+            prompt_cache.reset()
 
 
 def stream_generate(
@@ -203,8 +236,10 @@ def stream_generate(
     kv_group_size: int = 64,
     diagnostics: bool = False,
     top_logprobs: int = 0,
+    prompt_cache: PromptCache | None = None,
 ) -> Iterator[GenerationResponse]:
-    """Generate from ``prompt``, speculating with ``drafter``; see module doc."""
+    """Generate from ``prompt``, speculating with ``drafter``; see module doc.
+    ``prompt_cache``: reuse and extend a conversation's cache (``make_prompt_cache``)."""
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=num_draft_tokens,
                               ngram_min=ngram_min, ngram_max=ngram_max,
@@ -215,7 +250,7 @@ def stream_generate(
     detok.reset()
     stopper = StopMatcher(stop)
     finish, n = "stop", 0
-    for e in token_stream(
+    stream = token_stream(
         model,
         tokens,
         drafter=drafter,
@@ -232,7 +267,9 @@ def stream_generate(
         top_logprobs=top_logprobs,
         stats=stats,
         step_log=step_log,
-    ):
+        prompt_cache=prompt_cache,
+    )
+    for e in stream:
         n += 1
         detok.add_token(e.token)
         text, hit = stopper.feed(detok.last_segment)
@@ -242,6 +279,7 @@ def stream_generate(
         )
         if hit:
             finish = "stop_string"
+            stream.close()  # now, not at garbage collection: a prompt cache settles here
             break
         if n >= max_tokens:
             finish = "length"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 class SpecStats:
     drafter: str = "none"
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens a prompt cache already held (not prefilled)
     generated_tokens: int = 0
     drafted: int = 0
     accepted: int = 0

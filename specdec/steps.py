@@ -156,7 +156,9 @@ class _Fetched:
               diagnostics: bool, top_logprobs: int) -> "_Fetched":
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         rows = mx.arange(logits.shape[0])
-        cand = mx.concatenate([mx.array(proposal.tokens, dtype=fix.dtype), fix[-1:]])
+        # an out-of-vocabulary draft id (see in_vocab) is rejected; its logprob is unused
+        drafted = mx.minimum(mx.array(proposal.tokens, dtype=fix.dtype), logits.shape[-1] - 1)
+        cand = mx.concatenate([drafted, fix[-1:]])
         arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
         arrays += [top2_margin(logits)] if diagnostics else []
         arrays += top_entries(logp, top_logprobs) if top_logprobs else []
@@ -171,6 +173,20 @@ class _Fetched:
         margins = self.margins[:n] if self.margins is not None else None
         top = [sorted_top(self.top[0][i], self.top[1][i]) for i in range(n)] if self.top else None
         return Step(emitted, drafted, accepted, drafted + 1, logprobs, margins, top)
+
+
+def in_vocab(draft: list[int], vocab: int | None) -> list[int]:
+    """The draft as the target may be fed it: a draft model with a wider (padded)
+    vocabulary can sample ids the target has no embedding for. The target gives them
+    probability 0, so verification rejects them whatever they are fed as; feeding them
+    would read past the embedding table, so a valid id (0) stands in.
+
+    >>> in_vocab([5, 9, 2], 8)
+    [5, 0, 2]
+    """
+    if vocab is None or all(t < vocab for t in draft):
+        return draft
+    return [t if t < vocab else 0 for t in draft]
 
 
 def draft_for_step(drafter: Drafter, context: Sequence[int], k: int) -> Proposal:
@@ -202,10 +218,11 @@ def spec_steps(
     """Draft, verify, accept, roll back, emit. ``context`` grows by the emitted tokens of
     each step; ``budget[0]`` is the number of tokens still wanted (drafting past it is
     waste)."""
+    vocab = getattr(getattr(model, "args", None), "vocab_size", None)
     while True:
         proposal = draft_for_step(drafter, context, min(k, budget[0] - 1))
         draft = list(proposal.tokens)
-        logits = model(mx.array([context[-1], *draft])[None], cache=cache)[0]
+        logits = model(mx.array([context[-1], *in_vocab(draft, vocab)])[None], cache=cache)[0]
         logits = penalize_block(logits, context, draft, params)
         accept, fix = _verify(logits, proposal, params, rng)
         got = _Fetched.fetch(logits, proposal, accept, fix, diagnostics, top_logprobs)

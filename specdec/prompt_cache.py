@@ -1,0 +1,210 @@
+"""A conversation's KV cache kept across calls, as mlx-lm's ``prompt_cache`` is.
+
+Contract:
+- ``make_prompt_cache(model, max_draft_tokens=32, kv_bits=None)`` returns an empty
+  ``PromptCache``: the model's rollback-capable cache layers (``rollback.make_cache``,
+  with room to roll back ``max_draft_tokens + 1`` positions) and ``tokens``, exactly the
+  tokens whose keys/values the layers hold, in order (checked against every layer's
+  offset, never assumed).
+- ``generate``/``stream_generate``/``token_stream`` take it as ``prompt_cache=``. Before
+  the prefill, ``reuse(prompt_ids, ...)`` keeps the longest prefix the cache shares with
+  the prompt (never the prompt's last token: the first decode step feeds it) and rolls
+  the layers back to it with the one checked ``rollback.trim``. A sliding-window layer
+  that has dropped what lies before its window cannot roll back that far: then the cache
+  is emptied and the prompt prefilled in full — reuse is exact or none, never
+  approximate. After the call (finished, stopped, or closed early) ``settle`` trims the
+  layers to hold exactly the prompt plus the emitted tokens (the last emitted token may
+  not be fed yet); an error mid-generation empties the cache, since its contents are
+  then unknown. So a conversation reuses one cache turn after turn, with any drafter.
+- ``save(path)`` writes the layers, their kinds and shapes, the tokens and the model's
+  fingerprint to one safetensors file (atomically); ``load_prompt_cache(path, model)``
+  refuses a file made for another model or with a kind of layer it does not know.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+import mlx.core as mx
+from mlx.utils import tree_flatten, tree_unflatten
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+from .rollback import RollbackError, WindowKVCache, make_cache, trim
+
+FORMAT = "specdec-prompt-cache-1"
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix.
+
+    >>> common_prefix([1, 2, 3, 4], [1, 2, 5])
+    2
+    """
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _fingerprint(model: Any) -> str:
+    import hashlib
+
+    args = getattr(model, "args", None)
+    desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
+    first = tree_flatten(model.parameters())[0][1]
+    return hashlib.sha256(f"{desc}|{first.dtype}".encode()).hexdigest()[:16]
+
+
+class PromptCache:
+    """See the module docstring."""
+
+    def __init__(self, model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
+                 kv_group_size: int = 64):
+        if max_draft_tokens < 1:
+            raise ValueError(f"max_draft_tokens must be >= 1, got {max_draft_tokens}")
+        self.max_draft_tokens, self.kv_bits, self.kv_group_size = max_draft_tokens, kv_bits, kv_group_size
+        self.fingerprint = _fingerprint(model)
+        self._model = model
+        self.layers: list[Any] = []
+        self.tokens: list[int] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the cache (fresh layers)."""
+        self.layers = make_cache(self._model, max_trim=self.max_draft_tokens + 1, kv_bits=self.kv_bits,
+                                 kv_group_size=self.kv_group_size)
+        self.tokens = []
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(c, "nbytes", 0) for c in self.layers)
+
+    def _check(self) -> None:
+        held = {c.offset for c in self.layers}
+        if held != {len(self.tokens)}:
+            raise RuntimeError(f"prompt cache out of step: layers hold {sorted(held)} positions, "
+                               f"tokens list {len(self.tokens)}")
+
+    def reuse(self, model: Any, prompt_ids: Sequence[int], num_draft_tokens: int,
+              kv_bits: int | None) -> int:
+        """Roll back to the longest usable shared prefix of ``prompt_ids``; returns its length."""
+        if model is not self._model and _fingerprint(model) != self.fingerprint:
+            raise ValueError("this prompt cache was made for another model: make one per model")
+        if kv_bits != self.kv_bits:
+            raise ValueError(f"this prompt cache was made with kv_bits={self.kv_bits}, the call "
+                             f"asks for {kv_bits}: make the cache with the same kv_bits")
+        if num_draft_tokens > self.max_draft_tokens:
+            raise ValueError(f"num_draft_tokens {num_draft_tokens} exceeds the prompt cache's "
+                             f"max_draft_tokens {self.max_draft_tokens}: make it with a larger one")
+        self._model = model
+        self._check()
+        keep = common_prefix(self.tokens, prompt_ids[:-1])
+        try:
+            trim(self.layers, len(self.tokens) - keep)
+        except RollbackError:  # a window layer dropped the positions we would return to
+            self.reset()
+            return 0
+        del self.tokens[keep:]
+        return keep
+
+    def fed(self, tokens: Sequence[int]) -> None:
+        """The caller fed ``tokens`` after the cached ones (the prefill)."""
+        self.tokens.extend(int(t) for t in tokens)
+        self._check()
+
+    def settle(self, sequence: Sequence[int]) -> None:
+        """After a call: hold exactly a prefix of ``sequence`` (prompt + emitted tokens)."""
+        held = self.layers[0].offset if self.layers else 0
+        if held > len(sequence):
+            trim(self.layers, held - len(sequence))
+            held = len(sequence)
+        self.tokens = [int(t) for t in sequence[:held]]
+        self._check()
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the cache to ``path`` (safetensors), atomically."""
+        from .drafters.persist import atomic_write
+
+        self._check()
+        if not self.tokens:
+            raise ValueError("the prompt cache is empty: run a prompt through it before saving")
+        arrays = dict(tree_flatten([_held(c) for c in self.layers]))
+        meta = {"format": FORMAT, "fingerprint": self.fingerprint, "tokens": self.tokens,
+                "kinds": [type(c).__name__ for c in self.layers],
+                "shape": [_shape(c) for c in self.layers],
+                "max_draft_tokens": self.max_draft_tokens, "kv_bits": self.kv_bits,
+                "kv_group_size": self.kv_group_size}
+
+        def write(f: Any) -> None:
+            mx.save_safetensors(f, arrays, {"specdec": json.dumps(meta)})
+
+        atomic_write(str(path), write)
+
+
+def _held(c: Any) -> list:
+    """The keys/values a layer holds, cut to its valid positions (buffers keep slack)."""
+    if isinstance(c, WindowKVCache):
+        return list(c.state)
+    n = c.offset
+    cut = (lambda a: a[..., :n, :]) if isinstance(c, KVCache) else (lambda t: [x[..., :n, :] for x in t])
+    return [cut(c.keys), cut(c.values)]
+
+
+def _shape(c: Any) -> list[int]:
+    if isinstance(c, WindowKVCache):
+        return [c.window, c.slack, c.start, c.offset]
+    if isinstance(c, QuantizedKVCache):
+        return [c.offset, c.group_size, c.bits]
+    return [c.offset]
+
+
+def _restore(kind: str, shape: list[int], held: list) -> Any:
+    if kind == "WindowKVCache":
+        c = WindowKVCache(shape[0], shape[1])
+        c.start, c.offset = shape[2], shape[3]
+        c.keys, c.values = held
+    elif kind == "QuantizedKVCache":
+        c = QuantizedKVCache(group_size=shape[1], bits=shape[2])
+        c.keys, c.values, c.offset = tuple(held[0]), tuple(held[1]), shape[0]
+    elif kind == "KVCache":
+        c = KVCache()
+        c.keys, c.values, c.offset = held[0], held[1], shape[0]
+    else:
+        raise ValueError(f"unknown cache layer kind {kind!r}")
+    return c
+
+
+def make_prompt_cache(model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
+                      kv_group_size: int = 64) -> PromptCache:
+    """An empty prompt cache for ``model`` (see the module docstring)."""
+    return PromptCache(model, max_draft_tokens=max_draft_tokens, kv_bits=kv_bits,
+                       kv_group_size=kv_group_size)
+
+
+def load_prompt_cache(path: str | os.PathLike, model: Any) -> PromptCache:
+    """A prompt cache saved by ``PromptCache.save``, for ``model`` (refused for another)."""
+    try:
+        arrays, info = mx.load(str(path), format="safetensors", return_metadata=True)
+    except Exception as e:  # noqa: BLE001 (mlx raises plain exceptions for bad files)
+        raise ValueError(f"{path} is not a specdec prompt cache file: {e}") from None
+    try:
+        meta = json.loads(info["specdec"])
+        assert meta["format"] == FORMAT
+    except (KeyError, ValueError, AssertionError):
+        raise ValueError(f"{path} is not a specdec prompt cache file") from None
+    pc = PromptCache(model, max_draft_tokens=meta["max_draft_tokens"], kv_bits=meta["kv_bits"],
+                     kv_group_size=meta["kv_group_size"])
+    if meta["fingerprint"] != pc.fingerprint:
+        raise ValueError(f"{path} holds a prompt cache of another model (or dtype): "
+                         "it cannot be used with this one")
+    held = tree_unflatten(list(arrays.items()))
+    layers = [_restore(kind, shape, h) for kind, shape, h in zip(meta["kinds"], meta["shape"], held)]
+    if len(layers) != len(pc.layers) or [type(c) for c in layers] != [type(c) for c in pc.layers]:
+        raise ValueError(f"{path} holds other cache layers than this model makes")
+    pc.layers, pc.tokens = layers, list(meta["tokens"])
+    pc._check()
+    return pc
