@@ -12,6 +12,8 @@ from conftest import real_model, requires_model
 from specdec.engine import generate
 from specdec.prompts import parity_prompts
 
+pytestmark = pytest.mark.slow  # real models
+
 PROMPTS = parity_prompts()
 MAX_TOKENS = 96
 _refs: dict = {}

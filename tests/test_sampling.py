@@ -103,6 +103,7 @@ def test_sampling_params_validate():
         SamplingParams(temperature=1, top_p=0).validate()
 
 
+@pytest.mark.slow
 def test_real_model_speculative_step_matches_the_target_distribution(smollm):
     """On SmolLM2's real logits: the token emitted after a speculative step is distributed
     as the target's own processed next-token distribution (first and second position)."""
@@ -136,6 +137,7 @@ def test_real_model_speculative_step_matches_the_target_distribution(smollm):
     assert chisquare(counts, expected(p[1][s_support], len(seconds))).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_seeded_sampling_is_reproducible_and_greedy_is_unchanged(smollm):
     from specdec.engine import generate
 

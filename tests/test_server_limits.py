@@ -13,6 +13,8 @@ import httpx
 import pytest
 from serverproc import MODEL, Server
 
+pytestmark = pytest.mark.slow  # server processes on a real model
+
 # plain decoding of an endless count: ~12 tok/s here, so 4000 tokens would take minutes
 LONG = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "stream": True,
         "speculative": {"draft_type": "none"}}
