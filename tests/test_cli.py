@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from specdec.backend import preload_env
 
 
@@ -12,6 +14,7 @@ def specdec(*args, input=None):
                           text=True, input=input, env=preload_env(), timeout=900)
 
 
+@pytest.mark.slow
 def test_generate_compare_json_on_the_demo_prompt():
     r = specdec("generate", "--compare", "--json", "--max-tokens", "64")
     assert r.returncode == 0, r.stderr
@@ -24,6 +27,7 @@ def test_generate_compare_json_on_the_demo_prompt():
     assert out["mean_acceptance_length"] > 1.5  # an edit of real code echoes the prompt
 
 
+@pytest.mark.slow
 def test_generate_streams_text_from_stdin_and_stops():
     r = specdec("generate", "--prompt", "-", "--max-tokens", "40", "--stop", "\n\n", "--verbose",
                 input="List three colors, one per line.")
@@ -32,6 +36,7 @@ def test_generate_streams_text_from_stdin_and_stops():
     assert "mean acceptance length" in r.stderr
 
 
+@pytest.mark.slow
 def test_parity_command_reports_identical():
     r = specdec("parity", "--json", "--max-tokens", "48", "--num-draft-tokens", "8")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -45,6 +50,7 @@ def test_bad_flags_fail_with_a_message():
     assert r.returncode == 2 and "no-such-model" in r.stderr
 
 
+@pytest.mark.slow
 def test_chains_gate_adaptive_k_and_ngram_mod_memory(tmp_path):
     table = tmp_path / "mem.ngm"
     r = specdec("generate", "--compare", "--json", "--max-tokens", "40", "--draft-type",

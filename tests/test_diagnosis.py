@@ -10,6 +10,8 @@ import specdec.steps as steps
 from specdec.parity import check_parity
 from specdec.prompts import parity_prompts
 
+pytestmark = pytest.mark.slow  # real model
+
 
 def test_real_engine_is_identical(smollm):
     model, tok = smollm

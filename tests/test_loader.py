@@ -12,7 +12,6 @@ tests that must observe a first conversion use a private temporary cache.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import os
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import mlx.nn as nn  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
+from conftest import requires_model  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 from specdec.loader import PACKAGED_MODELS, ModelLoadError, load, packaged_gguf_path  # noqa: E402
@@ -33,22 +33,6 @@ from specdec.loader import convert as loader_convert  # noqa: E402
 from specdec.loader.api import _apply_dtype  # noqa: E402
 
 MIN_ARGMAX_AGREEMENT = 0.90
-
-
-def _installed(model: str) -> bool:
-    spec = PACKAGED_MODELS[model]
-    try:
-        for pkg in spec.chunks or spec.packages:
-            importlib.metadata.distribution(pkg)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def _needs(model: str):
-    return pytest.mark.skipif(
-        not _installed(model), reason=f"{model} not installed ({PACKAGED_MODELS[model].install_command})"
-    )
 
 
 # --------------------------------------------------------------------------------------
@@ -432,15 +416,11 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def gemma3():
-    if not _installed("gemma3-270m"):
-        pytest.skip(PACKAGED_MODELS["gemma3-270m"].install_command)
     return load("gemma3-270m")
 
 
 @pytest.fixture(scope="module")
 def qwen05():
-    if not _installed("qwen2.5-coder-0.5b"):
-        pytest.skip(PACKAGED_MODELS["qwen2.5-coder-0.5b"].install_command)
     return load("qwen2.5-coder-0.5b")
 
 
@@ -485,7 +465,7 @@ def test_second_load_reuses_cache(smollm2):
 
 
 @pytest.mark.slow
-@_needs("gemma3-270m")
+@requires_model("gemma3-270m")
 def test_gemma3_logits_match_llama_cpp(gemma3):
     model, tok = gemma3
     assert type(model).__module__ == "mlx_lm.models.gemma3_text"
@@ -496,7 +476,7 @@ def test_gemma3_logits_match_llama_cpp(gemma3):
 
 
 @pytest.mark.slow
-@_needs("gemma3-270m")
+@requires_model("gemma3-270m")
 def test_gemma3_base_model_continues_text(gemma3):
     model, tok = gemma3
     assert tok.chat_template is None
@@ -505,7 +485,7 @@ def test_gemma3_base_model_continues_text(gemma3):
 
 
 @pytest.mark.slow
-@_needs("qwen2.5-coder-0.5b")
+@requires_model("qwen2.5-coder-0.5b")
 def test_qwen_coder_logits_match_llama_cpp(qwen05):
     model, tok = qwen05
     assert type(model).__module__ == "mlx_lm.models.qwen2"
@@ -518,7 +498,7 @@ def test_qwen_coder_logits_match_llama_cpp(qwen05):
 
 
 @pytest.mark.slow
-@_needs("gemma3-270m")
+@requires_model("gemma3-270m")
 def test_chunked_model_assembled_once(tmp_cache):
     path = packaged_gguf_path("gemma3-270m")
     assert path.parent == tmp_cache / "gguf"

@@ -478,6 +478,7 @@ MAX_TOKENS = 64
 PARITY = ("code_fnmatch_rename", "demo_colorsys")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PARITY)
 def test_greedy_parity_on_real_weights(smol, name):
     from specdec.prompts import parity_prompts
@@ -492,6 +493,7 @@ def test_greedy_parity_on_real_weights(smol, name):
     assert stats.accepted > 0
 
 
+@pytest.mark.slow
 def test_second_request_on_a_shared_table_accepts_more(smol):
     from specdec.prompts import parity_prompts
     from specdec.text import encode_prompt

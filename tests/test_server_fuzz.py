@@ -18,6 +18,8 @@ from serverproc import MODEL, Server
 
 from specdec.server.schemas import ChatCompletionRequest, CompletionRequest
 
+pytestmark = pytest.mark.slow  # server processes on a real model
+
 N_CASES = 300
 MAX_BODY = 4096
 KEY = "fuzz-key"

@@ -13,6 +13,8 @@ import httpx
 import pytest
 from serverproc import MODEL, Server
 
+pytestmark = pytest.mark.slow  # server processes on a real model
+
 # plain decoding of an endless count: ~12 tok/s here, so 4000 tokens would take minutes
 LONG = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "stream": True,
         "speculative": {"draft_type": "none"}}
@@ -62,12 +64,11 @@ def test_full_queue_503_and_disconnects_free_their_slots(server):
         server.base + "/v1/completions", json=short, timeout=600)))
     t.start()  # accepted (not 503): the slot was freed
     wait_for(lambda: server.health()["queue_depth"] == 1, what="the new request to queue")
-    t0 = time.monotonic()
     running.close()  # the generating client leaves: its generation stops
     t.join(timeout=120)
     assert not t.is_alive() and result["r"].status_code == 200
     assert result["r"].json()["usage"]["completion_tokens"] == 4
-    assert time.monotonic() - t0 < 60  # the 4000-token generation did not run on
+    assert server.metric(gen_metric) < 4000  # the 4000-token generation did not run on
     assert server.metric("specdec_requests_cancelled_total") == 2
     assert server.metric('specdec_requests_total{endpoint="/v1/completions",status="503"}') == 1
 

@@ -16,6 +16,8 @@ from specdec.drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from specdec.drafters.suffix import SuffixHistory
 from specdec.server.memory import PAUSE_ENV
 
+pytestmark = pytest.mark.slow  # server processes on a real model
+
 # open-ended prompts: little to copy from the prompt, so a cold start drafts poorly
 WORKLOAD = [("Write a short story about a lighthouse keeper.", "ngram-mod"),
             ("What is 17 times 23? Explain step by step.", "suffix")]

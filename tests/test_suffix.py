@@ -273,6 +273,7 @@ def plain(name):
     return _plain[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["passage_zen", "json_records_short"])
 def test_greedy_parity_real_model(name):
     _, tok = real_model("smollm2-135m")
@@ -281,6 +282,7 @@ def test_greedy_parity_real_model(name):
     assert stats.accepted > 0
 
 
+@pytest.mark.slow
 def test_repeated_request_benefits_from_history():
     _, tok = real_model("smollm2-135m")
     d = SuffixDrafter(eos=tok.eos_token_ids)
