@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import cached_tiny, real_model
+from conftest import cached_tiny, real_model, requires_model
 
 from specdec.backend import preload_env
 from specdec.drafters import DraftSpec, NgramDrafter, build_drafter
@@ -161,6 +161,7 @@ def test_chat_conversation_on_real_weights(smollm, drafter):
 
 
 @pytest.mark.slow
+@requires_model("gemma3-270m")
 def test_gemma_conversation_past_its_window():
     """Gemma 3's 512-token sliding window wraps during turn 1; turn 2 reuses the whole
     cache (its window layers hold the last 512 + slack positions) and equals a fresh call."""
