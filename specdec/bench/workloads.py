@@ -8,12 +8,15 @@ Contract:
        "messages": [{"role": "user", "content": "..."}],
        "turns": ["Now rename x to y.", "Now add a docstring."], "source": "..."}
 
-  ``name`` (unique) and ``class`` are required, and exactly one of ``prompt`` (text; chat
-  models get it as one user message) or ``messages`` (chat messages). ``turns`` are
-  follow-up user messages: each is sent after the model's own previous reply, so a
-  conversation is generated turn by turn. ``max_tokens`` (per turn) and ``source`` (where
-  the text came from, and its licence) are optional. ``load_workloads(path)`` validates a
-  file and says which line is wrong; ``write_workloads`` writes one.
+  ``class`` is required, and exactly one of ``prompt`` (text; chat models get it as one
+  user message) or ``messages`` (chat messages). ``name`` is optional: without one a
+  line is named ``<class>-<line>`` (line = its 1-based line number in the file), so a
+  plain ``{"class", "messages", "max_tokens"}`` dataset runs as is; names, given or
+  defaulted, must be unique. ``turns`` are follow-up user messages: each is sent after
+  the model's own previous reply, so a conversation is generated turn by turn.
+  ``max_tokens`` (per turn) and ``source`` (where the text came from, and its licence)
+  are optional. ``load_workloads(path)`` validates a file and says which line and field
+  are wrong; ``write_workloads`` writes one.
 - ``builtin_workloads()`` builds every class from real text this project did not write,
   read at run time from the Python standard library (its sources and module docs, PSF
   licence) and installed package metadata: code_edit, passage, json_rag,
@@ -69,14 +72,23 @@ class Workload:
         return d
 
 
-def parse_workload(obj: Any, where: str = "workload") -> Workload:
-    """A Workload from one decoded JSON object; ValueError names the field to fix."""
+def parse_workload(obj: Any, where: str = "workload", line: int | None = None) -> Workload:
+    """A Workload from one decoded JSON object; ValueError names the field to fix.
+
+    Without a ``name``, the workload is named ``<class>-<line>``; ``line`` (the 1-based
+    line number in its file) is then required.
+
+    >>> parse_workload({"class": "chat", "prompt": "Hi."}, line=3).name
+    'chat-3'
+    """
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     unknown = set(obj) - {"name", "class", "prompt", "messages", "turns", "max_tokens", "source"}
     if unknown:
         raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
-    for key in ("name", "class"):
+    if "name" not in obj and line is None:
+        raise ValueError(f"{where}: 'name' is required outside a workload file")
+    for key in ("name", "class") if "name" in obj else ("class",):
         if not isinstance(obj.get(key), str) or not obj[key]:
             raise ValueError(f"{where}: '{key}' must be a non-empty string")
     if ("prompt" in obj) == ("messages" in obj):
@@ -97,7 +109,8 @@ def parse_workload(obj: Any, where: str = "workload") -> Workload:
     max_tokens = obj.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError(f"{where}: 'max_tokens' must be a positive integer")
-    return Workload(obj["name"], obj["class"], obj.get("prompt"),
+    name = obj.get("name", f"{obj['class']}-{line}")
+    return Workload(name, obj["class"], obj.get("prompt"),
                     tuple(messages) if messages is not None else None, tuple(turns),
                     max_tokens, str(obj.get("source", "")))
 
@@ -114,13 +127,14 @@ def load_workloads(path: str | Path) -> list[Workload]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-        out.append(parse_workload(obj, f"{path}:{i}"))
+        out.append(parse_workload(obj, f"{path}:{i}", line=i))
     if not out:
         raise ValueError(f"{path} holds no workloads")
     names = [w.name for w in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise ValueError(f"{path}: workload names must be unique; repeated: {dup}")
+        raise ValueError(f"{path}: workload names must be unique (a line without a name "
+                         f"is named <class>-<line>); repeated: {dup}")
     return out
 
 

@@ -1,7 +1,8 @@
 """Load models for specdec: packaged GGUF models, any llama/qwen2/gemma3 GGUF, or mlx-lm.
 
 Public API:
-- ``load(model="smollm2-135m", *, dtype="auto") -> (mlx.nn.Module, TokenizerWrapper)``
+- ``load(model="smollm2-135m", *, dtype="auto") -> (mlx.nn.Module, TokenizerWrapper)``;
+  ``dtype`` is one of ``DTYPES`` (auto, native, float32, float16, bfloat16: see ``api``)
 - ``PACKAGED_MODELS``: name -> ``PackagedModel`` (pip packages, GGUF name, chat template?)
 - ``packaged_gguf_path(name) -> Path``: the packaged model's .gguf (assembled once if chunked)
 - ``ModelLoadError``: every user-facing failure; the message says what to do.

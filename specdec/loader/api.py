@@ -13,15 +13,21 @@ Contract:
   mlx-lm's ``TokenizerWrapper`` with the model's EOS ids.
 - ``dtype``: ``"auto"`` means ``specdec.backend.default_dtype()``: float32 on the CPU
   backend (quantized layers are dequantized, because mlx-cpu's quantized matmuls are
-  slow); on GPU backends the weights stay as the checkpoint has them, and converted GGUF
-  models (stored as float32) are re-quantized to 4 bits (group 64) when the GGUF was a
-  <=4-bit quantization, else cast to float16. An explicit ``"float32"``, ``"float16"`` or
-  ``"bfloat16"`` dequantizes any quantized layers and casts all floating weights.
-  Any other value raises ``ModelLoadError``.
+  slow); on GPU backends it means ``"native"``. ``"native"`` (the GPU policy, on any
+  backend): the weights stay as the checkpoint has them, and converted GGUF models
+  (stored as float32) are re-quantized when the GGUF was a <=4-bit quantization, else
+  cast to float16. The re-quantization is selective: every quantizable layer goes to
+  4 bits (group 64) except the embeddings and the output head (``lm_head``), which go to
+  8 bits: the head decides every argmax, and a 4-bit head is where quantization costs
+  the most quality (the same is why llama.cpp's Q4_K_M keeps its output at Q6_K). One
+  log line (logger ``specdec.loader.api``, INFO) names the layers kept at 8 bits.
+  An explicit ``"float32"``, ``"float16"`` or ``"bfloat16"`` dequantizes any quantized
+  layers and casts all floating weights. Any other value raises ``ModelLoadError``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -31,9 +37,12 @@ from .convert import convert_gguf, read_marker
 from .errors import ModelLoadError
 from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
 
-DTYPES = ("auto", "float32", "float16", "bfloat16")
+DTYPES = ("auto", "native", "float32", "float16", "bfloat16")
 QUANT_GROUP_SIZE = 64
 QUANT_BITS = 4
+HEAD_BITS = 8  # embeddings and lm_head: see the module docstring
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -120,6 +129,8 @@ def _mlx_lm_load(ref: str, kind: str) -> tuple[Any, Any]:
 
 
 def _target_dtype(dtype: str) -> str | None:
+    if dtype == "native":
+        return None
     if dtype != "auto":
         return dtype
     from specdec.backend import default_dtype
@@ -129,28 +140,49 @@ def _target_dtype(dtype: str) -> str | None:
 
 def _apply_dtype(model: Any, target: str | None, gguf_info: dict[str, Any] | None) -> None:
     import mlx.core as mx
-    import mlx.nn as nn
     from mlx_lm.utils import dequantize_model
 
     if target is not None:
         dequantize_model(model)
         model.set_dtype(getattr(mx, target))
     elif gguf_info is not None:
-        # GPU backend and a float32 conversion: restore a footprint like the source's.
+        # GPU policy and a float32 conversion: restore a footprint like the source's.
         model.set_dtype(mx.float16)
         if gguf_info.get("low_bit"):
-            nn.quantize(model, QUANT_GROUP_SIZE, QUANT_BITS, class_predicate=_quantizable(model))
+            quantize_selective(model)
     mx.eval(model.parameters())
 
 
-def _quantizable(model: Any):
+def quantize_selective(model: Any) -> dict[str, int]:
+    """Quantize ``model`` in place: 4 bits, but embeddings and ``lm_head`` at 8 bits.
+
+    Returns {layer path: bits} of the layers kept at the higher precision and logs them.
+    """
+    import mlx.nn as nn
+
     own = getattr(model, "quant_predicate", None)  # some mlx-lm models exclude layers
+    kept: dict[str, int] = {}
+    quantized = 0
 
     def predicate(path: str, module: Any) -> bool | dict:
+        nonlocal quantized
         if not hasattr(module, "to_quantized"):
             return False
         if module.weight.shape[-1] % QUANT_GROUP_SIZE:
             return False
-        return own(path, module) if own is not None else True
+        verdict = own(path, module) if own is not None else True
+        if not verdict:
+            return False
+        quantized += 1
+        if isinstance(module, nn.Embedding) or path.rsplit(".", 1)[-1] == "lm_head":
+            kept[path] = HEAD_BITS
+            return {"group_size": QUANT_GROUP_SIZE, "bits": HEAD_BITS}
+        return verdict
 
-    return predicate
+    nn.quantize(model, QUANT_GROUP_SIZE, QUANT_BITS, class_predicate=predicate)
+    tied = " (the output head is tied to the embeddings)" if not any(
+        p.endswith("lm_head") for p in kept) and kept else ""
+    log.info("re-quantized %d layers to %d bits (group %d); kept at %d bits: %s%s",
+             quantized - len(kept), QUANT_BITS, QUANT_GROUP_SIZE, HEAD_BITS,
+             ", ".join(kept) or "none", tied)
+    return kept

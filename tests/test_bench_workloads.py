@@ -1,0 +1,100 @@
+"""Workload files without names (the shape most chat datasets have) and their defaults."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec.bench.workloads import Workload, load_workloads, parse_workload, write_workloads
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAT = [{"role": "user", "content": "Say hello.\n\nReply in one word."}]
+
+
+def _write(path: Path, objs: list[dict | None]) -> Path:
+    """JSONL with one line per object; None writes a blank line (it still counts)."""
+    path.write_text("".join((json.dumps(o) if o is not None else "") + "\n" for o in objs))
+    return path
+
+
+def test_lines_without_names_are_named_class_dash_line(tmp_path):
+    path = _write(tmp_path / "data.jsonl", [
+        {"class": "chat", "messages": CHAT, "max_tokens": 16},
+        None,
+        {"class": "chat", "prompt": "Count to three."},
+        {"name": "mine", "class": "code", "prompt": "x = 1"},
+        {"class": "code", "messages": CHAT},
+    ])
+    ws = load_workloads(path)
+    assert [w.name for w in ws] == ["chat-1", "chat-3", "mine", "code-5"]
+    assert ws[0] == Workload("chat-1", "chat", messages=tuple(CHAT), max_tokens=16)
+    assert ws[1].prompt == "Count to three." and ws[1].max_tokens is None
+
+
+def test_defaulted_names_round_trip_as_explicit_names(tmp_path):
+    ws = load_workloads(_write(tmp_path / "a.jsonl", [{"class": "c", "prompt": "p"}] * 3))
+    assert [w.name for w in ws] == ["c-1", "c-2", "c-3"]
+    write_workloads(ws, tmp_path / "b.jsonl")
+    assert all("name" in json.loads(line) for line in (tmp_path / "b.jsonl").open())
+    assert load_workloads(tmp_path / "b.jsonl") == ws
+
+
+def test_duplicate_explicit_names_are_still_refused(tmp_path):
+    line = {"name": "same", "class": "c", "prompt": "x"}
+    path = _write(tmp_path / "dup.jsonl", [{"class": "c", "prompt": "y"}, line, line])
+    with pytest.raises(ValueError, match=r"unique.*\['same'\]"):
+        load_workloads(path)
+
+
+def test_an_explicit_name_equal_to_a_default_is_a_duplicate(tmp_path):
+    path = _write(tmp_path / "clash.jsonl", [
+        {"name": "c-2", "class": "c", "prompt": "x"},
+        {"class": "c", "prompt": "y"},  # line 2: defaults to c-2
+    ])
+    with pytest.raises(ValueError, match=r"unique.*<class>-<line>.*\['c-2'\]"):
+        load_workloads(path)
+
+
+@pytest.mark.parametrize("obj, needle", [
+    ({"name": "", "class": "c", "prompt": "x"}, "'name' must be a non-empty string"),
+    ({"name": 3, "class": "c", "prompt": "x"}, "'name' must be a non-empty string"),
+    ({"prompt": "x"}, "'class' must be a non-empty string"),
+    ({"class": "c"}, "exactly one of"),
+])
+def test_bad_lines_without_names_name_the_line_and_field(tmp_path, obj, needle):
+    path = _write(tmp_path / "bad.jsonl", [{"class": "c", "prompt": "fine"}, obj])
+    with pytest.raises(ValueError) as e:
+        load_workloads(path)
+    assert f"{path}:2: " in str(e.value) and needle in str(e.value)
+
+
+def test_parse_workload_outside_a_file_still_needs_a_name():
+    with pytest.raises(ValueError, match="'name' is required"):
+        parse_workload({"class": "c", "prompt": "x"})
+    assert parse_workload({"class": "c", "prompt": "x"}, line=7).name == "c-7"
+
+
+@pytest.mark.slow
+def test_bench_runs_an_unnamed_workload_file(tmp_path):
+    """The whole command on a dataset-shaped file: names defaulted, parity held."""
+    data = _write(tmp_path / "data.jsonl", [
+        {"class": "chat", "messages": [{"role": "user", "content":
+            "def add(a, b):\n    return a + b\n\nRepeat this code exactly."}], "max_tokens": 8},
+    ])
+    out = tmp_path / "out"
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdec", "bench", "--quick", "--workload", str(data),
+         "--config", "ngram:k=4", "--runs", "1", "--max-tokens", "8", "--peers", "none",
+         "--no-plots", "--out", str(out)], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "parity: 0 mismatches" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["plan"]["workloads"] == ["chat-1"]
+    assert {r["workload"] for r in results["records"]} == {"chat-1"}
+    assert (out / "report.md").stat().st_size > 0
