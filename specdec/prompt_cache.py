@@ -16,6 +16,14 @@ Contract:
   layers to hold exactly the prompt plus the emitted tokens (the last emitted token may
   not be fed yet); an error mid-generation empties the cache, since its contents are
   then unknown. So a conversation reuses one cache turn after turn, with any drafter.
+- ``fork(n)`` is a new cache holding the first ``n`` cached tokens, sharing the arrays
+  (never the objects: a later update of one cache cannot reach the other), or None when
+  a window layer no longer holds what ``n`` needs.
+- ``PrefixStore(max_bytes)`` keeps finished requests' caches, least recently used
+  evicted first past ``max_bytes``. ``take(prompt_ids)`` hands out the cache sharing the
+  longest prefix with the prompt: the entry itself when all of it is a prefix (it is
+  extended), a ``fork`` when only part is (the entry stays for other prompts), a new
+  empty cache when nothing is shared; ``put`` returns it after the request.
 - ``save(path)`` writes the layers, their kinds and shapes, the tokens and the model's
   fingerprint to one safetensors file (atomically); ``load_prompt_cache(path, model)``
   refuses a file made for another model or with a kind of layer it does not know.
@@ -125,6 +133,22 @@ class PromptCache:
         self.tokens = [int(t) for t in sequence[:held]]
         self._check()
 
+    def fork(self, n: int) -> "PromptCache | None":
+        """A cache of the first ``n`` cached tokens sharing this one's arrays (see module doc)."""
+        self._check()
+        if not 0 < n <= len(self.tokens):
+            raise ValueError(f"cannot fork {n} of {len(self.tokens)} cached tokens")
+        new = PromptCache.__new__(PromptCache)
+        new.__dict__.update(self.__dict__)
+        new.layers = [_restore(type(c).__name__, _shape(c), _held(c)) for c in self.layers]
+        new.tokens = list(self.tokens)
+        try:
+            trim(new.layers, len(self.tokens) - n)
+        except RollbackError:
+            return None
+        del new.tokens[n:]
+        return new
+
     def save(self, path: str | os.PathLike) -> None:
         """Write the cache to ``path`` (safetensors), atomically."""
         from .drafters.persist import atomic_write
@@ -208,3 +232,42 @@ def load_prompt_cache(path: str | os.PathLike, model: Any) -> PromptCache:
     pc.layers, pc.tokens = layers, list(meta["tokens"])
     pc._check()
     return pc
+
+
+class PrefixStore:
+    """Finished requests' caches, for requests that start the same way (module doc)."""
+
+    def __init__(self, model: Any, max_bytes: int, *, max_draft_tokens: int = 32,
+                 kv_bits: int | None = None):
+        if max_bytes < 0:
+            raise ValueError(f"--prompt-cache-bytes must be >= 0, got {max_bytes}")
+        self.model, self.max_bytes = model, max_bytes
+        self.max_draft_tokens, self.kv_bits = max_draft_tokens, kv_bits
+        self.entries: list[PromptCache] = []  # least recently used first
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self.entries)
+
+    def take(self, prompt_ids: Sequence[int]) -> PromptCache:
+        shared = [common_prefix(e.tokens, prompt_ids[:-1]) for e in self.entries]
+        best = max(range(len(shared)), key=shared.__getitem__, default=None)
+        if best is not None and shared[best] > 0:
+            entry = self.entries[best]
+            if shared[best] == len(entry.tokens):
+                return self.entries.pop(best)
+            forked = entry.fork(shared[best])
+            if forked is not None:
+                return forked
+        return make_prompt_cache(self.model, max_draft_tokens=self.max_draft_tokens,
+                                 kv_bits=self.kv_bits)
+
+    def put(self, cache: PromptCache) -> None:
+        """Keep ``cache`` (most recently used), evicting the least recent past the budget;
+        entries whose whole text ``cache`` starts with are dropped: it covers them."""
+        if not cache.tokens:
+            return
+        self.entries = [e for e in self.entries if common_prefix(e.tokens, cache.tokens) < len(e.tokens)]
+        self.entries.append(cache)
+        while self.entries and self.nbytes > self.max_bytes:
+            self.entries.pop(0)

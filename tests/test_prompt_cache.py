@@ -18,7 +18,7 @@ from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.ngram_mod import NgramModDrafter, NgramModTable
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.engine import generate, token_stream
-from specdec.prompt_cache import load_prompt_cache, make_prompt_cache
+from specdec.prompt_cache import PrefixStore, load_prompt_cache, make_prompt_cache
 from specdec.stats import SpecStats
 
 DRAFTERS = {
@@ -203,3 +203,32 @@ def test_cli_prompt_cache_file(tmp_path):
     again = run("--prompt-cache-file", str(path))  # the same prompt: its prefix is cached
     assert again["tokens"] == first["tokens"] == run()["tokens"]
     assert again["stats"]["cached_tokens"] == first["stats"]["prompt_tokens"] - 1
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_prefix_store_serves_prefixes_exactly_and_keeps_entries_apart(arch):
+    model = cached_tiny(arch)
+    store = PrefixStore(model, 1 << 30, max_draft_tokens=8)
+
+    def serve(prompt):
+        pc, stats = store.take(prompt), SpecStats()
+        out = [e.token for e in token_stream(model, prompt, drafter=NgramDrafter(), max_tokens=10,
+                                             stats=stats, prompt_cache=pc)]
+        store.put(pc)
+        assert out == [e.token for e in token_stream(model, prompt, max_tokens=10)]
+        return out, stats.cached_tokens
+
+    a = [i % 60 + 1 for i in range(30)]
+    out_a, cached = serve(a)
+    assert cached == 0 and len(store.entries) == 1
+    b = a[:12] + [61, 62, 63]  # shares 12 tokens: served from a fork, a's entry stays
+    _, cached = serve(b)
+    assert cached == 12 and len(store.entries) == 2
+    c = a + out_a + [5, 6]  # a's next turn: a's entry itself is extended
+    _, cached = serve(c)
+    assert cached >= len(a) + len(out_a) - 1 and len(store.entries) == 2
+    small = PrefixStore(model, 1)  # a budget no cache fits: nothing is kept
+    pc = small.take(a)
+    list(token_stream(model, a, max_tokens=3, prompt_cache=pc))
+    small.put(pc)
+    assert small.entries == []

@@ -1,5 +1,7 @@
 """`specdec serve` honours the engine and memory flags it shares with `specdec generate`:
-a quantized KV cache (``--kv-bits``) and the ngram-mod table's shape."""
+a quantized KV cache (``--kv-bits``) and the ngram-mod table's shape; and its prefix
+cache lets a conversation's next turn skip the prefill of what it already saw, without
+changing a token."""
 
 from __future__ import annotations
 
@@ -40,3 +42,37 @@ def test_kv_bits_reach_the_engine(server, smollm):
                                                 max_tokens=N_TOKENS, temperature=0)
     assert r.choices[0].message.content == ref4.text
     assert r.usage.model_extra["drafted_tokens"] > 0  # speculation ran on the quantized cache
+
+
+def test_a_conversations_next_turn_reuses_the_prefix_cache(smollm):
+    import specdec
+
+    s = Server("--draft-type", "suffix")
+    try:
+        client = s.openai()
+        messages = [{"role": "user", "content": PROMPT}]
+        first = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24)
+        assert first.usage.prompt_tokens_details.cached_tokens == 0
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "Now also rename fnmatch to match."}]
+        second = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=24)
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        assert cached >= first.usage.prompt_tokens - 1  # all of turn 1's prompt at least
+        fresh = specdec.generate(*smollm, messages, drafter="suffix", max_tokens=24)
+        assert second.choices[0].message.content == fresh.text
+        metrics = httpx.get(s.base + "/metrics", timeout=10).text
+        assert f"specdec_cached_prompt_tokens_total {float(cached)}" in metrics
+        assert "specdec_prefix_cache_entries 1.0" in metrics  # turn 2 covers turn 1's entry
+    finally:
+        s.stop()
+
+
+def test_the_prefix_cache_can_be_turned_off():
+    s = Server("--draft-type", "none", "--prompt-cache-bytes", "0")
+    try:
+        client = s.openai()
+        for _ in range(2):
+            r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
+            assert r.usage.prompt_tokens_details.cached_tokens == 0
+    finally:
+        s.stop()

@@ -32,6 +32,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds between saves of a changed memory (0: only at shutdown)")
     p.add_argument("--queue-size", type=int, default=64,
                    help="requests that may wait for the model; more get 503 + Retry-After")
+    p.add_argument("--prompt-cache-bytes", type=int, default=1 << 30,
+                   help="bytes of finished requests' KV caches kept for requests that start the "
+                        "same way (a conversation's next turn); 0 = off")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger bodies get 413")
     p.add_argument("--max-tokens", "-m", type=int, default=256,
                    help="completion length when a request gives none (capped by the context)")

@@ -36,6 +36,7 @@ class ServerConfig:
     queue_size: int = 64
     max_body_bytes: int = 4 << 20
     max_tokens: int = 256
+    prompt_cache_bytes: int = 1 << 30
     context_length: int | None = None
     temp: float = 0.0
     top_p: float = 1.0
@@ -76,6 +77,7 @@ class ServerConfig:
             (1 <= self.port <= 65535, "--port must be in 1..65535"),
             (self.queue_size >= 1, "--queue-size must be >= 1"),
             (self.max_body_bytes >= 1024, "--max-body-bytes must be >= 1024"),
+            (self.prompt_cache_bytes >= 0, "--prompt-cache-bytes must be >= 0 (0 = off)"),
             (self.save_interval >= 0, "--save-interval must be >= 0 (0 = only at shutdown)"),
             (self.context_length is None or self.context_length >= 2, "--context-length must be >= 2"),
             (self.temp <= 2, "--temp must be <= 2 (the API's range)"),

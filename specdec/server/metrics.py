@@ -17,6 +17,7 @@ thread; prometheus_client's types are thread-safe.
 from __future__ import annotations
 
 import threading
+from typing import Any
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -57,6 +58,12 @@ class Metrics:
         self._drafted = self._accepted = 0
         Gauge("specdec_acceptance_rate", "accepted / drafted tokens since start",
               registry=r).set_function(self._acceptance)
+        self.cached_tokens = Counter("specdec_cached_prompt_tokens",
+                                     "prompt tokens reused from the prefix cache", registry=r)
+        self._prefix_bytes = Gauge("specdec_prefix_cache_bytes", "bytes held by the prefix cache",
+                                   registry=r)
+        self._prefix_entries = Gauge("specdec_prefix_cache_entries", "caches in the prefix cache",
+                                     registry=r)
         self._queue_depth = Gauge("specdec_queue_depth", "requests waiting", registry=r)
         self._running = Gauge("specdec_requests_running", "requests generating (0 or 1)", registry=r)
 
@@ -83,11 +90,16 @@ class Metrics:
     def on_done(self, usage: dict) -> None:
         """A request completed (cancelled ones count their tokens only)."""
         self.prompt_tokens.inc(usage["prompt_tokens"])
+        self.cached_tokens.inc(usage["prompt_tokens_details"]["cached_tokens"])
         self.drafted.inc(usage["drafted_tokens"])
         self.accepted.inc(usage["accepted_tokens"])
         with self._lock:
             self._drafted += usage["drafted_tokens"]
             self._accepted += usage["accepted_tokens"]
+
+    def on_prefix_store(self, store: Any) -> None:
+        self._prefix_bytes.set(store.nbytes)
+        self._prefix_entries.set(len(store.entries))
 
     def on_save(self, ok: bool) -> None:
         self.saves.labels("ok" if ok else "error").inc()

@@ -15,6 +15,10 @@ Contract:
 - ``cancel(job)`` (client gone) frees its place at once: a queued job leaves the queue,
   a running one stops before its next token. Either way the tokens generated so far are
   committed to the shared memory.
+- Prefix cache: every request runs on a ``PromptCache`` from the ``PrefixStore``
+  (``cfg.prompt_cache_bytes``; 0 turns it off): a request that starts like an earlier
+  one (a conversation's next turn) prefills only what is new; ``usage`` reports the
+  reused tokens as ``prompt_tokens_details.cached_tokens``.
 - The memory is saved every ``cfg.save_interval`` seconds when it changed (checked
   between jobs and while idle) and once more by ``stop()``.
 """
@@ -144,7 +148,7 @@ class InferenceWorker:
         self.queue = JobQueue(cfg.queue_size)
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
         self.running: Job | None = None
-        self.model = self.tokenizer = self.memory = None
+        self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
         self._ready = threading.Event()
@@ -203,6 +207,11 @@ class InferenceWorker:
         args = getattr(self.model, "args", None)
         self.vocab_size = getattr(args, "vocab_size", None) or len(self.tokenizer.get_vocab())
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
+        from ..prompt_cache import PrefixStore
+        from .schemas import MAX_DRAFT_TOKENS
+
+        self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes,
+                                    max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
 
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
@@ -277,14 +286,16 @@ class InferenceWorker:
 
         req, tokens = job.request, []
         job.state, started = "running", time.perf_counter()
+        prompt_cache = self.prefixes.take(req.prompt_ids) if self.prefixes.max_bytes else None
         try:
             gen = stream_generate(
                 self.model, self.tokenizer, req.prompt_ids, drafter=self._drafter(req),
                 max_tokens=req.max_tokens, num_draft_tokens=req.speculation.num_draft_tokens,
                 stop=req.stop, top_logprobs=req.top_logprobs, kv_bits=self.cfg.kv_bits,
-                **asdict(req.sampling),
+                prompt_cache=prompt_cache, **asdict(req.sampling),
             )
             final = self._pump(job, gen, tokens)
+            gen.close()  # settles the prompt cache now (a cancelled one too)
         except Exception as e:  # a bug or a resource failure: tell the client, keep serving
             log.exception("generation failed")
             job.state = "finished"
@@ -292,6 +303,9 @@ class InferenceWorker:
             return
         finally:
             self.memory.commit(req.prompt_ids + tokens)
+            if prompt_cache is not None:
+                self.prefixes.put(prompt_cache)  # emptied by the engine after an error
+                self.metrics.on_prefix_store(self.prefixes)
         if final is None:
             job.state = "cancelled"
             self.metrics.on_cancel()
@@ -331,6 +345,7 @@ class InferenceWorker:
             "total_tokens": n_prompt + s.generated_tokens, "drafted_tokens": s.drafted,
             "accepted_tokens": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
             "mean_acceptance_length": round(s.mean_acceptance_length, 4),
+            "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
         }
         timings = {
             "draft_type": s.drafter, "queue_s": round(started - job.submitted, 4),
