@@ -1,6 +1,6 @@
 """The draft-model drafter: parity with plain greedy decoding, draft-cache bookkeeping,
-vocabulary checks and the sampling interface (``last_q``), on real (tiny random and
-packaged) models.
+vocabulary checks and the sampling interface (the proposal's ``q``), on real (tiny random
+and packaged) models.
 
 Tiny models: the target is ``tiny_model(arch, 0)``; a "near" draft is the same weights plus
 small noise, so drafts are sometimes fully accepted and sometimes rejected part-way (both
@@ -144,13 +144,14 @@ def test_consecutive_requests_reuse_or_rebuild_the_cache(arch):
 def test_cache_holds_context_plus_all_but_the_last_draft_token():
     drafter = DraftModelDrafter(near_draft("llama"))
     ctx = prompt_of(4)
-    draft = drafter.propose(ctx, 4)
+    drafter.begin(ctx)
+    draft = list(drafter.propose(ctx, 4).tokens)
     assert len(draft) == 4 and drafter.cached_tokens == ctx + draft[:-1]
     assert_bookkeeping(drafter)
     # Target accepts 2 and corrects the third: the next propose trims the rejected tail.
     drafter.observe(2)
     ctx2 = ctx + draft[:2] + [(draft[2] + 1) % TINY_VOCAB]
-    draft2 = drafter.propose(ctx2, 3)
+    draft2 = list(drafter.propose(ctx2, 3).tokens)
     assert drafter.cached_tokens == ctx2 + draft2[:-1] and drafter.stats["rebuilds"] == 1
     assert_bookkeeping(drafter)
     # Target accepts everything: the unfed last draft token and the bonus are fed together.
@@ -161,7 +162,7 @@ def test_cache_holds_context_plus_all_but_the_last_draft_token():
     assert_bookkeeping(drafter)
     with pytest.raises(ValueError, match="accepted 3 of a 2-token proposal"):
         drafter.observe(3)
-    assert drafter.propose(ctx3, 0) == [] and drafter.propose([], 3) == []
+    assert not drafter.propose(ctx3, 0) and not drafter.propose([], 3)
 
 
 def test_recurrent_draft_is_refused_at_construction():
@@ -178,7 +179,7 @@ def test_recurrent_draft_is_refused_at_construction():
 
 
 # ---- sampling interface -----------------------------------------------------------------
-def test_last_q_rows_are_distributions_and_sampling_is_seeded():
+def test_q_rows_are_distributions_and_sampling_is_seeded():
     model = cached_tiny("qwen2")
     contexts = [prompt_of(5), prompt_of(5) + [3, 4], prompt_of(6)]
 
@@ -186,9 +187,11 @@ def test_last_q_rows_are_distributions_and_sampling_is_seeded():
         mx.random.seed(global_seed)  # the drafter must not depend on global random state
         d = DraftModelDrafter(model, temperature=0.8, seed=seed)
         out = []
-        for ctx in contexts:
-            toks = d.propose(ctx, 5)
-            q = np.array(d.last_q)
+        for i, ctx in enumerate(contexts):
+            if i != 1:  # contexts[1] continues contexts[0]; the others start a request
+                d.begin(ctx)
+            proposal = d.propose(ctx, 5)
+            toks, q = list(proposal.tokens), np.array(proposal.q)
             assert q.shape == (5, TINY_VOCAB)
             np.testing.assert_allclose(q.sum(axis=1), 1.0, atol=1e-5)
             assert all(q[i, t] > 0 for i, t in enumerate(toks))
@@ -201,17 +204,18 @@ def test_last_q_rows_are_distributions_and_sampling_is_seeded():
         np.testing.assert_array_equal(qa, qb)
     assert [t for t, _ in a] != [t for t, _ in c]
     greedy = DraftModelDrafter(model)
-    greedy.propose(contexts[0], 5)
-    assert greedy.last_q is None
+    assert greedy.propose(contexts[0], 5).q is None
 
 
 def test_sampled_first_token_follows_q():
     model = cached_tiny("llama")
     d = DraftModelDrafter(model, temperature=1.5, seed=0)
     ctx, counts, n = prompt_of(8), np.zeros(TINY_VOCAB), 600
+    d.begin(ctx)
     for _ in range(n):
-        counts[d.propose(ctx, 1)[0]] += 1
-    q = np.array(d.last_q[0])
+        proposal = d.propose(ctx, 1)
+        counts[proposal.tokens[0]] += 1
+    q = np.array(proposal.q[0])
     assert d.stats["rebuilds"] == 1  # the same context reuses the cache every time
     # Every token's frequency within 4 binomial standard deviations of q (seeded: no flake).
     assert (np.abs(counts / n - q) <= 4 * np.sqrt(q * (1 - q) / n) + 1 / n).all()
@@ -239,12 +243,43 @@ def test_tokenizer_mismatch_is_refused():
 
 
 @pytest.mark.slow
-def test_qwen05_drafting_for_itself_is_fully_accepted():
+def test_qwen05_drafting_for_itself_equals_plain_decoding():
     model, tok = real_model("qwen2.5-coder-0.5b")
+    prompt = "Write a Python function that returns the square of x."
+    ref = generate(model, tok, prompt, drafter=None, max_tokens=24)
     drafter = DraftModelDrafter(model, target_tokenizer=tok, draft_tokenizer=tok)
-    out = generate(model, tok, "Write a Python function that returns the square of x.",
-                   drafter=drafter, max_tokens=24)
+    out = generate(model, tok, prompt, drafter=drafter, max_tokens=24)
+    assert out.tokens == ref.tokens and out.text == ref.text  # token for token, full length
     assert out.stats.acceptance_rate == 1.0 and out.stats.drafted > 0
+
+
+@pytest.mark.slow
+def test_a_disagreeing_real_draft_is_rejected_often_and_output_stays_plain():
+    """SmolLM2 target, a perturbed copy of SmolLM2 as the draft (seeded noise on every
+    weight): the two disagree often, so verification rejects and rolls back; the output
+    is still the target's plain greedy decoding, token for token."""
+    from specdec.loader import load
+    from specdec.prompts import parity_prompts
+
+    model, tok = real_model("smollm2-135m")
+    draft, dtok = load("smollm2-135m")  # a second copy: its weights are changed below
+    key = [mx.random.key(11)]
+
+    def perturb(p):
+        key[0], sub = mx.random.split(key[0])
+        return p + 0.25 * p.std() * mx.random.normal(p.shape, key=sub) if p.ndim > 1 else p
+
+    draft.update(tree_map(perturb, draft.parameters()))
+    mx.eval(draft.parameters())
+    prompt = parity_prompts()["demo_colorsys"]
+    ref = generate(model, tok, prompt, drafter=None, max_tokens=48)
+    drafter = DraftModelDrafter(draft, target_tokenizer=tok, draft_tokenizer=dtok)
+    out = generate(model, tok, prompt, drafter=drafter, max_tokens=48)
+    assert out.tokens == ref.tokens and out.text == ref.text
+    rejected_steps = sum(1 for fed, acc in out.steps if acc < fed - 1)
+    assert out.stats.accepted > 0 and rejected_steps >= 3, out.steps
+    del draft, drafter
+    mx.clear_cache()
 
 
 @pytest.mark.slow
