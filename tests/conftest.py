@@ -95,3 +95,37 @@ def pytest_report_header(config):
     if openblas_path() and not openblas_preloaded():
         return "WARNING: OpenBLAS installed but not preloaded: run `make test` (tests will be slow)"
     return f"OpenBLAS preloaded: {openblas_preloaded()}"
+
+
+# ---- helper-A: speculation evidence and shared plain references (issue #9 §1) ----------
+def speculation_evidence(*step_logs):
+    """(drafted, accepted, rejecting steps) over runs, from their ``(block length, accepted)``
+    step logs (``GenerationResult.steps`` or token_stream's ``step_log``). A block holds
+    ``[last] + draft``, so a step rejected part of its draft when accepted < length - 1."""
+    steps = [s for log in step_logs for s in log]
+    return (sum(n - 1 for n, _ in steps), sum(a for _, a in steps),
+            sum(1 for n, a in steps if a < n - 1))
+
+
+def assert_speculated(*step_logs, what=""):
+    """Parity proves nothing unless drafts were both accepted and rejected: a run that never
+    drafts is plain decoding, and one that never rejects never rolls back."""
+    drafted, accepted, rejecting = speculation_evidence(*step_logs)
+    assert drafted > 0 and accepted > 0 and rejecting > 0, (
+        f"{what}: drafted {drafted}, accepted {accepted}, steps with a rejection {rejecting}; "
+        "parity here would not exercise acceptance and rollback: pick prompts that draft and miss")
+
+
+_plain_refs: dict = {}
+
+
+def plain_reference(name: str, prompt, max_tokens: int, **kw):
+    """Plain decoding of a packaged model, computed once per session per arguments and
+    shared by every test module that compares against it."""
+    key = (name, str(prompt), max_tokens, tuple(sorted(kw.items())))
+    if key not in _plain_refs:
+        from specdec.engine import generate
+
+        model, tok = real_model(name)
+        _plain_refs[key] = generate(model, tok, prompt, drafter=None, max_tokens=max_tokens, **kw)
+    return _plain_refs[key]
