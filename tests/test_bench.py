@@ -18,7 +18,7 @@ from specdec.bench.configs import BenchConfig, parse_config, sweep
 from specdec.drafters import DraftSpec
 from specdec.bench.runner import BenchPlan, run_plan
 from specdec.bench.workloads import (
-    CLASSES, Workload, builtin_workloads, fit_prompt, load_workloads, parse_workload,
+    CLASSES, builtin_workloads, fit_prompt, load_workloads, parse_workload,
     split_instruction, write_workloads,
 )
 from specdec.text import encode_prompt
