@@ -1,5 +1,6 @@
-"""Named benchmark profiles: the default sweep, ``quick`` (CI smoke test), and the
-published experiments whose designs these follow (rag3, multiturn and warmstart have not been run in full yet: see the README).
+"""Named benchmark profiles: the default sweep, ``quick`` (CI smoke test), and profiles
+that follow the designs of published experiments (``rag3``, ``multiturn`` and
+``warmstart`` have not been run in full yet: see the README).
 
 Contract: ``PROFILES[name]`` is a ``Profile`` whose fields are the defaults of a
 ``BenchPlan``; command-line flags override any of them. ``warm_from`` marks the
