@@ -116,6 +116,14 @@ def assert_speculated(*step_logs, what=""):
         "parity here would not exercise acceptance and rollback: pick prompts that draft and miss")
 
 
+def assert_stats_speculated(stats, what=""):
+    """``assert_speculated`` from a run's ``SpecStats``: accepted < drafted means some
+    step rejected part of its draft."""
+    assert 0 < stats.accepted < stats.drafted, (
+        f"{what}: drafted {stats.drafted}, accepted {stats.accepted}: parity here would not "
+        "exercise both acceptance and rollback")
+
+
 _plain_refs: dict = {}
 
 

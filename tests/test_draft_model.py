@@ -13,7 +13,7 @@ import random
 import mlx.core as mx
 import numpy as np
 import pytest
-from conftest import TINY_VOCAB, cached_tiny, real_model, requires_model, tiny_model
+from conftest import TINY_VOCAB, assert_stats_speculated, cached_tiny, real_model, requires_model, tiny_model
 from mlx.utils import tree_map
 
 from specdec.drafters.draft_model import DraftModelDrafter, check_tokenizers_match
@@ -99,7 +99,9 @@ def test_far_draft_parity_with_rejections(arch):
     prompt = prompt_of(2)
     out = run(cached_tiny(arch), prompt, DraftModelDrafter(tiny_model(arch, seed=7)), stats=stats)
     assert out == plain(arch, prompt)
-    assert stats.accepted < stats.drafted
+    # an unrelated draft is rejected (nearly) always: rollback of whole drafts; the near
+    # draft tests cover partial acceptance
+    assert stats.drafted > 0 and stats.accepted < stats.drafted
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -107,8 +109,9 @@ def test_chunked_prefill_and_long_drafts(arch):
     # A 4-token prefill chunk splits the prompt; k=9 exceeds max_trim=2, so window caches
     # must be rebuilt with enough rollback slack.
     prompt = prompt_of(3, length=30)
-    drafter = DraftModelDrafter(near_draft(arch), prefill_step_size=4, max_trim=2)
-    assert run(cached_tiny(arch), prompt, drafter, num_draft_tokens=9) == plain(arch, prompt)
+    drafter, stats = DraftModelDrafter(near_draft(arch), prefill_step_size=4, max_trim=2), SpecStats()
+    assert run(cached_tiny(arch), prompt, drafter, num_draft_tokens=9, stats=stats) == plain(arch, prompt)
+    assert_stats_speculated(stats, arch)
     assert_bookkeeping(drafter)
 
 
@@ -224,8 +227,9 @@ def test_sampled_first_token_follows_q():
 def test_sampling_drafter_keeps_greedy_parity():
     # A greedy target stays exact whatever the draft proposes.
     prompt = prompt_of(9)
-    drafter = DraftModelDrafter(near_draft("gemma3"), temperature=1.0, seed=1)
-    assert run(cached_tiny("gemma3"), prompt, drafter) == plain("gemma3", prompt)
+    drafter, stats = DraftModelDrafter(near_draft("gemma3"), temperature=1.0, seed=1), SpecStats()
+    assert run(cached_tiny("gemma3"), prompt, drafter, stats=stats) == plain("gemma3", prompt)
+    assert_stats_speculated(stats, "sampling draft")
 
 
 # ---- vocabulary checks and real models --------------------------------------------------

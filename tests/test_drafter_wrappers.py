@@ -3,7 +3,7 @@
 import random
 
 import pytest
-from conftest import cached_tiny
+from conftest import assert_stats_speculated, cached_tiny
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,6 +12,7 @@ from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, expected_tokens
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.gate import GatedDrafter, repetition_score
 from specdec.engine import token_stream
+from specdec.stats import SpecStats
 
 
 class Fixed(Drafter):
@@ -119,5 +120,8 @@ def test_wrappers_keep_parity_on_tiny_models(arch):
         AdaptiveKDrafter(NgramDrafter(1, 3), cost, k_max=16),
     ]
     for d in drafters:
-        out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=48, num_draft_tokens=16)]
+        stats = SpecStats()
+        out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=48,
+                                             num_draft_tokens=16, stats=stats)]
         assert out == ref, d.name
+        assert_stats_speculated(stats, f"{arch} {d.name}")
