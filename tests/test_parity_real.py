@@ -137,7 +137,9 @@ def test_periodic_text_needs_few_verify_steps(smollm):
     out = spec("smollm2-135m", prompt, drafter="ngram", num_draft_tokens=8, chat=False)
     assert out.tokens == reference("smollm2-135m", prompt, chat=False).tokens
     assert out.stats.verify_steps * 3 < len(out.tokens)  # >3 tokens per target forward
-    assert_speculated(out.steps, what="periodic")
+    # every draft is right here (measured: 85 of 85), so this proves acceptance only; the
+    # random-token test below proves rejection on the same model
+    assert out.stats.drafted > 0 and out.stats.accepted == out.stats.drafted
 
 
 def test_random_tokens_verify_every_token_and_keep_output(smollm):
@@ -192,6 +194,11 @@ def rejection_positions(result):
 WINDOW = 512
 
 
+# configs whose drafts are rejected after the window wrapped, measured on this prompt
+# (k=1 and k=2 reject only before it; k=8 n_min=3 never rejects: all drafts accepted)
+POST_WRAP = {(4, 1), (16, 2)}
+
+
 @needs_gemma
 @pytest.mark.parametrize("k,n_min", [(1, 1), (2, 2), (4, 1), (8, 3), (16, 2)])
 def test_gemma_parity_across_the_sliding_window(k, n_min):
@@ -201,9 +208,11 @@ def test_gemma_parity_across_the_sliding_window(k, n_min):
     out = spec("gemma3-270m", prompt, max_tokens=160, drafter="ngram", num_draft_tokens=k,
                ngram_min=n_min)
     assert out.tokens == ref.tokens
-    assert_speculated(out.steps, what=f"gemma k={k} n_min={n_min}")
-    # a rollback after the window wrapped: the window cache trims past a dropped position
-    assert max(rejection_positions(out)) > WINDOW, rejection_positions(out)
+    assert out.stats.accepted > 0
+    if (k, n_min) in POST_WRAP:
+        assert_speculated(out.steps, what=f"gemma k={k} n_min={n_min}")
+        # a rollback after the window wrapped: the window cache trims past a dropped position
+        assert max(rejection_positions(out)) > WINDOW, rejection_positions(out)
 
 
 @needs_gemma
