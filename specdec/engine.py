@@ -74,10 +74,12 @@ def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *
         drafter = DraftSpec(drafter, num_draft_tokens=num_draft_tokens, ngram_min=ngram_min,
                             ngram_max=ngram_max)
     if isinstance(drafter, DraftSpec):
-        from .drafters import shared_ngram_mod_table
+        from .drafters import ngram_mod_table, shared_ngram_mod_table
 
-        table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n) \
-            if drafter.uses("ngram-mod") else None
+        table = None
+        if drafter.uses("ngram-mod"):  # a file the spec names is loaded, never ignored
+            table = ngram_mod_table(drafter, tokenizer) if drafter.ngram_mod_file else \
+                shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
         res = DraftResources(tokenizer=tokenizer, table=table)
         return build_drafter(drafter, res, temperature=temperature, seed=seed)
     if not isinstance(drafter, Drafter):
