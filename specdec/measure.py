@@ -2,8 +2,8 @@
 
 Contract:
 - ``verify_cost_curve(model, max_len)`` returns {L: seconds} for one forward of an
-  L-token block on top of a ``context``-token cache, L = 1..max_len (median of
-  ``repeats``), measured interleaved so machine noise hits every L alike. cost(L)/cost(1)
+  L-token block on top of a ``context``-token cache, L = 1..max_len and each of ``extra``
+  (sparse longer blocks, e.g. token trees up to 64 nodes; median of ``repeats``), measured interleaved so machine noise hits every L alike. cost(L)/cost(1)
   bounds the speedup: a step that emits m tokens for cost(L) beats plain decoding only if
   m > cost(L)/cost(1).
 - ``cost_curve_for(model, max_len)`` is ``verify_cost_curve`` measured once per model
@@ -33,15 +33,17 @@ from .rollback import make_cache, trim
 
 
 def verify_cost_curve(
-    model: Any, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0
+    model: Any, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
+    extra: tuple[int, ...] = (),
 ) -> dict[int, float]:
     rng = random.Random(seed)
     vocab = model.args.vocab_size if hasattr(model, "args") else 1000
-    cache = make_cache(model, max_trim=max_len + 1)
+    lengths = sorted(set(range(1, max_len + 1)) | set(extra))
+    cache = make_cache(model, max_trim=max(lengths) + 1)
     prefill(model, cache, [rng.randrange(vocab) for _ in range(context)])
-    times: dict[int, list[float]] = {L: [] for L in range(1, max_len + 1)}
+    times: dict[int, list[float]] = {L: [] for L in lengths}
     for r in range(repeats + 1):  # round 0 warms up every shape
-        for L in range(1, max_len + 1):
+        for L in lengths:
             block = mx.array([[rng.randrange(vocab) for _ in range(L)]])
             t0 = time.perf_counter()
             mx.eval(mx.argmax(model(block, cache=cache)[0], axis=-1))

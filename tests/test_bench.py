@@ -114,9 +114,9 @@ def test_sweep_is_the_cartesian_product():
 
 # --- analysis ---------------------------------------------------------------------
 
-def test_ceiling_worked_example():
-    assert analysis.ceiling([(5, 4), (5, 1)], 7, {1: 1.0, 5: 1.4}) == pytest.approx(2.5)
-    assert analysis.ceiling([(1, 0)] * 9, 9, {1: 0.1, 2: 0.12}) == pytest.approx(1.0)
+def test_zero_cost_bound_worked_example():
+    assert analysis.zero_cost([(5, 4), (5, 1)], 7, {1: 1.0, 5: 1.4}) == pytest.approx(2.5)
+    assert analysis.zero_cost([(1, 0)] * 9, 9, {1: 0.1, 2: 0.12}) == pytest.approx(1.0)
 
 
 def _rec(config, run, tokens, source="specdec", decode_s=1.0, workload="w", turn=0, **kw):
@@ -170,6 +170,7 @@ def test_geomean_matches_the_definition(xs):
 
 def _small_plan(**kw):
     w = [w for w in builtin_workloads() if w.name in ("code_rename", "multiturn_short")]
+    kw = {"oracle": False, **kw}
     return BenchPlan(model="smollm2-135m", workloads=w, configs=[parse_config("ngram:k=4")],
                      runs=1, max_tokens=24, **kw)
 
@@ -222,9 +223,13 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
 
 @pytest.mark.slow
 def test_multi_turn_runs_feed_the_models_reply_back():
-    result = run_plan(_small_plan())
+    result = run_plan(_small_plan(oracle=True))
     turns = [r for r in result.records if r.workload == "multiturn_short" and r.run == 1
              and r.config == "plain"]
+    # the oracle follows the conversation turn by turn: every draft of every turn accepted
+    oracle = [r for r in result.records if r.config == "oracle k=4"]
+    assert {r.turn for r in oracle} == {0, 1, 2}
+    assert all(r.accepted == r.drafted > 0 for r in oracle)
     assert [r.turn for r in turns] == [0, 1, 2]
     # each turn's prompt holds the previous prompt plus the reply plus the next request
     assert turns[1].prompt_tokens > turns[0].prompt_tokens + len(turns[0].tokens)
@@ -246,7 +251,14 @@ def test_quick_bench_produces_the_report_and_holds_parity(tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
     data = json.loads((tmp_path / "results.json").read_text())
     plan = data["plan"]
-    assert len(data["records"]) == len(plan["workloads"]) * (plan["runs"] + 1) * (1 + len(plan["configs"]))
+    oracle_ks = {int(c.split("k=")[1].split(":")[0]) for c in plan["configs"]}
+    per_rep = 1 + len(plan["configs"]) + len(oracle_ks)  # plain, ours, the oracle at each k
+    assert len(data["records"]) == len(plan["workloads"]) * (plan["runs"] + 1) * per_rep
     assert all(r["mismatches"] == 0 for r in data["summary"]["parity"])
+    oracle = [r for r in data["records"] if r["config"].startswith("oracle")]
+    assert oracle and all(r["accepted"] == r["drafted"] > 0 for r in oracle)
+    rows = [r for r in data["summary"]["rows"] if r["config"] == "ngram k=4"]
+    assert all(0 < r["of_oracle"] for r in rows) and len(data["summary"]["bounds"]) == len(rows)
     report = (tmp_path / "report.md").read_text()
     assert "## Parity (strict, N×N)" in report and "**0 mismatches**" in report
+    assert "of oracle" in report and "## Ceilings from the plain output" in report

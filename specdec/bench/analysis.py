@@ -7,21 +7,27 @@ Contract:
 - ``summarize(records, cost)`` → one row per (case, config): median decode tok/s and
   its min–max spread, median time to first token, speedup = median tok/s / median tok/s
   of the same source's plain runs on the same case (so a peer is compared with its own
-  baseline), acceptance, mean acceptance length, p_cache, and the ceiling.
-- The **ceiling** of a config on a case: the speedup an ideal drafter would reach with
-  the acceptance this config observed but at zero drafting and bookkeeping cost, i.e.
-  each verify step costing exactly the model's forward on its block. With the measured
-  cost curve c(L): ceiling = tokens emitted / Σ over steps c(L_step)/c(1).
-  efficiency = measured speedup / ceiling.
+  baseline), acceptance, mean acceptance length, p_cache, the zero-cost bound and the
+  fraction of the oracle.
+- The **oracle** of a case is the best speedup of the ``oracle k=K`` configs (a drafter
+  that replays the plain output: every draft accepted; see ``oracle``): the most any
+  drafter can reach at those k on this hardware. ``of_oracle`` = speedup / oracle.
+- The **zero-cost bound** of a config on a case measures engine overhead, not the
+  drafter: the speedup this config's own verify steps would give if drafting and
+  bookkeeping cost nothing, each step costing exactly the model's forward on its block.
+  With the measured cost curve c(L): zero_cost = tokens emitted / Σ over steps
+  c(L_step)/c(1); engine_eff = measured speedup / zero_cost.
 
       steps (L, accepted) = [(5, 4), (5, 1)], c = {1: 1, 5: 1.4}  →  7 tokens for
-      2 × 1.4 = 2.8 plain-step costs: ceiling 2.5×.
+      2 × 1.4 = 2.8 plain-step costs: zero-cost bound 2.5×.
 
 - ``parity(records)``: strict N×N: every measured run of every config is compared token
   by token with every measured plain run of the same source on the same case and turn.
 - ``per_position(records)``: for each config, acceptance of draft slot i over all steps
   that drafted slot i.
 - ``class_summary(rows)``: geometric-mean speedup per (class, config), baselines left out.
+- ``bounds(rows)``: the offline replay bounds (linear prompt lookup vs every match's
+  continuation as a tree) summed over a case's turns, per (case, k).
 """
 
 from __future__ import annotations
@@ -31,17 +37,21 @@ import statistics
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..tree_shape import cost_at
+
 PLAIN_LABEL = "plain"
+ORACLE_PREFIX = "oracle"
 
 
 def baseline_label(row_config: str, source: str) -> str:
     return PLAIN_LABEL if source == "specdec" else f"{source}: plain"
 
 
-def ceiling(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float]) -> float:
-    """Ideal speedup for these verify steps (see module doc); 1.0 for plain decoding."""
+def zero_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float]) -> float:
+    """Speedup of these verify steps at zero drafting cost (see module doc); 1.0 for
+    plain decoding."""
     c1 = cost[1]
-    units = sum(cost[min(L, max(cost))] / c1 for L, _ in steps)
+    units = sum(cost_at(cost, L) / c1 for L, _ in steps)
     return generated / units if units else 0.0
 
 
@@ -73,8 +83,8 @@ def summarize(records: Sequence[dict], cost: Mapping[int, float]) -> list[dict]:
         accepted = sum(t["accepted"] for t in turns)
         fed = sum(t["fed_tokens"] for t in turns)
         generated = sum(t["generated"] for t in turns)
-        ceil = (ceiling([s for t in turns for s in t["steps"]], generated, cost)
-                if source == "specdec" and steps else None)
+        bound = (zero_cost([s for t in turns for s in t["steps"]], generated, cost)
+                 if source == "specdec" and steps else None)
         speedup = medians[(wl, length, config, source)] / base if base else None
         rows.append(dict(
             workload=wl, cls=turns[0]["cls"], length=length,
@@ -84,9 +94,23 @@ def summarize(records: Sequence[dict], cost: Mapping[int, float]) -> list[dict]:
             ttft_s=statistics.median(ts[0]["prefill_s"] for ts in by_run.values()),
             speedup=speedup, acceptance=accepted / drafted if drafted else None,
             mal=(accepted + steps) / steps if steps else None,
-            p_cache=generated / fed if fed else None, ceiling=ceil,
-            efficiency=speedup / ceil if speedup and ceil else None,
+            p_cache=generated / fed if fed else None, zero_cost=bound,
+            engine_eff=speedup / bound if speedup and bound else None,
         ))
+    return _with_oracle(rows)
+
+
+def _with_oracle(rows: list[dict]) -> list[dict]:
+    """Add each case's oracle (best oracle-config speedup) and each row's fraction of it."""
+    best: dict[tuple, float] = {}
+    for r in rows:
+        if r["config"].startswith(ORACLE_PREFIX) and r["speedup"]:
+            key = (r["workload"], r["length"])
+            best[key] = max(best.get(key, 0.0), r["speedup"])
+    for r in rows:
+        o = best.get((r["workload"], r["length"])) if r["source"] == "specdec" else None
+        r["oracle"] = o
+        r["of_oracle"] = r["speedup"] / o if o and r["speedup"] else None
     return rows
 
 
@@ -138,15 +162,17 @@ def geomean(xs: Iterable[float]) -> float | None:
 
 
 def class_summary(rows: Sequence[dict]) -> list[dict]:
-    """Geometric-mean speedup, ceiling and efficiency per (class, config, source)."""
+    """Geometric-mean speedup, zero-cost bound, engine efficiency and fraction of the
+    oracle per (class, config, source)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         if not r["config"].endswith(PLAIN_LABEL):  # a baseline is 1.0× by definition
             groups[(r["cls"], r["config"], r["source"])].append(r)
     return [dict(cls=c, config=cfg, source=src, cases=len(rs),
                  speedup=geomean(r["speedup"] for r in rs),
-                 ceiling=geomean(r["ceiling"] for r in rs if r["ceiling"]),
-                 efficiency=geomean(r["efficiency"] for r in rs if r["efficiency"]),
+                 zero_cost=geomean(r["zero_cost"] for r in rs if r["zero_cost"]),
+                 engine_eff=geomean(r["engine_eff"] for r in rs if r["engine_eff"]),
+                 of_oracle=geomean(r["of_oracle"] for r in rs if r["of_oracle"]),
                  acceptance=statistics.mean(r["acceptance"] for r in rs if r["acceptance"] is not None)
                  if any(r["acceptance"] is not None for r in rs) else None)
             for (c, cfg, src), rs in groups.items()]
@@ -171,3 +197,25 @@ def per_turn(records: Sequence[dict]) -> list[dict]:
                          speedup=speed / base if base else None,
                          acceptance=sum(r["accepted"] for r in rs) / drafted if drafted else None))
     return sorted(rows, key=lambda r: (r["workload"], r["length"] or 0, r["config"], r["turn"]))
+
+
+def bounds(rows: Sequence[dict]) -> list[dict]:
+    """Per (case, k): the replay bounds of ``oracle.replay_bound`` summed over turns —
+    tokens per verify step, nodes verified per step, modelled speedup (measured cost
+    curve) and speedup under a flat curve, for linear lookup and the all-matches tree."""
+    groups: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        for strategy in ("linear", "all_matches"):
+            groups[(r["workload"], r["length"], r["k"])][strategy].append(r[strategy])
+    out = []
+    for (wl, length, k), by in groups.items():
+        row = dict(workload=wl, length=length, k=k)
+        for strategy, parts in by.items():
+            tok, steps = sum(p["tokens"] for p in parts), sum(p["steps"] for p in parts)
+            units, nodes = sum(p["cost_units"] for p in parts), sum(p["nodes"] for p in parts)
+            row[strategy] = dict(tokens_per_step=tok / steps if steps else 0.0,
+                                 nodes_per_step=nodes / steps if steps else 0.0,
+                                 speedup=tok / units if units else 0.0,
+                                 speedup_flat=tok / steps if steps else 0.0)
+        out.append(row)
+    return out

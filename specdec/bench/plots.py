@@ -1,7 +1,7 @@
 """PNG plots of a benchmark summary (matplotlib, no display needed).
 
 Contract: ``make_all(result, summary, out_dir)`` writes and returns the paths of
-``speedup_by_class.png`` (ours, per class and config, the ceiling marked on each bar),
+``speedup_by_class.png`` (ours, per class and config, the zero-cost bound marked on each bar),
 ``per_position.png`` (acceptance of draft slot i), ``cost_curve.png`` (cost(L)/cost(1))
 and, when peers ran, ``peers.png`` (each engine's speedup over its own plain decoding
 and its absolute tok/s on the same prompts).
@@ -36,13 +36,13 @@ def speedup_by_class(summary: dict, path: Path) -> None:
     for j, cfg in enumerate(configs):
         xs = [i + (j - (len(configs) - 1) / 2) * width for i in range(len(classes))]
         sp = [(cell.get((k, cfg)) or {}).get("speedup") or 0 for k in classes]
-        ce = [(cell.get((k, cfg)) or {}).get("ceiling") or 0 for k in classes]
+        ce = [(cell.get((k, cfg)) or {}).get("zero_cost") or 0 for k in classes]
         ax.bar(xs, sp, width, label=cfg)
         ax.scatter(xs, ce, marker="_", s=300 * width, color="black", zorder=3)
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xticks(range(len(classes)), classes, rotation=15)
     ax.set_ylabel("speedup over plain decoding (geomean)")
-    ax.set_title("Speedup by class (black tick: ceiling of a zero-cost drafter)")
+    ax.set_title("Speedup by class (black tick: zero-cost bound of the same steps)")
     ax.legend(fontsize=8, ncols=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

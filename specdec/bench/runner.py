@@ -21,10 +21,13 @@ from typing import Any, Callable, Sequence
 
 from ..engine import GenerationResult, generate
 from ..text import encode_prompt
+from .analysis import ORACLE_PREFIX
 from .configs import BenchConfig
+from .oracle import OracleDrafter, replay_bound
 from .workloads import Workload, fit_prompt
 
 PLAIN = BenchConfig()
+TREE_LENGTHS = (24, 32, 48, 64)  # sparse longer blocks: the cost of token trees
 
 
 @dataclass
@@ -73,6 +76,7 @@ class BenchPlan:
     dtype: str = "auto"
     kv_bits: int | None = None  # quantize our KV cache (the peers keep their own)
     warm_table: str | None = None  # a saved ngram-mod table that 'warm' configs load
+    oracle: bool = True  # run the oracle drafter at each config's k, and the replay bounds
 
 
 @dataclass
@@ -83,6 +87,7 @@ class BenchResult:
     records: list[RunRecord]
     peer_notes: dict[str, str]
     diagnoses: list[dict] = field(default_factory=list)  # one per config/case/turn that diverged
+    bounds: list[dict] = field(default_factory=list)  # oracle.replay_bound per case/turn/k
     cases: dict[str, Any] = field(default_factory=dict)  # case key -> per-turn prompts (not saved)
 
 
@@ -187,25 +192,33 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
              for n in plan.prompt_tokens]
     k_max = max([c.k for c in plan.configs] + [plan.peer_k])
     context = max(len(encode_prompt(tok, c.first_messages())) for c, _ in cases)
-    cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048))
+    cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=TREE_LENGTHS)
     loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
     peers, notes = _load_peers(plan, loaded)
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes)
     configs = [PLAIN, *plan.configs]
+    oracle_ks = sorted({c.k for c in plan.configs}) if plan.oracle else []
     for case, length in cases:
         ids = encode_prompt(tok, case.first_messages())
         for run in range(plan.runs + 1):
+            plain_turns: list[list[int]] = []
             for cfg in configs:
                 drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
-                turns = conversation(model, tok, case, drafter, cfg.k,
-                                     case.max_tokens or plan.max_tokens, plan.kv_bits)
-                for t, (prompt, res) in enumerate(turns):
-                    result.records.append(_record(plan, case, length, cfg.label, "specdec",
-                                                  run, t, cfg.k, res))
-                    if cfg.baseline and run == 1:
-                        result.cases[f"{case.name}|{length}|{t}"] = prompt
+                turns = _measure(plan, model, tok, case, length, cfg.label, run, cfg.k, drafter,
+                                 result)
+                if cfg.baseline:
+                    plain_turns = [list(res.tokens) for _, res in turns]
+                    if run == 1:
+                        for t, (prompt, _) in enumerate(turns):
+                            result.cases[f"{case.name}|{length}|{t}"] = prompt
+                        result.bounds += _bounds(tok, case, length, turns, oracle_ks, cost)
                 if progress:
                     progress(f"{case.name}@{length or 'as written'} run {run} {cfg.label}")
+            for k in oracle_ks:
+                _measure(plan, model, tok, case, length, f"{ORACLE_PREFIX} k={k}", run, k,
+                         OracleDrafter(plain_turns), result)
+            if oracle_ks and progress:
+                progress(f"{case.name}@{length or 'as written'} run {run} oracle")
             for peer in peers:
                 result.records += _peer_runs(plan, peer, case, length, ids, run, notes)
                 if progress:
@@ -214,6 +227,28 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
         peer.close()
     result.diagnoses = _diagnose(model, tok, plan, result, cost, draft)
     return result
+
+
+def _measure(plan: BenchPlan, model: Any, tok: Any, case: Workload, length: int | None,
+             label: str, run: int, k: int, drafter: Any, result: BenchResult) -> list:
+    """One run of every turn of ``case`` with ``drafter``; its records go into ``result``."""
+    turns = conversation(model, tok, case, drafter, k, case.max_tokens or plan.max_tokens,
+                         plan.kv_bits)
+    for t, (_, res) in enumerate(turns):
+        result.records.append(_record(plan, case, length, label, "specdec", run, t, k, res))
+    return turns
+
+
+def _bounds(tok: Any, case: Workload, length: int | None, turns: list, ks: Sequence[int],
+            cost: Any) -> list[dict]:
+    """The offline replay bounds of each turn's plain output at each k."""
+    out = []
+    for t, (prompt, res) in enumerate(turns):
+        ids = encode_prompt(tok, prompt)
+        for k in ks:
+            out.append(dict(workload=case.name, length=length, turn=t, k=k,
+                            **replay_bound(ids, list(res.tokens), k, cost)))
+    return out
 
 
 def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: Any,
@@ -248,7 +283,7 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
 
 def total_steps(plan: BenchPlan) -> int:
     """How many progress ticks ``run_plan`` makes (for a progress bar)."""
-    per_rep = 1 + len(plan.configs) + len(plan.peers)
+    per_rep = 1 + len(plan.configs) + len(plan.peers) + (1 if plan.oracle else 0)
     return len(plan.workloads) * len(plan.prompt_tokens) * (plan.runs + 1) * per_rep
 
 
@@ -257,4 +292,4 @@ def asdict_plan(plan: BenchPlan) -> dict:
                 configs=[c.text for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
                 runs=plan.runs, max_tokens=plan.max_tokens, peers=list(plan.peers),
                 peer_k=plan.peer_k, draft_model=plan.draft_model, kv_bits=plan.kv_bits,
-                warm_table=plan.warm_table)
+                warm_table=plan.warm_table, oracle=plan.oracle)

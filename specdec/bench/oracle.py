@@ -1,0 +1,132 @@
+"""True ceilings for a bench case: the oracle drafter and the all-matches tree bound.
+
+Contract:
+- ``OracleDrafter(turns)`` replays the plain (greedy) output of each turn of a case: at
+  every step it proposes exactly the next ``k`` tokens plain decoding produced, so every
+  draft is accepted. Measured like any config, it is the upper bound of *any* drafter at
+  that k on this hardware: what is left between a config and the oracle is the drafter's
+  misses and its own cost. One drafter serves a whole conversation (``begin`` moves to
+  the next turn), as the bench's configs do.
+- ``replay_bound(prompt, plain, k, cost, n_min=1, n_max=3)`` replays the plain output
+  offline and counts, per verify step, the tokens two prompt-lookup strategies would
+  emit: the most recent match's continuation (today's linear ``ngram``), and the union
+  of *every* earlier match's continuation verified as one token tree (the all-matches
+  bound). With the verify cost curve it gives each one's modelled speedup, and the same
+  under a flat curve (Metal/CUDA to ~32 tokens), so a CPU where trees do not pay still
+  shows what the same trees would give where verifying is nearly free.
+
+      prompt "a b c a b d", plain "a b c a b d": after "d" the suffix "d" has no earlier
+      match; after "a" both "a b c" and "a b d" continue it, and the tree holds both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ..drafters.base import Drafter, Proposal
+from ..tree_shape import cost_at
+
+
+class OracleDrafter(Drafter):
+    """Proposes the plain output's next tokens (see module doc)."""
+
+    name = "oracle"
+
+    def __init__(self, turns: Sequence[Sequence[int]]):
+        self.turns = [list(t) for t in turns]
+        self.turn = -1
+        self.start = 0
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self.turn += 1
+        self.start = len(prompt_ids)
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        if self.turn >= len(self.turns):
+            return Proposal()
+        i = len(context) - self.start
+        return Proposal(self.turns[self.turn][i : i + k])
+
+
+def match_continuations(context: Sequence[int], n_min: int, n_max: int, k: int) -> list[list[int]]:
+    """The continuation (up to ``k`` tokens) of every earlier occurrence of the context's
+    last n tokens, for n from ``n_max`` down to ``n_min``; most recent first within each
+    n, duplicates dropped. The first entry is what linear prompt lookup drafts.
+
+    >>> match_continuations([1, 2, 3, 1, 2, 4, 1, 2], 1, 2, 2)
+    [[4, 1], [3, 1]]
+    """
+    out: list[list[int]] = []
+    seen: set[tuple[int, ...]] = set()
+    n_ctx = len(context)
+    for n in range(min(n_max, n_ctx - 1), n_min - 1, -1):
+        tail = list(context[n_ctx - n :])
+        for start in range(n_ctx - n - 1, -1, -1):
+            if list(context[start : start + n]) == tail:
+                cont = list(context[start + n : start + n + k])
+                if cont and tuple(cont) not in seen:
+                    seen.add(tuple(cont))
+                    out.append(cont)
+    return out
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def trie_size(paths: Sequence[Sequence[int]]) -> int:
+    """Nodes of the token trie holding ``paths`` (shared prefixes counted once).
+
+    >>> trie_size([[1, 2, 3], [1, 2, 4], [5]])
+    5
+    """
+    return len({tuple(p[: i + 1]) for p in paths for i in range(len(p))})
+
+
+@dataclass
+class Bound:
+    """Per-step replay totals of one strategy: tokens emitted, verify steps, the cost of
+    those steps in plain-step units (measured curve and flat curve)."""
+
+    tokens: int = 0
+    steps: int = 0
+    nodes: int = 0
+    cost_units: float = 0.0
+
+    def add(self, emitted: int, nodes: int, cost: Mapping[int, float]) -> None:
+        self.tokens += emitted
+        self.steps += 1
+        self.nodes += nodes
+        self.cost_units += cost_at(cost, nodes + 1) / cost[1]
+
+    def summary(self) -> dict:
+        return dict(tokens=self.tokens, steps=self.steps, nodes=self.nodes,
+                    cost_units=self.cost_units, tokens_per_step=self.tokens / self.steps if self.steps else 0.0,
+                    nodes_per_step=self.nodes / self.steps if self.steps else 0.0,
+                    speedup=self.tokens / self.cost_units if self.cost_units else 0.0,
+                    speedup_flat=self.tokens / self.steps if self.steps else 0.0)
+
+
+def replay_bound(prompt: Sequence[int], plain: Sequence[int], k: int, cost: Mapping[int, float],
+                 n_min: int = 1, n_max: int = 3) -> dict[str, dict]:
+    """Replay ``plain`` after ``prompt``: {"linear": ..., "all_matches": ...} summaries
+    (tokens per step, nodes verified per step, modelled speedup with ``cost`` and with a
+    flat curve). A flat curve makes a step cost one plain step whatever its size."""
+    linear, tree = Bound(), Bound()
+    for strategy, bound in (("linear", linear), ("tree", tree)):
+        pos = 0
+        while pos < len(plain):
+            context = list(prompt) + list(plain[:pos])
+            conts = match_continuations(context, n_min, n_max, k)
+            if strategy == "linear":
+                conts = conts[:1]
+            truth = plain[pos : pos + k]
+            accepted = max((_common(c, truth) for c in conts), default=0)
+            emitted = min(accepted + 1, len(plain) - pos)
+            bound.add(emitted, trie_size(conts), cost)
+            pos += emitted
+    return {"linear": linear.summary(), "all_matches": tree.summary()}

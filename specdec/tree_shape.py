@@ -1,0 +1,122 @@
+"""Token-tree size from cost: how many draft nodes to verify this step.
+
+Contract:
+- A drafter returns its tree in *best-first* topological order, so the first ``N`` nodes
+  of a proposal are always a valid tree, and the best ``N``-node tree it has.
+- ``node_hits(tokens, parents, emitted)`` tells, for every node of a proposal, whether it
+  lies on the path greedy decoding took (``True``), off it (``False``), or cannot be
+  known (``None``: deeper than the emitted tokens reach). Because the emitted tokens of a
+  step include the target's own correction, nodes that were *not* verified (cut by the
+  budget) are judged too, so the estimate needs no exploration.
+- ``TreeShaper(cost, max_nodes)`` keeps, per node rank i, the running rate a_i at which
+  node i is on the accepted path (a Beta prior pulls early estimates to ``prior``), and
+  chooses the budget N maximising expected tokens per unit of verify cost::
+
+      N* = argmax_{0 <= N <= max_nodes}  (1 + a_0 + ... + a_{N-1}) / (c(N + 1) / c(1))
+
+  where c is the measured verify cost curve (``cost_at`` reads it between and past the measured points).
+  On this CPU c rises (c(17) ≈ 2.6 c(1)), so N* stays small; where c is flat to ~32
+  (Metal, CUDA), N* grows to the budget.
+
+      a = [0.9, 0.5, 0.2, 0.1], c(L)/c(1) = 1 + 0.1 (L - 1):
+      N=0: 1/1 = 1.00   N=1: 1.9/1.1 = 1.73   N=2: 2.4/1.2 = 2.00
+      N=3: 2.6/1.3 = 2.00   N=4: 2.7/1.4 = 1.93          ->  N* = 2 (the first best)
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+
+def node_hits(tokens: Sequence[int], parents: Sequence[int] | None,
+              emitted: Sequence[int]) -> list[bool | None]:
+    """Per node: on the emitted path, off it, or unknown (see module doc).
+
+    >>> node_hits([5, 6, 8, 7], [-1, 0, 0, 1], [5, 8, 2])
+    [True, False, True, False]
+    >>> node_hits([5, 6, 7], None, [5, 6])   # node 2 is deeper than what was emitted
+    [True, True, None]
+    """
+    parents = list(range(-1, len(tokens) - 1)) if parents is None else list(parents)
+    depth: list[int] = []
+    out: list[bool | None] = []
+    for i, (t, p) in enumerate(zip(tokens, parents)):
+        d = depth[p] + 1 if p >= 0 else 1
+        depth.append(d)
+        parent_ok = out[p] if p >= 0 else True
+        if parent_ok is False:
+            out.append(False)
+        elif parent_ok is None or d > len(emitted):
+            out.append(None)
+        else:
+            out.append(emitted[d - 1] == t)
+    return out
+
+
+def cost_at(curve: Mapping[int, float], L: int) -> float:
+    """cost(L) from a measured curve: exact where measured, linear between measured
+    points, extended along the last segment past the largest one.
+
+    >>> cost_at({1: 1.0, 2: 1.2, 4: 1.6}, 3)
+    1.4
+    >>> round(cost_at({1: 1.0, 2: 1.2, 4: 1.6}, 8), 6)
+    2.4
+    """
+    if L in curve:
+        return curve[L]
+    xs = sorted(curve)
+    lo = max((x for x in xs if x < L), default=xs[0])
+    hi = min((x for x in xs if x > L), default=None)
+    if hi is None:  # past the end: extend the last segment
+        lo, hi = (xs[-2], xs[-1]) if len(xs) > 1 else (xs[-1], xs[-1])
+    if hi == lo:
+        return curve[lo]
+    return curve[lo] + (curve[hi] - curve[lo]) * (L - lo) / (hi - lo)
+
+
+def best_budget(rates: Sequence[float], cost: Mapping[int, float]) -> int:
+    """The N maximising (1 + Σ_{i<N} rates[i]) / (c(N+1)/c(1)) (see module doc).
+
+    >>> best_budget([0.9, 0.5, 0.2, 0.1], {L: 1 + 0.1 * (L - 1) for L in range(1, 6)})
+    2
+    >>> best_budget([0.9, 0.5, 0.2, 0.1], {1: 1.0, 5: 1.0})   # a flat curve: use them all
+    4
+    """
+    c1 = cost[1]
+    best, best_n, gain = 1.0, 0, 1.0
+    for n, r in enumerate(rates, start=1):
+        gain += r
+        value = gain / (cost_at(cost, n + 1) / c1)
+        if value > best + 1e-12:
+            best, best_n = value, n
+    return best_n
+
+
+class TreeShaper:
+    """Per-request budget chooser (see module doc). ``budget()`` before a step,
+    ``update(tokens, parents, emitted)`` after it, with the drafter's *whole* proposal."""
+
+    def __init__(self, cost: Mapping[int, float], max_nodes: int, prior: float = 0.3,
+                 weight: float = 2.0):
+        if max_nodes < 1:
+            raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
+        if 1 not in cost:
+            raise ValueError("the cost curve needs cost(1)")
+        self.cost, self.max_nodes = dict(cost), max_nodes
+        self.prior, self.weight = prior, weight
+        self.hits = [0.0] * max_nodes
+        self.seen = [0.0] * max_nodes
+
+    def rates(self) -> list[float]:
+        w, p = self.weight, self.prior
+        return [(h + w * p) / (n + w) for h, n in zip(self.hits, self.seen)]
+
+    def budget(self) -> int:
+        return best_budget(self.rates(), self.cost)
+
+    def update(self, tokens: Sequence[int], parents: Sequence[int] | None,
+               emitted: Sequence[int]) -> None:
+        for i, hit in enumerate(node_hits(tokens, parents, emitted)[: self.max_nodes]):
+            if hit is not None:
+                self.seen[i] += 1
+                self.hits[i] += hit

@@ -1,0 +1,85 @@
+"""The bench's true ceilings: the oracle drafter and the offline replay bounds.
+
+The replay of linear prompt lookup must reproduce the engine's own steps exactly (it is
+the model the all-matches bound is an extension of), and the oracle must accept every
+draft while leaving the output unchanged.
+"""
+
+import pytest
+from conftest import plain_reference, real_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec.bench.oracle import OracleDrafter, match_continuations, replay_bound, trie_size
+from specdec.tree_shape import cost_at
+from specdec.drafters.ngram import prompt_lookup
+from specdec.engine import generate
+from specdec.prompts import parity_prompts
+from specdec.text import encode_prompt
+
+tokens = st.lists(st.integers(0, 3), min_size=1, max_size=30)
+
+
+@settings(max_examples=200)
+@given(tokens, st.integers(1, 3), st.integers(0, 2), st.integers(1, 5))
+def test_match_continuations_against_a_scan_of_every_occurrence(ctx, n_min, extra, k):
+    n_max = n_min + extra
+    got = match_continuations(ctx, n_min, n_max, k)
+    want = set()
+    for n in range(n_min, n_max + 1):
+        tail = ctx[len(ctx) - n:] if n < len(ctx) else None
+        for s in range(len(ctx) - n):
+            if tail is not None and ctx[s:s + n] == tail and ctx[s + n:s + n + k]:
+                want.add(tuple(ctx[s + n:s + n + k]))
+    assert set(map(tuple, got)) == want and len(got) == len(want)
+    # the first continuation is what linear prompt lookup drafts
+    assert (got[0] if got else []) == prompt_lookup(ctx, k, n_min, n_max)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=4), max_size=6))
+def test_trie_size_counts_distinct_prefixes(paths):
+    prefixes = {tuple(p[:i]) for p in paths for i in range(1, len(p) + 1)}
+    assert trie_size(paths) == len(prefixes)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.floats(0.5, 3.0), min_size=2, max_size=6), st.integers(1, 40))
+def test_cost_at_is_exact_on_measured_points_and_monotone_between(vals, L):
+    curve = {i + 1: v for i, v in enumerate(sorted(vals))}
+    for x, v in curve.items():
+        assert cost_at(curve, x) == v
+    assert cost_at(curve, L + 1) >= cost_at(curve, L) - 1e-12
+
+
+def test_replay_counts_on_a_worked_example():
+    prompt, plain = [1, 2, 3, 1, 2, 4], [1, 2, 3, 9]
+    b = replay_bound(prompt, plain, 3, {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0})
+    # linear: after "4" no match -> [1]; then "4 1" -> 1-gram 1 matched most recently at
+    # index 3 -> [2, 4, 1]: accepts 2 then corrects to 3 -> [2, 3]; then "3" -> [1, 2, 4]
+    # against [9]: 0 accepted -> [9]. Three steps for four tokens.
+    assert b["linear"]["steps"] == 3 and b["linear"]["tokens"] == 4
+    # the tree also holds the older match's "2 3 1" after "1": it accepts [2, 3], then
+    # corrects to 9 in the same step. Two steps.
+    assert b["all_matches"]["steps"] == 2 and b["all_matches"]["tokens"] == 4
+    assert b["linear"]["speedup_flat"] == pytest.approx(4 / 3)
+
+
+@pytest.mark.slow
+def test_linear_replay_reproduces_the_engines_steps_and_the_oracle_accepts_everything():
+    model, tok = real_model("smollm2-135m")
+    prompt = parity_prompts()["code_statistics_hints"]
+    plain = plain_reference("smollm2-135m", prompt, 96)
+    assert len(plain.tokens) == 96  # no EOS: the replay and the engine see the same end
+    ids = encode_prompt(tok, prompt)
+    ngram = generate(model, tok, prompt, drafter="ngram", max_tokens=96, num_draft_tokens=4)
+    assert ngram.tokens == plain.tokens
+    bound = replay_bound(ids, plain.tokens, 4, {1: 1.0, 5: 1.0})
+    assert bound["linear"]["steps"] == len(ngram.steps)
+    assert bound["all_matches"]["tokens_per_step"] >= bound["linear"]["tokens_per_step"] > 1.0
+
+    oracle = generate(model, tok, prompt, drafter=OracleDrafter([plain.tokens]), max_tokens=96,
+                      num_draft_tokens=4)
+    assert oracle.tokens == plain.tokens
+    assert all(acc == L - 1 for L, acc in oracle.steps[:-1])  # every draft accepted
+    assert len(oracle.steps) == -(-96 // 5)

@@ -1,0 +1,60 @@
+"""The tree-size cost model against brute force: which nodes lie on the emitted path,
+and the budget that maximises expected tokens per unit of verify cost."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specdec.drafters.base import Proposal
+from specdec.tree_shape import TreeShaper, best_budget, cost_at, node_hits
+
+
+@st.composite
+def trees(draw, max_nodes=10):
+    n = draw(st.integers(0, max_nodes))
+    parents = [draw(st.integers(-1, i - 1)) for i in range(n)]
+    tokens = [draw(st.integers(0, 2)) for _ in range(n)]
+    return tokens, parents
+
+
+@settings(max_examples=300)
+@given(trees(), st.lists(st.integers(0, 2), max_size=6))
+def test_node_hits_against_each_nodes_root_path(tree, emitted):
+    tokens, parents = tree
+    prop = Proposal(tokens, parents=parents)
+    got = node_hits(tokens, parents, emitted)
+    for i, hit in enumerate(got):
+        path = prop.path(i)
+        m = min(len(path), len(emitted))
+        if path[:m] != list(emitted[:m]):
+            assert hit is False
+        elif len(path) <= len(emitted):
+            assert hit is True
+        else:
+            assert hit is None
+
+
+@settings(max_examples=200)
+@given(st.lists(st.floats(0, 1), max_size=12), st.lists(st.floats(0, 0.5), min_size=1, max_size=14))
+def test_best_budget_is_the_brute_force_argmax(rates, steps):
+    cost = {1: 1.0}
+    for i, s in enumerate(steps):  # a rising curve with arbitrary slopes
+        cost[i + 2] = cost[i + 1] + s
+    value = [(1 + sum(rates[:n])) / cost_at(cost, n + 1) for n in range(len(rates) + 1)]
+    n = best_budget(rates, cost)
+    assert value[n] == pytest.approx(max(value))
+    assert all(v < value[n] + 1e-9 for v in value[:n])  # the smallest best N
+
+
+def test_shaper_grows_trees_when_deep_nodes_hit_and_shrinks_them_when_they_miss():
+    rising = {L: 1 + 0.08 * (L - 1) for L in range(1, 18)}
+    tokens, parents = [1, 2, 3, 4, 5, 6], [-1, 0, 1, 2, 3, 4]
+    good, bad = TreeShaper(rising, 6), TreeShaper(rising, 6)
+    for _ in range(20):
+        good.update(tokens, parents, [1, 2, 3, 4, 5, 6, 7])
+        bad.update(tokens, parents, [9])
+    assert good.budget() == 6 and bad.budget() == 0
+    flat = TreeShaper({1: 1.0, 64: 1.0}, 6)
+    for _ in range(20):
+        flat.update(tokens, parents, [1, 2, 9])
+    assert flat.budget() == 6  # on a flat curve any chance of a hit pays: verify them all
