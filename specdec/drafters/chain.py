@@ -8,7 +8,8 @@ drafted, tokens accepted). ``begin`` reaches every member.
 
 Trees: ``propose_tree`` asks every member for its tree and merges them into one trie of
 at most ``budget`` nodes, the first member's branches first (``trie.merge_trees``), so
-the merged best path is the first non-empty member's best path, as in the linear chain.
+the merged best path starts with the first non-empty member's best path, as in the
+linear chain (a later member's longer branch through it may extend it).
 A tree with a distribution ``q`` (a sampling draft model) cannot share nodes with others
 exactly: when it is the first non-empty one it is returned whole and no later member is
 asked, as in the linear chain; a later one is left out. Every member in the merge is

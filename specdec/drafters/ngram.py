@@ -12,8 +12,9 @@ longest n first, within one n the most recent first, each end position once (a 3
 match is also a 2-gram match ending at the same place) — each cut to ``k`` and after the
 first EOS, merged best first into a trie of at most ``budget`` nodes (``trie.merge_paths``),
 scanning at most ``max_matches`` of them. ``all_match_continuations`` states the list as a
-pure function. The first continuation is the linear draft, so the tree's best path is the
-linear proposal (cut to the budget) and the tree holds everything the linear draft does.
+pure function. The first continuation is the linear draft, so the tree's best path starts
+with the linear proposal (cut to the budget; a later, longer continuation sharing it may
+extend it) and the tree holds everything the linear draft does.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def merge_paths(paths: Iterable[Sequence[int]], budget: int, max_depth: int) -> 
 
         -> tokens (1, 2, 3, 5, 6), parents (-1, 0, 1, 0, -1)
 
-    ``best_path`` of the result is [1, 2, 3], the first path cut to ``max_depth``.
+    ``best_path`` of the result is [1, 2, 3], the first path cut to ``max_depth``; in
+    general it starts with the first path (a later path sharing it may extend it).
     """
     trie = Trie(budget)
     if max_depth > 0:
