@@ -205,6 +205,8 @@ def path_prob(docs, pattern, path, cap):
     for i, tok in enumerate(path):
         p = list(pattern) + list(path[:i])
         w = {c: min(substring_count(docs, p + [c]), cap) for c in range(4)}
+        if not sum(w.values()):
+            return 0.0  # nothing follows: not a candidate
         prob = prob * w[tok] / sum(w.values())
     return prob
 
