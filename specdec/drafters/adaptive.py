@@ -9,7 +9,9 @@ picks ``k* = argmax_k E[tokens | k] / cost(k + 1)`` over 0..k_max, where
 (decayed counts learned from ``observe``, shrunk towards the previous slot's estimate), and ``cost(L)`` the
 measured seconds of one L-token verify forward (``specdec.measure.cost_curve_for``,
 measured once per model and cached). k* = 0 means a plain step. The inner drafter
-proposes up to k* tokens; output is unchanged whatever k is.
+proposes up to k* tokens; output is unchanged whatever k is. ``propose_tree`` caps the
+tree's depth at the same k* (the budget is passed through) and learns from the accepted
+path length as a linear draft of the tree's depth.
 """
 
 from __future__ import annotations
@@ -68,14 +70,24 @@ class AdaptiveKDrafter(Drafter):
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self.inner.begin(prompt_ids)
 
-    def propose(self, context: Sequence[int], k: int) -> Proposal:
+    def _choose(self, k: int) -> int:
         kk = min(k, best_k(self.acceptance(), self.cost, min(k, self.k_max)))
         self.chosen.append(kk)
         # k* = 0 still probes one slot now and then so estimates can recover
         if kk == 0 and len(self.chosen) % 8 == 0:
             kk = min(k, 1)
+        return kk
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        kk = self._choose(k)
         proposal = self.inner.propose(context, kk) if kk else EMPTY
         self._proposed = len(proposal)
+        return proposal
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        kk = self._choose(k)
+        proposal = self.inner.propose_tree(context, kk, budget) if kk else EMPTY
+        self._proposed = proposal.depth
         return proposal
 
     def observe(self, num_accepted: int) -> None:

@@ -12,7 +12,12 @@ request:
    ``context[len(seen):]``. At most ``k`` tokens; an empty proposal means "no guess"
    and the engine runs a plain one-token step.
 3. ``observe(num_accepted)`` — after each verify of a non-empty proposal: how many of its
-   tokens the target accepted (0..len).
+   tokens the target accepted (0..len; for a tree, the length of the accepted root path).
+
+``propose_tree(context, k, budget) -> Proposal`` is the tree form of step 2: at most
+``budget`` nodes, no root path longer than ``k``, nodes in the order the drafter chose
+them, siblings best first (see ``trie``). The default is the linear proposal (a
+one-branch tree) of ``min(k, budget)`` tokens; ``propose`` is unchanged for every drafter.
 
 The base class gives no-op ``begin``/``observe``, so wrappers (chain, gate, adaptive k)
 call them unconditionally.
@@ -115,6 +120,11 @@ class Drafter:
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         raise NotImplementedError
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        """A token tree of at most ``budget`` nodes and depth ``k`` (module doc); by
+        default the linear proposal, which is a one-branch tree."""
+        return self.propose(context, min(k, budget))
 
     def observe(self, num_accepted: int) -> None:
         """The target accepted ``num_accepted`` tokens of the last proposal."""

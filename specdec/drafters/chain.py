@@ -5,6 +5,20 @@ non-empty ``Proposal`` whole (its ``q`` included, so exact rejection sampling se
 distribution that actually produced the draft); ``observe`` goes to the drafter that
 proposed, and every member keeps its own counts in ``stats`` (steps won, tokens
 drafted, tokens accepted). ``begin`` reaches every member.
+
+Trees: ``propose_tree`` asks every member for its tree and merges them into one trie of
+at most ``budget`` nodes, the first member's branches first (``trie.merge_trees``), so
+the merged best path starts with the first non-empty member's best path, as in the
+linear chain (a later member's longer branch through it may extend it).
+A tree with a distribution ``q`` (a sampling draft model) cannot share nodes with others
+exactly: when it is the first non-empty one it is returned whole and no later member is
+asked, as in the linear chain; a later one is left out. Every member in the merge is
+told, through its own ``observe``, how many of *its own* tokens the target accepted: the accepted path is
+known only once the next context arrives, so ``observe`` stores the count and the next
+``propose``/``propose_tree`` walks each member's tree along the accepted tokens
+(``trie.walk``); the last step of a request is never told (``begin`` drops it). Members with an empty or left-out tree are not observed. In
+``stats``, ``won`` counts the member whose best path leads the merged tree; ``drafted``
+counts the merged nodes each member's tree held.
 """
 
 from __future__ import annotations
@@ -12,6 +26,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .base import EMPTY, Drafter, Proposal
+from .trie import merge_trees, shared_nodes, walk
 
 
 class ChainDrafter(Drafter):
@@ -22,13 +37,18 @@ class ChainDrafter(Drafter):
         self.name = ",".join(d.name for d in self.drafters)
         self.stats = {d.name: {"won": 0, "drafted": 0, "accepted": 0} for d in self.drafters}
         self._winner: Drafter | None = None
+        self._trees: list[tuple[Drafter, Proposal]] = []  # the last tree step's members
+        self._pending: tuple[int, int] | None = None  # (context length, accepted), tree step
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
+        # a new prompt need not hold the last step's tokens: its count is dropped
+        self._trees, self._pending = [], None
         self._winner = None
         for d in self.drafters:
             d.begin(prompt_ids)
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
+        self._settle(context)
         self._winner = None
         for d in self.drafters:
             proposal = d.propose(context, k)
@@ -40,7 +60,47 @@ class ChainDrafter(Drafter):
                 return proposal
         return EMPTY
 
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        self._settle(context)
+        self._winner = None
+        trees: list[tuple[Drafter, Proposal]] = []
+        for d in self.drafters:
+            tree = d.propose_tree(context, k, budget)
+            if tree and tree.q is not None:
+                if not trees:  # sampled: cannot share nodes exactly, so it goes alone
+                    trees = [(d, tree)]
+                    break
+                continue  # left out, and so not observed
+            if tree:
+                trees.append((d, tree))
+        if not trees:
+            return EMPTY
+        merged = trees[0][1] if len(trees) == 1 else merge_trees([t for _, t in trees], budget)
+        self._trees, self._context_len = trees, len(context)
+        self.stats[trees[0][0].name]["won"] += 1
+        for d, t in trees:
+            self.stats[d.name]["drafted"] += shared_nodes(t, merged)
+        return merged
+
+    def _settle(self, context: Sequence[int]) -> None:
+        """Tell each member of the last tree step how many of its own tokens the target
+        accepted, now that the context shows which ones they were."""
+        trees, pending = self._trees, self._pending
+        self._trees, self._pending = [], None
+        if pending is None:
+            return
+        start, n = pending
+        accepted = list(context[start : start + n])
+        for d, t in trees:
+            got = walk(t, accepted)
+            self.stats[d.name]["accepted"] += got
+            d.observe(got)
+
     def observe(self, num_accepted: int) -> None:
+        if self._trees:
+            self._pending = (self._context_len, num_accepted)
+            return
         if self._winner is not None:
             self.stats[self._winner.name]["accepted"] += num_accepted
             self._winner.observe(num_accepted)
+

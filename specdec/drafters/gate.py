@@ -10,6 +10,8 @@ Contract of ``GatedDrafter(inner, ...)`` (itself a Drafter):
   guess with the token the target then emitted; when the recent shadow guesses would
   have been accepted at ``min_acceptance`` or more, drafting turns back on.
 Off means ``propose`` returns [] and the engine runs a plain step: output never changes.
+``propose_tree`` is gated alike (off: empty; shadow guesses stay linear); a tree's
+acceptance rate is the accepted path length over the tree's depth (its longest path).
 """
 
 from __future__ import annotations
@@ -65,10 +67,19 @@ class GatedDrafter(Drafter):
         self.inner.begin(prompt_ids)
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
+        return self._gated(context, k, None)
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        return self._gated(context, k, budget)
+
+    def _gated(self, context: Sequence[int], k: int, budget: int | None) -> Proposal:
         self._score_shadow(context)
         if self.enabled:
-            proposal = self.inner.propose(context, k)
-            self._proposed = len(proposal)
+            if budget is None:
+                proposal = self.inner.propose(context, k)
+            else:
+                proposal = self.inner.propose_tree(context, k, budget)
+            self._proposed = proposal.depth  # = len for a linear proposal
             return proposal
         self._steps_off += 1
         if self._steps_off % self.recheck_every == 0:

@@ -6,13 +6,25 @@ itself — cut to ``k`` tokens and cut after the first EOS. ``prompt_lookup`` st
 a pure function; ``NgramIndex`` computes the same answer incrementally (a hash map per n
 from n-gram to the latest position it ended at) so a proposal costs O(n_max - n_min + k)
 however long the context grows; ``NgramDrafter`` wraps the index as a ``Drafter``.
+
+Tree contract (``propose_tree``): the continuations of *every* distinct earlier match —
+longest n first, within one n the most recent first, each end position once (a 3-gram
+match is also a 2-gram match ending at the same place) — each cut to ``k`` and after the
+first EOS, merged best first into a trie of at most ``budget`` nodes (``trie.merge_paths``),
+scanning at most ``max_matches`` of them. ``all_match_continuations`` states the list as a
+pure function. The first continuation is the linear draft, so the tree's best path starts
+with the linear proposal (cut to the budget; a later, longer continuation sharing it may
+extend it) and the tree holds everything the linear draft does.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .base import Drafter, Proposal
+from .base import EMPTY, Drafter, Proposal
+from .trie import merge_paths
+
+DEFAULT_MAX_MATCHES = 64  # continuations a tree proposal scans at most
 
 
 def _cut_at_eos(draft: list[int], eos: Iterable[int]) -> list[int]:
@@ -50,13 +62,42 @@ def prompt_lookup(
     return []
 
 
+def all_match_continuations(
+    context: Sequence[int], n_min: int, n_max: int, k: int, eos: Iterable[int] = ()
+) -> list[list[int]]:
+    """Continuations of every distinct earlier match of a suffix n-gram, best first.
+
+    Order: n from ``n_max`` down to ``n_min``; within one n, the most recent match first;
+    an end position already listed for a longer n is skipped. Each continuation is cut to
+    ``k`` tokens and after the first EOS. The first one is ``prompt_lookup``'s draft.
+
+    Worked example (k=2, n_min=1, n_max=2)::
+
+        context = [5, 6, 7, 5, 6, 9, 5, 6]     (positions 0..7)
+        n=2: (5, 6) ends earlier at 4 and 1    -> [9, 5], [7, 5]
+        n=1: (6,) ends at 4 and 1, both taken  -> nothing new
+        -> [[9, 5], [7, 5]]
+    """
+    L, out, used = len(context), [], set()
+    if k <= 0:
+        return out
+    for n in range(min(n_max, L - 1), n_min - 1, -1):
+        suffix = list(context[L - n :])
+        for end in range(L - 2, n - 2, -1):
+            if end not in used and list(context[end - n + 1 : end + 1]) == suffix:
+                used.add(end)
+                out.append(_cut_at_eos(list(context[end + 1 : end + 1 + k]), eos))
+    return out
+
+
 class NgramIndex:
     """Incremental index answering ``prompt_lookup`` queries in O(n_max - n_min + k).
 
-    For each n it maps an n-gram to the latest index it ended at, but only n-grams that
-    end at or before the second-to-last token are inserted, so a query with the current
-    suffix finds the most recent *earlier* occurrence. Appending a token costs
-    O(n_max - n_min + 1) dict writes.
+    For each n it maps an n-gram to the ascending list of indices it ended at, but only
+    n-grams that end at or before the second-to-last token are inserted, so a query with
+    the current suffix finds the most recent *earlier* occurrence last in its list
+    (``lookup``), and every earlier one before it (``continuations``). Appending a token
+    costs O(n_max - n_min + 1) dict lookups and list appends.
     """
 
     def __init__(self, n_min: int = 1, n_max: int = 3):
@@ -64,7 +105,8 @@ class NgramIndex:
             raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {n_min}, {n_max}")
         self.n_min, self.n_max = n_min, n_max
         self.tokens: list[int] = []
-        self._maps: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(n_min, n_max + 1)}
+        self._maps: dict[int, dict[tuple[int, ...], list[int]]] = {
+            n: {} for n in range(n_min, n_max + 1)}
 
     def extend(self, new_tokens: Iterable[int]) -> None:
         toks = self.tokens
@@ -72,7 +114,7 @@ class NgramIndex:
             end = len(toks) - 1  # the n-grams ending here now have a follower: index them
             for n, table in self._maps.items():
                 if end - n + 1 >= 0:
-                    table[tuple(toks[end - n + 1 : end + 1])] = end
+                    table.setdefault(tuple(toks[end - n + 1 : end + 1]), []).append(end)
             toks.append(t)
 
     def lookup(self, k: int, eos: Iterable[int] = ()) -> list[int]:
@@ -80,10 +122,24 @@ class NgramIndex:
         if k <= 0:
             return []
         for n in range(min(self.n_max, L - 1), self.n_min - 1, -1):
-            end = self._maps[n].get(tuple(toks[L - n :]))
-            if end is not None:
-                return _cut_at_eos(toks[end + 1 : end + 1 + k], eos)
+            ends = self._maps[n].get(tuple(toks[L - n :]))
+            if ends:
+                return _cut_at_eos(toks[ends[-1] + 1 : ends[-1] + 1 + k], eos)
         return []
+
+    def continuations(self, k: int, eos: Iterable[int] = (), max_matches: int = DEFAULT_MAX_MATCHES):
+        """``all_match_continuations`` of the indexed tokens, lazily, at most ``max_matches``."""
+        toks, L, used, given = self.tokens, len(self.tokens), set(), 0
+        if k <= 0:
+            return
+        for n in range(min(self.n_max, L - 1), self.n_min - 1, -1):
+            for end in reversed(self._maps[n].get(tuple(toks[L - n :]), ())):
+                if given >= max_matches:
+                    return
+                if end not in used:
+                    used.add(end)
+                    given += 1
+                    yield _cut_at_eos(toks[end + 1 : end + 1 + k], eos)
 
 
 class NgramDrafter(Drafter):
@@ -91,8 +147,11 @@ class NgramDrafter(Drafter):
 
     name = "ngram"
 
-    def __init__(self, n_min: int = 1, n_max: int = 3, eos: Iterable[int] = ()):
-        self.n_min, self.n_max = n_min, n_max
+    def __init__(self, n_min: int = 1, n_max: int = 3, eos: Iterable[int] = (),
+                 max_matches: int = DEFAULT_MAX_MATCHES):
+        if max_matches < 1:
+            raise ValueError(f"max_matches must be >= 1, got {max_matches}")
+        self.n_min, self.n_max, self.max_matches = n_min, n_max, max_matches
         self.eos = frozenset(eos)
         self._index = NgramIndex(n_min, n_max)
 
@@ -103,3 +162,10 @@ class NgramDrafter(Drafter):
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         self._index.extend(context[len(self._index.tokens) :])  # the context only grows
         return Proposal(self._index.lookup(k, self.eos))
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        """The continuations of every distinct earlier match, merged into one trie (module doc)."""
+        self._index.extend(context[len(self._index.tokens) :])
+        if k <= 0 or budget <= 0:
+            return EMPTY
+        return merge_paths(self._index.continuations(k, self.eos, self.max_matches), budget, k)

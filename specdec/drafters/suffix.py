@@ -491,6 +491,7 @@ class SuffixDrafter(Drafter):
         eos: Iterable[int] = (),
         count_cap: int = DEFAULT_COUNT_CAP,
         history: SuffixHistory | None = None,
+        tree_linear_first: bool = True,
     ):
         if max_history_tokens < 0:
             raise ValueError(f"max_history_tokens must be >= 0, got {max_history_tokens}")
@@ -500,6 +501,7 @@ class SuffixDrafter(Drafter):
             raise ValueError(f"count_cap must be >= 1, got {count_cap}")
         self.alpha = alpha
         self.eos = frozenset(eos)
+        self.tree_linear_first = tree_linear_first  # see suffix_tree
         self.index = SuffixIndex(max_history_tokens, count_cap, history)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
@@ -513,3 +515,10 @@ class SuffixDrafter(Drafter):
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         self.index.extend(context[len(self.index.tokens) :])  # the context only grows
         return Proposal(self.index.lookup(k, self.alpha, self.eos))
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        """The most probable continuations of the match, best first (``suffix_tree``)."""
+        from .suffix_tree import index_tree  # it builds on this module
+
+        self.index.extend(context[len(self.index.tokens) :])
+        return index_tree(self.index, k, budget, self.alpha, self.eos, self.tree_linear_first)
