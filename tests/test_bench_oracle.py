@@ -10,38 +10,11 @@ from conftest import plain_reference, real_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.bench.oracle import OracleDrafter, match_continuations, replay_bound, trie_size
+from specdec.bench.oracle import OracleDrafter, replay_bound
 from specdec.tree_shape import cost_at
-from specdec.drafters.ngram import prompt_lookup
 from specdec.engine import generate
 from specdec.prompts import parity_prompts
 from specdec.text import encode_prompt
-
-tokens = st.lists(st.integers(0, 3), min_size=1, max_size=30)
-
-
-@settings(max_examples=200)
-@given(tokens, st.integers(1, 3), st.integers(0, 2), st.integers(1, 5))
-def test_match_continuations_against_a_scan_of_every_occurrence(ctx, n_min, extra, k):
-    n_max = n_min + extra
-    got = match_continuations(ctx, n_min, n_max, k)
-    want = set()
-    for n in range(n_min, n_max + 1):
-        tail = ctx[len(ctx) - n:] if n < len(ctx) else None
-        for s in range(len(ctx) - n):
-            if tail is not None and ctx[s:s + n] == tail and ctx[s + n:s + n + k]:
-                want.add(tuple(ctx[s + n:s + n + k]))
-    assert set(map(tuple, got)) == want and len(got) == len(want)
-    # the first continuation is what linear prompt lookup drafts
-    assert (got[0] if got else []) == prompt_lookup(ctx, k, n_min, n_max)
-
-
-@settings(max_examples=100)
-@given(st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=4), max_size=6))
-def test_trie_size_counts_distinct_prefixes(paths):
-    prefixes = {tuple(p[:i]) for p in paths for i in range(1, len(p) + 1)}
-    assert trie_size(paths) == len(prefixes)
-
 
 @settings(max_examples=100)
 @given(st.lists(st.floats(0.5, 3.0), min_size=2, max_size=6), st.integers(1, 40))

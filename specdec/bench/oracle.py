@@ -9,7 +9,8 @@ Contract:
   the next turn), as the bench's configs do.
 - ``replay_bound(prompt, plain, k, cost, n_min=1, n_max=3)`` replays the plain output
   offline and counts, per verify step, the tokens two prompt-lookup strategies would
-  emit: the most recent match's continuation (today's linear ``ngram``), and the union
+  emit (``ngram.all_match_continuations`` merged by ``trie.merge_paths``, walked by
+  ``trie.walk``): the most recent match's continuation (today's linear ``ngram``), and the union
   of *every* earlier match's continuation verified as one token tree (the all-matches
   bound). With the verify cost curve it gives each one's modelled speedup, and the same
   under a flat curve (Metal/CUDA to ~32 tokens), so a CPU where trees do not pay still
@@ -24,7 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import sys
+
 from ..drafters.base import Drafter, Proposal
+from ..drafters.ngram import all_match_continuations
+from ..drafters.trie import merge_paths, walk
 from ..tree_shape import cost_at
 
 
@@ -47,44 +52,6 @@ class OracleDrafter(Drafter):
             return Proposal()
         i = len(context) - self.start
         return Proposal(self.turns[self.turn][i : i + k])
-
-
-def match_continuations(context: Sequence[int], n_min: int, n_max: int, k: int) -> list[list[int]]:
-    """The continuation (up to ``k`` tokens) of every earlier occurrence of the context's
-    last n tokens, for n from ``n_max`` down to ``n_min``; most recent first within each
-    n, duplicates dropped. The first entry is what linear prompt lookup drafts.
-
-    >>> match_continuations([1, 2, 3, 1, 2, 4, 1, 2], 1, 2, 2)
-    [[4, 1], [3, 1]]
-    """
-    out: list[list[int]] = []
-    seen: set[tuple[int, ...]] = set()
-    n_ctx = len(context)
-    for n in range(min(n_max, n_ctx - 1), n_min - 1, -1):
-        tail = list(context[n_ctx - n :])
-        for start in range(n_ctx - n - 1, -1, -1):
-            if list(context[start : start + n]) == tail:
-                cont = list(context[start + n : start + n + k])
-                if cont and tuple(cont) not in seen:
-                    seen.add(tuple(cont))
-                    out.append(cont)
-    return out
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def trie_size(paths: Sequence[Sequence[int]]) -> int:
-    """Nodes of the token trie holding ``paths`` (shared prefixes counted once).
-
-    >>> trie_size([[1, 2, 3], [1, 2, 4], [5]])
-    5
-    """
-    return len({tuple(p[: i + 1]) for p in paths for i in range(len(p))})
 
 
 @dataclass
@@ -121,12 +88,9 @@ def replay_bound(prompt: Sequence[int], plain: Sequence[int], k: int, cost: Mapp
         pos = 0
         while pos < len(plain):
             context = list(prompt) + list(plain[:pos])
-            conts = match_continuations(context, n_min, n_max, k)
-            if strategy == "linear":
-                conts = conts[:1]
-            truth = plain[pos : pos + k]
-            accepted = max((_common(c, truth) for c in conts), default=0)
-            emitted = min(accepted + 1, len(plain) - pos)
-            bound.add(emitted, trie_size(conts), cost)
+            conts = all_match_continuations(context, n_min, n_max, k)
+            trie = merge_paths(conts[:1] if strategy == "linear" else conts, sys.maxsize, k)
+            emitted = min(walk(trie, plain[pos : pos + k]) + 1, len(plain) - pos)
+            bound.add(emitted, len(trie), cost)
             pos += emitted
     return {"linear": linear.summary(), "all_matches": tree.summary()}
