@@ -249,7 +249,8 @@ class TruthTreeDrafter(Drafter):
     def __init__(self, truth, vocab, seed=0, p_miss=0.3):
         self.truth, self.vocab, self.rng, self.p_miss = list(truth), vocab, random.Random(seed), p_miss
         self.trees = self.non_first = self.misses = 0
-        self._ranks, self._depth = [], 0
+        self.miss_at: list[int] = []  # context lengths of the steps that rejected branches
+        self._ranks, self._depth, self._at = [], 0, 0
 
     def begin(self, prompt_ids):
         self.n_prompt = len(prompt_ids)
@@ -263,6 +264,7 @@ class TruthTreeDrafter(Drafter):
 
     def propose_tree(self, context, k, budget):
         pos, rng = len(context) - self.n_prompt, self.rng
+        self._at = len(context)
         true = self.truth[pos : pos + k]
         t = len(true) if rng.random() > self.p_miss else rng.randint(0, len(true))
         tokens, parents, ranks, node = [], [], [], -1
@@ -299,6 +301,8 @@ class TruthTreeDrafter(Drafter):
         assert num_accepted <= len(self._ranks), "accepted past the true branch: output changed"
         self.non_first += any(r > 0 for r in self._ranks[:num_accepted])
         self.misses += num_accepted < self._depth
+        if num_accepted < self._depth:
+            self.miss_at.append(self._at)
 
 
 def assert_trees_exercised(d, what):
@@ -407,3 +411,4 @@ def test_tree_parity_gemma_across_the_window():
                    draft_tree_budget=10)
     assert out.tokens == ref.tokens
     assert_trees_exercised(d, "gemma3")
+    assert max(d.miss_at) > WINDOW, d.miss_at  # branches rejected after the window wrapped
