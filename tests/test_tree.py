@@ -412,3 +412,36 @@ def test_tree_parity_gemma_across_the_window():
     assert out.tokens == ref.tokens
     assert_trees_exercised(d, "gemma3")
     assert max(d.miss_at) > WINDOW, d.miss_at  # branches rejected after the window wrapped
+
+
+# ---- the budget's way in: DraftSpec, CLI, server, bench ----------------------------------
+def test_tree_budget_is_validated_and_threaded_everywhere():
+    import argparse
+
+    from specdec.bench.configs import parse_config
+    from specdec.config import RunConfig, add_draft_flags
+    from specdec.drafters.spec import DraftSpec
+    from specdec.server.schemas import SpeculativeOptions, merge_speculative
+
+    assert DraftSpec("suffix", draft_tree_budget="auto").draft_tree_budget == "auto"
+    for bad in (-1, "8", "many", True, 2.0):
+        with pytest.raises(ValueError, match="--draft-tree-budget"):
+            DraftSpec("suffix", draft_tree_budget=bad)
+    p = argparse.ArgumentParser()
+    add_draft_flags(p)
+    for arg, want in (("auto", "auto"), ("12", 12)):
+        cfg = RunConfig.from_args(p.parse_args(["--draft-tree-budget", arg]))
+        assert cfg.spec.draft_tree_budget == want and cfg.engine_kwargs()["draft_tree_budget"] == want
+    with pytest.raises(SystemExit):
+        p.parse_args(["--draft-tree-budget", "-3"])
+    merged = merge_speculative(DraftSpec("suffix"), SpeculativeOptions(draft_tree_budget=8))
+    assert merged.draft_tree_budget == 8
+    assert SpeculativeOptions.model_validate({"draft_tree_budget": "auto"}).draft_tree_budget == "auto"
+    for bad in ("8", -1, 1000):
+        with pytest.raises(Exception):
+            SpeculativeOptions.model_validate({"draft_tree_budget": bad})
+    c = parse_config("suffix:k=8:tree=16")
+    assert c.tree_budget == 16 and parse_config(c.text) == c
+    assert parse_config("suffix:tree=auto").tree_budget == "auto"
+    with pytest.raises(ValueError, match="tree=N"):
+        parse_config("suffix:tree=x")
