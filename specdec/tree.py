@@ -50,6 +50,10 @@ from .rollback import RollbackError, WindowKVCache, compact
 # the offset itself) are refused rather than guessed at.
 ROPE_KINDS = (nn.RoPE, Llama3RoPE, SuScaledRoPE, YarnRoPE)
 MAX_AUTO_NODES = 32
+# ``auto`` measures the curve to this block length (N <= 16 nodes): the first use of a
+# model measures it once (``measure.cost_curve_for`` caches it); extend where the curve is
+# flat further out (Metal/CUDA).
+AUTO_CURVE_LEN = 17
 # Conservative acceptance model for ``auto_budget``: the probability that the target agrees
 # with a drafter's child of rank 1, 2, 3 (given its parent was accepted).
 DEFAULT_RANK_ACCEPT = (0.5, 0.12, 0.04)
@@ -324,7 +328,7 @@ def resolve_tree_budget(model: Any, value: int | str) -> int:
     if value == "auto":
         from .measure import cost_curve_for
 
-        return auto_budget(cost_curve_for(model, MAX_AUTO_NODES + 1))
+        return auto_budget(cost_curve_for(model, AUTO_CURVE_LEN))
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
     return value

@@ -445,3 +445,17 @@ def test_tree_budget_is_validated_and_threaded_everywhere():
     assert parse_config("suffix:tree=auto").tree_budget == "auto"
     with pytest.raises(ValueError, match="tree=N"):
         parse_config("suffix:tree=x")
+
+
+def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
+    from specdec.tree import resolve_tree_budget
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    model, prompt = cached_tiny("llama"), tiny_prompt(9)
+    n = resolve_tree_budget(model, "auto")
+    assert isinstance(n, int) and 0 <= n <= 16 and list(tmp_path.glob("cost/*.json"))
+    ref = run(model, prompt, max_tokens=20)
+    out = run(model, prompt, drafter=TruthTreeDrafter(ref, TINY_VOCAB), max_tokens=20, tree_budget="auto")
+    assert out == ref
+    with pytest.raises(ValueError, match="'auto'"):
+        resolve_tree_budget(model, -2)
