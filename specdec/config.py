@@ -41,6 +41,18 @@ def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = "ngram") ->
                    help="3-gram repetition score")
     p.add_argument("--adaptive-k", action="store_true",
                    help="choose k per step from acceptance and the measured verify cost")
+    p.add_argument("--draft-tree-budget", type=tree_budget_arg, default=0,
+                   help="max token-tree nodes verified per step (0 = linear drafts; 'auto' = "
+                        "from the measured verify cost); --num-draft-tokens stays the max depth")
+
+
+def tree_budget_arg(text: str) -> int | str:
+    """``--draft-tree-budget``: an integer >= 0 or ``auto``."""
+    if text == "auto":
+        return text
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {text!r}")
+    return int(text)
 
 
 def draft_spec_from_args(ns: Any) -> DraftSpec:
@@ -132,6 +144,7 @@ class RunConfig:
         return dict(
             max_tokens=self.max_tokens,
             num_draft_tokens=self.spec.num_draft_tokens,
+            draft_tree_budget=self.spec.draft_tree_budget,
             stop=self.stop,
             temperature=self.temp,
             top_p=self.top_p,

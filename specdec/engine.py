@@ -32,6 +32,7 @@ from .sampling import Rng, SamplingParams
 from .stats import SpecStats
 from .steps import plain_steps, prefill, spec_steps
 from .text import StopMatcher, encode_prompt
+from .tree import resolve_tree_budget
 
 
 @dataclass
@@ -123,6 +124,7 @@ def token_stream(
     stats: SpecStats | None = None,
     step_log: list[tuple[int, int]] | None = None,
     prompt_cache: PromptCache | None = None,
+    tree_budget: int | str = 0,
 ) -> Iterator[_Emitted]:
     """The token-level core: yields emitted tokens until EOS (not yielded) or max_tokens.
 
@@ -131,8 +133,11 @@ def token_stream(
     attaches the n most likely ``(token, logprob)`` pairs, best first, to each token.
     ``prompt_cache`` (``make_prompt_cache``) is reused for the prompt's cached prefix and
     left holding exactly the prompt and the emitted tokens (see ``prompt_cache``).
+    ``tree_budget``: max token-tree nodes per step (0 = linear drafts; ``"auto"`` =
+    ``tree.auto_budget`` of the model's verify cost curve); see ``steps.spec_steps``.
     """
     _check_args(max_tokens, num_draft_tokens, prefill_step_size)
+    tree_budget = resolve_tree_budget(model, tree_budget) if tree_budget else 0
     if not 0 <= top_logprobs <= 100:
         raise ValueError(f"top_logprobs must be in [0, 100], got {top_logprobs}")
     if not prompt_ids:
@@ -159,7 +164,7 @@ def token_stream(
     budget = [max_tokens]  # tokens still wanted: spec_steps drafts no further than that
     if speculative:
         steps = spec_steps(model, cache, list(prompt_ids), drafter, num_draft_tokens, budget,
-                           sampling, rng, diagnostics, top_logprobs)
+                           sampling, rng, diagnostics, top_logprobs, tree_budget)
     else:
         steps = plain_steps(model, cache, prompt_ids, sampling, rng, diagnostics, top_logprobs)
     emitted = _emit(steps, budget, set(eos), stats, step_log, t0)
@@ -239,9 +244,14 @@ def stream_generate(
     diagnostics: bool = False,
     top_logprobs: int = 0,
     prompt_cache: PromptCache | None = None,
+    draft_tree_budget: int | str | None = None,
 ) -> Iterator[GenerationResponse]:
     """Generate from ``prompt``, speculating with ``drafter``; see module doc.
-    ``prompt_cache``: reuse and extend a conversation's cache (``make_prompt_cache``)."""
+    ``prompt_cache``: reuse and extend a conversation's cache (``make_prompt_cache``).
+    ``draft_tree_budget``: max token-tree nodes per step, or ``"auto"`` (None: the
+    ``DraftSpec``'s when ``drafter`` is one, else 0 = linear drafts)."""
+    if draft_tree_budget is None:
+        draft_tree_budget = drafter.draft_tree_budget if isinstance(drafter, DraftSpec) else 0
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=num_draft_tokens,
                               ngram_min=ngram_min, ngram_max=ngram_max,
@@ -270,6 +280,7 @@ def stream_generate(
         stats=stats,
         step_log=step_log,
         prompt_cache=prompt_cache,
+        tree_budget=draft_tree_budget,
     )
     for e in stream:
         n += 1

@@ -8,6 +8,9 @@ Contract:
   is refused up front with ``UnsupportedCacheError`` naming it.
 - ``trim(cache, n)`` removes the last ``n`` positions from every layer and returns ``n``;
   when any layer cannot, it raises ``RollbackError``. It is never a silent no-op.
+- ``compact(cache, base_offset, keep)`` is the token-tree form (``specdec.tree``): of a
+  block fed at ``base_offset``, keep block indices ``keep`` (root, accepted path) in place
+  and drop the rest; same checks, same error.
 
 Why a new window cache: mlx-lm's ``RotatingKVCache`` overwrites the oldest slot in place
 once the window is full, so its ``trim`` after a wrap cannot restore what a rejected draft
@@ -197,3 +200,43 @@ def trim(cache: list[Any], n: int) -> int:
         if got != n:
             raise RollbackError(f"layer {i}: {type(c).__name__} trimmed {got} of {n} positions")
     return n
+
+
+def _check_keep(keep: list[int], fed: int, what: str) -> None:
+    if not keep or keep[0] != 0 or any(b <= a for a, b in zip(keep, keep[1:])) or keep[-1] >= fed:
+        raise RollbackError(f"{what}: keep must start at block index 0 (the root) and increase "
+                            f"within the {fed} fed positions, got {keep}")
+
+
+def _gather_rows(buf: mx.array, at: int, keep: list[int]) -> mx.array:
+    """``buf`` with slots ``at + keep[i]`` moved to ``at + i`` (axis 2; ``keep`` ascending)."""
+    first = next((i for i, j in enumerate(keep) if i != j), len(keep))
+    if first < len(keep):  # the leading run already in place stays untouched
+        rows = mx.take(buf, mx.array(keep[first:]) + at, axis=2)
+        buf[..., at + first : at + len(keep), :] = rows
+    return buf
+
+
+def compact(cache: list[Any], base_offset: int, keep: list[int]) -> int:
+    """After a tree block was fed at ``base_offset``, keep only block indices ``keep``
+    (the root 0, then the accepted nodes in path order) at consecutive positions from
+    ``base_offset`` and drop the rest; returns the new offset. Layers other than KVCache,
+    QuantizedKVCache and WindowKVCache raise RollbackError (checked before any change)."""
+    keep = list(keep)
+    for i, c in enumerate(cache):  # check every layer first: never leave layers disagreeing
+        if not (type(c) in (KVCache, QuantizedKVCache) or isinstance(c, WindowKVCache)):
+            raise RollbackError(f"layer {i}: {type(c).__name__} cannot compact a token tree")
+        _check_keep(keep, c.offset - base_offset, f"layer {i}")
+        if isinstance(c, WindowKVCache) and base_offset < c.start:
+            raise RollbackError(f"layer {i}: the tree block at {base_offset} is no longer held "
+                                f"(window cache starts at {c.start})")
+    for c in cache:
+        at = base_offset - (c.start if isinstance(c, WindowKVCache) else 0)
+        if isinstance(c, QuantizedKVCache):
+            c.keys = tuple(_gather_rows(b, at, keep) for b in c.keys)
+            c.values = tuple(_gather_rows(b, at, keep) for b in c.values)
+        else:
+            c.keys = _gather_rows(c.keys, at, keep)
+            c.values = _gather_rows(c.values, at, keep)
+        c.offset = base_offset + len(keep)
+    return base_offset + len(keep)

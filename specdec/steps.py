@@ -7,8 +7,12 @@ Contract:
   forward of token t+1 is queued before waiting for token t, as mlx-lm's loop does.
 - ``spec_steps(...)`` yields one ``Step`` per verify forward over ``[last] + draft``: the
   kept tokens (``verify.greedy_accept`` at temperature 0, ``verify.rejection_sample`` +
-  ``settle`` otherwise), after rolling the cache back past the rejected ones. Only
-  linear proposals are verified here: a token tree is refused, never flattened.
+  ``settle`` otherwise), after rolling the cache back past the rejected ones. With
+  ``tree_budget`` > 0 a drafter's ``propose_tree(context, k, budget)`` may return a token
+  tree (at most k deep, at most ``tree_budget`` nodes): greedy decoding verifies it in one
+  forward (``tree.tree_step``: accept the longest agreeing root path, compact the cache);
+  sampling or a repetition penalty verifies its first-child branch linearly, which is
+  exact (``tree.first_branch``). With ``tree_budget`` = 0 a tree is refused, never flattened.
 Every Step carries the target's log-probability of each emitted token (raw
 ``log_softmax`` of the logits, as mlx-lm reports them), with ``top_logprobs = n > 0`` the
 n most likely tokens at each emitted position as ``(token, logprob)`` pairs, best first
@@ -25,6 +29,7 @@ import mlx.core as mx
 
 from .drafters.base import Drafter, Proposal
 from .rollback import trim
+from .tree import first_branch, prune_tree, tree_step
 from .sampling import Rng, SamplingParams, penalize, processed_probs
 from .verify import greedy_accept, rejection_sample, settle
 
@@ -189,17 +194,23 @@ def in_vocab(draft: list[int], vocab: int | None) -> list[int]:
     return [t if t < vocab else 0 for t in draft]
 
 
-def draft_for_step(drafter: Drafter, context: Sequence[int], k: int) -> Proposal:
-    """The drafter's proposal for this step, at most ``k`` tokens (none when k < 1)."""
+def draft_for_step(drafter: Drafter, context: Sequence[int], k: int,
+                   tree_budget: int = 0) -> Proposal:
+    """The drafter's proposal for this step, at most ``k`` tokens deep (none when k < 1);
+    with ``tree_budget`` > 0 a tree of at most that many nodes (``propose_tree`` when the
+    drafter has it)."""
     if k < 1:
         return Proposal()
-    proposal = drafter.propose(context, k)
+    tree = tree_budget > 0 and hasattr(drafter, "propose_tree")
+    proposal = drafter.propose_tree(context, k, tree_budget) if tree else drafter.propose(context, k)
     if not isinstance(proposal, Proposal):
         raise TypeError(f"{type(drafter).__name__}.propose returned {type(proposal).__name__}, "
                         "not a specdec.drafters.Proposal")
     if not proposal.is_linear:
-        raise ValueError(f"drafter {drafter.name!r} proposed a token tree; this engine verifies "
-                         "linear drafts only")
+        if tree_budget < 1:
+            raise ValueError(f"drafter {drafter.name!r} proposed a token tree; set a draft tree "
+                             "budget (--draft-tree-budget) to verify trees")
+        return prune_tree(proposal, k, tree_budget)
     return proposal.truncated(k)
 
 
@@ -214,13 +225,24 @@ def spec_steps(
     rng: Rng | None,
     diagnostics: bool,
     top_logprobs: int = 0,
+    tree_budget: int = 0,
 ) -> Iterator[Step]:
     """Draft, verify, accept, roll back, emit. ``context`` grows by the emitted tokens of
     each step; ``budget[0]`` is the number of tokens still wanted (drafting past it is
-    waste)."""
+    waste). ``tree_budget``: max tree nodes per step (0 = linear drafts only)."""
     vocab = getattr(getattr(model, "args", None), "vocab_size", None)
+    # a tree is verified exactly only under plain greedy; otherwise its best branch is
+    trees = params.greedy and params.repetition_penalty == 1.0
     while True:
-        proposal = draft_for_step(drafter, context, min(k, budget[0] - 1))
+        proposal = draft_for_step(drafter, context, min(k, budget[0] - 1), tree_budget)
+        if not proposal.is_linear:
+            if trees:
+                step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs)
+                drafter.observe(step.accepted)
+                context.extend(step.tokens)
+                yield step
+                continue
+            proposal = first_branch(proposal)
         draft = list(proposal.tokens)
         logits = model(mx.array([context[-1], *in_vocab(draft, vocab)])[None], cache=cache)[0]
         logits = penalize_block(logits, context, draft, params)

@@ -5,7 +5,8 @@ bench-only ``warm`` flag. A spec is a draft type (or a comma chain such as
 ``ngram,suffix``) followed by ``:``-separated options: ``k=K`` (draft length, default 4),
 ``n=N`` (n-gram minimum for ``ngram``; the maximum is max(3, N)), ``adaptive`` (choose k
 per step, K is the maximum), ``gate`` (skip drafting on non-repetitive prompts),
-``mod-size=S`` / ``mod-n=N`` (the ngram-mod table's slots and hashed n-gram length) and
+``mod-size=S`` / ``mod-n=N`` (the ngram-mod table's slots and hashed n-gram length),
+``tree=N`` / ``tree=auto`` (verify token trees of at most N nodes per step) and
 ``warm`` (ngram-mod starts from a table built earlier, e.g. by another model). ``none``
 is plain decoding, the baseline. ``sweep(types, ks, ns, ...)`` is the cartesian product.
 ``BenchConfig.drafter(...)`` builds a fresh drafter for one run, so no state (an n-gram
@@ -16,6 +17,8 @@ each run measures the same cold start (a ``warm`` run starts from the same saved
     'ngram k=8 n=2 adaptive'
     >>> parse_config("ngram-mod:k=4:mod-n=6").spec.ngram_mod_n
     6
+    >>> parse_config("suffix:k=8:tree=16").label, parse_config("suffix:tree=auto").text
+    ('suffix k=8 tree=16', 'suffix:k=4:tree=auto')
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ class BenchConfig:
         return self.spec.num_draft_tokens
 
     @property
+    def tree_budget(self) -> int | str:
+        """``draft_tree_budget`` for ``generate`` (0 = linear drafts)."""
+        return self.spec.draft_tree_budget
+
+    @property
     def draft_type(self) -> str:
         return self.spec.draft_type
 
@@ -54,6 +62,7 @@ class BenchConfig:
         out += [("n", str(s.ngram_min))] if s.ngram_min != 1 else []
         out += [("mod-size", str(s.ngram_mod_size))] if s.ngram_mod_size else []
         out += [("mod-n", str(s.ngram_mod_n))] if s.ngram_mod_n else []
+        out += [("tree", str(s.draft_tree_budget))] if s.draft_tree_budget else []
         flags = (("adaptive", s.adaptive_k), ("gate", s.gate), ("warm", self.warm))
         return out + [(name, "") for name, on in flags if on]
 
@@ -104,9 +113,11 @@ def parse_config(text: str) -> BenchConfig:
                 kw[{"adaptive": "adaptive_k"}.get(key, key)] = True
             elif key in _NUMBERS and value.isdigit() and int(value) >= 1:
                 kw[_NUMBERS[key]] = int(value)
+            elif key == "tree" and (value == "auto" or value.isdigit()):
+                kw["draft_tree_budget"] = value if value == "auto" else int(value)
             else:
                 raise ValueError(f"bad option {opt!r} (use k=K, n=N, mod-size=S, mod-n=N, "
-                                 "adaptive, gate, warm)")
+                                 "tree=N|auto, adaptive, gate, warm)")
         kw.pop("warm", None)
         if "ngram_min" in kw:
             kw["ngram_max"] = max(3, kw["ngram_min"])

@@ -62,6 +62,7 @@ class DraftSpec:
     ngram_mod_n: int | None = None  # None: the table's default (4)
     suffix_history: int = DEFAULT_SUFFIX_HISTORY
     draft_model: str | None = None
+    draft_tree_budget: int | str = 0  # max token-tree nodes per step; 0 = linear; "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "draft_type", ",".join(parse_draft_types(self.draft_type)))
@@ -78,6 +79,9 @@ class DraftSpec:
             raise ValueError(f"--gate-threshold must be in [0, 1], got {self.gate_threshold}")
         if self.suffix_history < 0:
             raise ValueError(f"--suffix-history must be >= 0, got {self.suffix_history}")
+        t = self.draft_tree_budget
+        if t != "auto" and (isinstance(t, bool) or not isinstance(t, int) or t < 0):
+            raise ValueError(f"--draft-tree-budget must be an integer >= 0 or 'auto', got {t!r}")
         for name in ("ngram_mod_size", "ngram_mod_n"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):

@@ -24,6 +24,7 @@ from pydantic_core import PydanticCustomError
 from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types
 
 MAX_DRAFT_TOKENS = 32
+MAX_TREE_NODES = 64
 MAX_STOPS = 4
 
 
@@ -45,6 +46,15 @@ class SpeculativeOptions(_Strict):
     gate: bool | None = None
     gate_threshold: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     adaptive_k: bool | None = None
+    draft_tree_budget: int | Literal["auto"] | None = Field(
+        None, description="max token-tree nodes per step (0 = linear), or 'auto'")
+
+    @field_validator("draft_tree_budget")
+    @classmethod
+    def _tree_budget(cls, v: int | str | None) -> int | str | None:
+        if isinstance(v, int) and not 0 <= v <= MAX_TREE_NODES:
+            raise _unsupported(f"draft_tree_budget must be in [0, {MAX_TREE_NODES}] or 'auto'")
+        return v
 
     @field_validator("draft_type")
     @classmethod

@@ -291,6 +291,7 @@ class InferenceWorker:
             gen = stream_generate(
                 self.model, self.tokenizer, req.prompt_ids, drafter=self._drafter(req),
                 max_tokens=req.max_tokens, num_draft_tokens=req.speculation.num_draft_tokens,
+                draft_tree_budget=req.speculation.draft_tree_budget,
                 stop=req.stop, top_logprobs=req.top_logprobs, kv_bits=self.cfg.kv_bits,
                 prompt_cache=prompt_cache, **asdict(req.sampling),
             )

@@ -1,0 +1,334 @@
+"""Token-tree verification: one target forward over ``[last] + tree nodes`` on an
+unmodified mlx-lm model, greedy acceptance of the longest agreeing root path, and cache
+compaction to exactly that path.
+
+Contract:
+- A tree is ``(tokens, parents)`` in topological order (``parents[j] < j``, ``-1`` = the
+  root, i.e. the last context token), as ``drafters.base.Proposal`` holds it. The verify
+  *block* is ``[last] + tokens``: block index 0 is the root, block index ``j + 1`` is
+  node ``j``.
+- ``tree_positions(parents)`` gives each node's depth (1..; the root is depth 0);
+  ``ancestor_mask(parents)`` the block's ``(n+1, n+1)`` visibility (ancestors and self).
+- ``tree_forward(model, cache, last, tokens, parents)`` returns the logits of every block
+  row after ONE forward: row ``r`` equals the logits of a plain forward of the context
+  plus the root path of row ``r``. Two temporary swaps make that happen inside the
+  unmodified model (``tree_attention``): every attention layer's ``rope`` module is wrapped
+  so each token is rotated at ``offset + depth`` (``mx.fast.rope`` takes one offset per
+  batch row, so tokens move to the batch axis), and every layer cache's ``make_mask``
+  returns "cache prefix + ancestors" (intersected with the sliding window, counted in
+  logical positions, for windowed layers). Both are restored on exit; the model graph is
+  built before that, so lazy evaluation afterwards is unaffected. Not re-entrant: one
+  forward of one model at a time (the server has one inference thread).
+- ``greedy_tree_accept(tokens, parents, fix)`` walks from the root taking the child whose
+  token equals the target's argmax at the current row; ``rollback.compact`` then keeps the
+  root and the accepted nodes in the cache (checked, for KVCache, QuantizedKVCache and
+  WindowKVCache).
+- ``tree_step(...)`` is one engine step over a tree proposal (one host sync).
+- Sampling (temperature > 0) or a repetition penalty: the engine verifies the tree's
+  first-child branch linearly (``first_branch``), which is exact; multi-candidate
+  rejection sampling is not implemented, and an inexact sample is never produced.
+- ``auto_budget(cost)`` picks a node budget from the verify cost curve and a conservative
+  acceptance model (``--draft-tree-budget auto``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
+from mlx_lm.models.rope_utils import Llama3RoPE, SuScaledRoPE, YarnRoPE
+
+from .drafters.base import Proposal
+from .rollback import RollbackError, WindowKVCache, compact
+
+# RoPE modules whose __call__ hands ``offset`` straight to mx.fast.rope (so a vector of
+# per-batch-row offsets is exact). Others (e.g. dynamic NTK, whose frequencies depend on
+# the offset itself) are refused rather than guessed at.
+ROPE_KINDS = (nn.RoPE, Llama3RoPE, SuScaledRoPE, YarnRoPE)
+MAX_AUTO_NODES = 32
+# ``auto`` measures the curve to this block length (N <= 16 nodes): the first use of a
+# model measures it once (``measure.cost_curve_for`` caches it); extend where the curve is
+# flat further out (Metal/CUDA).
+AUTO_CURVE_LEN = 17
+# Conservative acceptance model for ``auto_budget``: the probability that the target agrees
+# with a drafter's child of rank 1, 2, 3 (given its parent was accepted).
+DEFAULT_RANK_ACCEPT = (0.5, 0.12, 0.04)
+
+
+def tree_positions(parents: Sequence[int]) -> list[int]:
+    """Depth of each node (1 for children of the root).
+
+    >>> tree_positions([-1, 0, 0, -1, 3])
+    [1, 2, 2, 1, 2]
+    """
+    depth: list[int] = []
+    for j, p in enumerate(parents):
+        if not -1 <= p < j:
+            raise ValueError(f"node {j}: parent {p} is not an earlier node or -1 (topological order)")
+        depth.append(1 + (depth[p] if p >= 0 else 0))
+    return depth
+
+
+def ancestor_mask(parents: Sequence[int]) -> list[list[bool]]:
+    """Visibility within the block ``[last] + nodes``: row r sees the root, its ancestors
+    and itself.
+
+    >>> [''.join('x' if v else '.' for v in row) for row in ancestor_mask([-1, 0, -1])]
+    ['x...', 'xx..', 'xxx.', 'x..x']
+    """
+    tree_positions(parents)  # validates the order
+    rows = [[True]]
+    for j, p in enumerate(parents):
+        parent = rows[p + 1]  # the parent's row (root = block row 0) sees our ancestors
+        rows.append(parent + [False] * (j + 1 - len(parent)) + [True])
+    n = len(rows)
+    return [r + [False] * (n - len(r)) for r in rows]
+
+
+def first_branch(proposal: Proposal) -> Proposal:
+    """The tree's first-child path (drafters order children best first), as a linear
+    proposal with its q rows.
+
+    >>> first_branch(Proposal([5, 6, 7, 8], parents=(-1, -1, 0, 2))).tokens
+    (5, 7, 8)
+    """
+    if proposal.is_linear:
+        return proposal
+    path, node = [], -1
+    for j, p in enumerate(proposal.parents):
+        if p == node:
+            path.append(j)
+            node = j
+    q = None if proposal.q is None else proposal.q[mx.array(path)] if path else None
+    return Proposal([proposal.tokens[j] for j in path], q)
+
+
+def prune_tree(proposal: Proposal, max_depth: int, max_nodes: int) -> Proposal:
+    """The nodes at depth <= max_depth whose ancestors are all kept, the first
+    ``max_nodes`` of them in topological order (so every kept node's parent is kept).
+
+    >>> p = prune_tree(Proposal([1, 2, 3, 4], parents=(-1, 0, 1, -1)), 2, 3)
+    >>> p.tokens, p.parents
+    ((1, 2, 4), (-1, 0, -1))
+    """
+    if proposal.is_linear:
+        return proposal.truncated(min(max_depth, max_nodes))
+    depth = tree_positions(proposal.parents)
+    new_index: dict[int, int] = {-1: -1}
+    kept: list[int] = []
+    for j, p in enumerate(proposal.parents):
+        if len(kept) < max_nodes and depth[j] <= max_depth and p in new_index:
+            new_index[j] = len(kept)
+            kept.append(j)
+    if len(kept) == len(proposal.tokens):
+        return proposal
+    q = None if proposal.q is None or not kept else proposal.q[mx.array(kept)]
+    return Proposal([proposal.tokens[j] for j in kept], q,
+                    parents=[new_index[proposal.parents[j]] for j in kept])
+
+
+def greedy_tree_accept(tokens: Sequence[int], parents: Sequence[int],
+                       fix: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(accepted node indices in path order, emitted tokens). ``fix[r]`` is the target's
+    argmax at block row r (row 0 follows the root, row j+1 follows node j). The emitted
+    tokens are the accepted nodes' tokens plus the target's token after the last one.
+
+    >>> greedy_tree_accept([5, 6, 7, 9], [-1, -1, 1, 2], fix=[6, 0, 7, 9, 9])
+    ([1, 2, 3], [6, 7, 9, 9])
+    >>> greedy_tree_accept([5, 6], [-1, -1], fix=[4, 0, 0])
+    ([], [4])
+    """
+    children: dict[int, list[int]] = {}
+    for j, p in enumerate(parents):
+        children.setdefault(p, []).append(j)
+    path, node = [], -1
+    while True:
+        want = fix[node + 1]
+        nxt = next((c for c in children.get(node, ()) if tokens[c] == want), None)
+        if nxt is None:
+            return path, [tokens[j] for j in path] + [want]
+        path.append(nxt)
+        node = nxt
+
+
+# ---- one forward over a tree ------------------------------------------------------------
+class _TreeRoPE(nn.Module):
+    """Applies the wrapped RoPE at ``offset + depth`` per token: x (1, H, L, D) moves to
+    (L, H, 1, D), one batch row per token, each with its own offset."""
+
+    def __init__(self, inner: nn.Module, depths: mx.array):
+        super().__init__()
+        self.inner = inner
+        self.depths = depths
+
+    def __call__(self, x: mx.array, offset: Any = 0) -> mx.array:
+        if x.shape[0] != 1 or x.shape[2] != self.depths.shape[0]:
+            raise ValueError(f"tree forward: rope got shape {x.shape}, expected batch 1 and "
+                             f"{self.depths.shape[0]} tokens")
+        pos = (self.depths + offset).astype(mx.int32)
+        y = self.inner(x.transpose(2, 1, 0, 3), offset=pos)
+        return y.transpose(2, 1, 0, 3)
+
+
+def _rope_owners(model: nn.Module) -> list[nn.Module]:
+    owners = [m for _, m in model.named_modules() if isinstance(m.get("rope"), nn.Module)]
+    if not owners:
+        raise ValueError(f"{type(model).__name__}: no attention layer with a `rope` module; "
+                         "token trees need mlx-lm attention layers that own their RoPE")
+    for m in owners:
+        if not isinstance(m["rope"], ROPE_KINDS):
+            raise ValueError(f"{type(m['rope']).__name__} is not a RoPE kind tree verification "
+                             f"supports ({', '.join(k.__name__ for k in ROPE_KINDS)}): "
+                             "use --draft-tree-budget 0")
+    return owners
+
+
+def _first_key(c: Any, n: int) -> int:
+    """Absolute position of the first key the layer's attention will see."""
+    if isinstance(c, WindowKVCache):
+        return c.start + c._drop_for(n)  # the same drop rule update_and_fetch applies
+    if type(c) in (KVCache, QuantizedKVCache):
+        return 0
+    raise RollbackError(f"{type(c).__name__}: token trees support KVCache, QuantizedKVCache "
+                        "and WindowKVCache layers only: use --draft-tree-budget 0")
+
+
+def tree_mask(c: Any, depths: mx.array, anc: mx.array, n: int,
+              window_size: int | None = None) -> mx.array:
+    """(n, keys) bool mask of a tree block on top of cache ``c``: the cached prefix and the
+    row's ancestors, each within ``window_size`` logical positions when given."""
+    if n != depths.shape[0]:
+        raise ValueError(f"tree mask for {n} tokens, but the tree block has {depths.shape[0]}")
+    window = window_size or getattr(c, "window", None)
+    first, offset = _first_key(c, n), c.offset
+    q = offset + depths[:, None]  # each row's logical position
+    k = mx.arange(first, offset)[None]
+    prefix = mx.broadcast_to(k <= q, (n, offset - first))
+    block = anc
+    if window is not None:
+        prefix = prefix & (k > q - window)
+        block = block & (depths[:, None] - depths[None] < window)
+    return mx.concatenate([prefix, block], axis=1)
+
+
+@contextmanager
+def tree_attention(model: nn.Module, cache: list, parents: Sequence[int]) -> Iterator[None]:
+    """Within the block, the model rotates each token at its depth and masks attention to
+    the prefix and its ancestors (see module doc). Restores everything on exit."""
+    owners = _rope_owners(model)
+    depths = mx.array([0] + tree_positions(parents), dtype=mx.int32)
+    anc = mx.array(ancestor_mask(parents))
+    for i, c in enumerate(cache):
+        _first_key(c, 1)  # refuse unsupported layers before touching anything
+        if "make_mask" in vars(c):
+            raise RuntimeError(f"layer {i}: cache already in a tree forward (not re-entrant)")
+    inner = [m["rope"] for m in owners]
+    try:
+        for m, r in zip(owners, inner):
+            m.rope = _TreeRoPE(r, depths)
+        for c in cache:
+            c.make_mask = (lambda c: lambda N, window_size=None, **_: tree_mask(
+                c, depths, anc, N, window_size))(c)
+        yield
+    finally:
+        for m, r in zip(owners, inner):
+            m.rope = r
+        for c in cache:
+            vars(c).pop("make_mask", None)
+
+
+def tree_forward(model: nn.Module, cache: list, last: int, tokens: Sequence[int],
+                 parents: Sequence[int]) -> mx.array:
+    """Logits (n+1, V) of the block ``[last] + tokens`` in one forward (module doc); the
+    cache then holds the whole block: follow with ``rollback.compact``."""
+    if len(tokens) != len(parents):
+        raise ValueError(f"{len(tokens)} tokens but {len(parents)} parents")
+    with tree_attention(model, cache, parents):
+        return model(mx.array([last, *tokens])[None], cache=cache)[0]
+
+
+# ---- one engine step ---------------------------------------------------------------------
+def tree_step(model: Any, cache: list, context: list[int], proposal: Proposal,
+              vocab: int | None, diagnostics: bool, top_logprobs: int) -> Any:
+    """Verify a (greedy) tree proposal: one forward, one host sync, accept, compact.
+    Returns ``(Step, accepted node indices)``; ``context`` is not changed here."""
+    from .steps import Step, in_vocab, sorted_top, top2_margin, top_entries
+
+    tokens, parents = list(proposal.tokens), list(proposal.parents)
+    base = cache[0].offset
+    logits = tree_forward(model, cache, context[-1], in_vocab(tokens, vocab), parents)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    fix = mx.argmax(logits, axis=-1)
+    # each node's logprob at its parent's row; an out-of-vocabulary id is never accepted
+    cand = mx.minimum(mx.array(tokens, dtype=fix.dtype), logits.shape[-1] - 1)
+    arrays = [fix, logp[mx.arange(logits.shape[0]), fix], logp[mx.array(parents) + 1, cand]]
+    arrays += [top2_margin(logits)] if diagnostics else []
+    arrays += top_entries(logp, top_logprobs) if top_logprobs else []
+    mx.eval(*arrays)
+    fx, lp_fix, lp_node, *rest = (a.tolist() for a in arrays)  # the one sync
+    path, emitted = greedy_tree_accept(tokens, parents, fx)
+    compact(cache, base, [0] + [j + 1 for j in path])
+    rows = [0] + [j + 1 for j in path]  # the block row each emitted token was predicted at
+    logprobs = [lp_node[j] for j in path] + [lp_fix[rows[-1]]]
+    margins = None
+    if diagnostics:
+        m = rest.pop(0)
+        margins = [m[r] for r in rows]
+    top = [sorted_top(rest[0][r], rest[1][r]) for r in rows] if top_logprobs else None
+    return Step(emitted, len(tokens), len(path), len(tokens) + 1, logprobs, margins, top), path
+
+
+# ---- the node budget ---------------------------------------------------------------------
+def expected_accepted(n: int, rank_accept: Sequence[float] = DEFAULT_RANK_ACCEPT) -> float:
+    """Expected accepted tokens of the best n-node tree when the child of rank r is
+    accepted with probability ``rank_accept[r]`` given its parent: the sum of the n
+    largest root-path probabilities (nodes expanded best first, as EAGLE-2/Sequoia do).
+
+    >>> round(expected_accepted(2, (0.5, 0.2)), 3)   # 0.5 + max(0.25, 0.2)
+    0.75
+    """
+    heap, total = [(-p, i) for i, p in enumerate(rank_accept)], 0.0
+    heapq.heapify(heap)
+    for _ in range(n):
+        if not heap:
+            break
+        neg, _ = heapq.heappop(heap)
+        total -= neg
+        for i, p in enumerate(rank_accept):  # its children
+            heapq.heappush(heap, (neg * p, i))
+    return total
+
+
+def auto_budget(cost: Mapping[int, float], rank_accept: Sequence[float] = DEFAULT_RANK_ACCEPT,
+                max_nodes: int = MAX_AUTO_NODES) -> int:
+    """The node count N <= max_nodes maximising (1 + E[accepted | N]) / cost(N + 1) over the
+    block lengths the curve measured (``cost[L]``: seconds of an L-token verify forward).
+
+    >>> auto_budget({1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 3.0})   # flat to 4 tokens, then steep
+    3
+    >>> auto_budget({1: 1.0, 2: 2.0, 3: 3.0})                     # linear cost: trees never pay
+    0
+    """
+    best, best_rate = 0, 1.0 / cost[1]
+    for n in range(1, max_nodes + 1):
+        if n + 1 in cost:
+            rate = (1 + expected_accepted(n, rank_accept)) / cost[n + 1]
+            if rate > best_rate:
+                best, best_rate = n, rate
+    return best
+
+
+def resolve_tree_budget(model: Any, value: int | str) -> int:
+    """An integer node budget: ``"auto"`` is chosen from the model's (cached) verify cost
+    curve by ``auto_budget``."""
+    if value == "auto":
+        from .measure import cost_curve_for
+
+        return auto_budget(cost_curve_for(model, AUTO_CURVE_LEN))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
+    return value
