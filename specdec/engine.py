@@ -133,11 +133,12 @@ def token_stream(
     attaches the n most likely ``(token, logprob)`` pairs, best first, to each token.
     ``prompt_cache`` (``make_prompt_cache``) is reused for the prompt's cached prefix and
     left holding exactly the prompt and the emitted tokens (see ``prompt_cache``).
-    ``tree_budget``: max token-tree nodes per step (0 = linear drafts; ``"auto"`` =
-    ``tree.auto_budget`` of the model's verify cost curve); see ``steps.spec_steps``.
+    ``tree_budget``: max token-tree nodes per step (0 = linear drafts; ``"auto"``: chosen
+    each step by a ``tree_shape.TreeShaper`` on the model's verify cost curve); see
+    ``steps.spec_steps``.
     """
     _check_args(max_tokens, num_draft_tokens, prefill_step_size)
-    tree_budget = resolve_tree_budget(model, tree_budget) if tree_budget else 0
+    tree_budget, shaper = resolve_tree_budget(model, tree_budget) if tree_budget else (0, None)
     if not 0 <= top_logprobs <= 100:
         raise ValueError(f"top_logprobs must be in [0, 100], got {top_logprobs}")
     if not prompt_ids:
@@ -164,7 +165,7 @@ def token_stream(
     budget = [max_tokens]  # tokens still wanted: spec_steps drafts no further than that
     if speculative:
         steps = spec_steps(model, cache, list(prompt_ids), drafter, num_draft_tokens, budget,
-                           sampling, rng, diagnostics, top_logprobs, tree_budget)
+                           sampling, rng, diagnostics, top_logprobs, tree_budget, shaper)
     else:
         steps = plain_steps(model, cache, prompt_ids, sampling, rng, diagnostics, top_logprobs)
     emitted = _emit(steps, budget, set(eos), stats, step_log, t0)
@@ -179,7 +180,7 @@ def _emit(steps: Iterator[Any], budget: list[int], eos: set[int], stats: SpecSta
     still wanted, kept up to date here) reaches 0."""
     t_prefill, max_tokens = t0 + stats.prefill_s, budget[0]
     for step in steps:
-        stats.record_step(step.drafted, step.accepted, step.fed)
+        stats.record_step(step.drafted, step.accepted, step.fed, step.depth)
         if step_log is not None:
             step_log.append((step.fed, step.accepted))
         for i, tok in enumerate(step.tokens):
@@ -225,7 +226,7 @@ def stream_generate(
     *,
     drafter: Drafter | DraftSpec | str | None = "ngram",
     max_tokens: int = 256,
-    num_draft_tokens: int = 4,
+    num_draft_tokens: int | None = None,
     ngram_min: int = 1,
     ngram_max: int = 3,
     stop: Sequence[str] | None = None,
@@ -249,9 +250,13 @@ def stream_generate(
     """Generate from ``prompt``, speculating with ``drafter``; see module doc.
     ``prompt_cache``: reuse and extend a conversation's cache (``make_prompt_cache``).
     ``draft_tree_budget``: max token-tree nodes per step, or ``"auto"`` (None: the
-    ``DraftSpec``'s when ``drafter`` is one, else 0 = linear drafts)."""
+    ``DraftSpec``'s when ``drafter`` is one, else 0 = linear drafts); ``num_draft_tokens``
+    likewise defaults to the spec's k (else 4)."""
+    spec = drafter if isinstance(drafter, DraftSpec) else None
     if draft_tree_budget is None:
-        draft_tree_budget = drafter.draft_tree_budget if isinstance(drafter, DraftSpec) else 0
+        draft_tree_budget = spec.draft_tree_budget if spec else 0
+    if num_draft_tokens is None:
+        num_draft_tokens = spec.num_draft_tokens if spec else 4
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=num_draft_tokens,
                               ngram_min=ngram_min, ngram_max=ngram_max,

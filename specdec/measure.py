@@ -86,15 +86,17 @@ def model_fingerprint(model: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None) -> dict[int, float]:
-    """The model's verify cost curve up to ``max_len``, measured once and cached on disk."""
+def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None,
+                   extra: tuple[int, ...] = ()) -> dict[int, float]:
+    """The model's verify cost curve at 1..``max_len`` and ``extra``, measured once and
+    cached on disk."""
     root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
     path = root / "cost" / f"{model_fingerprint(model)}.json"
     if path.exists():
         curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
-        if all(L in curve for L in range(1, max_len + 1)):
+        if all(L in curve for L in [*range(1, max_len + 1), *extra]):
             return curve
-    curve = verify_cost_curve(model, max_len)
+    curve = verify_cost_curve(model, max_len, extra=extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(curve))

@@ -33,15 +33,18 @@ class SpecStats:
     ttft_s: float = 0.0
     decode_s: float = 0.0
 
-    def record_step(self, drafted: int, accepted: int, fed: int) -> None:
+    def record_step(self, drafted: int, accepted: int, fed: int, depth: int | None = None) -> None:
+        """One verify step; per-position counts go by draft depth (a tree drafts several
+        nodes per position: ``depth`` is its depth, None for a linear draft)."""
         self.verify_steps += 1
         self.drafted += drafted
         self.accepted += accepted
         self.fed_tokens += fed
-        while len(self.drafted_by_position) < drafted:
+        depth = drafted if depth is None else depth
+        while len(self.drafted_by_position) < depth:
             self.drafted_by_position.append(0)
             self.accepted_by_position.append(0)
-        for i in range(drafted):
+        for i in range(depth):
             self.drafted_by_position[i] += 1
             self.accepted_by_position[i] += i < accepted
 

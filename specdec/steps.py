@@ -29,7 +29,8 @@ import mlx.core as mx
 
 from .drafters.base import Drafter, Proposal
 from .rollback import trim
-from .tree import first_branch, prune_tree, tree_step
+from .tree import cut, first_branch, prune_tree, tree_step
+from .tree_shape import TreeShaper
 from .sampling import Rng, SamplingParams, penalize, processed_probs
 from .verify import greedy_accept, rejection_sample, settle
 
@@ -43,6 +44,7 @@ class Step:
     logprobs: list[float]
     margins: list[float] | None = None
     top: list[list[tuple[int, float]]] | None = None  # per emitted token, when asked
+    depth: int | None = None  # a tree's depth (None: a linear draft, depth = drafted)
 
 
 def top_entries(logp: mx.array, n: int) -> list[mx.array]:
@@ -226,34 +228,47 @@ def spec_steps(
     diagnostics: bool,
     top_logprobs: int = 0,
     tree_budget: int = 0,
+    shaper: TreeShaper | None = None,
 ) -> Iterator[Step]:
     """Draft, verify, accept, roll back, emit. ``context`` grows by the emitted tokens of
     each step; ``budget[0]`` is the number of tokens still wanted (drafting past it is
-    waste). ``tree_budget``: max tree nodes per step (0 = linear drafts only)."""
+    waste). ``tree_budget``: max tree nodes per step (0 = linear drafts only); with a
+    ``shaper`` (``--draft-tree-budget auto``) each step verifies only the first
+    ``shaper.budget()`` nodes of the drafter's best-first proposal, and the shaper learns
+    from the whole proposal against what was emitted."""
     vocab = getattr(getattr(model, "args", None), "vocab_size", None)
     # a tree is verified exactly only under plain greedy; otherwise its best branch is
     trees = params.greedy and params.repetition_penalty == 1.0
     while True:
-        proposal = draft_for_step(drafter, context, min(k, budget[0] - 1), tree_budget)
-        if not proposal.is_linear:
-            if trees:
-                step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs)
-                drafter.observe(step.accepted)
-                context.extend(step.tokens)
-                yield step
-                continue
+        full = draft_for_step(drafter, context, min(k, budget[0] - 1), tree_budget)
+        proposal = cut(full, full.depth, shaper.budget()) if shaper and full else full
+        if not proposal.is_linear and not trees:
             proposal = first_branch(proposal)
-        draft = list(proposal.tokens)
-        logits = model(mx.array([context[-1], *in_vocab(draft, vocab)])[None], cache=cache)[0]
-        logits = penalize_block(logits, context, draft, params)
-        accept, fix = _verify(logits, proposal, params, rng)
-        got = _Fetched.fetch(logits, proposal, accept, fix, diagnostics, top_logprobs)
-        if params.greedy:
-            accepted, emitted = greedy_accept(draft, got.fix)
+        if proposal.is_linear:
+            step = _linear_step(model, cache, context, proposal, params, rng, vocab,
+                                diagnostics, top_logprobs)
         else:
-            accepted, emitted = settle(draft, got.accept, got.fix)
-        if draft:
-            drafter.observe(accepted)
-        trim(cache, len(draft) - accepted)
-        context.extend(emitted)
-        yield got.step(emitted, len(draft), accepted)
+            step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs)
+        if proposal:
+            drafter.observe(step.accepted)
+        if shaper and full:
+            shaper.update(full.tokens, full.parents, step.tokens)
+        context.extend(step.tokens)
+        yield step
+
+
+def _linear_step(model: Any, cache: list, context: list[int], proposal: Proposal,
+                 params: SamplingParams, rng: Rng | None, vocab: int | None,
+                 diagnostics: bool, top_logprobs: int) -> Step:
+    """One verify forward of a linear draft, rolled back past its rejected tokens."""
+    draft = list(proposal.tokens)
+    logits = model(mx.array([context[-1], *in_vocab(draft, vocab)])[None], cache=cache)[0]
+    logits = penalize_block(logits, context, draft, params)
+    accept, fix = _verify(logits, proposal, params, rng)
+    got = _Fetched.fetch(logits, proposal, accept, fix, diagnostics, top_logprobs)
+    if params.greedy:
+        accepted, emitted = greedy_accept(draft, got.fix)
+    else:
+        accepted, emitted = settle(draft, got.accept, got.fix)
+    trim(cache, len(draft) - accepted)
+    return got.step(emitted, len(draft), accepted)

@@ -27,15 +27,16 @@ Contract:
 - Sampling (temperature > 0) or a repetition penalty: the engine verifies the tree's
   first-child branch linearly (``first_branch``), which is exact; multi-candidate
   rejection sampling is not implemented, and an inexact sample is never produced.
-- ``auto_budget(cost)`` picks a node budget from the verify cost curve and a conservative
-  acceptance model (``--draft-tree-budget auto``).
+- ``resolve_tree_budget(model, value)``: a fixed node budget, or for ``"auto"`` a
+  ``tree_shape.TreeShaper`` that picks each step's budget from the drafter's observed
+  per-node hit rates and the model's verify cost curve; ``cut`` applies it (drafters
+  return best-first trees, so the first N nodes are the best N-node tree).
 """
 
 from __future__ import annotations
 
-import heapq
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -44,19 +45,17 @@ from mlx_lm.models.rope_utils import Llama3RoPE, SuScaledRoPE, YarnRoPE
 
 from .drafters.base import Proposal
 from .rollback import RollbackError, WindowKVCache, compact
+from .tree_shape import TreeShaper
 
 # RoPE modules whose __call__ hands ``offset`` straight to mx.fast.rope (so a vector of
 # per-batch-row offsets is exact). Others (e.g. dynamic NTK, whose frequencies depend on
 # the offset itself) are refused rather than guessed at.
 ROPE_KINDS = (nn.RoPE, Llama3RoPE, SuScaledRoPE, YarnRoPE)
 MAX_AUTO_NODES = 32
-# ``auto`` measures the curve to this block length (N <= 16 nodes): the first use of a
-# model measures it once (``measure.cost_curve_for`` caches it); extend where the curve is
-# flat further out (Metal/CUDA).
+# ``auto`` measures the curve densely to this block length and sparsely beyond (the first
+# use of a model measures it once; ``measure.cost_curve_for`` caches it on disk).
 AUTO_CURVE_LEN = 17
-# Conservative acceptance model for ``auto_budget``: the probability that the target agrees
-# with a drafter's child of rank 1, 2, 3 (given its parent was accepted).
-DEFAULT_RANK_ACCEPT = (0.5, 0.12, 0.04)
+AUTO_CURVE_EXTRA = (24, 33)
 
 
 def tree_positions(parents: Sequence[int]) -> list[int]:
@@ -279,56 +278,28 @@ def tree_step(model: Any, cache: list, context: list[int], proposal: Proposal,
         m = rest.pop(0)
         margins = [m[r] for r in rows]
     top = [sorted_top(rest[0][r], rest[1][r]) for r in rows] if top_logprobs else None
-    return Step(emitted, len(tokens), len(path), len(tokens) + 1, logprobs, margins, top), path
+    step = Step(emitted, len(tokens), len(path), len(tokens) + 1, logprobs, margins, top,
+                depth=proposal.depth)
+    return step, path
 
 
 # ---- the node budget ---------------------------------------------------------------------
-def expected_accepted(n: int, rank_accept: Sequence[float] = DEFAULT_RANK_ACCEPT) -> float:
-    """Expected accepted tokens of the best n-node tree when the child of rank r is
-    accepted with probability ``rank_accept[r]`` given its parent: the sum of the n
-    largest root-path probabilities (nodes expanded best first, as EAGLE-2/Sequoia do).
-
-    >>> round(expected_accepted(2, (0.5, 0.2)), 3)   # 0.5 + max(0.25, 0.2)
-    0.75
-    """
-    heap, total = [(-p, i) for i, p in enumerate(rank_accept)], 0.0
-    heapq.heapify(heap)
-    for _ in range(n):
-        if not heap:
-            break
-        neg, _ = heapq.heappop(heap)
-        total -= neg
-        for i, p in enumerate(rank_accept):  # its children
-            heapq.heappush(heap, (neg * p, i))
-    return total
-
-
-def auto_budget(cost: Mapping[int, float], rank_accept: Sequence[float] = DEFAULT_RANK_ACCEPT,
-                max_nodes: int = MAX_AUTO_NODES) -> int:
-    """The node count N <= max_nodes maximising (1 + E[accepted | N]) / cost(N + 1) over the
-    block lengths the curve measured (``cost[L]``: seconds of an L-token verify forward).
-
-    >>> auto_budget({1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 3.0})   # flat to 4 tokens, then steep
-    3
-    >>> auto_budget({1: 1.0, 2: 2.0, 3: 3.0})                     # linear cost: trees never pay
-    0
-    """
-    best, best_rate = 0, 1.0 / cost[1]
-    for n in range(1, max_nodes + 1):
-        if n + 1 in cost:
-            rate = (1 + expected_accepted(n, rank_accept)) / cost[n + 1]
-            if rate > best_rate:
-                best, best_rate = n, rate
-    return best
-
-
-def resolve_tree_budget(model: Any, value: int | str) -> int:
-    """An integer node budget: ``"auto"`` is chosen from the model's (cached) verify cost
-    curve by ``auto_budget``."""
+def resolve_tree_budget(model: Any, value: int | str) -> tuple[int, TreeShaper | None]:
+    """(node budget, shaper): an integer budget is fixed (0 = linear drafts); ``"auto"``
+    asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
+    model's (cached) verify cost curve pick how many to verify at each step."""
     if value == "auto":
         from .measure import cost_curve_for
 
-        return auto_budget(cost_curve_for(model, AUTO_CURVE_LEN))
+        cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
+        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
-    return value
+    return value, None
+
+
+def cut(proposal: Proposal, max_depth: int, max_nodes: int) -> Proposal:
+    """The first ``max_nodes`` nodes of a (best-first) proposal, at most ``max_depth`` deep."""
+    if proposal.is_linear:
+        return proposal.truncated(min(max_depth, max_nodes))
+    return prune_tree(proposal, max_depth, max_nodes)

@@ -70,8 +70,8 @@ def test_smollm_parity_varied_prompts(name, k, n_min):
 
 
 @pytest.mark.parametrize("name", ["demo_colorsys", "json_records", "passage_zen"])
-@pytest.mark.parametrize("k", [1, 2, 3, 16])
-@pytest.mark.parametrize("n_min", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 3, 16])
+@pytest.mark.parametrize("n_min", [1, 3])  # n_min 2 and k 4/8 run in the varied grid above
 def test_smollm_parity_grid(name, k, n_min):
     prompt = PROMPTS[name]
     out = spec("smollm2-135m", prompt, drafter="ngram", num_draft_tokens=k, ngram_min=n_min,

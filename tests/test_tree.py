@@ -20,7 +20,8 @@ import random
 
 import mlx.core as mx
 import pytest
-from conftest import TINY_VOCAB, cached_tiny, plain_reference, real_model, requires_model
+from conftest import (TINY_VOCAB, assert_stats_speculated, cached_tiny, plain_reference, real_model,
+                      requires_model)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +32,6 @@ from specdec.sampling import SamplingParams
 from specdec.steps import prefill
 from specdec.tree import (
     ancestor_mask,
-    auto_budget,
     first_branch,
     greedy_tree_accept,
     prune_tree,
@@ -130,11 +130,8 @@ def test_prune_tree_keeps_closed_depth_limited_prefix(tree, max_depth, max_nodes
     assert [p.path(j) for j in range(len(p))] == [root_path(tokens, parents, j) for j in ok]
 
 
-def test_first_branch_and_auto_budget():
+def test_first_branch():
     assert first_branch(Proposal([1, 2, 3], parents=(-1, -1, 1))).tokens == (1,)
-    flat = {L: 1.0 for L in range(1, 40)}
-    assert auto_budget(flat) == 32  # a flat curve: every node is free
-    assert auto_budget({L: float(L) for L in range(1, 40)}) == 0  # linear: nothing pays
 
 
 # ---- one forward over a tree --------------------------------------------------------------
@@ -452,10 +449,46 @@ def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     model, prompt = cached_tiny("llama"), tiny_prompt(9)
-    n = resolve_tree_budget(model, "auto")
-    assert isinstance(n, int) and 0 <= n <= 16 and list(tmp_path.glob("cost/*.json"))
+    n, shaper = resolve_tree_budget(model, "auto")
+    assert n == shaper.max_nodes and list(tmp_path.glob("cost/*.json"))
+    assert {1, 17, 33} <= set(shaper.cost)
     ref = run(model, prompt, max_tokens=20)
     out = run(model, prompt, drafter=TruthTreeDrafter(ref, TINY_VOCAB), max_tokens=20, tree_budget="auto")
     assert out == ref
     with pytest.raises(ValueError, match="'auto'"):
         resolve_tree_budget(model, -2)
+
+
+# ---- the real tree drafters on real weights -----------------------------------------------
+@pytest.mark.slow
+@requires_model("smollm2-135m")
+@pytest.mark.parametrize("draft_type,budget", [("ngram", 12), ("suffix", "auto"),
+                                               ("ngram,suffix", "auto")])
+def test_real_tree_drafters_equal_plain_decoding_smollm(draft_type, budget):
+    """The ngram all-matches trie, the suffix best-first tree and their merged chain,
+    with a fixed budget and with the per-step shaper: identical to plain decoding, and
+    some steps verified a real tree (more nodes than depth)."""
+    from specdec.drafters.spec import DraftSpec
+    from specdec.prompts import parity_prompts
+
+    prompt = parity_prompts()["code_textwrap_doc"]
+    ref = plain_reference("smollm2-135m", prompt, 96)  # shared with test_parity_real
+    model, tok = real_model("smollm2-135m")
+    spec = DraftSpec(draft_type, num_draft_tokens=6, draft_tree_budget=budget)
+    out = generate(model, tok, prompt, drafter=spec, max_tokens=96)
+    assert out.tokens == ref.tokens
+    assert_stats_speculated(out.stats, what=f"{draft_type} tree={budget}")
+    assert out.stats.drafted > sum(out.stats.drafted_by_position)  # nodes > depths: trees
+
+
+@pytest.mark.slow
+@requires_model("qwen2.5-coder-0.5b")
+def test_ngram_trees_equal_plain_decoding_qwen():
+    from test_parity_real import QWEN_PROMPT
+
+    ref = plain_reference("qwen2.5-coder-0.5b", QWEN_PROMPT, 64)  # shared with test_parity_real
+    model, tok = real_model("qwen2.5-coder-0.5b")
+    out = generate(model, tok, QWEN_PROMPT, drafter="ngram", max_tokens=64, num_draft_tokens=4,
+                   draft_tree_budget=10)
+    assert out.tokens == ref.tokens
+    assert out.stats.drafted > sum(out.stats.drafted_by_position)

@@ -35,15 +35,17 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     "default": Profile(
         "every class at two prompt lengths; ngram at k=4 and 8, suffix, ngram-mod, the "
-        "gate; all peers (the README's run)",
+        "gate, token trees beside their linear configs, the oracle; all peers (the README's run)",
         workloads=(*ECHO_SET, "open_story"),
-        configs=("ngram:k=4", "ngram:k=8", "suffix:k=4", "ngram-mod:k=4", "ngram:k=4:gate"),
+        configs=("ngram:k=4", "ngram:k=8", "suffix:k=4", "ngram-mod:k=4", "ngram:k=4:gate",
+                 "ngram:k=4:tree=16", "suffix:k=4:tree=auto"),
         prompt_tokens=(300, 600), runs=3, max_tokens=64,
         peers=("hf-transformers", "llama.cpp", "mlx-lm")),
     "quick": Profile(
-        "CI smoke test (< 5 min on 2 cores): four classes, ngram and suffix at k=4, the oracle",
+        "CI smoke test (< 5 min on 2 cores): four classes, ngram and suffix at k=4, an "
+        "auto-sized ngram tree, the oracle",
         workloads=("code_hints", "passage_json", "json_add", "open_story"),
-        configs=("ngram:k=4", "suffix:k=4"), runs=1, max_tokens=40),
+        configs=("ngram:k=4", "suffix:k=4", "ngram:k=4:tree=auto"), runs=1, max_tokens=40),
     "rag3": Profile(
         "the design of the published three-class RAG bench: passage / code / json_rag at 800 prompt "
         "tokens, k=2 with n_min 2 and 3, and at k=8",

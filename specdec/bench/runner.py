@@ -102,13 +102,14 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
 
 
 def conversation(model: Any, tok: Any, case: Workload, drafter: Any, k: int,
-                 max_tokens: int, kv_bits: int | None = None) -> list[tuple[Any, GenerationResult]]:
+                 max_tokens: int, kv_bits: int | None = None,
+                 tree: int | str = 0) -> list[tuple[Any, GenerationResult]]:
     """Run every turn of ``case`` with one drafter: [(prompt of the turn, result)]."""
     prompt: Any = case.first_messages()
     out = []
     for turn in range(len(case.turns) + 1):
         res = generate(model, tok, prompt, drafter=drafter, max_tokens=max_tokens,
-                       num_draft_tokens=k, kv_bits=kv_bits)
+                       num_draft_tokens=k, kv_bits=kv_bits, draft_tree_budget=tree)
         out.append((prompt, res))
         if turn == len(case.turns):
             break
@@ -205,7 +206,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
             for cfg in configs:
                 drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
                 turns = _measure(plan, model, tok, case, length, cfg.label, run, cfg.k, drafter,
-                                 result)
+                                 result, cfg.tree_budget)
                 if cfg.baseline:
                     plain_turns = [list(res.tokens) for _, res in turns]
                     if run == 1:
@@ -230,10 +231,11 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> 
 
 
 def _measure(plan: BenchPlan, model: Any, tok: Any, case: Workload, length: int | None,
-             label: str, run: int, k: int, drafter: Any, result: BenchResult) -> list:
+             label: str, run: int, k: int, drafter: Any, result: BenchResult,
+             tree: int | str = 0) -> list:
     """One run of every turn of ``case`` with ``drafter``; its records go into ``result``."""
     turns = conversation(model, tok, case, drafter, k, case.max_tokens or plan.max_tokens,
-                         plan.kv_bits)
+                         plan.kv_bits, tree)
     for t, (_, res) in enumerate(turns):
         result.records.append(_record(plan, case, length, label, "specdec", run, t, k, res))
     return turns
@@ -271,6 +273,7 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
         kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True,
                   kv_bits=plan.kv_bits)
         plain = generate(model, tok, prompt, drafter=None, **kw)
+        kw["draft_tree_budget"] = cfg.tree_budget
         # the same drafter the measured run started with (a warm config's saved table too)
         drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
         spec = generate(model, tok, prompt, drafter=drafter, **kw)
