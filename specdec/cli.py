@@ -135,11 +135,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_args(args)
     prompt = cfg.read_prompt()
     if getattr(args, "distributed", False):
-        from .distributed import DistributedError, run_sharded
+        from .distributed import DistributedError, load_sharded, run_sharded
 
         if cfg.prompt_cache_file:  # the other ranks could not hold the loaded cache
             raise DistributedError("--prompt-cache-file does not work with --distributed")
-        return run_sharded(cfg.model, cfg.dtype, args.distributed_timeout,
+        return run_sharded(*load_sharded(cfg.model, cfg.dtype), args.distributed_timeout,
                            lambda model, tok: _generate(args, cfg, prompt, model, tok))
     return _generate(args, cfg, prompt, *_load(cfg))
 

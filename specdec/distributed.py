@@ -241,14 +241,13 @@ def load_sharded(model_name: str, dtype: str) -> tuple[Any, Any, Any]:
     return group, model, tokenizer
 
 
-def run_sharded(model_name: str, dtype: str, timeout: float,
+def run_sharded(group: Any, model: Any, tokenizer: Any, timeout: float,
                 body: Callable[[Any, Any], int]) -> int:
-    """``specdec generate --distributed``: load and shard on every rank; rank 0 runs
+    """``specdec generate --distributed`` on a sharded model: rank 0 runs
     ``body(leader_model, tokenizer)`` and then stops the followers; the others follow and
     print nothing. A lost or hung rank ends rank 0 with a message and exit status 3."""
     import os
 
-    group, model, tokenizer = load_sharded(model_name, dtype)
     if group.rank() > 0:
         try:
             follow(model, group)
