@@ -274,3 +274,18 @@ def run_sharded(group: Any, model: Any, tokenizer: Any, timeout: float,
     leader.watchdog.disarm()
     leader.stop()
     return status
+
+
+def serve_follower(model_name: str, dtype: str, group: Any) -> int:
+    """``specdec serve --distributed`` on a rank > 0: load, shard, follow rank 0's
+    inference thread until it stops (0) or is lost (3)."""
+    from .loader import load
+
+    model, _ = load(model_name, dtype=dtype)
+    shard(model, group)
+    try:
+        follow(model, group)
+    except GroupLost as e:
+        _say(str(e))
+        return 3
+    return 0

@@ -193,3 +193,52 @@ def test_generate_distributed_cli_on_a_group_of_one():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["parity"] is True and out["verify_steps"] > 0
+
+
+@pytest.mark.slow
+@requires_model("qwen2.5-coder-0.5b")
+def test_serve_distributed_answers_then_a_dead_rank_gives_503_and_stops():
+    """rank 0 serves the openai API on the sharded Qwen; rank 1 follows. After rank 1 is
+    killed, the next request gets a 503 naming the lost group (not a hang, not a 500),
+    and rank 0 logs it and stops."""
+    import openai
+
+    from serverproc import Server
+
+    # a short watchdog: a collective that hangs on the dead peer still ends in a 503
+    flags = ["--distributed", "--distributed-timeout", "20", "--model", "qwen2.5-coder-0.5b",
+             "--dtype", "float32"]
+    ports = [free_port(), free_port()]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([[f"127.0.0.1:{p}"] for p in ports], f)
+    ring = {"MLX_HOSTFILE": f.name, "OPENBLAS_NUM_THREADS": "1"}
+    follower = subprocess.Popen([sys.executable, "-m", "specdec", "serve", "--port", "1", *flags],
+                                env=_env(MLX_RANK="1", **ring), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    server = None
+    try:
+        server = Server(*flags, env={"MLX_RANK": "0", "PYTHONPATH": ROOT, **ring})
+        client = server.openai(timeout=120)
+        messages = [{"role": "user", "content": "Repeat: one two three one two three"}]
+        r = client.chat.completions.create(model="qwen2.5-coder-0.5b", messages=messages,
+                                           max_tokens=8, temperature=0)
+        assert r.choices[0].message.content and r.usage.completion_tokens > 0
+        follower.kill()
+        follower.wait()
+        with pytest.raises(openai.APIStatusError) as err:
+            client.chat.completions.create(model="qwen2.5-coder-0.5b", messages=messages,
+                                           max_tokens=8, temperature=0)
+        assert err.value.status_code == 503 and "lost a rank" in str(err.value)
+        assert server.proc.wait(60) != 0  # it stopped (by its own SIGTERM, via uvicorn)
+        assert "the distributed group lost a rank" in server.log()
+    except Exception:
+        if server is not None:
+            print(server.log()[-4000:])  # shown by pytest on failure
+        raise
+    finally:
+        if server is not None:
+            server.kill9()
+        if follower.poll() is None:
+            follower.kill()
+        follower.wait()
+        os.unlink(f.name)
