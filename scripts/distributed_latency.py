@@ -65,12 +65,12 @@ def main() -> None:
     group = init_group()
     model, tok = load(args.model)
     shard(model, group)
+    small = mx.zeros((24,), mx.int32)  # every rank takes part, before the followers' loop
+    all_sum_s = median_s(lambda: mx.eval(mx.distributed.all_sum(small, group=group)), 200)
     if group.rank() > 0:
         follow(model, group)
         return
     target = LeaderModel(model, group) if group.size() > 1 else model
-    small = mx.zeros((24,), mx.int32)
-    all_sum_s = median_s(lambda: mx.eval(mx.distributed.all_sum(small, group=group)), 200)
     t1, tk = forward_cost(target, 1, 10), forward_cost(target, args.k + 1, 10)
     kw = dict(max_tokens=args.max_tokens, num_draft_tokens=args.k, chat=False)
     generate(target, tok, PROMPT, drafter=None, **{**kw, "max_tokens": 8})  # warm-up
