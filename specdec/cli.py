@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from .backend import ensure_openblas
-from .config import DTYPES, KV_BITS, RunConfig, add_draft_flags
+from .config import DTYPES, KV_BITS, RunConfig, add_distributed_flags, add_draft_flags
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(gen)
     gen.add_argument("--compare", action="store_true", help="also run plain decoding and compare")
     gen.add_argument("--verbose", "-v", action="store_true", help="print speculation stats")
+    add_distributed_flags(gen)
     par = sub.add_parser("parity", help="check speculative == plain greedy and diagnose")
     _add_run_flags(par)
     cost = sub.add_parser("cost", help="measure verify cost(L)/cost(1) and drafter cost")
@@ -133,7 +134,18 @@ def _prompt_cache(cfg: RunConfig, model: Any) -> Any:
 def cmd_generate(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_args(args)
     prompt = cfg.read_prompt()
-    model, tokenizer = _load(cfg)
+    if getattr(args, "distributed", False):
+        from .distributed import DistributedError, load_sharded, run_sharded
+
+        if cfg.prompt_cache_file:  # the other ranks could not hold the loaded cache
+            raise DistributedError("--prompt-cache-file does not work with --distributed")
+        return run_sharded(*load_sharded(cfg.model, cfg.dtype), args.distributed_timeout,
+                           lambda model, tok: _generate(args, cfg, prompt, model, tok))
+    return _generate(args, cfg, prompt, *_load(cfg))
+
+
+def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
+              tokenizer: Any) -> int:
     from .engine import generate, stream_generate
 
     kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}

@@ -55,6 +55,15 @@ def tree_budget_arg(text: str) -> int | str:
     return int(text)
 
 
+def add_distributed_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--distributed", action="store_true",
+                   help="shard the model over the mlx.distributed group (start with mlx.launch); "
+                        "rank 0 drafts, decides and prints, the other ranks follow")
+    p.add_argument("--distributed-timeout", type=float, default=120.0,
+                   help="seconds without a forward, inside a request, after which rank 0 "
+                        "declares the group hung and stops")
+
+
 def draft_spec_from_args(ns: Any) -> DraftSpec:
     """The ``DraftSpec`` of the drafter flags in an argparse namespace (missing flags
     take the spec's defaults)."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 
-from ..config import DTYPES, KV_BITS, add_draft_flags
+from ..config import DTYPES, KV_BITS, add_distributed_flags, add_draft_flags
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +49,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
     p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV cache")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    add_distributed_flags(p)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -59,8 +62,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     cfg = ServerConfig.from_args(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    group = None
+    if getattr(args, "distributed", False):
+        from ..distributed import init_group, serve_follower
+
+        group = init_group()
+        if group.rank() > 0:  # no HTTP here: run rank 0's forwards until it stops
+            return serve_follower(cfg.model, cfg.dtype, group)
     metrics = Metrics()
-    worker = InferenceWorker(cfg, metrics)
+    worker = InferenceWorker(cfg, metrics, group, getattr(args, "distributed_timeout", 120.0),
+                             on_group_lost=_stop_soon)
     worker.start()  # loads the model and the memory; raises before we listen
     info = worker.memory.info()
     logging.getLogger("specdec.server").info(
@@ -75,5 +86,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
                     timeout_graceful_shutdown=5, access_log=False)
     finally:
-        worker.stop()  # idempotent; also covers a uvicorn that failed to bind
+        # idempotent; also covers a uvicorn that failed to bind (a hung thread: do not wait)
+        worker.stop(1.0 if worker.group_error is not None else 30.0)
+    if worker.group_error is not None:
+        # the inference thread may be stuck in a collective forever: exit without joining it
+        logging.getLogger("specdec.server").error("stopped: the distributed group lost a rank")
+        logging.shutdown()
+        os._exit(3)
     return 0
+
+
+def _stop_soon() -> None:
+    """Stop serving (as SIGTERM would) once the 503s already answered have gone out."""
+    import threading
+
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()

@@ -21,6 +21,12 @@ Contract:
   reused tokens as ``prompt_tokens_details.cached_tokens``.
 - The memory is saved every ``cfg.save_interval`` seconds when it changed (checked
   between jobs and while idle) and once more by ``stop()``.
+- Distributed (``group`` given: rank 0 of ``specdec serve --distributed``): the model is
+  sharded and wrapped in ``distributed.LeaderModel`` on this thread, so the other ranks
+  follow every forward; the prefix cache is off (the followers could not mirror its
+  forks). A rank that dies (a collective raises) or hangs (the watchdog) fails the running
+  and queued jobs with 503, makes ``submit`` and ``/health`` answer 503, and calls
+  ``on_group_lost`` (the CLI then stops the server).
 """
 
 from __future__ import annotations
@@ -143,8 +149,11 @@ class JobQueue:
 class InferenceWorker:
     """See the module docstring."""
 
-    def __init__(self, cfg: ServerConfig, metrics: Any):
+    def __init__(self, cfg: ServerConfig, metrics: Any, group: Any = None,
+                 group_timeout: float = 120.0, on_group_lost: Any = None):
         self.cfg, self.metrics = cfg, metrics
+        self.group, self.group_timeout, self.on_group_lost = group, group_timeout, on_group_lost
+        self.group_error: str | None = None
         self.queue = JobQueue(cfg.queue_size)
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
         self.running: Job | None = None
@@ -169,7 +178,7 @@ class InferenceWorker:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._stopping
+        return self._thread.is_alive() and not self._stopping and self.group_error is None
 
     def stop(self, timeout: float = 30.0) -> None:
         """Cancel everything, let the thread save the memory one last time, join it."""
@@ -195,12 +204,21 @@ class InferenceWorker:
             self._loop()
         finally:
             self._save(final=True)
+            if self.group is not None and self.group_error is None:
+                self.model.stop()  # the followers exit; MLX work stays on this thread
 
     def _load(self) -> None:
         from ..loader import load
 
         cfg = self.cfg
         self.model, self.tokenizer = load(cfg.model, dtype=cfg.dtype)
+        if self.group is not None:
+            from ..distributed import LeaderModel, Watchdog, shard
+
+            shard(self.model, self.group)
+            dog = Watchdog(self.group_timeout, lambda s: self._group_lost(
+                f"no forward finished for {s:.0f} s (a rank hung or its network is down)"))
+            self.model = LeaderModel(self.model, self.group, dog)
         if cfg.speculation.draft_model:
             self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
         self.context_length = self._context_length()
@@ -210,7 +228,7 @@ class InferenceWorker:
         from ..prompt_cache import PrefixStore
         from .schemas import MAX_DRAFT_TOKENS
 
-        self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes,
+        self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes if self.group is None else 0,
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
 
     def _context_length(self) -> int:
@@ -228,6 +246,9 @@ class InferenceWorker:
     # -- the asyncio side's interface ------------------------------------------------------
 
     def submit(self, job: Job) -> None:
+        if self.group_error is not None:
+            raise APIError(503, f"the distributed group lost a rank: {self.group_error}; the "
+                           "group must be restarted", code="distributed_group_lost")
         if not self.alive:
             raise APIError(503, "the server is shutting down; retry later", code="shutting_down",
                            headers={"Retry-After": "5"})
@@ -263,6 +284,8 @@ class InferenceWorker:
                     self._run(job)
                 finally:
                     self.running = None
+                    if self.group is not None:
+                        self.model.watchdog.disarm()  # idle: no deadline until the next job
                 self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - t0)
             if self.cfg.save_interval > 0 and time.monotonic() - self._last_save >= self.cfg.save_interval:
                 self._save()
@@ -298,6 +321,9 @@ class InferenceWorker:
             final = self._pump(job, gen, tokens)
             gen.close()  # settles the prompt cache now (a cancelled one too)
         except Exception as e:  # a bug or a resource failure: tell the client, keep serving
+            if self.group is not None and self._is_group_failure(e):
+                self._group_lost(str(e))
+                return
             log.exception("generation failed")
             job.state = "finished"
             job.emit(ErrorEvent(APIError(500, f"generation failed: {type(e).__name__}: {e}")))
@@ -334,6 +360,28 @@ class InferenceWorker:
                 event.top = [(self._decode(t), lp) for t, lp in (r.top_logprobs or [])]
             job.emit(event)
         raise RuntimeError("the engine ended without a final response")
+
+    @staticmethod
+    def _is_group_failure(e: BaseException) -> bool:
+        from ..distributed import is_group_failure
+
+        return is_group_failure(e)
+
+    def _group_lost(self, why: str) -> None:
+        """A rank died or hung (maybe called from the watchdog's thread while this one is
+        stuck in a collective): fail every job with 503 and have the server stop."""
+        if self.group_error is not None:
+            return
+        self.group_error = why
+        log.error("the distributed group lost a rank: %s; failing requests with 503 and "
+                  "stopping (restart the whole group with mlx.launch)", why)
+        err = APIError(503, f"the distributed group lost a rank: {why}", code="distributed_group_lost")
+        jobs = self.queue.drain() + ([self.running] if self.running is not None else [])
+        for job in jobs:
+            job.state = "finished"
+            job.emit(ErrorEvent(err))
+        if self.on_group_lost is not None:
+            self.on_group_lost()
 
     def _decode(self, token: int) -> str:
         with self.tokenizer_lock:

@@ -1,0 +1,291 @@
+"""Speculative decoding on a target sharded over an ``mlx.distributed`` group (``mlx.launch``).
+
+Contract:
+- ``init_group()`` joins the group ``mlx.launch`` set up (a single process is a group of 1).
+- ``shard(model, group)`` splits the loaded mlx-lm model with the class's own ``shard()``
+  (tensor parallel) or, failing that, ``pipeline()``; a class with neither, or whose head
+  counts do not divide by the group size, raises ``DistributedError`` saying what to do.
+- Rank 0 runs the ordinary engine (drafter, verification, sampling, output) on
+  ``LeaderModel(model, group)``; every other rank runs ``follow(model, group)``. Each
+  forward of the leader first sends its input tokens and its cache position to all ranks
+  by one ``all_sum`` (followers add zeros), so every rank runs the same forward on the same
+  tokens. Rollback needs no message of its own: a follower trims its cache to the leader's
+  position before each forward, which is where ``rollback.trim`` left the leader's. So
+  acceptance is decided on rank 0 only (followers never look at logits) and the decode
+  loop of ``steps``/``engine`` is unchanged; the wrapper adds one small collective per
+  forward. ``LeaderModel.stop()`` ends the followers.
+- Messages are built lazily on the device, so the pipelined plain loop (whose next input
+  token is still unevaluated) keeps its pipelining; the leader feeds the model the tokens
+  it received, which orders the message before the layers' own collectives.
+- Failure: a rank that dies closes its sockets and the next collective raises
+  (``is_group_failure``); a rank that hangs is caught by the ``Watchdog`` (no forward for
+  ``timeout`` seconds inside a request), which calls its ``on_hang``. A follower whose
+  leader is gone exits with ``GroupLost``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import mlx.core as mx
+
+# header: op, new cache?, has cache?, leader's cache offset, n tokens, kv_bits (0 = none),
+# kv_group_size, window slack; then the first INLINE tokens (more go in a second message)
+HEADER, INLINE = 8, 16
+OP_FORWARD, OP_STOP = 1, 2
+
+
+class DistributedError(ValueError):
+    """The model or the flags cannot run sharded; the message says what to do."""
+
+
+class GroupLost(RuntimeError):
+    """A rank of the group died or stopped answering."""
+
+
+def init_group() -> Any:
+    """The group ``mlx.launch`` started this process in (size 1 when run alone)."""
+    if not mx.distributed.is_available():
+        raise DistributedError("this MLX build has no distributed backend: install an mlx with "
+                               "the ring or MPI backend to use --distributed")
+    return mx.distributed.init()
+
+
+def shard(model: Any, group: Any) -> str:
+    """Shard ``model`` over ``group`` in place with mlx-lm's own method; returns its name."""
+    n = group.size()
+    kind = "shard" if callable(getattr(model, "shard", None)) else \
+        "pipeline" if callable(getattr(model, "pipeline", None)) else None
+    if kind is None:
+        raise DistributedError(
+            f"the mlx-lm model class {type(model).__module__}.{type(model).__name__} has neither "
+            "shard() nor pipeline(), so it cannot be split over a group: run it without "
+            "--distributed, or use a model whose mlx-lm class can be sharded (llama, qwen2, ...)")
+    if n == 1:
+        return kind
+    if kind == "shard":
+        args = getattr(model, "args", None)
+        for name in ("num_attention_heads", "num_key_value_heads"):
+            heads = getattr(args, name, None)
+            if isinstance(heads, int) and heads % n:
+                raise DistributedError(f"{name} = {heads} does not divide by the group size {n}: "
+                                       "launch a group whose size divides it")
+        model.shard(group)
+    else:
+        model.pipeline(group)
+    mx.eval(model.parameters())  # materialise the slices now, freeing the full weights
+    return kind
+
+
+def is_group_failure(e: BaseException) -> bool:
+    """Whether ``e`` is a collective failing because a peer is gone."""
+    if isinstance(e, GroupLost):
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and (text.startswith("[ring]") or text.startswith("[mpi]")
+                                            or "peer" in text)
+
+
+def _cache_shape(cache: list | None) -> tuple[int, int, int]:
+    """(kv_bits or 0, kv_group_size, window slack) of a ``rollback.make_cache`` cache, so a
+    follower can build the same kinds of layer."""
+    from mlx_lm.models.cache import QuantizedKVCache
+
+    from .rollback import WindowKVCache
+
+    bits, group, slack = 0, 64, 16
+    for c in cache or []:
+        if isinstance(c, QuantizedKVCache):
+            bits, group = c.bits, c.group_size
+        elif isinstance(c, WindowKVCache):
+            slack = c.slack
+    return bits, group, slack
+
+
+def _broadcast_tokens(group: Any, header: list[int], tokens: mx.array | None) -> mx.array:
+    """All ranks' sum of the message; only the leader passes ``tokens`` (the others zeros).
+    Returns the received tokens (the leader's, as every rank sees them)."""
+    n = header[4]
+    head = mx.array(header, dtype=mx.int32)
+    if tokens is None:
+        body = mx.zeros((INLINE,), mx.int32)
+    else:
+        flat = tokens.reshape(-1).astype(mx.int32)
+        body = mx.pad(flat[:INLINE], [(0, INLINE - min(n, INLINE))])
+    recv = mx.distributed.all_sum(mx.concatenate([head, body]), group=group)
+    got = recv[HEADER:HEADER + min(n, INLINE)]
+    if n > INLINE:  # a prefill chunk or a long draft: one more message of the exact size
+        rest = mx.zeros((n - INLINE,), mx.int32) if tokens is None else flat[INLINE:]
+        got = mx.concatenate([got, mx.distributed.all_sum(rest, group=group)])
+    return got
+
+
+class Watchdog:
+    """Calls ``on_hang(seconds)`` once when a request sees no ``beat`` for ``timeout`` s."""
+
+    def __init__(self, timeout: float, on_hang: Callable[[float], None]):
+        if timeout <= 0:
+            raise DistributedError(f"--distributed-timeout must be > 0, got {timeout}")
+        self.timeout, self.on_hang = timeout, on_hang
+        self._last: float | None = None  # None: no request running
+        self.fired = False
+        threading.Thread(target=self._watch, name="specdec-watchdog", daemon=True).start()
+
+    def beat(self) -> None:
+        """Progress (arms the watchdog: a request is running)."""
+        self._last = time.monotonic()
+
+    def disarm(self) -> None:
+        """Idle between requests: no deadline."""
+        self._last = None
+
+    def _watch(self) -> None:
+        while not self.fired:
+            time.sleep(min(1.0, self.timeout / 4))
+            last = self._last
+            if last is not None and time.monotonic() - last > self.timeout:
+                self.fired = True
+                self.on_hang(time.monotonic() - last)
+
+
+class LeaderModel:
+    """Rank 0's view of the sharded target: the model, but each call first tells the
+    other ranks what to run (see the module docstring). Attributes are the model's."""
+
+    def __init__(self, model: Any, group: Any, watchdog: Watchdog | None = None):
+        self.model, self.group, self.watchdog = model, group, watchdog
+        self._cache: list | None = None  # the cache the followers mirror
+        self.forwards = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["model"], name)
+
+    def __call__(self, inputs: mx.array, cache: list | None = None, **kw: Any) -> mx.array:
+        if kw:
+            raise DistributedError(f"a sharded forward takes no extra arguments ({', '.join(kw)})")
+        new = cache is not None and cache is not self._cache
+        offset = cache[0].offset if cache else 0
+        if new and offset:
+            raise DistributedError(
+                "this cache was not built on the group (a loaded or forked prompt cache): the "
+                "other ranks cannot hold its contents; use a fresh cache with --distributed")
+        if new:
+            self._cache = cache  # held, so its id is never reused by another list
+        header = [OP_FORWARD, int(new), int(cache is not None), offset, inputs.size,
+                  *_cache_shape(cache if new else None)]
+        tokens = _broadcast_tokens(self.group, header, inputs).reshape(inputs.shape)
+        out = self.model(tokens.astype(inputs.dtype), cache=cache)
+        # the followers evaluate the whole forward, so the leader must too, even where the
+        # caller keeps only the cache (prefill): else the last layer's collectives differ
+        mx.async_eval(out)
+        self.forwards += 1
+        if self.watchdog is not None:
+            self.watchdog.beat()
+        return out
+
+    def stop(self) -> None:
+        """Tell the followers to exit (call once, when no more forwards will come)."""
+        mx.eval(_broadcast_tokens(self.group, [OP_STOP, 0, 0, 0, 0, 0, 0, 0], None))
+
+
+def follow(model: Any, group: Any) -> int:
+    """A follower's loop: run each forward the leader announces, until it stops.
+    Returns the number of forwards run; raises ``GroupLost`` if the leader disappears."""
+    from .rollback import make_cache, trim
+
+    cache, forwards = None, 0
+    while True:
+        try:
+            recv = mx.distributed.all_sum(mx.zeros((HEADER + INLINE,), mx.int32), group=group)
+            op, new, has_cache, offset, n, bits, gsize, slack = recv[:HEADER].tolist()
+        except RuntimeError as e:
+            raise GroupLost(f"rank {group.rank()}: lost the leader (rank 0): {e}") from e
+        if op == OP_STOP:
+            return forwards
+        if op != OP_FORWARD:
+            raise GroupLost(f"rank {group.rank()}: unknown message {op} (mismatched specdec versions?)")
+        if new:
+            cache = make_cache(model, max_trim=slack, rollback=False, kv_bits=bits or None,
+                               kv_group_size=gsize)
+        if has_cache and cache[0].offset != offset:  # the leader rolled back: do the same
+            if cache[0].offset < offset:
+                raise GroupLost(f"rank {group.rank()}: out of step with the leader (cache at "
+                                f"{cache[0].offset}, leader at {offset})")
+            trim(cache, cache[0].offset - offset)
+        tokens = recv[HEADER:HEADER + min(n, INLINE)]
+        if n > INLINE:
+            tokens = mx.concatenate([tokens, mx.distributed.all_sum(
+                mx.zeros((n - INLINE,), mx.int32), group=group)])
+        try:
+            mx.eval(model(tokens[None], cache=cache if has_cache else None))
+        except RuntimeError as e:
+            raise GroupLost(f"rank {group.rank()}: the group failed mid-forward: {e}") from e
+        forwards += 1
+
+
+def _say(msg: str) -> None:
+    import sys
+
+    print(f"specdec: error: {msg}", file=sys.stderr, flush=True)
+
+
+def load_sharded(model_name: str, dtype: str) -> tuple[Any, Any, Any]:
+    """(group, sharded model, tokenizer) on this rank."""
+    from .loader import load
+
+    group = init_group()
+    model, tokenizer = load(model_name, dtype=dtype)
+    shard(model, group)
+    return group, model, tokenizer
+
+
+def run_sharded(group: Any, model: Any, tokenizer: Any, timeout: float,
+                body: Callable[[Any, Any], int]) -> int:
+    """``specdec generate --distributed`` on a sharded model: rank 0 runs
+    ``body(leader_model, tokenizer)`` and then stops the followers; the others follow and
+    print nothing. A lost or hung rank ends rank 0 with a message and exit status 3."""
+    import os
+
+    if group.rank() > 0:
+        try:
+            follow(model, group)
+        except GroupLost as e:
+            _say(str(e))
+            return 3
+        return 0
+
+    def hung(seconds: float) -> None:  # on the watchdog's thread: the main one is stuck
+        _say(f"the distributed group stopped answering: no forward finished for {seconds:.0f} s "
+             f"(a rank hung or its network is down; --distributed-timeout {timeout:g}); stopping")
+        os._exit(3)
+
+    leader = LeaderModel(model, group, Watchdog(timeout, hung))
+    try:
+        status = body(leader, tokenizer)
+    except Exception as e:
+        if not is_group_failure(e):
+            leader.stop()  # a local error: the followers are healthy and waiting
+            raise
+        _say(f"the distributed group lost a rank ({e}); stopping. Restart the whole group "
+             "(mlx.launch) to go on")
+        return 3
+    leader.watchdog.disarm()
+    leader.stop()
+    return status
+
+
+def serve_follower(model_name: str, dtype: str, group: Any) -> int:
+    """``specdec serve --distributed`` on a rank > 0: load, shard, follow rank 0's
+    inference thread until it stops (0) or is lost (3)."""
+    from .loader import load
+
+    model, _ = load(model_name, dtype=dtype)
+    shard(model, group)
+    try:
+        follow(model, group)
+    except GroupLost as e:
+        _say(str(e))
+        return 3
+    return 0

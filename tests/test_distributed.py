@@ -1,0 +1,244 @@
+"""Speculative decoding on a target sharded over an mlx.distributed group.
+
+The group runs on this machine: 2 processes on 127.0.0.1 with the ring backend, started
+by the test (directly with MLX_RANK/MLX_HOSTFILE, as mlx.launch does, or by mlx.launch
+itself) and always killed by it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import mlx.core as mx
+import pytest
+
+from conftest import requires_model, tiny_model
+from serverproc import free_port
+from specdec.backend import preload_env
+from specdec.distributed import DistributedError, LeaderModel, Watchdog, init_group, shard
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RANKS = os.path.join(HERE, "distributed_ranks.py")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    # one BLAS thread per rank: two ranks share this machine's cores
+    return preload_env({**os.environ, "PYTHONPATH": path, "OPENBLAS_NUM_THREADS": "1", **extra})
+
+
+class Output:
+    """A pipe read on a thread into a string (so a test can wait for a line)."""
+
+    def __init__(self, pipe):
+        self.text = ""
+        self._t = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._t.start()
+
+    def _read(self, pipe) -> None:
+        for line in iter(pipe.readline, ""):
+            self.text += line
+
+    def wait_for(self, needle: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while needle not in self.text and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return needle in self.text
+
+
+class Group:
+    """``n`` ranks of ``argv`` on loopback ports, started the way mlx.launch starts them."""
+
+    def __init__(self, argv: list[str], n: int = 2):
+        ports = [free_port() for _ in range(n)]
+        self.hostfile = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)  # noqa: SIM115
+        json.dump([[f"127.0.0.1:{p}"] for p in ports], self.hostfile)
+        self.hostfile.close()
+        self.procs, self.out, self.err = [], [], []
+        for rank in range(n):
+            p = subprocess.Popen(argv, env=_env(MLX_RANK=str(rank), MLX_HOSTFILE=self.hostfile.name),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+            self.procs.append(p)
+            self.out.append(Output(p.stdout))
+            self.err.append(Output(p.stderr))
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()  # SIGKILL also ends a stopped process
+            p.wait()
+        os.unlink(self.hostfile.name)
+
+
+def _parity(result: dict) -> None:
+    plain = result["plain"]["tokens"]
+    assert plain
+    for name in ("ngram", "suffix"):
+        r = result[name]
+        assert r["tokens"] == plain, name
+        # the comparison means something: drafts were accepted and some were rejected
+        assert 0 < r["accepted"] < r["drafted"], (name, r)
+
+
+def _result(text: str) -> dict:
+    line = next(ln for ln in text.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+# ---- in one process ------------------------------------------------------------------
+
+
+def test_a_class_without_shard_or_pipeline_is_refused():
+    model = tiny_model("gemma3")  # mlx-lm's gemma3_text has neither
+    with pytest.raises(DistributedError, match="neither shard\\(\\) nor pipeline\\(\\)"):
+        shard(model, init_group())
+
+
+def test_leader_on_a_group_of_one_decodes_as_the_bare_model():
+    """The wrapper's message round trip (inline part, overflow message for prefill chunks
+    and long drafts, cache position) gives the model exactly the caller's tokens."""
+    from specdec.drafters import NgramDrafter
+    from specdec.engine import token_stream
+
+    mx.set_default_device(mx.cpu)
+    model = tiny_model("qwen2", seed=3)
+    leader = LeaderModel(model, init_group())
+    prompt = [5, 9, 13, 2, 7] * 5  # 25 tokens: more than the inline part
+
+    def run(m, drafter):
+        return [e.token for e in token_stream(m, prompt, drafter=drafter, max_tokens=30,
+                                              num_draft_tokens=20, prefill_step_size=24)]
+
+    for make in (lambda: None, lambda: NgramDrafter(1, 3)):
+        assert run(leader, make()) == run(model, make())
+    assert leader.forwards > 0
+
+
+def test_watchdog_fires_only_when_beats_stop():
+    fired = threading.Event()
+    dog = Watchdog(0.4, lambda s: fired.set())
+    for _ in range(12):  # 1.2 s of steady progress
+        dog.beat()
+        time.sleep(0.1)
+    dog.disarm()
+    time.sleep(0.8)  # idle (between requests): no deadline
+    assert not fired.is_set()
+    dog.beat()  # a request that makes no progress
+    assert fired.wait(10)
+
+
+def test_prompt_cache_file_is_refused_with_distributed(capsys):
+    from specdec.cli import main
+
+    assert main(["generate", "--distributed", "--prompt-cache-file", "x.safetensors"]) == 2
+    assert "--prompt-cache-file does not work with --distributed" in capsys.readouterr().err
+
+
+# ---- real groups -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, message", [(signal.SIGKILL, "lost a rank"),
+                                          (signal.SIGSTOP, "stopped answering")])
+def test_tiny_group_is_exact_and_a_dead_or_hung_rank_ends_rank0(sig, message):
+    """Sharded tiny qwen2: speculative == plain for ngram and suffix; then rank 1 is
+    killed (its sockets close) or stopped (it hangs) mid-request, and rank 0 says so and
+    exits with status 3 instead of hanging."""
+    group = Group([sys.executable, RANKS, "tiny", "3"])
+    try:
+        assert group.out[0].wait_for("PROGRESS", 120), group.err[0].text + group.err[1].text
+        _parity(_result(group.out[0].text))
+        assert group.out[1].text == ""  # followers print nothing
+        os.kill(group.procs[1].pid, sig)
+        assert group.procs[0].wait(60) == 3
+        assert group.err[0].wait_for(message, 5), group.err[0].text
+    finally:
+        group.kill()
+
+
+@pytest.mark.slow
+@requires_model("qwen2.5-coder-0.5b")
+def test_qwen_sharded_over_mlx_launch_speculates_exactly():
+    """mlx.launch -n 2 --backend ring: Qwen2.5-Coder-0.5B (14 heads, 2 KV heads) split in
+    two; speculative output == plain output of the same sharded model, per drafter."""
+    argv = ["mlx.launch", "-n", "2", "--backend", "ring", "--starting-port", str(free_port()),
+            "--", sys.executable, RANKS, "parity", "qwen2.5-coder-0.5b", "24"]
+    proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err
+        _parity(_result(out))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group of processes this test started
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_generate_distributed_cli_on_a_group_of_one():
+    """The CLI path (load, shard, lead, stop) end to end; a group of one runs anywhere."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdec", "generate", "--distributed", "--model", "smollm2-135m",
+         "--compare", "--json", "--max-tokens", "12", "--raw", "--prompt",
+         "a b c a b c a b c a b c"], env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["parity"] is True and out["verify_steps"] > 0
+
+
+@pytest.mark.slow
+@requires_model("qwen2.5-coder-0.5b")
+def test_serve_distributed_answers_then_a_dead_rank_gives_503_and_stops():
+    """rank 0 serves the openai API on the sharded Qwen; rank 1 follows. After rank 1 is
+    killed, the next request gets a 503 naming the lost group (not a hang, not a 500),
+    and rank 0 logs it and stops."""
+    import openai
+
+    from serverproc import Server
+
+    # a short watchdog: a collective that hangs on the dead peer still ends in a 503
+    flags = ["--distributed", "--distributed-timeout", "20", "--model", "qwen2.5-coder-0.5b",
+             "--dtype", "float32"]
+    ports = [free_port(), free_port()]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([[f"127.0.0.1:{p}"] for p in ports], f)
+    ring = {"MLX_HOSTFILE": f.name, "OPENBLAS_NUM_THREADS": "1"}
+    follower = subprocess.Popen([sys.executable, "-m", "specdec", "serve", "--port", "1", *flags],
+                                env=_env(MLX_RANK="1", **ring), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    server = None
+    try:
+        server = Server(*flags, env={"MLX_RANK": "0", "PYTHONPATH": ROOT, **ring})
+        client = server.openai(timeout=120)
+        messages = [{"role": "user", "content": "Repeat: one two three one two three"}]
+        r = client.chat.completions.create(model="qwen2.5-coder-0.5b", messages=messages,
+                                           max_tokens=8, temperature=0)
+        assert r.choices[0].message.content and r.usage.completion_tokens > 0
+        follower.kill()
+        follower.wait()
+        with pytest.raises(openai.APIStatusError) as err:
+            client.chat.completions.create(model="qwen2.5-coder-0.5b", messages=messages,
+                                           max_tokens=8, temperature=0)
+        assert err.value.status_code == 503 and "lost a rank" in str(err.value)
+        assert server.proc.wait(60) != 0  # it stopped (by its own SIGTERM, via uvicorn)
+        assert "the distributed group lost a rank" in server.log()
+    except Exception:
+        if server is not None:
+            print(server.log()[-4000:])  # shown by pytest on failure
+        raise
+    finally:
+        if server is not None:
+            server.kill9()
+        if follower.poll() is None:
+            follower.kill()
+        follower.wait()
+        os.unlink(f.name)
