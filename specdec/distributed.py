@@ -154,6 +154,10 @@ class LeaderModel:
     """Rank 0's view of the sharded target: the model, but each call first tells the
     other ranks what to run (see the module docstring). Attributes are the model's."""
 
+    # A token-tree forward swaps rank 0's RoPE modules and cache masks only: the other
+    # ranks' heads would attend causally at linear positions, so trees are refused.
+    verifies_trees = False
+
     def __init__(self, model: Any, group: Any, watchdog: Watchdog | None = None):
         self.model, self.group, self.watchdog = model, group, watchdog
         self._cache: list | None = None  # the cache the followers mirror

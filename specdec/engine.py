@@ -138,6 +138,9 @@ def token_stream(
     ``steps.spec_steps``.
     """
     _check_args(max_tokens, num_draft_tokens, prefill_step_size)
+    if tree_budget and not getattr(model, "verifies_trees", True):
+        raise ValueError("token trees (--draft-tree-budget) do not work on a sharded target "
+                         "(--distributed) yet: use linear drafts (--draft-tree-budget 0)")
     tree_budget, shaper = resolve_tree_budget(model, tree_budget) if tree_budget else (0, None)
     if not 0 <= top_logprobs <= 100:
         raise ValueError(f"top_logprobs must be in [0, 100], got {top_logprobs}")

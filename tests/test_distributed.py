@@ -120,6 +120,9 @@ def test_leader_on_a_group_of_one_decodes_as_the_bare_model():
     for make in (lambda: None, lambda: NgramDrafter(1, 3)):
         assert run(leader, make()) == run(model, make())
     assert leader.forwards > 0
+    # a token tree would run rank 0's mask and positions only: refused, never inexact
+    with pytest.raises(ValueError, match="--draft-tree-budget 0"):
+        next(token_stream(leader, prompt, drafter=NgramDrafter(1, 3), tree_budget=8))
 
 
 def test_watchdog_fires_only_when_beats_stop():
