@@ -16,7 +16,6 @@ import tempfile
 import threading
 import time
 
-import mlx.core as mx
 import pytest
 
 from conftest import requires_model, tiny_model
@@ -108,7 +107,6 @@ def test_leader_on_a_group_of_one_decodes_as_the_bare_model():
     from specdec.drafters import NgramDrafter
     from specdec.engine import token_stream
 
-    mx.set_default_device(mx.cpu)
     model = tiny_model("qwen2", seed=3)
     leader = LeaderModel(model, init_group())
     prompt = [5, 9, 13, 2, 7] * 5  # 25 tokens: more than the inline part
