@@ -139,6 +139,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
         if cfg.prompt_cache_file:  # the other ranks could not hold the loaded cache
             raise DistributedError("--prompt-cache-file does not work with --distributed")
+        if cfg.spec.draft_tree_budget:  # the other ranks would run it without its tree mask
+            raise DistributedError("--draft-tree-budget does not work with --distributed yet: "
+                                   "use linear drafts (--draft-tree-budget 0)")
         return run_sharded(*load_sharded(cfg.model, cfg.dtype), args.distributed_timeout,
                            lambda model, tok: _generate(args, cfg, prompt, model, tok))
     return _generate(args, cfg, prompt, *_load(cfg))

@@ -253,12 +253,7 @@ def run_sharded(group: Any, model: Any, tokenizer: Any, timeout: float,
     import os
 
     if group.rank() > 0:
-        try:
-            follow(model, group)
-        except GroupLost as e:
-            _say(str(e))
-            return 3
-        return 0
+        return _follow_until_stopped(model, group)
 
     def hung(seconds: float) -> None:  # on the watchdog's thread: the main one is stuck
         _say(f"the distributed group stopped answering: no forward finished for {seconds:.0f} s "
@@ -287,6 +282,11 @@ def serve_follower(model_name: str, dtype: str, group: Any) -> int:
 
     model, _ = load(model_name, dtype=dtype)
     shard(model, group)
+    return _follow_until_stopped(model, group)
+
+
+def _follow_until_stopped(model: Any, group: Any) -> int:
+    """A rank > 0: follow rank 0 until it stops (0) or is lost (3, with the reason)."""
     try:
         follow(model, group)
     except GroupLost as e:

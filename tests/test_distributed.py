@@ -141,6 +141,8 @@ def test_prompt_cache_file_is_refused_with_distributed(capsys):
 
     assert main(["generate", "--distributed", "--prompt-cache-file", "x.safetensors"]) == 2
     assert "--prompt-cache-file does not work with --distributed" in capsys.readouterr().err
+    assert main(["generate", "--distributed", "--draft-tree-budget", "8"]) == 2
+    assert "--draft-tree-budget does not work with --distributed" in capsys.readouterr().err
 
 
 # ---- real groups -----------------------------------------------------------------------

@@ -148,6 +148,16 @@ def most_frequent_continuation(
     return out
 
 
+def match_source(context: list[int], history: Sequence[Sequence[int]]) -> tuple[list[list[int]], int]:
+    """(documents to draft from, match length): the history wins only with a strictly
+    longer match than the live context's own suffix match (the reference rule)."""
+    live_len, _ = longest_suffix_match(context)
+    hist_len, _ = longest_history_match(history, context)
+    if hist_len > live_len:
+        return [list(d) for d in history], hist_len
+    return [context], live_len
+
+
 def suffix_proposal(
     context: Sequence[int],
     k: int,
@@ -164,12 +174,7 @@ def suffix_proposal(
     [4, 1, 2] (length 3) beats the live one and the draft is [5, 0]: the document ends there.
     """
     context = list(context)
-    live_len, _ = longest_suffix_match(context)
-    hist_len, _ = longest_history_match(history, context)
-    if hist_len > live_len:
-        docs, m = [list(d) for d in history], hist_len
-    else:
-        docs, m = [context], live_len
+    docs, m = match_source(context, history)
     n = draft_length(m, k, alpha)
     if n == 0:
         return []

@@ -31,7 +31,7 @@ from typing import Callable, Hashable, Iterable, Sequence
 
 from .base import EMPTY, Proposal
 from .suffix import (DEFAULT_ALPHA, DEFAULT_COUNT_CAP, SuffixIndex, _occurrences, draft_length,
-                     longest_history_match, longest_suffix_match)
+                     match_source)
 from .trie import make_proposal
 
 # followers(key) -> [(token, weight, linear sort key, child key)] of the real followers
@@ -123,12 +123,7 @@ def suffix_tree_proposal(
     linear draft.
     """
     context = list(context)
-    live_len, _ = longest_suffix_match(context)
-    hist_len, _ = longest_history_match(history, context)
-    if hist_len > live_len:
-        docs, m = [list(d) for d in history], hist_len
-    else:
-        docs, m = [context], live_len
+    docs, m = match_source(context, history)
     depth = draft_length(m, k, alpha)
     root = tuple(context[len(context) - m :])
     return best_first_tree(docs_followers(docs, count_cap), root, depth, budget, eos, linear_first)
