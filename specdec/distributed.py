@@ -177,6 +177,10 @@ class LeaderModel:
                 "other ranks cannot hold its contents; use a fresh cache with --distributed")
         if new:
             self._cache = cache  # held, so its id is never reused by another list
+        if self.watchdog is not None:
+            # armed before the collectives: with a peer gone, async_eval itself can block
+            # (first forward of a request, the watchdog disarmed while idle)
+            self.watchdog.beat()
         header = [OP_FORWARD, int(new), int(cache is not None), offset, inputs.size,
                   *_cache_shape(cache if new else None)]
         tokens = _broadcast_tokens(self.group, header, inputs).reshape(inputs.shape)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import KV_BITS
+from ..config import KV_BITS, add_distributed_flags
 from .profiles import PROFILES, Profile
 
 
@@ -69,6 +69,7 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-oracle", action="store_true",
                    help="skip the oracle drafter runs and the replay bounds")
+    add_distributed_flags(p)
 
 
 def _workloads(args: argparse.Namespace, prof: Profile) -> list:
@@ -114,7 +115,9 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
 
     name = "quick" if args.quick else args.profile
     prof = PROFILES[name]
-    peers = args.peers if args.peers is not None else list(prof.peers)
+    distributed = getattr(args, "distributed", False)
+    # the peers run in one process of their own: a sharded run leaves the profile's out
+    peers = args.peers if args.peers is not None else [] if distributed else list(prof.peers)
     peers = [] if peers == ["none"] else peers
     from .peers import PEERS
 
@@ -131,7 +134,25 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
         runs=args.runs or prof.runs, max_tokens=args.max_tokens or prof.max_tokens,
         peers=peers, peer_k=args.peer_k, draft_model=args.draft_model or prof.draft_model,
         dtype=args.dtype, kv_bits=args.kv_bits, oracle=not args.no_oracle)
+    if distributed:
+        _check_distributed(plan, prof)
     return plan, prof, name
+
+
+def _check_distributed(plan: Any, prof: Profile) -> None:
+    """Refuse, at start-up, what a sharded target cannot run."""
+    from ..distributed import DistributedError
+
+    if plan.peers:
+        raise DistributedError(f"the peers ({', '.join(plan.peers)}) do not run sharded: pass "
+                               "--peers none with --distributed")
+    trees = [c.text for c in plan.configs if c.tree_budget]
+    if trees:
+        raise DistributedError(f"token trees do not run on a sharded target yet ({', '.join(trees)}):"
+                               " pass linear configs, e.g. --profile distributed")
+    if prof.warm_from:
+        raise DistributedError("a warm-start profile loads a second model unsharded: run it "
+                               "without --distributed")
 
 
 def _progress(total: int):
@@ -147,9 +168,6 @@ def _progress(total: int):
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .report import build_summary, headline, write_report
-    from .runner import run_plan, total_steps
-
     if args.list_profiles:
         for n, p in PROFILES.items():
             print(f"{n:10s} {p.description}")
@@ -161,6 +179,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"wrote {args.write_workloads}")
         return 0
     plan, prof, name = build_plan(args)
+    if not getattr(args, "distributed", False):
+        return _bench(args, plan, prof, name)
+    from ..distributed import load_sharded, run_sharded
+
+    group, model, tok = load_sharded(plan.model, plan.dtype)
+    plan.distributed = group.size()
+    # rank 0 measures on the sharded model; the other ranks follow its forwards
+    return run_sharded(group, model, tok, args.distributed_timeout,
+                       lambda leader, tokenizer: _bench(args, plan, prof, name, (leader, tokenizer)))
+
+
+def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
+           target: tuple[Any, Any] | None = None) -> int:
+    """Measure ``plan`` (on ``target`` when the caller loaded it), write the report, print
+    the headline; 1 when any of our configs diverged from plain decoding."""
+    from .report import build_summary, headline, write_report
+    from .runner import run_plan, total_steps
+
     out = Path(args.out or f"bench-results/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     if prof.warm_from:
@@ -171,7 +207,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"warm table: {json.dumps(info)}", file=sys.stderr)
         plan.warm_table = info["file"]
     tick, bar = _progress(total_steps(plan))
-    result = run_plan(plan, tick)
+    result = run_plan(plan, tick, target)
     bar.close()
     report = write_report(result, out, plots=not args.no_plots)
     summary = build_summary(result)

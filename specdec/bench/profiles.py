@@ -63,6 +63,11 @@ PROFILES: dict[str, Profile] = {
         model="qwen2.5-coder-1.5b", draft_model="qwen2.5-coder-0.5b",
         workloads=("code_hints",), configs=("ngram:k=4", "model:k=4", "ngram,model:k=4"),
         runs=2, max_tokens=48, peers=("mlx-lm", "llama.cpp", "hf-transformers")),
+    "distributed": Profile(
+        "for --distributed (mlx.launch): the sharded Qwen2.5-Coder-0.5B, plain vs prompt "
+        "lookup and suffix drafting, the cost curve of the sharded forward; no peers",
+        model="qwen2.5-coder-0.5b", workloads=("code_hints", "json_add", "open_story"),
+        configs=("ngram:k=4", "ngram:k=8", "suffix:k=4"), runs=1, max_tokens=64),
     "warmstart": Profile(
         "cross-model warm start: an ngram-mod table built serving the workloads on the "
         "0.5B, loaded by the 1.5B; acceptance per turn cold vs warm",

@@ -64,6 +64,10 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
              f"{m['date']} · {m['machine']}, {m['cpus']} CPUs, {m['device']} · "
              f"versions {json.dumps(m['versions'])}", "",
              f"Command: `{m['argv']}`", "",
+             *([f"The target is sharded over {p['distributed']} ranks of an mlx.distributed "
+                "group (`--distributed`): plain and speculative decoding both pay the "
+                "group's collectives on every forward, and so does the cost curve.", ""]
+               if p.get("distributed") else []),
              f"Each config ran 1 warm-up + {p['runs']} measured runs per case, configs "
              f"interleaved; up to {p['max_tokens']} tokens per turn, greedy. tok/s is decode "
              "speed (tokens after the first / time after prefill; the median, with the "

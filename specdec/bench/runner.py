@@ -77,6 +77,7 @@ class BenchPlan:
     kv_bits: int | None = None  # quantize our KV cache (the peers keep their own)
     warm_table: str | None = None  # a saved ngram-mod table that 'warm' configs load
     oracle: bool = True  # run the oracle drafter at each config's k, and the replay bounds
+    distributed: int = 0  # the target is sharded over a group of this size (0: one process)
 
 
 @dataclass
@@ -177,13 +178,16 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
     return out
 
 
-def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None) -> BenchResult:
+def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
+             target: tuple[Any, Any] | None = None) -> BenchResult:
+    """Run ``plan``; ``target`` is the (model, tokenizer) to measure when the caller
+    loaded it (rank 0's ``LeaderModel`` under ``--distributed``), else it is loaded here."""
     from ..loader import load
     from ..measure import verify_cost_curve
 
     if plan.runs < 1:
         raise ValueError("--runs must be >= 1")
-    model, tok = load(plan.model, dtype=plan.dtype)
+    model, tok = target or load(plan.model, dtype=plan.dtype)
     draft = None
     if any(c.spec.uses("model") for c in plan.configs):
         if not plan.draft_model:
@@ -295,4 +299,4 @@ def asdict_plan(plan: BenchPlan) -> dict:
                 configs=[c.text for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
                 runs=plan.runs, max_tokens=plan.max_tokens, peers=list(plan.peers),
                 peer_k=plan.peer_k, draft_model=plan.draft_model, kv_bits=plan.kv_bits,
-                warm_table=plan.warm_table, oracle=plan.oracle)
+                warm_table=plan.warm_table, oracle=plan.oracle, distributed=plan.distributed)
