@@ -245,3 +245,30 @@ def test_serve_distributed_answers_then_a_dead_rank_gives_503_and_stops():
             follower.kill()
         follower.wait()
         os.unlink(f.name)
+
+
+def test_bench_distributed_refuses_what_a_sharded_target_cannot_run(capsys):
+    """Peers and token trees are refused at start-up, before any model loads."""
+    from specdec.cli import main
+
+    assert main(["bench", "--distributed", "--profile", "distributed", "--peers", "llama.cpp"]) == 2
+    assert "do not run sharded: pass --peers none" in capsys.readouterr().err
+    assert main(["bench", "--distributed"]) == 2  # the default profile has tree configs
+    assert "token trees do not run on a sharded target" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_distributed_measures_on_the_leader(tmp_path):
+    """``specdec bench --distributed`` end to end on a group of one: it runs on the
+    leader (the report says sharded), holds parity and records the cost curve."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "specdec", "bench", "--distributed", "--quick", "--model",
+         "smollm2-135m", "--workloads", "code_hints", "--config", "ngram:k=2", "--max-tokens", "8",
+         "--no-plots", "--no-oracle", "--out", str(tmp_path)],
+        env=_env(), capture_output=True, text=True, timeout=400, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["plan"]["distributed"] == 1 and res["plan"]["peers"] == []
+    assert max(int(L) for L in res["cost_curve"]) == 64
+    assert "sharded over 1 ranks" in (tmp_path / "report.md").read_text()
+    assert "parity: 0 mismatches of ours" in proc.stdout
