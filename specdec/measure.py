@@ -9,6 +9,11 @@ Contract:
 - ``cost_curve_for(model, max_len)`` is ``verify_cost_curve`` measured once per model
   (``model_fingerprint``: architecture, weight dtype, device) and cached as JSON under
   ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically.
+- ``tree_cost_curve(model, lengths)`` is the same for whole greedy tree steps
+  (``tree.tree_step``: the tree-masked forward with per-token RoPE, the one sync, the
+  compaction) of an (L-1)-node two-branch tree, so a tree's overhead over a linear block
+  of the same length is measured, not guessed. ``cost_curve_for(..., kind="tree")``
+  caches it beside the linear curve.
 - ``proposal_cost(drafter, context_len)`` returns the median seconds of one ``propose``
   call on a context of that length, after the drafter has indexed the context, i.e. the
   steady-state per-step cost during decoding.
@@ -23,7 +28,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import mlx.core as mx
 
@@ -32,26 +37,64 @@ from .steps import prefill
 from .rollback import make_cache, trim
 
 
+def _interleaved_medians(lengths: list[int], repeats: int,
+                         once: Callable[[int], None]) -> dict[int, float]:
+    """Median seconds of ``once(L)`` per L; every L in each round, so machine noise hits
+    every L alike; round 0 warms up every shape and is not counted."""
+    times: dict[int, list[float]] = {L: [] for L in lengths}
+    for r in range(repeats + 1):
+        for L in lengths:
+            t0 = time.perf_counter()
+            once(L)
+            if r:
+                times[L].append(time.perf_counter() - t0)
+    return {L: statistics.median(v) for L, v in times.items()}
+
+
+def _context(model: Any, lengths: list[int], context: int, rng: random.Random) -> tuple:
+    """(vocab, cache holding ``context - 1`` random tokens, the ``context`` tokens)."""
+    vocab = model.args.vocab_size if hasattr(model, "args") else 1000
+    cache = make_cache(model, max_trim=max(lengths) + 1)
+    ids = [rng.randrange(vocab) for _ in range(context)]
+    prefill(model, cache, ids[:-1])
+    return vocab, cache, ids
+
+
 def verify_cost_curve(
     model: Any, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
     extra: tuple[int, ...] = (),
 ) -> dict[int, float]:
     rng = random.Random(seed)
-    vocab = model.args.vocab_size if hasattr(model, "args") else 1000
     lengths = sorted(set(range(1, max_len + 1)) | set(extra))
-    cache = make_cache(model, max_trim=max(lengths) + 1)
-    prefill(model, cache, [rng.randrange(vocab) for _ in range(context)])
-    times: dict[int, list[float]] = {L: [] for L in lengths}
-    for r in range(repeats + 1):  # round 0 warms up every shape
-        for L in lengths:
-            block = mx.array([[rng.randrange(vocab) for _ in range(L)]])
-            t0 = time.perf_counter()
-            mx.eval(mx.argmax(model(block, cache=cache)[0], axis=-1))
-            dt = time.perf_counter() - t0
-            trim(cache, L)
-            if r:
-                times[L].append(dt)
-    return {L: statistics.median(v) for L, v in times.items()}
+    vocab, cache, _ = _context(model, lengths, context, rng)
+
+    def once(L: int) -> None:
+        block = mx.array([[rng.randrange(vocab) for _ in range(L)]])
+        mx.eval(mx.argmax(model(block, cache=cache)[0], axis=-1))
+        trim(cache, L)
+
+    return _interleaved_medians(lengths, repeats, once)
+
+
+def tree_cost_curve(model: Any, lengths: tuple[int, ...], *, context: int = 256,
+                    repeats: int = 7, seed: int = 0) -> dict[int, float]:
+    """{L: seconds} of one greedy tree step over a two-branch tree of L - 1 nodes (L >= 3)."""
+    from .drafters.base import Proposal
+    from .tree import tree_step
+
+    if min(lengths) < 3:
+        raise ValueError("a tree step needs at least 2 nodes (L >= 3)")
+    rng = random.Random(seed)
+    vocab, cache, ids = _context(model, sorted(lengths), context, rng)
+
+    def once(L: int) -> None:
+        n, half = L - 1, (L - 1) // 2  # two branches from the root, half the nodes each
+        parents = [-1, *range(half - 1), -1, *range(half, n - 1)][:n]
+        tree = Proposal([rng.randrange(vocab) for _ in range(n)], parents=tuple(parents))
+        step, _ = tree_step(model, cache, ids, tree, vocab, False, 0)
+        trim(cache, step.accepted + 1)
+
+    return _interleaved_medians(sorted(lengths), repeats, once)
 
 
 def proposal_cost(
@@ -87,16 +130,21 @@ def model_fingerprint(model: Any) -> str:
 
 
 def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None,
-                   extra: tuple[int, ...] = ()) -> dict[int, float]:
-    """The model's verify cost curve at 1..``max_len`` and ``extra``, measured once and
-    cached on disk."""
+                   extra: tuple[int, ...] = (), kind: str = "linear") -> dict[int, float]:
+    """The model's verify cost curve at 1..``max_len`` and ``extra`` (``kind="tree"``: the
+    tree step curve at ``extra`` only), measured once and cached on disk."""
+    if kind not in ("linear", "tree"):
+        raise ValueError(f"cost curve kind must be 'linear' or 'tree', got {kind!r}")
     root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
-    path = root / "cost" / f"{model_fingerprint(model)}.json"
+    suffix = "" if kind == "linear" else "-tree"
+    path = root / "cost" / f"{model_fingerprint(model)}{suffix}.json"
+    want = [*range(1, max_len + 1), *extra] if kind == "linear" else list(extra)
     if path.exists():
         curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
-        if all(L in curve for L in [*range(1, max_len + 1), *extra]):
+        if all(L in curve for L in want):
             return curve
-    curve = verify_cost_curve(model, max_len, extra=extra)
+    curve = verify_cost_curve(model, max_len, extra=extra) if kind == "linear" else \
+        tree_cost_curve(model, tuple(extra))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(curve))

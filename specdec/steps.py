@@ -241,7 +241,7 @@ def spec_steps(
     trees = params.greedy and params.repetition_penalty == 1.0
     while True:
         full = draft_for_step(drafter, context, min(k, budget[0] - 1), tree_budget)
-        proposal = cut(full, full.depth, shaper.budget()) if shaper and full else full
+        proposal = cut(full, full.depth, shaper.budget(full.parents)) if shaper and full else full
         if not proposal.is_linear and not trees:
             proposal = first_branch(proposal)
         if proposal.is_linear:

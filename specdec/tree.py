@@ -56,6 +56,8 @@ MAX_AUTO_NODES = 32
 # use of a model measures it once; ``measure.cost_curve_for`` caches it on disk).
 AUTO_CURVE_LEN = 17
 AUTO_CURVE_EXTRA = (24, 33)
+# block lengths (1 + nodes) at which whole tree steps are timed for the shaper
+AUTO_TREE_CURVE = (3, 5, 9, 17, 25, 33)
 
 
 def tree_positions(parents: Sequence[int]) -> list[int]:
@@ -292,7 +294,9 @@ def resolve_tree_budget(model: Any, value: int | str) -> tuple[int, TreeShaper |
         from .measure import cost_curve_for
 
         cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
-        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES)
+        tree_cost = cost_curve_for(model, 0, extra=AUTO_TREE_CURVE, kind="tree")
+        # cost(1) anchors both curves: a tree block is priced against one plain step
+        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
     return value, None

@@ -8,13 +8,18 @@ Contract:
   known (``None``: deeper than the emitted tokens reach). Because the emitted tokens of a
   step include the target's own correction, nodes that were *not* verified (cut by the
   budget) are judged too, so the estimate needs no exploration.
-- ``TreeShaper(cost, max_nodes)`` keeps, per node rank i, the running rate a_i at which
+- ``TreeShaper(cost, max_nodes, tree_cost)`` keeps, per node rank i, the running rate a_i at which
   node i is on the accepted path (a Beta prior pulls early estimates to ``prior``), and
   chooses the budget N maximising expected tokens per unit of verify cost::
 
       N* = argmax_{0 <= N <= max_nodes}  (1 + a_0 + ... + a_{N-1}) / (c(N + 1) / c(1))
 
-  where c is the measured verify cost curve (``cost_at`` reads it between and past the measured points).
+  where c is the measured verify cost curve (``cost_at`` reads it between and past the
+  measured points). A block that is not one chain is verified as a tree (its own mask,
+  per-token RoPE, a compaction), which costs more than a linear block of the same length:
+  with ``tree_cost`` (the curve of whole tree steps) c is the linear curve while the first
+  N nodes of this step's proposal form one chain (``chain_length``) and ``tree_cost``
+  past it, so N* stays on the chain where branching does not pay for its overhead.
   On this CPU c rises (c(17) ≈ 2.6 c(1)), so N* stays small; where c is flat to ~32
   (Metal, CUDA), N* grows to the budget.
 
@@ -74,19 +79,40 @@ def cost_at(curve: Mapping[int, float], L: int) -> float:
     return curve[lo] + (curve[hi] - curve[lo]) * (L - lo) / (hi - lo)
 
 
-def best_budget(rates: Sequence[float], cost: Mapping[int, float]) -> int:
-    """The N maximising (1 + Σ_{i<N} rates[i]) / (c(N+1)/c(1)) (see module doc).
+def chain_length(parents: Sequence[int] | None, n: int) -> int:
+    """How many of the first ``n`` nodes form one chain from the root (a linear block).
+
+    >>> chain_length([-1, 0, 1, 0, 3], 5)   # 5 -> 6 -> 7, then a second branch
+    3
+    >>> chain_length(None, 4)
+    4
+    """
+    if parents is None:
+        return n
+    m = 0
+    while m < min(n, len(parents)) and parents[m] == m - 1:
+        m += 1
+    return m
+
+
+def best_budget(rates: Sequence[float], cost: Mapping[int, float],
+                tree_cost: Mapping[int, float] | None = None, chain: int | None = None) -> int:
+    """The N maximising (1 + Σ_{i<N} rates[i]) / (c(N+1)/c(1)) (see module doc); c is
+    ``cost`` for N <= ``chain`` (default: every N) and ``tree_cost`` past it.
 
     >>> best_budget([0.9, 0.5, 0.2, 0.1], {L: 1 + 0.1 * (L - 1) for L in range(1, 6)})
     2
     >>> best_budget([0.9, 0.5, 0.2, 0.1], {1: 1.0, 5: 1.0})   # a flat curve: use them all
     4
+    >>> best_budget([0.9, 0.5, 0.2, 0.1], {1: 1.0, 5: 1.0}, {1: 1.5, 5: 1.5}, chain=1)
+    1
     """
     c1 = cost[1]
+    chain = len(rates) if chain is None or tree_cost is None else chain
     best, best_n, gain = 1.0, 0, 1.0
     for n, r in enumerate(rates, start=1):
         gain += r
-        value = gain / (cost_at(cost, n + 1) / c1)
+        value = gain / (cost_at(cost if n <= chain else tree_cost, n + 1) / c1)
         if value > best + 1e-12:
             best, best_n = value, n
     return best_n
@@ -96,13 +122,15 @@ class TreeShaper:
     """Per-request budget chooser (see module doc). ``budget()`` before a step,
     ``update(tokens, parents, emitted)`` after it, with the drafter's *whole* proposal."""
 
-    def __init__(self, cost: Mapping[int, float], max_nodes: int, prior: float = 0.3,
+    def __init__(self, cost: Mapping[int, float], max_nodes: int,
+                 tree_cost: Mapping[int, float] | None = None, prior: float = 0.3,
                  weight: float = 2.0):
         if max_nodes < 1:
             raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
         if 1 not in cost:
             raise ValueError("the cost curve needs cost(1)")
         self.cost, self.max_nodes = dict(cost), max_nodes
+        self.tree_cost = dict(tree_cost) if tree_cost else None
         self.prior, self.weight = prior, weight
         self.hits = [0.0] * max_nodes
         self.seen = [0.0] * max_nodes
@@ -111,8 +139,10 @@ class TreeShaper:
         w, p = self.weight, self.prior
         return [(h + w * p) / (n + w) for h, n in zip(self.hits, self.seen)]
 
-    def budget(self) -> int:
-        return best_budget(self.rates(), self.cost)
+    def budget(self, parents: Sequence[int] | None = None) -> int:
+        """Nodes to verify of a proposal with these ``parents`` (None: linear)."""
+        chain = chain_length(parents, self.max_nodes)
+        return best_budget(self.rates(), self.cost, self.tree_cost, chain)
 
     def update(self, tokens: Sequence[int], parents: Sequence[int] | None,
                emitted: Sequence[int]) -> None:

@@ -445,13 +445,14 @@ def test_tree_budget_is_validated_and_threaded_everywhere():
 
 
 def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
-    from specdec.tree import resolve_tree_budget
+    from specdec.tree import AUTO_TREE_CURVE, resolve_tree_budget
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     model, prompt = cached_tiny("llama"), tiny_prompt(9)
     n, shaper = resolve_tree_budget(model, "auto")
     assert n == shaper.max_nodes and list(tmp_path.glob("cost/*.json"))
     assert {1, 17, 33} <= set(shaper.cost)
+    assert set(shaper.tree_cost) == set(AUTO_TREE_CURVE) and len(list(tmp_path.glob("cost/*-tree.json"))) == 1
     ref = run(model, prompt, max_tokens=20)
     out = run(model, prompt, drafter=TruthTreeDrafter(ref, TINY_VOCAB), max_tokens=20, tree_budget="auto")
     assert out == ref

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.drafters.base import Proposal
-from specdec.tree_shape import TreeShaper, best_budget, cost_at, node_hits
+from specdec.tree_shape import TreeShaper, best_budget, chain_length, cost_at, node_hits
 
 
 @st.composite
@@ -35,15 +35,48 @@ def test_node_hits_against_each_nodes_root_path(tree, emitted):
 
 
 @settings(max_examples=200)
-@given(st.lists(st.floats(0, 1), max_size=12), st.lists(st.floats(0, 0.5), min_size=1, max_size=14))
-def test_best_budget_is_the_brute_force_argmax(rates, steps):
+@given(st.lists(st.floats(0, 1), max_size=12), st.lists(st.floats(0, 0.5), min_size=1, max_size=14),
+       st.floats(1.0, 2.0), st.integers(0, 12))
+def test_best_budget_is_the_brute_force_argmax(rates, steps, overhead, chain):
+    """Linear cost up to the chain's length, the (dearer) tree cost past it."""
     cost = {1: 1.0}
     for i, s in enumerate(steps):  # a rising curve with arbitrary slopes
         cost[i + 2] = cost[i + 1] + s
-    value = [(1 + sum(rates[:n])) / cost_at(cost, n + 1) for n in range(len(rates) + 1)]
-    n = best_budget(rates, cost)
+    tree = {L: cost_at(cost, L) * overhead for L in range(2, len(rates) + 3)}
+
+    def c(n: int) -> float:
+        return cost_at(cost if n <= chain else tree, n + 1)
+
+    value = [(1 + sum(rates[:n])) / c(n) for n in range(len(rates) + 1)]
+    n = best_budget(rates, cost, tree, chain)
     assert value[n] == pytest.approx(max(value))
     assert all(v < value[n] + 1e-9 for v in value[:n])  # the smallest best N
+
+
+@given(trees(max_nodes=12), st.integers(0, 14))
+def test_chain_length_is_the_longest_leading_chain(tree, n):
+    _, parents = tree
+    m = chain_length(parents, n)
+    assert m <= min(n, len(parents))
+    assert all(parents[i] == i - 1 for i in range(m))  # a chain from the root...
+    assert m == min(n, len(parents)) or parents[m] != m - 1  # ...that stops where it breaks
+
+
+def test_shaper_keeps_to_the_chain_when_a_branch_does_not_pay_its_overhead():
+    """Every node hits often; a linear block is cheap and a tree block costs twice as
+    much: the budget stops where the proposal's first branch starts. Priced at the
+    linear curve (no tree curve), it takes the branch too."""
+    linear = {L: 1 + 0.05 * (L - 1) for L in range(1, 18)}
+    tree = {L: 2 * c for L, c in linear.items() if L >= 3}
+    parents = [-1, 0, 1, 0, 3, 4]  # 1 -> 2 -> 3, then a second branch 1 -> 7 -> 8 -> 9
+    tokens = [1, 2, 3, 7, 8, 9]
+    dear, plain = TreeShaper(linear, 6, tree), TreeShaper(linear, 6)
+    for shaper in (dear, plain):
+        for i in range(20):  # the two branches take turns being right
+            shaper.update(tokens, parents, [1, 2, 3, 4] if i % 2 else [1, 7, 8, 9])
+    assert dear.budget(parents) == 3
+    assert plain.budget(parents) == 6
+    assert dear.budget(None) == plain.budget(None) == 6  # a linear proposal is a chain throughout
 
 
 def test_shaper_grows_trees_when_deep_nodes_hit_and_shrinks_them_when_they_miss():
