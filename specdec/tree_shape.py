@@ -9,7 +9,8 @@ Contract:
   step include the target's own correction, nodes that were *not* verified (cut by the
   budget) are judged too, so the estimate needs no exploration.
 - ``TreeShaper(cost, max_nodes, tree_cost)`` keeps, per node rank i, the running rate a_i at which
-  node i is on the accepted path (a Beta prior pulls early estimates to ``prior``), and
+  node i is on the accepted path (a Beta prior pulls early estimates to ``prior / (i + 1)``:
+  a best-first drafter's later nodes are less likely, so a new request starts small), and
   chooses the budget N maximising expected tokens per unit of verify cost::
 
       N* = argmax_{0 <= N <= max_nodes}  (1 + a_0 + ... + a_{N-1}) / (c(N + 1) / c(1))
@@ -137,7 +138,8 @@ class TreeShaper:
 
     def rates(self) -> list[float]:
         w, p = self.weight, self.prior
-        return [(h + w * p) / (n + w) for h, n in zip(self.hits, self.seen)]
+        return [(h + w * p / (i + 1)) / (n + w)
+                for i, (h, n) in enumerate(zip(self.hits, self.seen))]
 
     def budget(self, parents: Sequence[int] | None = None) -> int:
         """Nodes to verify of a proposal with these ``parents`` (None: linear)."""

@@ -91,3 +91,12 @@ def test_shaper_grows_trees_when_deep_nodes_hit_and_shrinks_them_when_they_miss(
     for _ in range(20):
         flat.update(tokens, parents, [1, 2, 9])
     assert flat.budget() == 6  # on a flat curve any chance of a hit pays: verify them all
+
+
+def test_a_new_request_starts_with_a_small_tree_unless_the_curve_is_flat():
+    """Before any step is seen, later best-first nodes are assumed less likely (prior /
+    (i + 1)): on a rising curve a fresh shaper verifies a few nodes, not its whole budget;
+    on a flat curve every node is still worth verifying."""
+    rising = {L: 1 + 0.08 * (L - 1) for L in range(1, 34)}
+    assert 1 <= TreeShaper(rising, 32).budget() <= 4
+    assert TreeShaper({1: 1.0, 64: 1.0}, 32).budget() == 32
