@@ -507,3 +507,22 @@ def test_chunked_model_assembled_once(tmp_cache):
     first = path.stat()
     assert packaged_gguf_path("gemma3-270m").stat().st_mtime_ns == first.st_mtime_ns
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".tmp")]
+
+
+@pytest.mark.slow
+@requires_model("gemma3-270m")
+def test_reassembling_a_chunked_model_keeps_its_conversion_key(tmp_path, monkeypatch):
+    """Two processes assembling the same chunked GGUF at once (the ranks of an mlx.launch
+    group) must agree on the conversion key: a fresh mtime each time made one rank prune
+    the other's conversion while it was loading it."""
+    from specdec.loader.cache import source_key
+    from specdec.loader.registry import packaged_gguf_path
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    first = packaged_gguf_path("gemma3-270m")
+    key = source_key(first, 1)
+    for stamp in first.parent.glob("*.stamp.json"):
+        stamp.unlink()  # force a second assembly, as a concurrent process would do
+    os.utime(first, ns=(1, 1))
+    again = packaged_gguf_path("gemma3-270m")
+    assert again == first and source_key(again, 1) == key

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -199,6 +200,11 @@ def _assembled_file(model: PackagedModel) -> Path:
     with atomic_file(target) as tmp:
         digest = _concatenate([path for _, _, path in chunks], tmp)
         _check_assembled(model, tmp, digest)
+        # a deterministic mtime: processes assembling at once (the ranks of a group) write
+        # identical files, so the conversion cache key (size, mtime) agrees and none of
+        # them prunes another's conversion as stale while it is being loaded
+        newest = max(path.stat().st_mtime_ns for _, _, path in chunks)
+        os.utime(tmp, ns=(newest, newest))
     with atomic_file(stamp_path) as tmp:
         tmp.write_text(json.dumps(stamp))
     return target
