@@ -135,13 +135,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_args(args)
     prompt = cfg.read_prompt()
     if getattr(args, "distributed", False):
-        from .distributed import DistributedError, load_sharded, run_sharded
+        from .distributed import load_sharded, refuse_unsharded_features, run_sharded
 
-        if cfg.prompt_cache_file:  # the other ranks could not hold the loaded cache
-            raise DistributedError("--prompt-cache-file does not work with --distributed")
-        if cfg.spec.draft_tree_budget:  # the other ranks would run it without its tree mask
-            raise DistributedError("--draft-tree-budget does not work with --distributed yet: "
-                                   "use linear drafts (--draft-tree-budget 0)")
+        refuse_unsharded_features(tree_budget=cfg.spec.draft_tree_budget,
+                                  prompt_cache_file=cfg.prompt_cache_file)
         return run_sharded(*load_sharded(cfg.model, cfg.dtype), args.distributed_timeout,
                            lambda model, tok: _generate(args, cfg, prompt, model, tok))
     return _generate(args, cfg, prompt, *_load(cfg))

@@ -79,6 +79,15 @@ def shard(model: Any, group: Any) -> str:
     return kind
 
 
+def refuse_unsharded_features(*, tree_budget: Any = 0, prompt_cache_file: Any = None) -> None:
+    """Refuse, at start-up, what the other ranks could not mirror (raises ``DistributedError``)."""
+    if prompt_cache_file:  # the other ranks could not hold the loaded cache
+        raise DistributedError("--prompt-cache-file does not work with --distributed")
+    if tree_budget:  # rank 0 alone would apply the tree mask and positions
+        raise DistributedError("--draft-tree-budget does not work with --distributed yet: use "
+                               "linear drafts (--draft-tree-budget 0)")
+
+
 def is_group_failure(e: BaseException) -> bool:
     """Whether ``e`` is a collective failing because a peer is gone."""
     if isinstance(e, GroupLost):

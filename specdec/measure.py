@@ -12,7 +12,7 @@ Contract:
 - ``tree_cost_curve(model, lengths)`` is the same for whole greedy tree steps
   (``tree.tree_step``: the tree-masked forward with per-token RoPE, the one sync, the
   compaction) of an (L-1)-node two-branch tree, so a tree's overhead over a linear block
-  of the same length is measured, not guessed. ``cost_curve_for(..., kind="tree")``
+  of the same length is measured, not guessed. ``tree_cost_curve_for(model, lengths)``
   caches it beside the linear curve.
 - ``proposal_cost(drafter, context_len)`` returns the median seconds of one ``propose``
   call on a context of that length, after the drafter has indexed the context, i.e. the
@@ -129,24 +129,34 @@ def model_fingerprint(model: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None,
-                   extra: tuple[int, ...] = (), kind: str = "linear") -> dict[int, float]:
-    """The model's verify cost curve at 1..``max_len`` and ``extra`` (``kind="tree"``: the
-    tree step curve at ``extra`` only), measured once and cached on disk."""
-    if kind not in ("linear", "tree"):
-        raise ValueError(f"cost curve kind must be 'linear' or 'tree', got {kind!r}")
+def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
+                  cache_dir: str | Path | None) -> dict[int, float]:
+    """``measure()`` once per ``name`` (a JSON file under the cost cache), re-measured when
+    the cached curve lacks a length in ``want``; written atomically."""
     root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
-    suffix = "" if kind == "linear" else "-tree"
-    path = root / "cost" / f"{model_fingerprint(model)}{suffix}.json"
-    want = [*range(1, max_len + 1), *extra] if kind == "linear" else list(extra)
+    path = root / "cost" / f"{name}.json"
     if path.exists():
         curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
         if all(L in curve for L in want):
             return curve
-    curve = verify_cost_curve(model, max_len, extra=extra) if kind == "linear" else \
-        tree_cost_curve(model, tuple(extra))
+    curve = measure()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(curve))
     os.replace(tmp, path)  # atomic: concurrent processes never read half a file
     return curve
+
+
+def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None,
+                   extra: tuple[int, ...] = ()) -> dict[int, float]:
+    """The model's verify cost curve at 1..``max_len`` and ``extra``, measured once and
+    cached on disk."""
+    return _cached_curve(model_fingerprint(model), [*range(1, max_len + 1), *extra],
+                         lambda: verify_cost_curve(model, max_len, extra=extra), cache_dir)
+
+
+def tree_cost_curve_for(model: Any, lengths: tuple[int, ...],
+                        cache_dir: str | Path | None = None) -> dict[int, float]:
+    """The model's tree step cost curve at ``lengths``, measured once and cached on disk."""
+    return _cached_curve(f"{model_fingerprint(model)}-tree", list(lengths),
+                         lambda: tree_cost_curve(model, lengths), cache_dir)

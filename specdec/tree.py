@@ -291,10 +291,10 @@ def resolve_tree_budget(model: Any, value: int | str) -> tuple[int, TreeShaper |
     asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
     model's (cached) verify cost curve pick how many to verify at each step."""
     if value == "auto":
-        from .measure import cost_curve_for
+        from .measure import cost_curve_for, tree_cost_curve_for
 
         cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
-        tree_cost = cost_curve_for(model, 0, extra=AUTO_TREE_CURVE, kind="tree")
+        tree_cost = tree_cost_curve_for(model, AUTO_TREE_CURVE)
         # cost(1) anchors both curves: a tree block is priced against one plain step
         return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

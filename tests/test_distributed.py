@@ -141,8 +141,9 @@ def test_prompt_cache_file_is_refused_with_distributed(capsys):
 
     assert main(["generate", "--distributed", "--prompt-cache-file", "x.safetensors"]) == 2
     assert "--prompt-cache-file does not work with --distributed" in capsys.readouterr().err
-    assert main(["generate", "--distributed", "--draft-tree-budget", "8"]) == 2
-    assert "--draft-tree-budget does not work with --distributed" in capsys.readouterr().err
+    for command in ("generate", "serve"):
+        assert main([command, "--distributed", "--draft-tree-budget", "8"]) == 2
+        assert "--draft-tree-budget does not work with --distributed" in capsys.readouterr().err
 
 
 # ---- real groups -----------------------------------------------------------------------
@@ -255,7 +256,8 @@ def test_bench_distributed_refuses_what_a_sharded_target_cannot_run(capsys):
     assert main(["bench", "--distributed", "--profile", "distributed", "--peers", "llama.cpp"]) == 2
     assert "do not run sharded: pass --peers none" in capsys.readouterr().err
     assert main(["bench", "--distributed"]) == 2  # the default profile has tree configs
-    assert "token trees do not run on a sharded target" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "suffix:k=4:tree=auto" in err and "--draft-tree-budget does not work with --distributed" in err
 
 
 @pytest.mark.slow

@@ -116,8 +116,12 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
     name = "quick" if args.quick else args.profile
     prof = PROFILES[name]
     distributed = getattr(args, "distributed", False)
-    # the peers run in one process of their own: a sharded run leaves the profile's out
-    peers = args.peers if args.peers is not None else [] if distributed else list(prof.peers)
+    peers = args.peers if args.peers is not None else list(prof.peers)
+    if distributed and args.peers is None and peers:
+        # the peers run in one process of their own: a sharded run leaves the profile's out
+        print(f"specdec: --distributed leaves out the profile's peers ({', '.join(peers)})",
+              file=sys.stderr)
+        peers = []
     peers = [] if peers == ["none"] else peers
     from .peers import PEERS
 
@@ -141,15 +145,16 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
 
 def _check_distributed(plan: Any, prof: Profile) -> None:
     """Refuse, at start-up, what a sharded target cannot run."""
-    from ..distributed import DistributedError
+    from ..distributed import DistributedError, refuse_unsharded_features
 
     if plan.peers:
         raise DistributedError(f"the peers ({', '.join(plan.peers)}) do not run sharded: pass "
                                "--peers none with --distributed")
     trees = [c.text for c in plan.configs if c.tree_budget]
     if trees:
-        raise DistributedError(f"token trees do not run on a sharded target yet ({', '.join(trees)}):"
-                               " pass linear configs, e.g. --profile distributed")
+        print(f"specdec: configs with token trees: {', '.join(trees)} (use linear configs, "
+              "e.g. --profile distributed)", file=sys.stderr)
+    refuse_unsharded_features(tree_budget=len(trees))
     if prof.warm_from:
         raise DistributedError("a warm-start profile loads a second model unsharded: run it "
                                "without --distributed")

@@ -64,11 +64,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     group = None
     if getattr(args, "distributed", False):
-        from ..distributed import init_group, serve_follower
+        from ..distributed import init_group, refuse_unsharded_features, serve_follower
 
-        if cfg.speculation.draft_tree_budget:  # rank 0 alone would apply the tree mask
-            raise SystemExit("--draft-tree-budget does not work with --distributed yet: use "
-                             "linear drafts (--draft-tree-budget 0)")
+        refuse_unsharded_features(tree_budget=cfg.speculation.draft_tree_budget)
         group = init_group()
         if group.rank() > 0:  # no HTTP here: run rank 0's forwards until it stops
             return serve_follower(cfg.model, cfg.dtype, group)
