@@ -31,7 +31,7 @@ from .rollback import make_cache
 from .sampling import Rng, SamplingParams
 from .stats import SpecStats
 from .steps import plain_steps, prefill, spec_steps
-from .text import StopMatcher, encode_prompt
+from .text import TextOut, encode_prompt
 from .tree import resolve_tree_budget
 
 
@@ -177,28 +177,46 @@ def token_stream(
     return _settling(emitted, prompt_cache, list(prompt_ids))
 
 
-def _emit(steps: Iterator[Any], budget: list[int], eos: set[int], stats: SpecStats,
-          step_log: list[tuple[int, int]] | None, t0: float) -> Iterator[_Emitted]:
-    """Tokens of the steps one by one, stopping at EOS or when ``budget[0]`` (the tokens
-    still wanted, kept up to date here) reaches 0."""
-    t_prefill, max_tokens = t0 + stats.prefill_s, budget[0]
-    for step in steps:
+class Emitter:
+    """Turns steps into emitted tokens for one request: stops at EOS (not emitted) or when
+    ``budget[0]`` (the tokens still wanted, kept up to date here for the drafter) reaches
+    0, and keeps ``stats`` and ``step_log``. ``feed(step)`` returns (tokens, done)."""
+
+    def __init__(self, budget: list[int], eos: set[int], stats: SpecStats,
+                 step_log: list[tuple[int, int]] | None, t0: float):
+        self.budget, self.eos, self.stats, self.step_log, self.t0 = budget, eos, stats, step_log, t0
+        self.max_tokens = budget[0]
+
+    def feed(self, step: Any) -> tuple[list[_Emitted], bool]:
+        stats, out = self.stats, []
         stats.record_step(step.drafted, step.accepted, step.fed, step.depth)
-        if step_log is not None:
-            step_log.append((step.fed, step.accepted))
+        if self.step_log is not None:
+            self.step_log.append((step.fed, step.accepted))
         for i, tok in enumerate(step.tokens):
-            if tok in eos:
-                return
+            if tok in self.eos:
+                return out, True
             now = time.perf_counter()
             stats.generated_tokens += 1
-            budget[0] = max_tokens - stats.generated_tokens
-            stats.ttft_s = stats.ttft_s or now - t0
-            stats.decode_s = now - t_prefill
+            self.budget[0] = self.max_tokens - stats.generated_tokens
+            stats.ttft_s = stats.ttft_s or now - self.t0
+            stats.decode_s = now - self.t0 - stats.prefill_s
             margin = step.margins[i] if step.margins else None
             top = step.top[i] if step.top else None
-            yield _Emitted(tok, i < step.accepted, margin, step.logprobs[i], top)
-            if budget[0] <= 0:
-                return
+            out.append(_Emitted(tok, i < step.accepted, margin, step.logprobs[i], top))
+            if self.budget[0] <= 0:
+                return out, True
+        return out, False
+
+
+def _emit(steps: Iterator[Any], budget: list[int], eos: set[int], stats: SpecStats,
+          step_log: list[tuple[int, int]] | None, t0: float) -> Iterator[_Emitted]:
+    """The tokens of ``steps`` one by one, through an ``Emitter``."""
+    emitter = Emitter(budget, eos, stats, step_log, t0)
+    for step in steps:
+        out, done = emitter.feed(step)
+        yield from out
+        if done:
+            return
 
 
 def _settling(emitted: Iterator[_Emitted], prompt_cache: PromptCache,
@@ -266,9 +284,7 @@ def stream_generate(
                               temperature=temperature, seed=seed)
     stats = SpecStats()
     step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
-    detok = tokenizer.detokenizer
-    detok.reset()
-    stopper = StopMatcher(stop)
+    out = TextOut(tokenizer, stop)
     finish, n = "stop", 0
     stream = token_stream(
         model,
@@ -292,8 +308,7 @@ def stream_generate(
     )
     for e in stream:
         n += 1
-        detok.add_token(e.token)
-        text, hit = stopper.feed(detok.last_segment)
+        text, hit = out.feed(e.token)
         yield GenerationResponse(
             text, e.token, e.from_draft, stats, margin=e.margin, logprob=e.logprob,
             top_logprobs=e.top,
@@ -304,11 +319,7 @@ def stream_generate(
             break
         if n >= max_tokens:
             finish = "length"
-    tail = ""
-    if finish != "stop_string":
-        detok.finalize()
-        tail, _ = stopper.feed(detok.last_segment)
-        tail += stopper.flush()
+    tail = out.tail() if finish != "stop_string" else ""
     reason = "length" if finish == "length" else "stop"
     yield GenerationResponse(tail, None, False, stats, reason, prompt_ids=tokens, step_log=step_log)
 

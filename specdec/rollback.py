@@ -8,6 +8,8 @@ Contract:
   is refused up front with ``UnsupportedCacheError`` naming it.
 - ``trim(cache, n)`` removes the last ``n`` positions from every layer and returns ``n``;
   when any layer cannot, it raises ``RollbackError``. It is never a silent no-op.
+- ``batch_cache.trim_rows(cache, fed, keep)`` is the batched form (continuous batching):
+  after a block of ``fed`` positions per row, row i keeps its first ``keep[i]``.
 - ``compact(cache, base_offset, keep)`` is the token-tree form (``specdec.tree``): of a
   block fed at ``base_offset``, keep block indices ``keep`` (root, accepted path) in place
   and drop the rest; same checks, same error.
@@ -240,3 +242,4 @@ def compact(cache: list[Any], base_offset: int, keep: list[int]) -> int:
             c.values = _gather_rows(c.values, at, keep)
         c.offset = base_offset + len(keep)
     return base_offset + len(keep)
+

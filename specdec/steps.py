@@ -161,6 +161,14 @@ class _Fetched:
     @classmethod
     def fetch(cls, logits: mx.array, proposal: Proposal, accept: mx.array, fix: mx.array,
               diagnostics: bool, top_logprobs: int) -> "_Fetched":
+        arrays = cls.arrays(logits, proposal, accept, fix, diagnostics, top_logprobs)
+        mx.eval(*arrays)
+        return cls.from_host([a.tolist() for a in arrays], diagnostics, top_logprobs)  # the one sync
+
+    @staticmethod
+    def arrays(logits: mx.array, proposal: Proposal, accept: mx.array, fix: mx.array,
+               diagnostics: bool, top_logprobs: int) -> list[mx.array]:
+        """The device arrays a step's host side needs (a batch evaluates all rows' at once)."""
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         rows = mx.arange(logits.shape[0])
         # an out-of-vocabulary draft id (see in_vocab) is rejected; its logprob is unused
@@ -168,9 +176,11 @@ class _Fetched:
         cand = mx.concatenate([drafted, fix[-1:]])
         arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
         arrays += [top2_margin(logits)] if diagnostics else []
-        arrays += top_entries(logp, top_logprobs) if top_logprobs else []
-        mx.eval(*arrays)
-        acc, fx, lp_draft, lp_fix, *rest = (a.tolist() for a in arrays)  # the one sync
+        return arrays + (top_entries(logp, top_logprobs) if top_logprobs else [])
+
+    @classmethod
+    def from_host(cls, lists: list[list], diagnostics: bool, top_logprobs: int) -> "_Fetched":
+        acc, fx, lp_draft, lp_fix, *rest = lists
         margins = rest.pop(0) if diagnostics else None
         return cls(acc, fx, lp_draft, lp_fix, margins, tuple(rest) if top_logprobs else None)
 

@@ -8,6 +8,8 @@ Contract:
 - ``StopMatcher`` releases text only once it cannot be the start of a stop string, so a
   stop string that arrives split across tokens, or inside an accepted draft block, is
   never emitted, and nothing after it is.
+- ``TextOut(tokenizer, stop)`` is one request's text: ``feed(token)`` -> (text to emit,
+  a stop string was hit), ``tail()`` the text held back until the end.
 """
 
 from __future__ import annotations
@@ -89,3 +91,21 @@ class StopMatcher:
     def flush(self) -> str:
         out, self.pending = self.pending, ""
         return out
+
+
+class TextOut:
+    """One request's streamed text: its own detokenizer, cut at the first stop string."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str] | None):
+        self.detok = tokenizer.detokenizer  # a fresh copy per access (mlx-lm)
+        self.detok.reset()
+        self.stopper = StopMatcher(stop)
+
+    def feed(self, token: int) -> tuple[str, bool]:
+        self.detok.add_token(token)
+        return self.stopper.feed(self.detok.last_segment)
+
+    def tail(self) -> str:
+        self.detok.finalize()
+        text, _ = self.stopper.feed(self.detok.last_segment)
+        return text + self.stopper.flush()

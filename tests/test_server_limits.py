@@ -22,7 +22,7 @@ LONG = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "stre
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server("--queue-size", "1")
+    s = Server("--queue-size", "1", "--max-batch", "1")
     yield s
     s.stop()
 

@@ -207,7 +207,7 @@ def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> 
                   lifespan=lifespan)
     install_handlers(app)
     api = Api(cfg, worker)
-    metrics.watch(lambda: len(worker.queue), lambda: worker.running is not None)
+    metrics.watch(lambda: len(worker.queue), lambda: worker.busy)
     _routes(app, api, cfg, worker, metrics)
     return wrap(app, metrics, cfg.api_key, cfg.max_body_bytes)
 
@@ -238,7 +238,7 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
     async def health() -> Response:
         body = {"status": "ok" if worker.alive else "stopping", "model": cfg.model_id,
                 "context_length": worker.context_length, "queue_depth": len(worker.queue),
-                "queue_size": cfg.queue_size, "running": worker.running is not None,
+                "queue_size": cfg.queue_size, "running": worker.busy,
                 "memory": worker.memory.info()}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
 

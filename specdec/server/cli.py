@@ -34,6 +34,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="seconds between saves of a changed memory (0: only at shutdown)")
     p.add_argument("--queue-size", type=int, default=64,
                    help="requests that may wait for the model; more get 503 + Retry-After")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="requests decoded together, one forward per step with speculation per "
+                        "request (default 32 where the model can batch; 1 = one at a time)")
     p.add_argument("--prompt-cache-bytes", type=int, default=1 << 30,
                    help="bytes of finished requests' KV caches kept for requests that start the "
                         "same way (a conversation's next turn); 0 = off")

@@ -34,6 +34,7 @@ class ServerConfig:
     memory_file: str | None = None
     save_interval: float = 60.0
     queue_size: int = 64
+    max_batch: int | None = None  # None: 32 where the model can batch, else 1
     max_body_bytes: int = 4 << 20
     max_tokens: int = 256
     prompt_cache_bytes: int = 1 << 30
@@ -76,6 +77,7 @@ class ServerConfig:
         checks = [
             (1 <= self.port <= 65535, "--port must be in 1..65535"),
             (self.queue_size >= 1, "--queue-size must be >= 1"),
+            (self.max_batch is None or self.max_batch >= 1, "--max-batch must be >= 1"),
             (self.max_body_bytes >= 1024, "--max-body-bytes must be >= 1024"),
             (self.prompt_cache_bytes >= 0, "--prompt-cache-bytes must be >= 0 (0 = off)"),
             (self.save_interval >= 0, "--save-interval must be >= 0 (0 = only at shutdown)"),

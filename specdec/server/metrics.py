@@ -65,7 +65,7 @@ class Metrics:
         self._prefix_entries = Gauge("specdec_prefix_cache_entries", "caches in the prefix cache",
                                      registry=r)
         self._queue_depth = Gauge("specdec_queue_depth", "requests waiting", registry=r)
-        self._running = Gauge("specdec_requests_running", "requests generating (0 or 1)", registry=r)
+        self._running = Gauge("specdec_requests_running", "requests running (prefilling or decoding)", registry=r)
 
     def watch(self, queue_depth: Callable[[], float], running: Callable[[], float]) -> None:
         self._queue_depth.set_function(queue_depth)

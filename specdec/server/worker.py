@@ -2,6 +2,10 @@
 one at a time from a bounded queue.
 
 Contract:
+- Batching (``cfg.max_batch`` > 1, the default where the model allows it): the running
+  requests decode together, one forward per step with speculation per row
+  (``batcher.Batcher``, ``specdec.batch``); new requests join at step boundaries, their
+  prefill chunked. ``--max-batch 1`` runs one request at a time (``_run``).
 - ``InferenceWorker(cfg, metrics).start()`` loads the model (and draft model) and the
   shared memory on the worker thread and returns once it is ready, or raises the load
   error. Only that thread ever runs the model or changes the memory: MLX evaluation is
@@ -47,6 +51,7 @@ from .errors import APIError
 from .memory import SharedMemory
 
 log = logging.getLogger("specdec.server")
+DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,9 @@ class InferenceWorker:
         self.group_error: str | None = None
         self.queue = JobQueue(cfg.queue_size)
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
-        self.running: Job | None = None
+        self.running: Job | None = None  # the sequential path's job
+        self.batcher: Any = None  # the batching path's scheduler (see batcher)
+        self.max_batch = 1
         self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
@@ -177,6 +184,11 @@ class InferenceWorker:
             raise self._error
 
     @property
+    def busy(self) -> int:
+        """How many jobs are running (prefilling or decoding)."""
+        return len(self.batcher) if self.batcher is not None else int(self.running is not None)
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stopping and self.group_error is None
 
@@ -185,6 +197,8 @@ class InferenceWorker:
         self._stopping = True
         if self.running is not None:
             self.running.cancelled.set()
+        if self.batcher is not None:
+            self.batcher.cancel_all()
         for job in self.queue.drain():
             job.state = "cancelled"
             job.emit(ErrorEvent(APIError(503, "the server is shutting down; retry later",
@@ -230,6 +244,33 @@ class InferenceWorker:
 
         self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes if self.group is None else 0,
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
+        self.max_draft_tokens = MAX_DRAFT_TOKENS
+        self._setup_batching()
+
+    def _setup_batching(self) -> None:
+        """Resolve ``--max-batch`` (None: 8 where the model can batch, else 1, said in the
+        log) and measure the batch cost curve once per model (cached on disk)."""
+        from ..batch import BATCH_COST_LENGTHS, batchable, curve_cost
+        from ..measure import cost_curve_for
+
+        why = batchable(self.model, self.cfg.kv_bits)
+        if self.group is not None:
+            why = "the target is sharded (--distributed)"
+        want = self.cfg.max_batch
+        if why is not None and want is not None and want > 1:
+            raise ValueError(f"--max-batch {want}: cannot batch: {why}; use --max-batch 1")
+        if why is not None:
+            if want is None:
+                log.info("requests run one at a time: %s", why)
+            return
+        self.max_batch = DEFAULT_MAX_BATCH if want is None else want
+        if self.max_batch > 1:
+            log.info("batching up to %d requests; measuring the verify cost curve (once per "
+                     "model, cached)", self.max_batch)
+            curve = cost_curve_for(self.model, 16, extra=BATCH_COST_LENGTHS)
+            from .batcher import Batcher
+
+            self.batcher = Batcher(self, curve_cost(curve))
 
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
@@ -272,6 +313,10 @@ class InferenceWorker:
     def _loop(self) -> None:
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
         while not self._stopping:
+            if self.batcher is not None:
+                self.batcher.run_once(tick)
+                self._maybe_save()
+                continue
             job = self.queue.get(timeout=tick)
             if job is not None and job.cancelled.is_set():  # cancelled as it left the queue
                 job.state = "cancelled"
@@ -287,8 +332,11 @@ class InferenceWorker:
                     if self.group is not None:
                         self.model.watchdog.disarm()  # idle: no deadline until the next job
                 self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - t0)
-            if self.cfg.save_interval > 0 and time.monotonic() - self._last_save >= self.cfg.save_interval:
-                self._save()
+            self._maybe_save()
+
+    def _maybe_save(self) -> None:
+        if self.cfg.save_interval > 0 and time.monotonic() - self._last_save >= self.cfg.save_interval:
+            self._save()
 
     def _save(self, final: bool = False) -> None:
         self._last_save = time.monotonic()
@@ -312,7 +360,7 @@ class InferenceWorker:
         prompt_cache = self.prefixes.take(req.prompt_ids) if self.prefixes.max_bytes else None
         try:
             gen = stream_generate(
-                self.model, self.tokenizer, req.prompt_ids, drafter=self._drafter(req),
+                self.model, self.tokenizer, req.prompt_ids, drafter=self.drafter_for(req),
                 max_tokens=req.max_tokens, num_draft_tokens=req.speculation.num_draft_tokens,
                 draft_tree_budget=req.speculation.draft_tree_budget,
                 stop=req.stop, top_logprobs=req.top_logprobs, kv_bits=self.cfg.kv_bits,
@@ -326,7 +374,7 @@ class InferenceWorker:
                 return
             log.exception("generation failed")
             job.state = "finished"
-            job.emit(ErrorEvent(APIError(500, f"generation failed: {type(e).__name__}: {e}")))
+            job.emit(self.error_event(e))
             return
         finally:
             self.memory.commit(req.prompt_ids + tokens)
@@ -339,7 +387,7 @@ class InferenceWorker:
             job.emit(DoneEvent("cancelled"))
             return
         job.state = "finished"
-        job.emit(self._done(job, final, started))
+        job.emit(self.done_event(job, final, started))
 
     def _pump(self, job: Job, gen: Any, tokens: list[int]) -> Any:
         """Forward tokens to the client until the end (the final response) or a cancel (None)."""
@@ -354,12 +402,23 @@ class InferenceWorker:
             self.metrics.on_token(last is None, now - (job.submitted if last is None else last))
             last = now
             tokens.append(r.token)
-            event = TokenEvent(r.text, r.token)
-            if req.logprobs:
-                event.logprob, event.token_text = r.logprob, self._decode(r.token)
-                event.top = [(self._decode(t), lp) for t, lp in (r.top_logprobs or [])]
-            job.emit(event)
+            self.send_token(job, r.text, r)
         raise RuntimeError("the engine ended without a final response")
+
+    def send_token(self, job: Job, text: str, r: Any) -> None:
+        """One token to the client (``r``: an engine response or emitted token)."""
+        event = TokenEvent(text, r.token)
+        if job.request.logprobs:
+            event.logprob, event.token_text = r.logprob, self._decode(r.token)
+            top = getattr(r, "top_logprobs", None) or getattr(r, "top", None)
+            event.top = [(self._decode(t), lp) for t, lp in (top or [])]
+        job.emit(event)
+
+    @staticmethod
+    def error_event(e: BaseException) -> ErrorEvent:
+        if isinstance(e, APIError):
+            return ErrorEvent(e)
+        return ErrorEvent(APIError(500, f"generation failed: {type(e).__name__}: {e}"))
 
     @staticmethod
     def _is_group_failure(e: BaseException) -> bool:
@@ -387,7 +446,7 @@ class InferenceWorker:
         with self.tokenizer_lock:
             return self.tokenizer.decode([token])
 
-    def _done(self, job: Job, final: Any, started: float) -> DoneEvent:
+    def done_event(self, job: Job, final: Any, started: float) -> DoneEvent:
         s, n_prompt = final.stats, len(job.request.prompt_ids)
         usage = {
             "prompt_tokens": n_prompt, "completion_tokens": s.generated_tokens,
@@ -407,7 +466,7 @@ class InferenceWorker:
                  s.drafted, s.decode_tokens_per_s)
         return DoneEvent(final.finish_reason, final.text, usage, timings)
 
-    def _drafter(self, req: GenRequest) -> Any:
+    def drafter_for(self, req: GenRequest) -> Any:
         spec = req.speculation
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,

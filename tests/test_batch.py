@@ -1,0 +1,173 @@
+"""Continuous batching with per-row speculation (``specdec.batch``) against each request
+decoded alone: rows join mid-run and leave when done, drafts differ per row, and the
+per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
+
+import random
+import time
+
+import mlx.core as mx
+import pytest
+from conftest import TINY_VOCAB, cached_tiny
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mlx_lm.models.cache import KVCache
+
+from specdec.batch import Batch, Row, batchable, choose_block, curve_cost
+from specdec.drafters import NgramDrafter, NoDrafter
+from specdec.drafters.suffix import SuffixDrafter
+from specdec.engine import Emitter, token_stream
+from specdec.batch_cache import RowsKVCache, trim_rows
+from specdec.rollback import RollbackError, make_cache
+from specdec.sampling import Rng, SamplingParams
+from specdec.stats import SpecStats
+from specdec.steps import prefill
+
+
+def repetitive(seed, length):
+    rng = random.Random(seed)
+    motif = [rng.randrange(TINY_VOCAB) for _ in range(rng.randint(2, 6))]
+    out = []
+    while len(out) < length:
+        out += motif if rng.random() < 0.7 else [rng.randrange(TINY_VOCAB)]
+    return out[:length]
+
+
+DRAFTERS = {"none": NoDrafter, "ngram": lambda: NgramDrafter(1, 3), "suffix": SuffixDrafter}
+
+
+def alone(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
+    drafter = DRAFTERS[kind]()
+    return [e.token for e in token_stream(model, prompt, drafter=drafter, max_tokens=max_tokens,
+                                          num_draft_tokens=k, sampling=params)]
+
+
+def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
+    drafter = DRAFTERS[kind]()
+    layers = make_cache(model, max_trim=k + 1)
+    prefill(model, layers, prompt[:-1])
+    drafter.begin(list(prompt))
+    rng = None if params.greedy else Rng(params.seed)
+    row = Row(list(prompt), drafter, k, params, [max_tokens], rng=rng)
+    stats = SpecStats()
+    return row, layers, Emitter(row.budget, set(), stats, None, time.perf_counter()), stats
+
+
+def run_batch(model, requests, cost):
+    """Decode ``requests`` [(join step, prompt, kind, max_tokens, params)] in one Batch;
+    returns each request's tokens and the block lengths of the steps with several rows."""
+    batch, pending = Batch(model, cost), sorted(enumerate(requests), key=lambda r: r[1][0])
+    out, live, blocks, step = {}, [], [], 0
+    while pending or live:
+        while pending and pending[0][1][0] <= step:
+            i, (_, prompt, kind, n, params) = pending.pop(0)
+            row, layers, emitter, stats = start(model, prompt, kind, n, params)
+            batch.join(row, layers)
+            live.append((i, emitter, stats))
+            out[i] = []
+        if live:
+            steps = batch.step()
+            if len(steps) > 1:
+                blocks.append(max(s.fed for s in steps))
+            for j in reversed(range(len(live))):
+                toks, done = live[j][1].feed(steps[j])
+                out[live[j][0]] += [e.token for e in toks]
+                if done:
+                    held = batch.leave(j)
+                    assert [c.offset for c in held] == [len(requests[live[j][0]][1]) + len(out[live[j][0]]) - 1] * len(held)
+                    live.pop(j)
+        step += 1
+    return [out[i] for i in range(len(requests))], blocks
+
+
+MIXED = [  # (join step, prompt seed, prompt length, drafter, max tokens)
+    (0, 0, 40, "ngram", 30), (0, 1, 25, "suffix", 24), (0, 2, 33, "none", 20),
+    (3, 3, 50, "ngram", 28), (7, 4, 12, "suffix", 16), (9, 5, 40, "none", 12),
+]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("cost", ["flat", "steep"])
+def test_mixed_batch_equals_each_request_alone(arch, cost):
+    """Greedy: every row's tokens equal plain decoding alone, with rows joining mid-run
+    and leaving when done; a flat cost makes rows speculate (blocks > 1), a steep one
+    makes the batch decode plainly (blocks of 1)."""
+    model = cached_tiny(arch)
+    reqs = [(j, repetitive(s, n), kind, m, SamplingParams()) for j, s, n, kind, m in MIXED]
+    got, blocks = run_batch(model, reqs, (lambda n: 1.0) if cost == "flat" else float)
+    for (_, prompt, _, m, _), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, "none", m)
+    assert (max(blocks) > 1) if cost == "flat" else (set(blocks) == {1})
+
+
+def test_seeded_sampling_under_batching_reproduces_alone():
+    """A seeded sampled row draws the same tokens in a batch as alone (same drafter
+    kind and state), for a speculative and a plain row."""
+    model = cached_tiny("llama")
+    params = [SamplingParams(temperature=0.8, seed=s) for s in (3, 4)]
+    reqs = [(0, repetitive(10, 30), "ngram", 24, params[0]), (0, repetitive(11, 20), "none", 24, params[1]),
+            (2, repetitive(12, 30), "none", 10, SamplingParams())]
+    got, _ = run_batch(model, reqs, lambda n: 1.0)
+    for (_, prompt, kind, m, p), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, kind, m, p)
+
+
+def test_choose_block_prefers_speculation_only_where_it_pays():
+    rates = [0.9, 0.9, 0.9, 0.9]
+    flat_then_steep = curve_cost({1: 1.0, 8: 1.0, 16: 2.0, 64: 8.0})
+    assert choose_block([4] * 4, rates, flat_then_steep) == 2  # 4 rows x 2 = 8 tokens, still flat
+    assert choose_block([0] * 4, rates, flat_then_steep) == 1  # nothing drafted: plain
+    assert choose_block([4], [0.0], lambda n: 1.0 + n) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=4),
+       st.lists(st.integers(1, 5), min_size=1, max_size=4), st.data())
+def test_rows_cache_equals_brute_force(lengths, blocks, data):
+    """Rows of different lengths join, then take blocks and keep a random prefix of each
+    (``trim_rows``): every row's unmasked keys equal exactly what it kept, in order, its
+    RoPE offset counts them, and ``extract`` returns them as a KVCache."""
+    B, tag = len(lengths), iter(range(1, 10_000))
+    rows = [[float(next(tag)) for _ in range(n)] for n in lengths]
+    cache = None
+    for r in rows:
+        kv = KVCache()
+        if r:
+            a = mx.array(r).reshape(1, 1, len(r), 1)
+            kv.update_and_fetch(a, a)
+        one = RowsKVCache.from_kv(kv)
+        cache = one if cache is None else (cache.extend(one) or cache)
+    for fed in blocks:
+        new = [[float(next(tag)) for _ in range(fed)] for _ in range(B)]
+        keep = [data.draw(st.integers(0, fed)) for _ in range(B)]
+        mask = cache.make_mask(fed, return_array=True)
+        a = mx.array(new).reshape(B, 1, fed, 1)
+        k, _ = cache.update_and_fetch(a, a)
+        mask = mx.broadcast_to(mask, (B, 1, fed, k.shape[2]))  # (N, S) when nothing is masked
+        # the last query of each row sees exactly that row's keys so far
+        seen = [[v for v, m in zip(k[i, 0, :, 0].tolist(), mask[i, 0, -1].tolist()) if m]
+                for i in range(B)]
+        assert seen == [rows[i] + new[i] for i in range(B)]
+        trim_rows([cache], fed, keep)
+        rows = [rows[i] + new[i][: keep[i]] for i in range(B)]
+        assert cache.offset.tolist() == [len(r) for r in rows]
+    for i in reversed(range(B)):
+        got = cache.extract(i)
+        assert got.offset == len(rows[i])
+        assert (got.keys[0, 0, :, 0].tolist() if rows[i] else []) == rows[i]
+
+
+def test_trim_rows_refuses_what_it_cannot_do():
+    c = RowsKVCache([0, 0])
+    c.update_and_fetch(mx.zeros((2, 1, 3, 1)), mx.zeros((2, 1, 3, 1)))
+    with pytest.raises(RollbackError, match="keep"):
+        trim_rows([c], 2, [3, 0])
+    with pytest.raises(RollbackError, match="cannot trim"):
+        trim_rows([c], 4, [0, 0])
+    with pytest.raises(RollbackError, match="not a RowsKVCache"):
+        trim_rows(make_cache(cached_tiny("llama")), 1, [0])
+
+
+def test_batchable_names_what_cannot_batch():
+    assert batchable(cached_tiny("llama"), None) is None
+    assert "KVCache" in batchable(cached_tiny("gemma3"), None)
+    assert "kv-bits" in batchable(cached_tiny("llama"), 8)
