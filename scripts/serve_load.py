@@ -318,6 +318,7 @@ def main() -> None:
     loads, turns, single, servers = [], [], [], {}
     if args.single == "on":
         with running(specs[0]) as srv:
+            servers[srv["label"]] = srv["openblas"]
             single = single_client(srv, args.max_tokens)
     for clients in [int(c) for c in args.clients.split(",") if c]:
         for spec in specs:
