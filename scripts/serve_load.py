@@ -1,81 +1,103 @@
-"""Measure `specdec serve` from the client side (the numbers in the README's serve section).
+"""Measure `specdec serve` beside `mlx_lm.server` from the client side, in one run.
 
-    python scripts/serve_load.py                    # starts its own server (SmolLM2-135M)
-    python scripts/serve_load.py --base-url http://127.0.0.1:8080 --model smollm2-135m
+    python scripts/serve_load.py                        # ours (suffix, plain) and mlx_lm.server
+    python scripts/serve_load.py --peer none            # ours only
+    python scripts/serve_load.py --clients 1,4 --load-max-tokens 16 --max-tokens 32   # quick check
 
-1. Single client, one prompt (the textwrap code edit), streamed, alternating drafters in
-   one run so the ratios share the machine's conditions: ``suffix`` on the server's first
-   sight of the prompt (cold), plain (``draft_type none``), ``ngram`` (prompt lookup,
-   stateless), then each again (``suffix`` now warm: the shared history holds the
-   earlier answers).
-   Decode tok/s = (completion tokens - 1) / (last token time - first token time).
-2. Concurrency: 8 and 32 clients start together, each streaming one request; prompts cycle
-   through ``specdec.prompts.parity_prompts()`` (all different up to 21 clients). Reported:
-   throughput (completion tokens / wall time), requests/s, p50/p95 of the end-to-end latency
-   and of the time to first token, per drafter (``--clients ""`` skips this part). The
-   shared history is as earlier requests of the run left it.
-Prints one JSON object per measurement, then Markdown tables.
+Both servers load the same directory: the mlx-lm model our loader converts the GGUF of
+``--model`` into (float32 safetensors under $SPECDEC_CACHE_DIR); ours runs with
+``--dtype float32`` and mlx_lm.server keeps the directory's float32 weights, so both
+decode in fp32. Both start with OpenBLAS preloaded (``specdec.backend.preload_env``; the
+JSON records whether each process really mapped it). Servers run one at a time, and each
+measurement gets a freshly started server (one warm-up request first), so no prompt cache
+or suffix history carries over between rows; the three servers are interleaved per row.
+
+Servers: ``ours suffix`` (`specdec serve`, its default speculation), ``ours plain``
+(``--draft-type none``) and ``mlx_lm`` (`mlx_lm.server` with its own batching and prompt
+cache, default flags). Every request is a streamed chat completion, greedy, same
+``max_tokens``, same prompts.
+
+1. Load: for each N in ``--clients``, N clients start together and each streams
+   requests back to back until max(N, 8) requests are done (so one client still gives 8
+   samples); prompts cycle through ``specdec.prompts.parity_prompts()``. Reported:
+   throughput (completion tokens / wall), p50/p95 end-to-end latency and TTFT, and how
+   many outputs equal mlx_lm.server's for the same request.
+2. Conversation (``--turns on``): turn 1 is a ~680-token code edit
+   (statistics.linear_regression), its reply, then a follow-up re-sending the whole
+   conversation. Reported: turn-2 TTFT and end-to-end time (plus the cached prompt tokens
+   when the server reports them).
+0. (``--single on``, off by default) our drafters alternated on the textwrap code edit
+   through one server, as in the README's serve section: suffix (cold), plain, ngram, then
+   each again (suffix now warm). Decode tok/s = (tokens - 1) / (last - first token time).
+Ratios ours / mlx_lm are printed for every row. Prints one JSON object per measurement,
+then Markdown tables; ``--out`` writes everything as one JSON file.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import httpx
 
 from specdec.backend import preload_env
-from specdec.prompts import parity_prompts
+from specdec.prompts import code_edit_prompt, parity_prompts
+
+MIN_REQUESTS = 8  # per load row: a single client still gives this many samples
+TURN1 = ("statistics", "linear_regression",
+         "Rename the argument 'proportional' to 'through_origin'.")
+TURN2 = "Now add type hints to the function."
+HEALTH_WAIT_S = 300
 
 
-def stream_once(base: str, model: str, prompt: str, max_tokens: int, draft_type: str,
-                headers: dict) -> dict:
-    """One streamed chat request; client-side timings and the final usage."""
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True},
-            "speculative": {"draft_type": draft_type}}
+def stream_once(base: str, body: dict) -> dict:
+    """One streamed chat request; client-side timings, the text and the final usage."""
+    body = {**body, "stream": True, "stream_options": {"include_usage": True},
+            "temperature": 0.0}
     t0 = time.perf_counter()
     first = last = None
-    usage, extra = {}, {}
-    with httpx.stream("POST", base + "/v1/chat/completions", json=body, headers=headers,
-                      timeout=3600) as r:
+    usage, parts = {}, []
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=3600) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            extra = chunk.get("specdec", extra)
-            if any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
-                last = time.perf_counter()
-                first = first or last
+            usage = chunk.get("usage") or usage
+            for c in chunk.get("choices", []):
+                if c.get("delta", {}).get("content"):
+                    last = time.perf_counter()
+                    first = first or last
+                    parts.append(c["delta"]["content"])
     end = time.perf_counter()
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     n = usage.get("completion_tokens", 0)
-    decode = (n - 1) / (last - first) if first and last and last > first else 0.0
-    return {"draft_type": draft_type, "latency_s": end - t0, "ttft_s": (first or end) - t0,
-            "completion_tokens": n, "client_decode_tok_s": decode,
-            "server_decode_tok_s": extra.get("decode_tokens_per_s"),
-            "acceptance_rate": usage.get("acceptance_rate"),
-            "mean_acceptance_length": usage.get("mean_acceptance_length")}
+    return {"latency_s": end - t0, "ttft_s": (first or end) - t0, "text": "".join(parts),
+            "completion_tokens": n,
+            "decode_tok_s": (n - 1) / (last - first) if first and last > first else 0.0,
+            "prompt_tokens": usage.get("prompt_tokens"), "cached_tokens": cached}
 
 
-def single_client(args, headers: dict) -> list[dict]:
-    prompt = parity_prompts()["code_textwrap_doc"]
-    stream_once(args.base_url, args.model, "Say hi.", 8, "none", headers)  # warm-up
-    # suffix first: every request joins the shared history, so any earlier run of this
-    # prompt (whatever its drafter) would already make it warm
-    order = ["suffix", "none", "ngram", "suffix", "none", "ngram"]
+def single_client(srv: dict, max_tokens: int) -> list[dict]:
+    """Our drafters alternated on one prompt, one server (``suffix`` first: every request
+    joins the shared history, so an earlier run of the prompt would make it warm)."""
+    msgs = [{"role": "user", "content": parity_prompts()["code_textwrap_doc"]}]
     rows = []
-    for i, draft in enumerate(order):
-        r = stream_once(args.base_url, args.model, prompt, args.max_tokens, draft, headers)
+    for i, draft in enumerate(["suffix", "none", "ngram", "suffix", "none", "ngram"]):
+        r = stream_once(srv["base"], {"model": srv["model_field"], "messages": msgs,
+                                      "max_tokens": max_tokens,
+                                      "speculative": {"draft_type": draft}})
+        r.pop("text")
         r["label"] = {"none": "plain", "ngram": "ngram k=4"}.get(draft) or (
             "suffix (cold)" if i == 0 else "suffix (warm)")
         print(json.dumps(r), flush=True)
@@ -83,94 +105,241 @@ def single_client(args, headers: dict) -> list[dict]:
     return rows
 
 
-def concurrent(args, headers: dict, clients: int, draft: str) -> dict:
+def _p95(sorted_values: list[float]) -> float:
+    return sorted_values[min(len(sorted_values) - 1, round(0.95 * (len(sorted_values) - 1)))]
+
+
+def concurrent(srv: dict, clients: int, max_tokens: int) -> dict:
+    """``clients`` closed-loop clients share max(clients, MIN_REQUESTS) requests."""
     prompts = list(parity_prompts().values())
-    results: list[dict] = []
+    total = max(clients, MIN_REQUESTS)
+    results: dict[int, dict] = {}
     lock = threading.Lock()
 
-    def one(i: int) -> None:
-        r = stream_once(args.base_url, args.model, prompts[i % len(prompts)],
-                        args.load_max_tokens, draft, headers)
-        with lock:
-            results.append(r)
+    def client(c: int) -> None:
+        for i in range(c, total, clients):
+            msgs = [{"role": "user", "content": prompts[i % len(prompts)]}]
+            r = stream_once(srv["base"], {"model": srv["model_field"], "messages": msgs,
+                                          "max_tokens": max_tokens})
+            with lock:
+                results[i] = r
 
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    lat = sorted(r["latency_s"] for r in results)
-    ttft = sorted(r["ttft_s"] for r in results)
-    tokens = sum(r["completion_tokens"] for r in results)
-    out = {"clients": clients, "draft_type": draft, "completed": len(results), "wall_s": wall,
-           "throughput_tok_s": tokens / wall, "requests_per_s": len(results) / wall,
+    if len(results) != total:
+        raise SystemExit(f"{srv['label']}: {total - len(results)} of {total} requests failed "
+                         "(see the tracebacks above)")
+    lat = sorted(r["latency_s"] for r in results.values())
+    ttft = sorted(r["ttft_s"] for r in results.values())
+    tokens = sum(r["completion_tokens"] for r in results.values())
+    out = {"server": srv["label"], "clients": clients, "requests": total, "wall_s": wall,
+           "throughput_tok_s": tokens / wall, "completion_tokens": tokens,
            "p50_latency_s": statistics.median(lat), "p95_latency_s": _p95(lat),
-           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft),
-           "completion_tokens": tokens}
+           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft)}
     print(json.dumps(out), flush=True)
+    out["texts"] = [results[i]["text"] for i in range(total)]
     return out
 
 
-def _p95(sorted_values: list[float]) -> float:
-    return sorted_values[min(len(sorted_values) - 1, round(0.95 * (len(sorted_values) - 1)))]
+def conversation(srv: dict, max_tokens: int) -> dict:
+    """Turn 1 (a long code edit), its reply, then turn 2 re-sending the conversation."""
+    msgs = [{"role": "user", "content": code_edit_prompt(*TURN1)}]
+    body = {"model": srv["model_field"], "max_tokens": max_tokens}
+    t1 = stream_once(srv["base"], {**body, "messages": msgs})
+    msgs += [{"role": "assistant", "content": t1["text"]}, {"role": "user", "content": TURN2}]
+    t2 = stream_once(srv["base"], {**body, "messages": msgs})
+    out = {"server": srv["label"], "turn1_prompt_tokens": t1["prompt_tokens"],
+           "turn1_ttft_s": t1["ttft_s"], "turn1_latency_s": t1["latency_s"],
+           "turn2_prompt_tokens": t2["prompt_tokens"], "turn2_cached_tokens": t2["cached_tokens"],
+           "turn2_ttft_s": t2["ttft_s"], "turn2_latency_s": t2["latency_s"],
+           "turn2_completion_tokens": t2["completion_tokens"]}
+    print(json.dumps(out), flush=True)
+    out["texts"] = [t1["text"], t2["text"]]
+    return out
 
 
-def start_server(args) -> subprocess.Popen:
+def server_specs(args, model_dir: Path) -> list[dict]:
+    """label -> argv (without the port) and the 'model' field its requests send."""
+    ours = [sys.executable, "-m", "specdec", "serve", "--model", args.model, "--dtype",
+            "float32", "--queue-size", "128", "--log-level", "warning"]
+    if args.max_batch is not None:
+        ours += ["--max-batch", str(args.max_batch)]
+    specs = [{"label": "ours suffix", "argv": ours + ["--draft-type", "suffix"],
+              "model_field": args.model},
+             {"label": "ours plain", "argv": ours + ["--draft-type", "none"],
+              "model_field": args.model}]
+    if args.peer == "mlx_lm":
+        # "default_model" is mlx_lm.server's name for its --model; any other id it would load
+        specs.append({"label": "mlx_lm", "model_field": "default_model",
+                      "argv": [sys.executable, "-m", "mlx_lm", "server", "--model",
+                               str(model_dir), "--log-level", "WARNING"]})
+    return specs
+
+
+def _openblas_mapped(pid: int) -> bool | None:
+    try:
+        return "openblas" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def running(spec: dict):
+    """Start one server on a free port, wait for /health, warm it up, stop it after."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args.base_url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "specdec", "serve", "--model", args.model,
-                             "--port", str(port), "--queue-size", "64", "--log-level", "warning"],
-                            env=preload_env(dict(os.environ)))
-    for _ in range(600):
-        try:
-            if httpx.get(args.base_url + "/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
+    base = f"http://127.0.0.1:{port}"
+    # the server's output goes to a file (mlx_lm.server logs every request line on stderr);
+    # its tail is shown when anything fails while it runs
+    log = tempfile.NamedTemporaryFile("w+", prefix="serve_load-", suffix=".log", delete=False)
+    proc = subprocess.Popen(spec["argv"] + ["--port", str(port)], env=preload_env(),
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + HEALTH_WAIT_S
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"{spec['label']} exited with {proc.returncode}: "
+                                 f"{' '.join(spec['argv'])}")
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{spec['label']} was not healthy after {HEALTH_WAIT_S} s")
             time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("the server did not become healthy")
+        srv = {**spec, "base": base, "openblas": _openblas_mapped(proc.pid)}
+        stream_once(base, {"model": spec["model_field"], "max_tokens": 8,
+                           "messages": [{"role": "user", "content": "Say hi."}]})
+        yield srv
+    except BaseException:
+        print(f"--- {spec['label']} server log, last lines ---\n"
+              f"{Path(log.name).read_text()[-3000:]}", file=sys.stderr)
+        raise
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        os.unlink(log.name)
 
 
-def markdown(single: list[dict], loads: list[dict]) -> str:
-    lines = ["| single client | client decode tok/s | server decode tok/s | acceptance | mean acceptance length |",
-             "|---|---|---|---|---|"]
-    for r in single:
-        lines.append(f"| {r['label']} | {r['client_decode_tok_s']:.1f} | {r['server_decode_tok_s']:.1f} | "
-                     f"{r['acceptance_rate']:.0%} | {r['mean_acceptance_length']:.2f} |")
-    lines += ["", "| clients | drafter | throughput tok/s | req/s | p50 / p95 latency s | p50 / p95 TTFT s |",
-              "|---|---|---|---|---|---|"]
+def converted_dir(model: str) -> Path:
+    """The mlx-lm directory our loader builds (once) from a packaged or GGUF model."""
+    from specdec.loader.api import resolve
+    from specdec.loader.convert import convert_gguf
+
+    kind, ref = resolve(model)
+    if kind == "gguf":
+        return convert_gguf(Path(ref))
+    if not Path(ref).is_dir():
+        raise SystemExit(f"{model!r} is a Hugging Face id; pass a packaged name, a .gguf "
+                         "file or a local mlx-lm directory, so both servers load one copy")
+    return Path(ref)
+
+
+def _same(ours: list[str], peer: list[str]) -> str:
+    return f"{sum(a == b for a, b in zip(ours, peer))}/{len(peer)}"
+
+
+def load_tables(loads: list[dict]) -> list[str]:
+    peer = {r["clients"]: r for r in loads if r["server"] == "mlx_lm"}
+    lines = ["| clients | server | requests | throughput tok/s | p50 / p95 latency s "
+             "| p50 / p95 TTFT s | outputs = mlx_lm |", "|---|---|---|---|---|---|---|"]
     for r in loads:
-        lines.append(f"| {r['clients']} | {r['draft_type']} | {r['throughput_tok_s']:.1f} | "
-                     f"{r['requests_per_s']:.2f} | {r['p50_latency_s']:.1f} / {r['p95_latency_s']:.1f} | "
-                     f"{r['p50_ttft_s']:.1f} / {r['p95_ttft_s']:.1f} |")
-    return "\n".join(lines)
+        p = peer.get(r["clients"])
+        same = _same(r["texts"], p["texts"]) if p and p is not r else "–"
+        lines.append(f"| {r['clients']} | {r['server']} | {r['requests']} | "
+                     f"{r['throughput_tok_s']:.1f} | {r['p50_latency_s']:.2f} / "
+                     f"{r['p95_latency_s']:.2f} | {r['p50_ttft_s']:.2f} / {r['p95_ttft_s']:.2f} "
+                     f"| {same} |")
+    if not peer:
+        return lines
+    keys = ("throughput_tok_s", "p50_latency_s", "p95_latency_s", "p50_ttft_s", "p95_ttft_s")
+    lines += ["", "ours / mlx_lm (throughput: higher is better; latency, TTFT: lower is better)",
+              "", "| clients | server | throughput | p50 latency | p95 latency | p50 TTFT "
+              "| p95 TTFT |", "|---|---|---|---|---|---|---|"]
+    for r in loads:
+        if r["server"] != "mlx_lm" and r["clients"] in peer:
+            p = peer[r["clients"]]
+            ratios = " | ".join(f"{r[k] / p[k]:.2f}×" if p[k] else "–" for k in keys)
+            lines.append(f"| {r['clients']} | {r['server']} | {ratios} |")
+    return lines
+
+
+def single_table(rows: list[dict]) -> list[str]:
+    lines = ["| single client, ours | decode tok/s | TTFT s | completion tokens |",
+             "|---|---|---|---|"]
+    return lines + [f"| {r['label']} | {r['decode_tok_s']:.1f} | {r['ttft_s']:.2f} | "
+                    f"{r['completion_tokens']} |" for r in rows]
+
+
+def turn_table(turns: list[dict]) -> list[str]:
+    peer = next((t for t in turns if t["server"] == "mlx_lm"), None)
+    lines = ["| conversation | turn-1 TTFT s | turn-2 prompt (cached) tokens | turn-2 TTFT s "
+             "| turn-2 end-to-end s | turn-2 tokens | TTFT ÷ mlx_lm | end-to-end ÷ mlx_lm "
+             "| replies = mlx_lm |", "|---|---|---|---|---|---|---|---|---|"]
+    for t in turns:
+        ratio, same = "– | –", "–"
+        if peer is not None and t is not peer:
+            ratio = (f"{t['turn2_ttft_s'] / peer['turn2_ttft_s']:.2f}× | "
+                     f"{t['turn2_latency_s'] / peer['turn2_latency_s']:.2f}×")
+            same = _same(t["texts"], peer["texts"])
+        cached = "?" if t["turn2_cached_tokens"] is None else t["turn2_cached_tokens"]
+        lines.append(f"| {t['server']} | {t['turn1_ttft_s']:.2f} | {t['turn2_prompt_tokens']} "
+                     f"({cached}) | {t['turn2_ttft_s']:.2f} | {t['turn2_latency_s']:.2f} | "
+                     f"{t['turn2_completion_tokens']} | {ratio} | {same} |")
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base-url", help="a running server (default: start one)")
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--api-key", default=os.environ.get("SPECDEC_API_KEY"))
-    ap.add_argument("--max-tokens", type=int, default=128, help="single-client completion length")
+    ap.add_argument("--model", default="smollm2-135m", help="packaged name, .gguf or mlx-lm dir")
+    ap.add_argument("--peer", choices=("mlx_lm", "none"), default="mlx_lm",
+                    help="also measure mlx_lm.server (default) or only ours")
+    ap.add_argument("--clients", default="1,8,32", help="concurrent clients per load row ('' skips)")
     ap.add_argument("--load-max-tokens", type=int, default=48, help="completion length under load")
-    ap.add_argument("--clients", default="8,32")
-    ap.add_argument("--load-drafters", default="suffix,none")
+    ap.add_argument("--max-tokens", type=int, default=128, help="completion length of each turn")
+    ap.add_argument("--turns", choices=("on", "off"), default="on", help="the conversation")
+    ap.add_argument("--max-batch", type=int, help="passed to `specdec serve` only when given")
+    ap.add_argument("--single", choices=("on", "off"), default="off",
+                    help="first, our drafters alternated on one prompt (ours only)")
+    ap.add_argument("--out", help="write every measurement as one JSON file")
     args = ap.parse_args()
-    proc = None if args.base_url else start_server(args)
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    try:
-        single = single_client(args, headers)
-        loads = [concurrent(args, headers, int(c), d) for c in args.clients.split(",") if c
-                 for d in args.load_drafters.split(",")]
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(60)
-    print(markdown(single, loads))
+    model_dir = converted_dir(args.model)
+    specs = server_specs(args, model_dir)
+    loads, turns, single, servers = [], [], [], {}
+    if args.single == "on":
+        with running(specs[0]) as srv:
+            servers[srv["label"]] = srv["openblas"]
+            single = single_client(srv, args.max_tokens)
+    for clients in [int(c) for c in args.clients.split(",") if c]:
+        for spec in specs:
+            with running(spec) as srv:
+                servers[srv["label"]] = srv["openblas"]
+                loads.append(concurrent(srv, clients, args.load_max_tokens))
+    if args.turns == "on":
+        for spec in specs:
+            with running(spec) as srv:
+                servers[srv["label"]] = srv["openblas"]
+                turns.append(conversation(srv, args.max_tokens))
+    config = {"model": args.model, "model_dir": str(model_dir), "dtype": "float32",
+              "load_max_tokens": args.load_max_tokens, "turn_max_tokens": args.max_tokens,
+              "max_batch": args.max_batch, "openblas_mapped": servers}
+    print(json.dumps({"config": config}))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"config": config, "single": single, "load": loads,
+                                             "turns": turns}, indent=1))
+    tables = [single_table(single) if single else [], load_tables(loads) if loads else [],
+              turn_table(turns) if turns else []]
+    print("\n\n".join("\n".join(t) for t in tables if t))
 
 
 if __name__ == "__main__":
