@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -89,3 +90,19 @@ class Server:
 
     def kill9(self) -> None:
         self.stop(signal.SIGKILL)
+
+
+def raw_request(port: int, body: dict) -> socket.socket:
+    """A client we can disconnect at any moment: a bare socket with the request sent."""
+    s = socket.create_connection(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def wait_for(predicate, timeout: float = 30, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

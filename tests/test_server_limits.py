@@ -1,17 +1,14 @@
 """Queue limits and disconnects on a real `specdec serve` with room for one waiting request:
-a full queue answers 503 + Retry-After, and a client that disconnects (waiting or
+the requests run one at a time (--max-batch 1); a full queue answers 503 + Retry-After, and a client that disconnects (waiting or
 generating) frees its place at once and cancels its generation."""
 
 from __future__ import annotations
 
-import json
-import socket
 import threading
-import time
 
 import httpx
 import pytest
-from serverproc import MODEL, Server
+from serverproc import MODEL, Server, raw_request, wait_for
 
 pytestmark = pytest.mark.slow  # server processes on a real model
 
@@ -25,22 +22,6 @@ def server():
     s = Server("--queue-size", "1", "--max-batch", "1")
     yield s
     s.stop()
-
-
-def raw_request(port: int, body: dict) -> socket.socket:
-    """A client we can disconnect at any moment: a bare socket with the request sent."""
-    s = socket.create_connection(("127.0.0.1", port))
-    data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-              + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
-    return s
-
-
-def wait_for(predicate, timeout: float = 30, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_full_queue_503_and_disconnects_free_their_slots(server):

@@ -115,6 +115,10 @@ class Api:
         if spec.uses("model") and self.worker.draft is None:
             raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
                            param="speculative.draft_type")
+        if spec.draft_tree_budget and self.worker.max_batch > 1:
+            raise APIError(400, "token trees (draft_tree_budget) are verified one request at a "
+                           "time: this server batches requests (start it with --max-batch 1 "
+                           "for trees)", param="speculative.draft_tree_budget")
         logprobs = body.logprobs if chat else body.logprobs is not None
         top = (body.top_logprobs or 0) if chat else (body.logprobs or 0)
         sampling = SamplingParams(

@@ -64,8 +64,14 @@ class Batcher:
         return len(self.decoding) + len(self.prefilling)
 
     def cancel_all(self) -> None:
+        """Mark every admitted job cancelled (any thread); ``close`` then ends them."""
         for a in self.decoding + self.prefilling:
             a.job.cancelled.set()
+
+    def close(self) -> None:
+        """On the inference thread at shutdown: end every admitted job as cancelled."""
+        self.cancel_all()
+        self._drop_cancelled()
 
     def run_once(self, tick: float) -> None:
         self._admit(tick)

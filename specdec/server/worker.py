@@ -1,5 +1,5 @@
 """The one inference thread: it owns the model and the shared memory, and runs requests
-one at a time from a bounded queue.
+from a bounded queue, batched (``batcher``) or one at a time.
 
 Contract:
 - Batching (``cfg.max_batch`` > 1, the default where the model allows it): the running
@@ -11,7 +11,7 @@ Contract:
   error. Only that thread ever runs the model or changes the memory: MLX evaluation is
   not thread-safe, and the drafters' shared state assumes one writer.
 - ``submit(job)`` queues a ``Job`` or raises ``APIError(503)`` with ``Retry-After`` when
-  ``cfg.queue_size`` jobs already wait (the running one is not counted).
+  ``cfg.queue_size`` jobs already wait (running ones are not counted).
 - Each job's events reach its asyncio side in order through ``Job.events``: one
   ``TokenEvent`` per generated token, then a ``DoneEvent`` (finish reason, usage,
   timings) or an ``ErrorEvent``; a cancelled job gets a ``DoneEvent`` with
@@ -217,6 +217,8 @@ class InferenceWorker:
         try:
             self._loop()
         finally:
+            if self.batcher is not None:
+                self.batcher.close()
             self._save(final=True)
             if self.group is not None and self.group_error is None:
                 self.model.stop()  # the followers exit; MLX work stays on this thread
@@ -248,14 +250,17 @@ class InferenceWorker:
         self._setup_batching()
 
     def _setup_batching(self) -> None:
-        """Resolve ``--max-batch`` (None: 8 where the model can batch, else 1, said in the
-        log) and measure the batch cost curve once per model (cached on disk)."""
+        """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
+        else 1, said in the log) and measure the batch cost curve once per model (cached
+        on disk)."""
         from ..batch import BATCH_COST_LENGTHS, batchable, curve_cost
         from ..measure import cost_curve_for
 
         why = batchable(self.model, self.cfg.kv_bits)
         if self.group is not None:
             why = "the target is sharded (--distributed)"
+        if self.cfg.speculation.draft_tree_budget:
+            why = "token trees (--draft-tree-budget) are verified one request at a time"
         want = self.cfg.max_batch
         if why is not None and want is not None and want > 1:
             raise ValueError(f"--max-batch {want}: cannot batch: {why}; use --max-batch 1")
@@ -391,7 +396,7 @@ class InferenceWorker:
 
     def _pump(self, job: Job, gen: Any, tokens: list[int]) -> Any:
         """Forward tokens to the client until the end (the final response) or a cancel (None)."""
-        req, last = job.request, None
+        last = None
         for r in gen:
             if job.cancelled.is_set():
                 gen.close()
