@@ -24,13 +24,17 @@ Contract:
   verifies its drafter's linear proposal (the output is the same; trees are a
   single-request feature).
 - Block length: one row drafts as it would alone. With several rows, L maximises the
-  expected emitted tokens of all rows over the measured cost of a B x L block
-  (``choose_block``), so a full batch speculates only as far as that pays and L = 1 is
-  plain batching.
+  expected emitted tokens of all rows over the cost of a B x L block (``choose_block``),
+  so a full batch speculates only as far as that pays and L = 1 is plain batching. The
+  cost is the verify cost curve (one sequence, a 256-token context) corrected online
+  (``learn``): each block length keeps, per batch size class, a running ratio of the
+  step times it took to what the curve predicted, because a batch's rows attend over longer, padded contexts than
+  the curve's, which makes long blocks dearer than it says.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -126,8 +130,10 @@ def curve_cost(curve: dict[int, float]) -> Callable[[int], float]:
 class Batch:
     """See the module docstring."""
 
-    def __init__(self, model: Any, cost: Callable[[int], float] | None = None):
-        self.model, self.cost = model, cost
+    def __init__(self, model: Any, cost: Callable[[int], float] | None = None, learn: bool = True):
+        self.model, self.cost, self.learn = model, cost, learn
+        # (batch size class, block length) -> observed / predicted step time
+        self.ratio: dict[tuple[int, int], float] = {}
         self.vocab = getattr(getattr(model, "args", None), "vocab_size", None)
         self.rows: list[Row] = []
         self.cache: list[RowsKVCache] | None = None
@@ -159,22 +165,43 @@ class Batch:
             c.filter(keep)  # also drops the padding every remaining row shares
         return out
 
-    def step(self) -> list[Step]:
+    def step(self, speculate: bool = True) -> list[Step]:
+        """One forward over every row; ``speculate=False`` makes every row a one-token
+        step (the server does so while prompts wait for prefill: each decode step delays
+        them all by its full duration)."""
         rows = self.rows
-        props = [self._propose(r) for r in rows]
+        props = [self._propose(r) if speculate else Proposal() for r in rows]
         if len(rows) > 1 and self.cost is not None:
-            L = choose_block([len(p.tokens) for p in props], [r.alpha for r in rows], self.cost)
+            L = choose_block([len(p.tokens) for p in props], [r.alpha for r in rows], self._cost(len(rows)))
             props = [p.truncated(L - 1) for p in props]
         L = 1 + max(len(p.tokens) for p in props)
+        t0 = time.perf_counter()
         block = [[r.context[-1], *in_vocab(list(p.tokens), self.vocab)] + [0] * (L - 1 - len(p.tokens))
                  for r, p in zip(rows, props)]
         logits = self.model(mx.array(block), cache=self.cache)
         arrays = [self._row_arrays(logits[i, : 1 + len(p.tokens)], r, p)
                   for i, (r, p) in enumerate(zip(rows, props))]
         mx.eval(*(a for row in arrays for a in row))
+        if self.learn and self.cost is not None and len(rows) > 1:
+            seen = (time.perf_counter() - t0) / self.cost(len(rows) * L)
+            key = (len(rows).bit_length(), L)
+            self.ratio[key] = seen if key not in self.ratio else 0.8 * self.ratio[key] + 0.2 * seen
         steps = [self._finish(r, p, [a.tolist() for a in row]) for r, p, row in zip(rows, props, arrays)]
         trim_rows(self.cache, L, [1 + s.accepted for s in steps])
         return steps
+
+    def _cost(self, rows: int) -> Callable[[int], float]:
+        """The curve's cost of a ``rows`` x L block, times the ratio observed at L for
+        batches of about this size (sizes 2, 3-4, 5-8, ...: a ratio learnt on few rows
+        says little about many), at the nearest shorter observed L until L is seen."""
+        size = rows.bit_length()
+
+        def cost(n: int) -> float:
+            L = n // rows
+            seen = [b for s, b in self.ratio if s == size and b <= L]
+            return self.cost(n) * (self.ratio[(size, max(seen))] if seen else 1.0)
+
+        return cost
 
     def _propose(self, row: Row) -> Proposal:
         if not row.speculative:

@@ -55,7 +55,7 @@ def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
 def run_batch(model, requests, cost):
     """Decode ``requests`` [(join step, prompt, kind, max_tokens, params)] in one Batch;
     returns each request's tokens and the block lengths of the steps with several rows."""
-    batch, pending = Batch(model, cost), sorted(enumerate(requests), key=lambda r: r[1][0])
+    batch, pending = Batch(model, cost, learn=False), sorted(enumerate(requests), key=lambda r: r[1][0])
     out, live, blocks, step = {}, [], [], 0
     while pending or live:
         while pending and pending[0][1][0] <= step:
@@ -109,6 +109,15 @@ def test_seeded_sampling_under_batching_reproduces_alone():
     got, _ = run_batch(model, reqs, lambda n: 1.0)
     for (_, prompt, kind, m, p), toks in zip(reqs, got):
         assert toks == alone(model, prompt, kind, m, p)
+
+
+def test_observed_step_times_correct_the_curve():
+    """A block length whose steps took twice what the curve said costs twice as much."""
+    batch = Batch(cached_tiny("llama"), lambda n: float(n))
+    batch.ratio = {(3, 1): 1.0, (3, 3): 2.0, (2, 1): 5.0}  # 4 rows: size class 3
+    cost = batch._cost(4)
+    assert (cost(4), cost(8), cost(12), cost(20)) == (4.0, 8.0, 24.0, 40.0)
+    assert batch._cost(3)(3) == 15.0 and batch._cost(8)(8) == 8.0  # other classes
 
 
 def test_choose_block_prefers_speculation_only_where_it_pays():
@@ -171,3 +180,15 @@ def test_batchable_names_what_cannot_batch():
     assert batchable(cached_tiny("llama"), None) is None
     assert "KVCache" in batchable(cached_tiny("gemma3"), None)
     assert "kv-bits" in batchable(cached_tiny("llama"), 8)
+
+
+def test_a_step_without_speculation_feeds_one_token_per_row():
+    model = cached_tiny("llama")
+    batch = Batch(model, lambda n: 1.0, learn=False)
+    prompts = [repetitive(20, 30), repetitive(21, 24)]
+    for p in prompts:
+        row, layers, _, _ = start(model, p, "ngram", 12)
+        batch.join(row, layers)
+    steps = batch.step(speculate=False)
+    assert [s.fed for s in steps] == [1, 1]
+    assert [s.tokens for s in steps] == [alone(model, p, "none", 1) for p in prompts]
