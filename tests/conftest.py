@@ -7,6 +7,7 @@ Real models are loaded once per session; plain-decoding references are cached pe
 from __future__ import annotations
 
 import functools
+import random
 from importlib import metadata
 
 import mlx.core as mx
@@ -137,3 +138,14 @@ def plain_reference(name: str, prompt, max_tokens: int, **kw):
         model, tok = real_model(name)
         _plain_refs[key] = generate(model, tok, prompt, drafter=None, max_tokens=max_tokens, **kw)
     return _plain_refs[key]
+
+
+def repetitive_prompt(seed, length=40):
+    """Token ids with heavy repetition (a motif 70 % of the time), so n-gram drafts are
+    proposed, accepted and rejected often."""
+    rng = random.Random(seed)
+    motif = [rng.randrange(TINY_VOCAB) for _ in range(rng.randint(2, 6))]
+    out = []
+    while len(out) < length:
+        out += motif if rng.random() < 0.7 else [rng.randrange(TINY_VOCAB)]
+    return out[:length]

@@ -16,6 +16,9 @@ import httpx
 from specdec.backend import preload_env
 
 MODEL = "smollm2-135m"
+# plain decoding of an endless count: ~12 tok/s here, so 4000 tokens would take minutes
+LONG = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "stream": True,
+        "speculative": {"draft_type": "none"}}
 
 
 def free_port() -> int:

@@ -2,12 +2,11 @@
 decoded alone: rows join mid-run and leave when done, drafts differ per row, and the
 per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
 
-import random
 import time
 
 import mlx.core as mx
 import pytest
-from conftest import TINY_VOCAB, cached_tiny
+from conftest import cached_tiny, repetitive_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
@@ -21,15 +20,6 @@ from specdec.rollback import RollbackError, make_cache
 from specdec.sampling import Rng, SamplingParams
 from specdec.stats import SpecStats
 from specdec.steps import prefill
-
-
-def repetitive(seed, length):
-    rng = random.Random(seed)
-    motif = [rng.randrange(TINY_VOCAB) for _ in range(rng.randint(2, 6))]
-    out = []
-    while len(out) < length:
-        out += motif if rng.random() < 0.7 else [rng.randrange(TINY_VOCAB)]
-    return out[:length]
 
 
 DRAFTERS = {"none": NoDrafter, "ngram": lambda: NgramDrafter(1, 3), "suffix": SuffixDrafter}
@@ -92,7 +82,7 @@ def test_mixed_batch_equals_each_request_alone(arch, cost):
     and leaving when done; a flat cost makes rows speculate (blocks > 1), a steep one
     makes the batch decode plainly (blocks of 1)."""
     model = cached_tiny(arch)
-    reqs = [(j, repetitive(s, n), kind, m, SamplingParams()) for j, s, n, kind, m in MIXED]
+    reqs = [(j, repetitive_prompt(s, n), kind, m, SamplingParams()) for j, s, n, kind, m in MIXED]
     got, blocks = run_batch(model, reqs, (lambda n: 1.0) if cost == "flat" else float)
     for (_, prompt, _, m, _), toks in zip(reqs, got):
         assert toks == alone(model, prompt, "none", m)
@@ -104,8 +94,8 @@ def test_seeded_sampling_under_batching_reproduces_alone():
     kind and state), for a speculative and a plain row."""
     model = cached_tiny("llama")
     params = [SamplingParams(temperature=0.8, seed=s) for s in (3, 4)]
-    reqs = [(0, repetitive(10, 30), "ngram", 24, params[0]), (0, repetitive(11, 20), "none", 24, params[1]),
-            (2, repetitive(12, 30), "none", 10, SamplingParams())]
+    reqs = [(0, repetitive_prompt(10, 30), "ngram", 24, params[0]), (0, repetitive_prompt(11, 20), "none", 24, params[1]),
+            (2, repetitive_prompt(12, 30), "none", 10, SamplingParams())]
     got, _ = run_batch(model, reqs, lambda n: 1.0)
     for (_, prompt, kind, m, p), toks in zip(reqs, got):
         assert toks == alone(model, prompt, kind, m, p)
@@ -185,7 +175,7 @@ def test_batchable_names_what_cannot_batch():
 def test_a_step_without_speculation_feeds_one_token_per_row():
     model = cached_tiny("llama")
     batch = Batch(model, lambda n: 1.0, learn=False)
-    prompts = [repetitive(20, 30), repetitive(21, 24)]
+    prompts = [repetitive_prompt(20, 30), repetitive_prompt(21, 24)]
     for p in prompts:
         row, layers, _, _ = start(model, p, "ngram", 12)
         batch.join(row, layers)

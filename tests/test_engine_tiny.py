@@ -7,10 +7,9 @@ asserts (``assert_speculated``) that its runs drafted, accepted and rejected: a 
 never drafts is plain decoding and would pass trivially.
 """
 
-import random
 
 import pytest
-from conftest import TINY_VOCAB, assert_speculated, cached_tiny
+from conftest import assert_speculated, cached_tiny, repetitive_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,15 +38,6 @@ def plain(arch, prompt, max_tokens=48):
     if key not in _refs:
         _refs[key] = run(cached_tiny(arch), prompt, max_tokens=max_tokens)
     return _refs[key]
-
-
-def repetitive_prompt(seed, length=40):
-    rng = random.Random(seed)
-    motif = [rng.randrange(TINY_VOCAB) for _ in range(rng.randint(2, 6))]
-    out = []
-    while len(out) < length:
-        out += motif if rng.random() < 0.7 else [rng.randrange(TINY_VOCAB)]
-    return out[:length]
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -11,7 +11,7 @@ import threading
 import httpx
 import pytest
 from conftest import real_model
-from serverproc import MODEL, Server, raw_request, wait_for
+from serverproc import LONG, MODEL, Server, raw_request, wait_for
 
 from specdec import generate
 from specdec.prompts import parity_prompts
@@ -19,9 +19,6 @@ from specdec.prompts import parity_prompts
 pytestmark = pytest.mark.slow  # a server process on a real model
 
 P = parity_prompts()
-LONG = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "stream": True,
-        "speculative": {"draft_type": "none"}}
-
 
 @pytest.fixture(scope="module")
 def server():

@@ -8,13 +8,9 @@ import threading
 
 import httpx
 import pytest
-from serverproc import MODEL, Server, raw_request, wait_for
+from serverproc import LONG, MODEL, Server, raw_request, wait_for
 
 pytestmark = pytest.mark.slow  # server processes on a real model
-
-# plain decoding of an endless count: ~12 tok/s here, so 4000 tokens would take minutes
-LONG = {"model": MODEL, "prompt": "1, 2, 3, 4, 5, 6,", "max_tokens": 4000, "stream": True,
-        "speculative": {"draft_type": "none"}}
 
 
 @pytest.fixture(scope="module")
