@@ -33,6 +33,20 @@ def _ints(text: str) -> list[int]:
     return vals
 
 
+def _peer_ks(text: str) -> tuple[int, ...]:
+    """``--peer-k 2,3,4``: distinct positive draft lengths, in the order given."""
+    try:
+        ks = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected draft lengths as a comma list of integers >= 1 (e.g. 2,4,8), got {text!r}")
+    if min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"draft lengths must be >= 1 (e.g. 2,4,8), got {text!r}")
+    if len(set(ks)) != len(ks):
+        raise argparse.ArgumentTypeError(f"each draft length once, got {text!r}")
+    return ks
+
+
 def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -61,7 +75,9 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--max-tokens", "-m", type=int, help="tokens per turn")
     p.add_argument("--peers", type=_names,
                    help="hf-transformers,llama.cpp,mlx-lm or 'none'")
-    p.add_argument("--peer-k", type=int, default=4, help="draft length the peers use")
+    p.add_argument("--peer-k", type=_peer_ks,
+                   help="draft lengths the peers' speculative runs use, one run per k "
+                        "(comma list, e.g. 2,3,4,6,8; default: the profile's, else 4)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None,
                    help="quantize our KV cache (the peers keep their own)")
@@ -136,7 +152,7 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
         configs=_configs(args, prof),
         prompt_tokens=args.prompt_tokens or list(prof.prompt_tokens),
         runs=args.runs or prof.runs, max_tokens=args.max_tokens or prof.max_tokens,
-        peers=peers, peer_k=args.peer_k, draft_model=args.draft_model or prof.draft_model,
+        peers=peers, peer_k=args.peer_k or prof.peer_k, draft_model=args.draft_model or prof.draft_model,
         dtype=args.dtype, kv_bits=args.kv_bits, oracle=not args.no_oracle)
     if distributed:
         _check_distributed(plan, prof)

@@ -28,6 +28,7 @@ class Profile:
     runs: int = 3
     max_tokens: int = 128
     peers: tuple[str, ...] = ()
+    peer_k: tuple[int, ...] = (4,)  # the peers' speculative runs: one per k
     draft_model: str | None = None
     warm_from: str | None = None
 
@@ -58,11 +59,19 @@ PROFILES: dict[str, Profile] = {
         configs=("ngram:k=4", "ngram:k=6", "ngram-mod:k=4", "ngram-mod:k=6"),
         runs=3, max_tokens=128),
     "pair": Profile(
-        "prompt lookup vs two-model speculation on Qwen2.5-Coder 0.5B -> 1.5B, with "
-        "mlx-lm's own draft-model speculation and the other peers",
+        "two-model speculation, Qwen2.5-Coder 0.5B drafting for 1.5B, beside mlx-lm's own "
+        "draft-model loop at the same k (2, 3, 4, 6, 8) in the same run; draft-model trees and "
+        "the ngram,model chain; a code edit and a JSON edit, 128 tokens (the README's pair "
+        "table). About 2 h here (1.5B plain ~1.5 tok/s, prefill ~20 s a run): per case and "
+        "repetition ~30 min (plain, 8 draft-model configs, the oracle at 5 k, mlx-lm plain + "
+        "5 k), x 2 cases x (1 warm-up + 1 run); --no-oracle saves ~1/6",
         model="qwen2.5-coder-1.5b", draft_model="qwen2.5-coder-0.5b",
-        workloads=("code_hints",), configs=("ngram:k=4", "model:k=4", "ngram,model:k=4"),
-        runs=2, max_tokens=48, peers=("mlx-lm", "llama.cpp", "hf-transformers")),
+        workloads=("code_hints", "json_add"),
+        configs=("model:k=2", "model:k=3", "model:k=4", "model:k=6", "model:k=8",
+                 "model:k=4:tree=auto", "model:k=6:tree=8", "ngram,model:k=4"),
+        runs=1, max_tokens=128,
+        # mlx-lm only: the 1.5B in torch and llama.cpp beside it came close to 24 GiB
+        peers=("mlx-lm",), peer_k=(2, 3, 4, 6, 8)),
     "distributed": Profile(
         "for --distributed (mlx.launch): the sharded Qwen2.5-Coder-0.5B, plain vs prompt "
         "lookup and suffix drafting, the cost curve of the sharded forward; no peers",

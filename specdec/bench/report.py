@@ -6,12 +6,16 @@ path. The JSON holds the plan, the machine, the cost curve, every run record (wa
 included, marked ``run: 0``), the summaries and the parity diagnoses, so any number in
 the report can be recomputed from it. ``headline(summary)`` gives the numbers a closing
 note quotes: geometric-mean speedup on the echo-heavy classes, the open-ended ratio,
-the fraction of the oracle, engine efficiency, and each peer's speedup.
+the fraction of the oracle, engine efficiency, and each peer's speedup. With a draft
+model, ``pair_table(summary)`` lines up our ``model k=K`` configs with mlx-lm's
+draft-model speculation at the same k (the README's pair table).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,6 +47,90 @@ def headline(summary: dict) -> dict:
                     open_speedup=analysis.geomean(d["open"]),
                     of_oracle=analysis.geomean(d["orc"]),
                     engine_eff=analysis.geomean(d["eff"])) for c, d in out.items()}
+
+
+_MODEL_K = re.compile(r"^model k=(\d+)$")  # a linear draft-model config of ours
+_K_SUFFIX = re.compile(r" k=(\d+)$")  # a peer's speculative label ends with its k
+PAIR_PEER = "mlx-lm"
+
+
+def _pair_cell(rows: list[dict]) -> dict | None:
+    """One config over the cases it ran: geomean tok/s and speedup (as the class tables),
+    mean acceptance and mean acceptance length."""
+    if not rows:
+        return None
+
+    def mean(key: str) -> float | None:
+        xs = [r[key] for r in rows if r.get(key) is not None]
+        return statistics.mean(xs) if xs else None
+
+    return dict(cases=len(rows), tok_s=analysis.geomean(r["tok_s"] for r in rows),
+                speedup=analysis.geomean(r["speedup"] for r in rows),
+                acceptance=mean("acceptance"), mal=mean("mal"))
+
+
+def pair_table(summary: dict) -> list[dict]:
+    """Our draft-model configs beside mlx-lm's draft model, aggregated over cases.
+
+    One row for plain decoding (each engine's own), one per k where either engine ran a
+    linear draft model at that k (``model k=K`` and ``mlx-lm: ... k=K``), then every other
+    config of ours (token trees, chains) with its k. Each row: ``ours``, ``peer`` (a
+    ``_pair_cell`` or None) and ``oracle`` (the oracle's geomean speedup at that k)."""
+    ours: dict[str, list[dict]] = {}
+    peer: dict[int, list[dict]] = {}
+    for r in summary["rows"]:
+        if r["source"] == "specdec":
+            ours.setdefault(r["config"], []).append(r)
+        elif r["source"] == PAIR_PEER and (m := _K_SUFFIX.search(r["config"])):
+            peer.setdefault(int(m.group(1)), []).append(r)
+    peer_plain = [r for r in summary["rows"] if r["config"] == f"{PAIR_PEER}: plain"]
+
+    def oracle(k: int | None) -> float | None:
+        cell = _pair_cell(ours.get(f"{analysis.ORACLE_PREFIX} k={k}", []))
+        return cell and cell["speedup"]
+
+    linear = {int(m.group(1)): c for c in ours if (m := _MODEL_K.match(c))}
+    out = [dict(config=analysis.PLAIN_LABEL, k=None, ours=_pair_cell(ours.get(analysis.PLAIN_LABEL, [])),
+                peer=_pair_cell(peer_plain), oracle=None)]
+    for k in sorted(set(linear) | set(peer)):
+        out.append(dict(config=linear.get(k, f"model k={k}"), k=k,
+                        ours=_pair_cell(ours.get(linear.get(k, ""), [])),
+                        peer=_pair_cell(peer.get(k, [])), oracle=oracle(k)))
+    for c, rows in ours.items():
+        if c == analysis.PLAIN_LABEL or c.startswith(analysis.ORACLE_PREFIX) or c in linear.values():
+            continue
+        k = int(m.group(1)) if (m := re.search(r"\bk=(\d+)", c)) else None
+        out.append(dict(config=c, k=k, ours=_pair_cell(rows), peer=None, oracle=oracle(k)))
+    return out
+
+
+def _pair_section(result: Any, summary: dict) -> list[str]:
+    if not result.plan.get("draft_model"):
+        return []
+    rows = pair_table(summary)
+    if len(rows) < 2:
+        return []
+    p = result.plan
+    cases = max((r["ours"] or {}).get("cases", 0) for r in rows)
+    lines = ["## Pair table", "",
+             f"{p['model']} verifying drafts of {p['draft_model']}, ours beside {PAIR_PEER}'s "
+             f"draft-model speculation at the same k in the same run; geometric mean over "
+             f"{cases} case(s) ({', '.join(p['workloads'])}), up to {p['max_tokens']} tokens. "
+             "Each engine's speedup is over its own plain decoding; *oracle at k*: the drafter "
+             "that replays the plain output at that k (every draft accepted). Acceptance and "
+             "mean acceptance length (tokens per verify step) are ours.", ""]
+
+    def cells(c: dict | None, extra: bool) -> list[str]:
+        if c is None:
+            return ["–"] * (4 if extra else 2)
+        head = [_x(c["tok_s"], "{:.2f}"), _x(c["speedup"])]
+        return head + ([_pct(c["acceptance"]), _x(c["mal"], "{:.2f}")] if extra else [])
+
+    lines += _table(["config", "ours tok/s", "ours speedup", "acceptance", "mean acceptance length",
+                     "oracle at k", f"{PAIR_PEER} tok/s", f"{PAIR_PEER} speedup"],
+                    [[r["config"], *cells(r["ours"], True), _x(r["oracle"]), *cells(r["peer"], False)]
+                     for r in rows])
+    return lines
 
 
 def _x(v: float | None, fmt: str = "{:.2f}×") -> str:
@@ -84,6 +172,7 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
                     [[c, h["source"], _x(h["echo_speedup"]), _x(h["open_speedup"]),
                       _pct(h["of_oracle"]), _pct(h["engine_eff"])]
                      for c, h in headline(summary).items()])
+    lines += _pair_section(result, summary)
     lines += _parity_section(result, summary)
     lines += _bounds_section(summary)
     lines += ["## Speedup by class (geometric mean)", ""]
@@ -188,6 +277,7 @@ def write_report(result: Any, out_dir: str | Path, plots: bool = True) -> Path:
     data = dict(plan=result.plan, meta=result.meta,
                 cost_curve={str(k): v for k, v in result.cost_curve.items()},
                 peer_notes=result.peer_notes, headline=headline(summary), summary=summary,
+                pair_table=pair_table(summary) if result.plan.get("draft_model") else [],
                 diagnoses=result.diagnoses, bounds=result.bounds, records=[r.to_dict() for r in result.records])
     (out / "results.json").write_text(json.dumps(data, indent=1))
     path = out / "report.md"

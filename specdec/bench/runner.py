@@ -3,11 +3,12 @@
 Contract: ``run_plan(plan)`` loads the model once, measures its verify cost curve, then
 for each case (a workload fitted to one prompt length) runs repetition 0 (the warm-up,
 kept but marked) and repetitions 1..N; within a repetition every config — plain decoding
-first, then ours, then each available peer's baseline and speculative run — runs once,
-so slow drift of a shared machine hits every config alike. Each run returns one
-``RunRecord`` per turn (a multi-turn workload feeds the model's own reply back before the
-next user turn, with one drafter for the whole conversation, as a chat user would). Peers
-run the first turn only. Nothing is averaged here: ``analysis`` does that.
+first, then ours, then each available peer's baseline and its speculative run at each
+k of ``plan.peer_k`` — runs once, so slow drift of a shared machine hits every config
+alike. Each run returns one ``RunRecord`` per turn (a multi-turn workload feeds the
+model's own reply back before the next user turn, with one drafter for the whole
+conversation, as a chat user would). Peers run the first turn only. Nothing is averaged
+here: ``analysis`` does that.
 """
 
 from __future__ import annotations
@@ -71,13 +72,19 @@ class BenchPlan:
     runs: int = 3
     max_tokens: int = 128
     peers: Sequence[str] = ()
-    peer_k: int = 4
+    peer_k: tuple[int, ...] = (4,)  # each peer's speculative run goes once per k
     draft_model: str | None = None
     dtype: str = "auto"
     kv_bits: int | None = None  # quantize our KV cache (the peers keep their own)
     warm_table: str | None = None  # a saved ngram-mod table that 'warm' configs load
     oracle: bool = True  # run the oracle drafter at each config's k, and the replay bounds
     distributed: int = 0  # the target is sharded over a group of this size (0: one process)
+
+    def __post_init__(self) -> None:
+        ks = (self.peer_k,) if isinstance(self.peer_k, int) else tuple(self.peer_k)
+        if not ks or any(not isinstance(k, int) or k < 1 for k in ks) or len(set(ks)) != len(ks):
+            raise ValueError(f"peer_k must be distinct integers >= 1 (e.g. (2, 4, 8)), got {self.peer_k!r}")
+        self.peer_k = ks
 
 
 @dataclass
@@ -156,12 +163,18 @@ def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[li
 
 def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, ids: list[int],
                run: int, notes: dict[str, str]) -> list[RunRecord]:
+    """The peer's plain run once, then its speculative run once per k of ``plan.peer_k``."""
     from .peers import PeerUnavailable
 
+    def spec(k: int) -> tuple[str, int, Callable[[], Any]]:
+        return (f"{peer.name}: {peer.method} k={k}", k,
+                lambda: peer.speculative(ids, plan.max_tokens, k))
+
     out = []
-    for label, fn in ((f"{peer.name}: plain", lambda: peer.baseline(ids, plan.max_tokens)),
-                      (f"{peer.name}: {peer.method} k={plan.peer_k}",
-                       lambda: peer.speculative(ids, plan.max_tokens, plan.peer_k))):
+    # the plain record keeps the first k, as a single-k plan always recorded it
+    jobs = [(f"{peer.name}: plain", plan.peer_k[0], lambda: peer.baseline(ids, plan.max_tokens)),
+            *map(spec, plan.peer_k)]
+    for label, k, fn in jobs:
         if notes.get(label):
             continue
         try:
@@ -173,7 +186,7 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
         # first decode forward makes the first token): count the tokens after the
         # first for a peer, so both rates are tokens per second of decoding forwards.
         out.append(RunRecord(plan.model, case.name, case.cls, length, len(ids), label,
-                             peer.name, run, 0, plan.peer_k, list(r.tokens), r.prefill_s,
+                             peer.name, run, 0, k, list(r.tokens), r.prefill_s,
                              r.decode_s, max(len(r.tokens) - 1, 0)))
     return out
 
@@ -195,7 +208,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         draft = load(plan.draft_model, dtype=plan.dtype)
     cases = [(fit_prompt(tok, w, n) if n else w, n) for w in plan.workloads
              for n in plan.prompt_tokens]
-    k_max = max([c.k for c in plan.configs] + [plan.peer_k])
+    k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
     context = max(len(encode_prompt(tok, c.first_messages())) for c, _ in cases)
     cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=TREE_LENGTHS)
     loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
@@ -298,5 +311,5 @@ def asdict_plan(plan: BenchPlan) -> dict:
     return dict(model=plan.model, workloads=[w.name for w in plan.workloads],
                 configs=[c.text for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
                 runs=plan.runs, max_tokens=plan.max_tokens, peers=list(plan.peers),
-                peer_k=plan.peer_k, draft_model=plan.draft_model, kv_bits=plan.kv_bits,
+                peer_k=list(plan.peer_k), draft_model=plan.draft_model, kv_bits=plan.kv_bits,
                 warm_table=plan.warm_table, oracle=plan.oracle, distributed=plan.distributed)

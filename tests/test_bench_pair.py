@@ -1,0 +1,117 @@
+"""The ``pair`` sweep: peers' speculative runs at several k (``--peer-k 2,4``), each
+lossless against the peer's own plain run, and the pair table built from a real run.
+
+One tiny run (SmolLM2-135M drafting for itself, one workload, 16 tokens) serves every
+test that needs records; the flag and profile checks load no model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from specdec.bench.cli import add_bench_parser, build_plan
+from specdec.bench.report import build_summary, pair_table, write_report
+from specdec.bench.runner import BenchPlan, run_plan
+
+MODEL = "smollm2-135m"
+PEER = "mlx-lm: draft model smollm2-135m (num_draft_tokens=k)"
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    add_bench_parser(ap.add_subparsers())
+    return ap.parse_args(["bench", *argv])
+
+
+@pytest.fixture(scope="module")
+def pair_run(smollm, tmp_path_factory):
+    # a short prompt: a built-in workload's prefill and cost curve made this minutes here
+    code = "def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    path = tmp_path_factory.mktemp("pair") / "w.jsonl"
+    path.write_text(json.dumps({"name": "tiny_rename", "class": "code_edit", "prompt": code
+                                + "\nRename w to width and h to height. Reply with the code."}))
+    args = _parse("--profile", "quick", "--model", MODEL, "--draft-model", MODEL,
+                  "--workload", str(path),
+                  "--config", "model:k=2", "--config", "model:k=4", "--config", "ngram,model:k=2",
+                  "--peers", "mlx-lm", "--peer-k", "2,4", "--runs", "1", "--max-tokens", "16")
+    plan, _, _ = build_plan(args)
+    return run_plan(plan, target=smollm)
+
+
+@pytest.mark.slow
+def test_peer_k_list_runs_the_peer_once_per_k_and_each_equals_its_plain(pair_run):
+    peer = [r for r in pair_run.records if r.source == "mlx-lm"]
+    for run in (0, 1):
+        mine = [r for r in peer if r.run == run]
+        # the plain run once, then one speculative run per k, labelled with its k
+        assert [(r.config, r.k) for r in mine] == [
+            ("mlx-lm: plain", 2), (f"{PEER} k=2", 2), (f"{PEER} k=4", 4)]
+        plain = mine[0].tokens
+        assert len(plain) == 16
+        assert all(r.tokens == plain for r in mine[1:])
+    # and mlx-lm's plain decoding is ours, token for token
+    ours = {tuple(r.tokens) for r in pair_run.records if r.source == "specdec"}
+    assert ours == {tuple(plain)}
+    assert pair_run.plan["peer_k"] == [2, 4] and not pair_run.peer_notes
+    # the cost curve reaches the largest k of ours and of the peers
+    assert max(pair_run.cost_curve) >= 5
+
+
+@pytest.mark.slow
+def test_pair_table_lines_up_ours_and_mlx_lm_per_k(pair_run, tmp_path):
+    summary = build_summary(pair_run)
+    rows = {r["config"]: r for r in pair_table(summary)}
+    assert list(rows) == ["plain", "model k=2", "model k=4", "ngram,model k=2"]
+    by = {(r["config"], r["source"]): r for r in summary["rows"]}
+    for k in (2, 4):
+        row, ours, peer = rows[f"model k={k}"], by[(f"model k={k}", "specdec")], by[(f"{PEER} k={k}", "mlx-lm")]
+        assert row["k"] == k and row["ours"]["cases"] == 1
+        assert row["ours"]["tok_s"] == pytest.approx(ours["tok_s"])
+        assert row["ours"]["speedup"] == pytest.approx(ours["speedup"])
+        assert row["ours"]["mal"] == pytest.approx(ours["mal"]) and ours["mal"] > 1.5  # self-draft
+        assert row["peer"]["speedup"] == pytest.approx(peer["speedup"])
+        assert row["oracle"] == pytest.approx(by[(f"oracle k={k}", "specdec")]["speedup"])
+    assert rows["ngram,model k=2"]["peer"] is None and rows["ngram,model k=2"]["k"] == 2
+    assert rows["plain"]["peer"]["tok_s"] == pytest.approx(by[("mlx-lm: plain", "mlx-lm")]["tok_s"])
+    report = write_report(pair_run, tmp_path, plots=False).read_text()
+    section = report.split("## Pair table")[1].split("\n## ")[0]
+    table = [ln for ln in section.splitlines() if ln.startswith("| ")]
+    assert len(table) == 1 + 4  # the header, plain, k=2, k=4, the chain
+    assert table[2].startswith("| model k=2 | ") and f"{by[('model k=2', 'specdec')]['speedup']:.2f}×" in table[2]
+    assert f"{by[(f'{PEER} k=4', 'mlx-lm')]['speedup']:.2f}×" in table[3]
+
+
+@pytest.mark.parametrize("value, needle", [
+    ("0", ">= 1"), ("2,-1", ">= 1"), ("2,x", "comma list"), ("", "comma list"),
+    ("2,,4", "comma list"), ("4,4", "once"),
+])
+def test_bad_peer_k_is_refused_with_a_message(value, needle, capsys):
+    with pytest.raises(SystemExit):
+        _parse("--peer-k", value)
+    err = capsys.readouterr().err
+    assert "--peer-k" in err and needle in err
+
+
+def test_peer_k_reaches_the_plan_and_a_single_k_stays_a_single_run():
+    assert build_plan(_parse("--peer-k", "2,3,8"))[0].peer_k == (2, 3, 8)
+    assert build_plan(_parse())[0].peer_k == (4,)  # the default profile: one k, as before
+    assert BenchPlan(MODEL, [], [], peer_k=6).peer_k == (6,)  # a caller's old int still works
+    for bad in ((), (0,), (2, 2)):
+        with pytest.raises(ValueError, match="peer_k"):
+            BenchPlan(MODEL, [], [], peer_k=bad)
+
+
+def test_pair_profile_sweeps_the_ks_on_both_models():
+    plan, prof, _ = build_plan(_parse("--profile", "pair"))
+    assert (plan.model, plan.draft_model) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert [w.name for w in plan.workloads] == ["code_hints", "json_add"]
+    assert plan.peer_k == (2, 3, 4, 6, 8) and list(plan.peers) == ["mlx-lm"]
+    labels = [c.label for c in plan.configs]
+    assert labels[:5] == [f"model k={k}" for k in plan.peer_k]
+    assert {"model k=4 tree=auto", "model k=6 tree=8", "ngram,model k=4"} <= set(labels)
+    assert plan.max_tokens == 128 and plan.runs == 1 and plan.oracle
+    # flags still override the profile
+    assert build_plan(_parse("--profile", "pair", "--peer-k", "4"))[0].peer_k == (4,)
