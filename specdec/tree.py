@@ -345,17 +345,20 @@ def tree_step(model: Any, cache: list, context: list[int], proposal: Proposal,
 
 
 # ---- the node budget ---------------------------------------------------------------------
-def resolve_tree_budget(model: Any, value: int | str) -> tuple[int, TreeShaper | None]:
+def resolve_tree_budget(model: Any, value: int | str, *,
+                        propose_cost: float = 0.0) -> tuple[int, TreeShaper | None]:
     """(node budget, shaper): an integer budget is fixed (0 = linear drafts); ``"auto"``
     asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
-    model's (cached) verify cost curve pick how many to verify at each step."""
+    model's (cached) verify cost curve pick how many to verify at each step, counting
+    ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
     if value == "auto":
         from .measure import cost_curve_for, tree_cost_curve_for
 
         cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
         tree_cost = tree_cost_curve_for(model, AUTO_TREE_CURVE)
         # cost(1) anchors both curves: a tree block is priced against one plain step
-        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost)
+        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost,
+                                          propose_cost=propose_cost)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
     return value, None
