@@ -31,9 +31,10 @@ Contract:
   needs deterministic drafts: a tree carrying draft distributions (q) is verified by its
   first-child branch (``first_branch``, linear, exact). A repetition penalty penalises
   each row for the context plus its own root path (``penalized_tree_logits``).
-- ``resolve_tree_budget(model, value)``: a fixed node budget, or for ``"auto"`` a
-  ``tree_shape.TreeShaper`` that picks each step's budget from the drafter's observed
-  per-node hit rates and the model's verify cost curve; ``cut`` applies it (drafters
+- ``resolve_tree_budget(model, value, propose_cost=0)``: a fixed node budget, or for
+  ``"auto"`` a ``tree_shape.TreeShaper`` that picks each step's budget from the drafter's
+  observed per-node hit rates, the model's verify cost curve and the drafter's own cost
+  per proposal; ``cut`` applies it (drafters
   return best-first trees, so the first N nodes are the best N-node tree).
 """
 
