@@ -32,6 +32,7 @@ from .sampling import Rng, SamplingParams
 from .stats import SpecStats
 from .steps import plain_steps, prefill, spec_steps
 from .text import TextOut, encode_prompt
+from .drafters.adaptive import draft_seconds
 from .tree import resolve_tree_budget
 
 
@@ -141,7 +142,10 @@ def token_stream(
     if tree_budget and not getattr(model, "verifies_trees", True):
         raise ValueError("token trees (--draft-tree-budget) do not work on a sharded target "
                          "(--distributed) yet: use linear drafts (--draft-tree-budget 0)")
-    tree_budget, shaper = resolve_tree_budget(model, tree_budget) if tree_budget else (0, None)
+    # the drafter's own cost per proposal (when build_drafter measured it) counts in "auto"
+    propose_cost = draft_seconds(getattr(drafter, "draft_cost", None), num_draft_tokens)
+    tree_budget, shaper = (resolve_tree_budget(model, tree_budget, propose_cost=propose_cost)
+                           if tree_budget else (0, None))
     if not 0 <= top_logprobs <= 100:
         raise ValueError(f"top_logprobs must be in [0, 100], got {top_logprobs}")
     if not prompt_ids:

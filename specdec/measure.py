@@ -17,6 +17,15 @@ Contract:
 - ``proposal_cost(drafter, context_len)`` returns the median seconds of one ``propose``
   call on a context of that length, after the drafter has indexed the context, i.e. the
   steady-state per-step cost during decoding.
+- ``draft_cost_for(drafter_name, model, draft_model=None)`` is the drafter's own cost per
+  proposal as ``{"fixed": s, "per_token": s}`` (a k-token proposal takes about
+  fixed + per_token * k seconds), measured once and cached beside the verify curve. The
+  draft model (``draft_model_cost``): real ``DraftModelDrafter.propose`` calls at k = 1
+  and k = 8 on a 256-token context, interleaved medians, a two-point fit; keyed by both
+  models' fingerprints. Host drafters (ngram, ngram-mod, suffix): ``proposal_cost`` at
+  k = 8 as the fixed part (microseconds; per_token 0); keyed by name and vocabulary
+  size. A chain: the sum of its members, an upper bound (a chain stops at the first
+  member that proposes).
 """
 
 from __future__ import annotations
@@ -129,22 +138,31 @@ def model_fingerprint(model: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
-                  cache_dir: str | Path | None) -> dict[int, float]:
+def _cached(name: str, measure: Callable[[], dict], cache_dir: str | Path | None,
+            decode: Callable[[dict], dict] = dict,
+            complete: Callable[[dict], bool] = bool) -> dict:
     """``measure()`` once per ``name`` (a JSON file under the cost cache), re-measured when
-    the cached curve lacks a length in ``want``; written atomically."""
+    the cached value (after ``decode``) is not ``complete``; written atomically."""
     root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
     path = root / "cost" / f"{name}.json"
     if path.exists():
-        curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
-        if all(L in curve for L in want):
-            return curve
-    curve = measure()
+        value = decode(json.loads(path.read_text()))
+        if complete(value):
+            return value
+    value = measure()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(curve))
+    tmp.write_text(json.dumps(value))
     os.replace(tmp, path)  # atomic: concurrent processes never read half a file
-    return curve
+    return value
+
+
+def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
+                  cache_dir: str | Path | None) -> dict[int, float]:
+    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want``."""
+    return _cached(name, measure, cache_dir,
+                   decode=lambda d: {int(k): v for k, v in d.items()},
+                   complete=lambda curve: all(L in curve for L in want))
 
 
 def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None,
@@ -160,3 +178,72 @@ def tree_cost_curve_for(model: Any, lengths: tuple[int, ...],
     """The model's tree step cost curve at ``lengths``, measured once and cached on disk."""
     return _cached_curve(f"{model_fingerprint(model)}-tree", list(lengths),
                          lambda: tree_cost_curve(model, lengths), cache_dir)
+
+
+# ---- the drafter's own cost ---------------------------------------------------------------
+DRAFT_COST_KS = (1, 8)
+
+
+def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
+                     repeats: int = 7, seed: int = 0) -> dict[str, float]:
+    """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy): interleaved
+    medians at the two ``ks``, one new context token per call as in decoding, fitted
+    through both points (clamped at 0)."""
+    from .drafters.draft_model import DraftModelDrafter
+
+    rng = random.Random(seed)
+    vocab = draft_model.args.vocab_size if hasattr(draft_model, "args") else 1000
+    drafter = DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
+    ctx = [rng.randrange(vocab) for _ in range(context)]
+    drafter.begin(ctx)
+
+    def once(k: int) -> None:
+        ctx.append(rng.randrange(vocab))
+        drafter.propose(ctx, k)
+
+    med = _interleaved_medians(sorted(ks), repeats, once)
+    lo, hi = min(ks), max(ks)
+    per = max((med[hi] - med[lo]) / (hi - lo), 0.0)
+    return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}
+
+
+def _host_drafter(name: str) -> Drafter:
+    if name == "ngram":
+        from .drafters.ngram import NgramDrafter
+
+        return NgramDrafter(1, 3)
+    if name == "ngram-mod":
+        from .drafters.ngram_mod import NgramModDrafter, NgramModTable
+
+        return NgramModDrafter(NgramModTable())
+    from .drafters.suffix import SuffixDrafter
+
+    return SuffixDrafter()
+
+
+def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
+                   cache_dir: str | Path | None = None) -> dict[str, float]:
+    """The drafter's proposal cost model {"fixed", "per_token"} in seconds (module doc),
+    measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
+    ``"model"`` needs ``draft_model``."""
+    from .drafters.spec import parse_draft_types
+
+    names = parse_draft_types(drafter_name)
+    if len(names) > 1:  # every member proposing: an upper bound for a chain
+        parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir) for n in names]
+        return {key: sum(p[key] for p in parts) for key in ("fixed", "per_token")}
+    name = names[0]
+    complete = lambda d: {"fixed", "per_token"} <= set(d)  # noqa: E731
+    if name == "none":
+        return {"fixed": 0.0, "per_token": 0.0}
+    if name == "model":
+        if draft_model is None:
+            raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
+        key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
+        return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
+    vocab = model.args.vocab_size if hasattr(model, "args") else 1000
+
+    def host() -> dict[str, float]:
+        return {"fixed": proposal_cost(_host_drafter(name), 256, k=8, vocab=vocab), "per_token": 0.0}
+
+    return _cached(f"draft-{name}-v{vocab}", host, cache_dir, complete=complete)

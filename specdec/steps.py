@@ -9,9 +9,11 @@ Contract:
   kept tokens (``verify.greedy_accept`` at temperature 0, ``verify.rejection_sample`` +
   ``settle`` otherwise), after rolling the cache back past the rejected ones. With
   ``tree_budget`` > 0 a drafter's ``propose_tree(context, k, budget)`` may return a token
-  tree (at most k deep, at most ``tree_budget`` nodes): greedy decoding verifies it in one
-  forward (``tree.tree_step``: accept the longest agreeing root path, compact the cache);
-  sampling or a repetition penalty verifies its first-child branch linearly, which is
+  tree (at most k deep, at most ``tree_budget`` nodes), verified in one forward
+  (``tree.tree_step``: greedy accepts the longest agreeing root path, sampling runs
+  multi-candidate rejection sampling down the tree; the repetition penalty gives each
+  node its own root path's window; the cache is compacted to the accepted path). A tree
+  carrying draft distributions (q) verifies its first-child branch linearly, which is
   exact (``tree.first_branch``). With ``tree_budget`` = 0 a tree is refused, never flattened.
 Every Step carries the target's log-probability of each emitted token (raw
 ``log_softmax`` of the logits, as mlx-lm reports them), with ``top_logprobs = n > 0`` the
@@ -134,11 +136,18 @@ def _verify(
 def penalize_block(logits: mx.array, context: list[int], draft: Sequence[int],
                    params: SamplingParams) -> mx.array:
     """Apply the repetition penalty to each row of a verify block: row i has seen
-    ``context + draft[:i]``, so each row gets its own window."""
+    ``context + draft[:i]``."""
+    return penalize_rows(logits, context, [list(draft[:i]) for i in range(len(draft) + 1)], params)
+
+
+def penalize_rows(logits: mx.array, context: list[int], seen: Sequence[Sequence[int]],
+                  params: SamplingParams) -> mx.array:
+    """The repetition penalty per block row: row i has seen ``context + seen[i]`` (a linear
+    draft's prefixes, or a tree node's root path), so each row gets its own window."""
     if params.repetition_penalty == 1.0:
         return logits
-    size, seq, n = params.repetition_context_size, context + list(draft), len(context)
-    rows = [seq[max(0, n + i - size) : n + i] for i in range(len(draft) + 1)]
+    size = params.repetition_context_size
+    rows = [(context[-size:] + list(s))[-size:] for s in seen]
     if min(map(len, rows)) == max(map(len, rows)):  # equal widths: one gather
         return penalize(logits, mx.array(rows, dtype=mx.int32), params)
     # a prompt shorter than the window: rows differ in width
@@ -247,18 +256,18 @@ def spec_steps(
     ``shaper.budget()`` nodes of the drafter's best-first proposal, and the shaper learns
     from the whole proposal against what was emitted."""
     vocab = getattr(getattr(model, "args", None), "vocab_size", None)
-    # a tree is verified exactly only under plain greedy; otherwise its best branch is
-    trees = params.greedy and params.repetition_penalty == 1.0
     while True:
         full = draft_for_step(drafter, context, min(k, budget[0] - 1), tree_budget)
         proposal = cut(full, full.depth, shaper.budget(full.parents)) if shaper and full else full
-        if not proposal.is_linear and not trees:
+        if not proposal.is_linear and proposal.q is not None:
+            # draft distributions on a tree: its best branch is verified (exact, linear)
             proposal = first_branch(proposal)
         if proposal.is_linear:
             step = _linear_step(model, cache, context, proposal, params, rng, vocab,
                                 diagnostics, top_logprobs)
         else:
-            step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs)
+            step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs,
+                                params, rng)
         if proposal:
             drafter.observe(step.accepted)
         if shaper and full:

@@ -24,12 +24,17 @@ Contract:
   root and the accepted nodes in the cache (checked, for KVCache, QuantizedKVCache and
   WindowKVCache).
 - ``tree_step(...)`` is one engine step over a tree proposal (one host sync).
-- Sampling (temperature > 0) or a repetition penalty: the engine verifies the tree's
-  first-child branch linearly (``first_branch``), which is exact; multi-candidate
-  rejection sampling is not implemented, and an inexact sample is never produced.
-- ``resolve_tree_budget(model, value)``: a fixed node budget, or for ``"auto"`` a
-  ``tree_shape.TreeShaper`` that picks each step's budget from the drafter's observed
-  per-node hit rates and the model's verify cost curve; ``cut`` applies it (drafters
+- Sampling (temperature > 0): multi-candidate rejection sampling (SpecInfer): at each
+  row on the walk the children are tried best first, each accepted with its probability
+  under the residual left by its rejected elder siblings (``verify.tree_rejection_sample``,
+  ``tree_kids``); every emitted token is distributed exactly as plain sampling's. This
+  needs deterministic drafts: a tree carrying draft distributions (q) is verified by its
+  first-child branch (``first_branch``, linear, exact). A repetition penalty penalises
+  each row for the context plus its own root path (``penalized_tree_logits``).
+- ``resolve_tree_budget(model, value, propose_cost=0)``: a fixed node budget, or for
+  ``"auto"`` a ``tree_shape.TreeShaper`` that picks each step's budget from the drafter's
+  observed per-node hit rates, the model's verify cost curve and the drafter's own cost
+  per proposal; ``cut`` applies it (drafters
   return best-first trees, so the first N nodes are the best N-node tree).
 """
 
@@ -253,25 +258,80 @@ def tree_forward(model: nn.Module, cache: list, last: int, tokens: Sequence[int]
 
 
 # ---- one engine step ---------------------------------------------------------------------
+def tree_kids(tokens: Sequence[int], parents: Sequence[int]) -> list[list[int]]:
+    """Each block row's child nodes in the order they are tried (topological = best
+    first); a child repeating an earlier sibling's token is left out (a trie has none,
+    and a repeat could never be accepted after its twin was rejected).
+
+    >>> tree_kids([5, 6, 5, 7], [-1, -1, -1, 0])
+    [[0, 1], [3], [], [], []]
+    """
+    kids: list[list[int]] = [[] for _ in range(len(tokens) + 1)]
+    for j, p in enumerate(parents):
+        if all(tokens[c] != tokens[j] for c in kids[p + 1]):
+            kids[p + 1].append(j)
+    return kids
+
+
+def _sampled_pick(logits: mx.array, tokens: Sequence[int], kids: list[list[int]],
+                  params: Any, rng: Any) -> tuple[mx.array, mx.array]:
+    """Device arrays (pick, fix) of multi-candidate rejection sampling over the tree."""
+    from .sampling import processed_probs
+    from .verify import tree_rejection_sample
+
+    width, vocab = max(1, max(map(len, kids))), logits.shape[-1]
+    # an out-of-vocabulary child has probability 0: it is padding, never accepted
+    slots = [[tokens[j] if tokens[j] < vocab else -1 for j in row] + [-1] * (width - len(row))
+             for row in kids]
+    return tree_rejection_sample(processed_probs(logits, params),
+                                 mx.array(slots, dtype=mx.int32), rng.next())
+
+
+def penalized_tree_logits(logits: mx.array, context: list[int], tokens: Sequence[int],
+                          parents: Sequence[int], params: Any) -> mx.array:
+    """The repetition penalty per block row: row r has seen the context and its root path."""
+    from .steps import penalize_rows
+
+    if params.repetition_penalty == 1.0:
+        return logits
+    tree = Proposal(tokens, parents=parents)
+    return penalize_rows(logits, context, [[]] + [tree.path(j) for j in range(len(tokens))], params)
+
+
 def tree_step(model: Any, cache: list, context: list[int], proposal: Proposal,
-              vocab: int | None, diagnostics: bool, top_logprobs: int) -> Any:
-    """Verify a (greedy) tree proposal: one forward, one host sync, accept, compact.
+              vocab: int | None, diagnostics: bool, top_logprobs: int,
+              params: Any = None, rng: Any = None) -> Any:
+    """Verify a tree proposal of deterministic drafts: one forward, one host sync, accept,
+    compact. Greedy (``params`` None or greedy) takes the branch agreeing with the target's
+    argmax; sampling runs multi-candidate rejection sampling (``verify.tree_settle``).
     Returns ``(Step, accepted node indices)``; ``context`` is not changed here."""
     from .steps import Step, in_vocab, sorted_top, top2_margin, top_entries
+    from .verify import tree_settle
 
     tokens, parents = list(proposal.tokens), list(proposal.parents)
+    if proposal.q is not None:
+        raise ValueError("a tree with draft distributions (q) is verified by its first branch")
     base = cache[0].offset
     logits = tree_forward(model, cache, context[-1], in_vocab(tokens, vocab), parents)
+    if params is not None:
+        logits = penalized_tree_logits(logits, context, tokens, parents, params)
     logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    fix = mx.argmax(logits, axis=-1)
+    greedy = params is None or params.greedy
+    kids = tree_kids(tokens, parents)
+    pick, fix = (None, mx.argmax(logits, axis=-1)) if greedy else \
+        _sampled_pick(logits, tokens, kids, params, rng)
     # each node's logprob at its parent's row; an out-of-vocabulary id is never accepted
     cand = mx.minimum(mx.array(tokens, dtype=fix.dtype), logits.shape[-1] - 1)
     arrays = [fix, logp[mx.arange(logits.shape[0]), fix], logp[mx.array(parents) + 1, cand]]
+    arrays += [] if greedy else [pick]
     arrays += [top2_margin(logits)] if diagnostics else []
     arrays += top_entries(logp, top_logprobs) if top_logprobs else []
     mx.eval(*arrays)
     fx, lp_fix, lp_node, *rest = (a.tolist() for a in arrays)  # the one sync
-    path, emitted = greedy_tree_accept(tokens, parents, fx)
+    if greedy:
+        path, emitted = greedy_tree_accept(tokens, parents, fx)
+    else:
+        path, emitted = tree_settle(tokens, kids, rest.pop(0), fx)
     compact(cache, base, [0] + [j + 1 for j in path])
     rows = [0] + [j + 1 for j in path]  # the block row each emitted token was predicted at
     logprobs = [lp_node[j] for j in path] + [lp_fix[rows[-1]]]
@@ -286,17 +346,20 @@ def tree_step(model: Any, cache: list, context: list[int], proposal: Proposal,
 
 
 # ---- the node budget ---------------------------------------------------------------------
-def resolve_tree_budget(model: Any, value: int | str) -> tuple[int, TreeShaper | None]:
+def resolve_tree_budget(model: Any, value: int | str, *,
+                        propose_cost: float = 0.0) -> tuple[int, TreeShaper | None]:
     """(node budget, shaper): an integer budget is fixed (0 = linear drafts); ``"auto"``
     asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
-    model's (cached) verify cost curve pick how many to verify at each step."""
+    model's (cached) verify cost curve pick how many to verify at each step, counting
+    ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
     if value == "auto":
         from .measure import cost_curve_for, tree_cost_curve_for
 
         cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
         tree_cost = tree_cost_curve_for(model, AUTO_TREE_CURVE)
         # cost(1) anchors both curves: a tree block is priced against one plain step
-        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost)
+        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost,
+                                          propose_cost=propose_cost)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
     return value, None

@@ -8,14 +8,16 @@ Contract:
   known (``None``: deeper than the emitted tokens reach). Because the emitted tokens of a
   step include the target's own correction, nodes that were *not* verified (cut by the
   budget) are judged too, so the estimate needs no exploration.
-- ``TreeShaper(cost, max_nodes, tree_cost)`` keeps, per node rank i, the running rate a_i at which
+- ``TreeShaper(cost, max_nodes, tree_cost, propose_cost=0)`` keeps, per node rank i, the running rate a_i at which
   node i is on the accepted path (a Beta prior pulls early estimates to ``prior / (i + 1)``:
   a best-first drafter's later nodes are less likely, so a new request starts small), and
   chooses the budget N maximising expected tokens per unit of verify cost::
 
-      N* = argmax_{0 <= N <= max_nodes}  (1 + a_0 + ... + a_{N-1}) / (c(N + 1) / c(1))
+      N* = argmax_{0 <= N <= max_nodes}  (1 + a_0 + ... + a_{N-1}) / ((c(N + 1) + p) / c(1))
 
-  where c is the measured verify cost curve (``cost_at`` reads it between and past the
+  where p (``propose_cost``, in the curve's units: seconds) is what the proposal itself
+  cost (a draft model's forwards; ``measure.draft_cost_for``), paid whatever N is, so a
+  costly proposal favours verifying more of it; c is the measured verify cost curve (``cost_at`` reads it between and past the
   measured points). A block that is not one chain is verified as a tree (its own mask,
   per-token RoPE, a compaction), which costs more than a linear block of the same length:
   with ``tree_cost`` (the curve of whole tree steps) c is the linear curve while the first
@@ -27,6 +29,10 @@ Contract:
       a = [0.9, 0.5, 0.2, 0.1], c(L)/c(1) = 1 + 0.1 (L - 1):
       N=0: 1/1 = 1.00   N=1: 1.9/1.1 = 1.73   N=2: 2.4/1.2 = 2.00
       N=3: 2.6/1.3 = 2.00   N=4: 2.7/1.4 = 1.93          ->  N* = 2 (the first best)
+
+      the same with a proposal that cost p = 0.5 c(1):
+      N=0: 1/1.5 = 0.67   N=1: 1.9/1.6 = 1.19   N=2: 2.4/1.7 = 1.41
+      N=3: 2.6/1.8 = 1.44   N=4: 2.7/1.9 = 1.42          ->  N* = 3
 """
 
 from __future__ import annotations
@@ -97,9 +103,10 @@ def chain_length(parents: Sequence[int] | None, n: int) -> int:
 
 
 def best_budget(rates: Sequence[float], cost: Mapping[int, float],
-                tree_cost: Mapping[int, float] | None = None, chain: int | None = None) -> int:
-    """The N maximising (1 + Σ_{i<N} rates[i]) / (c(N+1)/c(1)) (see module doc); c is
-    ``cost`` for N <= ``chain`` (default: every N) and ``tree_cost`` past it.
+                tree_cost: Mapping[int, float] | None = None, chain: int | None = None,
+                propose_cost: float = 0.0) -> int:
+    """The N maximising (1 + Σ_{i<N} rates[i]) / ((c(N+1) + propose_cost)/c(1)) (see module
+    doc); c is ``cost`` for N <= ``chain`` (default: every N) and ``tree_cost`` past it.
 
     >>> best_budget([0.9, 0.5, 0.2, 0.1], {L: 1 + 0.1 * (L - 1) for L in range(1, 6)})
     2
@@ -107,13 +114,16 @@ def best_budget(rates: Sequence[float], cost: Mapping[int, float],
     4
     >>> best_budget([0.9, 0.5, 0.2, 0.1], {1: 1.0, 5: 1.0}, {1: 1.5, 5: 1.5}, chain=1)
     1
+    >>> best_budget([0.9, 0.5, 0.2, 0.1], {L: 1 + 0.1 * (L - 1) for L in range(1, 6)},
+    ...             propose_cost=0.5)
+    3
     """
     c1 = cost[1]
     chain = len(rates) if chain is None or tree_cost is None else chain
-    best, best_n, gain = 1.0, 0, 1.0
+    best, best_n, gain = c1 / (c1 + propose_cost), 0, 1.0
     for n, r in enumerate(rates, start=1):
         gain += r
-        value = gain / (cost_at(cost if n <= chain else tree_cost, n + 1) / c1)
+        value = gain / ((cost_at(cost if n <= chain else tree_cost, n + 1) + propose_cost) / c1)
         if value > best + 1e-12:
             best, best_n = value, n
     return best_n
@@ -125,14 +135,16 @@ class TreeShaper:
 
     def __init__(self, cost: Mapping[int, float], max_nodes: int,
                  tree_cost: Mapping[int, float] | None = None, prior: float = 0.3,
-                 weight: float = 2.0):
+                 weight: float = 2.0, propose_cost: float = 0.0):
         if max_nodes < 1:
             raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
         if 1 not in cost:
             raise ValueError("the cost curve needs cost(1)")
         self.cost, self.max_nodes = dict(cost), max_nodes
         self.tree_cost = dict(tree_cost) if tree_cost else None
-        self.prior, self.weight = prior, weight
+        if propose_cost < 0:
+            raise ValueError(f"propose_cost must be >= 0 seconds, got {propose_cost}")
+        self.prior, self.weight, self.propose_cost = prior, weight, propose_cost
         self.hits = [0.0] * max_nodes
         self.seen = [0.0] * max_nodes
 
@@ -144,7 +156,7 @@ class TreeShaper:
     def budget(self, parents: Sequence[int] | None = None) -> int:
         """Nodes to verify of a proposal with these ``parents`` (None: linear)."""
         chain = chain_length(parents, self.max_nodes)
-        return best_budget(self.rates(), self.cost, self.tree_cost, chain)
+        return best_budget(self.rates(), self.cost, self.tree_cost, chain, self.propose_cost)
 
     def update(self, tokens: Sequence[int], parents: Sequence[int] | None,
                emitted: Sequence[int]) -> None:

@@ -11,7 +11,8 @@ import pytest
 from scipy.stats import chisquare
 
 from specdec.sampling import SamplingParams, processed_probs
-from specdec.verify import rejection_sample, settle
+from specdec.tree import tree_kids
+from specdec.verify import rejection_sample, settle, tree_rejection_sample, tree_settle
 
 N = 10_000
 P = np.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]], np.float32)
@@ -101,6 +102,56 @@ def test_sampling_params_validate():
         SamplingParams(temperature=-1).validate()
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(temperature=1, top_p=0).validate()
+
+
+# a tree: the root tries tokens 1, 2, 0 in turn (node 0 = token 1 has child token 3)
+TREE_TOKENS, TREE_PARENTS = [1, 2, 0, 3], [-1, -1, -1, 0]
+TREE_P = np.stack([P[0], P[1], P[2], P[2], P[2]])  # block rows: root, after each node
+
+
+def sample_tree(children_rule, n=N, seed=0):
+    kids = tree_kids(TREE_TOKENS, TREE_PARENTS)
+    slots = mx.array([[TREE_TOKENS[j] for j in r] + [-1] * (3 - len(r)) for r in kids])
+    key, out = mx.random.key(seed), []
+    for _ in range(n):
+        key, sub = mx.random.split(key)
+        pick, fix = children_rule(mx.array(TREE_P), slots, sub)
+        out.append(tree_settle(TREE_TOKENS, kids, pick.tolist(), fix.tolist())[1])
+    return out
+
+
+def naive_rule(p, children, key):
+    """A wrong tree rule: each child accepted with its unrenormalised p (the residual left
+    by rejected elder siblings ignored)."""
+    pick, fix = tree_rejection_sample(p, children, key)
+    pc = mx.take_along_axis(p, mx.maximum(children, 0), axis=-1) * (children >= 0)
+    u = mx.random.uniform(shape=pc.shape, key=key)
+    acc = u < pc
+    return mx.min(mx.where(acc, mx.arange(3)[None], 3), axis=-1), fix
+
+
+def tree_counts_fit(emitted):
+    first = np.bincount([e[0] for e in emitted], minlength=4)
+    ok = chisquare(first, expected(P[0], len(emitted))).pvalue > 1e-3
+    for tok, row in ((1, P[1]), (2, P[2])):  # after node token 1: its row; after token 2: a leaf
+        nxt = np.bincount([e[1] for e in emitted if e[0] == tok], minlength=4)
+        ok &= chisquare(nxt, expected(row, nxt.sum())).pvalue > 1e-3
+    return ok
+
+
+def test_tree_rejection_sampling_gives_the_target_distribution_and_the_test_has_power():
+    """Several deterministic candidates per row (SpecInfer's recursive rejection): the first
+    token follows p at the root whichever child is tried first, the next one follows the
+    row of the node taken; the same test rejects the rule without renormalisation."""
+    assert tree_counts_fit(sample_tree(tree_rejection_sample, n=4000))
+    assert not tree_counts_fit(sample_tree(naive_rule, n=2000))
+
+
+def test_tree_rejection_sampling_takes_the_last_child_when_children_hold_all_mass():
+    p = mx.array([[0.0, 0.7, 0.3, 0.0]])
+    for seed in range(50):
+        pick, _ = tree_rejection_sample(p, mx.array([[1, 2]]), mx.random.key(seed))
+        assert pick.item() in (0, 1)
 
 
 @pytest.mark.slow

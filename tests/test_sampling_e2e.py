@@ -29,6 +29,7 @@ from mlx.utils import tree_map
 from mlx_lm.models import llama
 from scipy.stats import chisquare
 
+from specdec.drafters.base import Proposal
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.ngram import NgramDrafter
 from specdec.engine import token_stream
@@ -69,14 +70,14 @@ def exact_joint(params: SamplingParams) -> np.ndarray:
     return first[:, None, None] * second[:, :, None] * third
 
 
-def sample_counts(params: SamplingParams, drafter) -> np.ndarray:
+def sample_counts(params: SamplingParams, drafter, **kw) -> np.ndarray:
     """Counts of the first 3 tokens over N requests, seeded 0..N-1 (drafter(seed) builds
     the request's drafter, or None for plain decoding)."""
     counts = np.zeros((V, V, V), np.int64)
     for seed in range(N):
         sampling = SamplingParams(params.temperature, params.top_p, seed=seed)
         toks = [e.token for e in token_stream(model(0), PROMPT, drafter=drafter(seed), max_tokens=3,
-                                               num_draft_tokens=K, sampling=sampling)]
+                                               num_draft_tokens=K, sampling=sampling, **kw)]
         assert len(toks) == 3 and all(0 <= t < V for t in toks), toks
         counts[tuple(toks)] += 1
     return counts
@@ -105,6 +106,18 @@ class GreedyDraftsSoftmaxQ(DraftModelDrafter):
         return (mx.argmax(logits, axis=-1) if key is not None else tok), q
 
 
+class BranchyDrafter(NgramDrafter):
+    """Deterministic token trees drawn from the context: three distinct root children, two
+    and one grandchildren under the first two (the drafts are often wrong: V = 8)."""
+
+    def propose_tree(self, context, k, budget):
+        import random
+
+        a, b, c = random.Random(hash(tuple(context))).sample(range(V), 3)
+        tokens, parents = [a, b, c, (a + 1) % V, (a + 2) % V, (b + 3) % V], [-1, -1, -1, 0, 0, 1]
+        return Proposal(tokens[:budget], parents=parents[:budget])
+
+
 T1 = SamplingParams(temperature=1.0)
 FILTERED = SamplingParams(temperature=0.8, top_p=0.9)  # some outcomes have probability 0
 
@@ -129,6 +142,15 @@ def test_speculative_sampling_emits_the_exact_joint_distribution(case):
     counts = sample_counts(params, drafter)
     p = chi2_pvalue(counts, exact_joint(params))
     assert p > PASS, f"{case}: first 3 tokens differ from plain sampling (p = {p:.2e})"
+
+
+@pytest.mark.parametrize("params", [T1, FILTERED], ids=["t1", "top-p"])
+def test_sampled_token_trees_emit_the_exact_joint_distribution(params):
+    """Multi-candidate rejection sampling through the engine: trees of deterministic drafts
+    (siblings tried in turn, subtrees below the first two) give plain sampling's joint."""
+    counts = sample_counts(params, lambda seed: BranchyDrafter(), tree_budget=8)
+    p = chi2_pvalue(counts, exact_joint(params))
+    assert p > PASS, f"token trees: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
 def test_plain_sampling_matches_the_oracle_and_the_test_has_power():

@@ -336,6 +336,19 @@ def test_tree_parity_tiny(arch, kw, k, budget):
     assert_trees_exercised(total, f"{arch} {kw}")
 
 
+def test_tree_parity_with_a_repetition_penalty():
+    """Each tree row is penalised for the context plus its own root path: greedy output
+    with a repetition penalty equals plain decoding with the same penalty."""
+    model, prompt = cached_tiny("llama"), tiny_prompt(5)
+    params = SamplingParams(repetition_penalty=1.5, repetition_context_size=6)
+    ref = run(model, prompt, max_tokens=40, sampling=params)
+    assert ref != run(model, prompt, max_tokens=40)  # the penalty changes this output
+    d = TruthTreeDrafter(ref, TINY_VOCAB, seed=4)
+    assert run(model, prompt, drafter=d, max_tokens=40, num_draft_tokens=4, tree_budget=8,
+               sampling=params) == ref
+    assert_trees_exercised(d, "repetition penalty")
+
+
 class FirstBranch(Drafter):
     """The same drafter, reduced to its trees' first-child branches (linear)."""
 
@@ -354,13 +367,37 @@ class FirstBranch(Drafter):
         pass  # the inner drafter's records describe whole trees
 
 
-def test_sampling_verifies_the_first_branch_exactly():
-    """At temperature > 0 a tree is verified as its first branch: the output equals the same
-    drafter's first branches drafted linearly, under the same key chain."""
+class WithQ(Drafter):
+    """The same drafter's trees, carrying one-hot draft distributions (q) for their nodes."""
+
+    name = "with-q"
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def begin(self, prompt_ids):
+        self.inner.begin(prompt_ids)
+
+    def propose(self, context, k):
+        return self.inner.propose(context, k)
+
+    def propose_tree(self, context, k, budget):
+        p = self.inner.propose_tree(context, k, budget)
+        q = mx.eye(TINY_VOCAB)[mx.array(p.tokens)] if p.tokens else None
+        return Proposal(p.tokens, q, parents=p.parents)
+
+    def observe(self, n):
+        self.inner.observe(n)
+
+
+def test_a_sampled_tree_with_draft_distributions_verifies_its_first_branch():
+    """A tree carrying q at temperature > 0 is verified as its first branch: the output
+    equals the same drafter's first branches drafted linearly (one-hot q is a point
+    mass), under the same key chain."""
     model, prompt = cached_tiny("qwen2"), tiny_prompt(3)
     ref = run(model, prompt, max_tokens=30)
     params = SamplingParams(temperature=0.8, seed=5)
-    tree = run(model, prompt, drafter=TruthTreeDrafter(ref, TINY_VOCAB, seed=2), max_tokens=30,
+    tree = run(model, prompt, drafter=WithQ(TruthTreeDrafter(ref, TINY_VOCAB, seed=2)), max_tokens=30,
                sampling=params, tree_budget=8)
     lin = run(model, prompt, drafter=FirstBranch(TruthTreeDrafter(ref, TINY_VOCAB, seed=2), 8),
               max_tokens=30, sampling=params)

@@ -4,7 +4,7 @@ Contract:
 - A *case* is (workload, prompt length); a *run* of a config on a case is all its turns.
   Run-level decode tok/s = tokens of all turns / decode seconds of all turns. Only
   measured runs (``run >= 1``) count; the warm-up is kept in the raw JSON only.
-- ``summarize(records, cost)`` → one row per (case, config): median decode tok/s and
+- ``summarize(records, cost, draft_costs=None)`` → one row per (case, config): median decode tok/s and
   its min–max spread, median time to first token, speedup = median tok/s / median tok/s
   of the same source's plain runs on the same case (so a peer is compared with its own
   baseline), acceptance, mean acceptance length, p_cache, the zero-cost bound and the
@@ -20,6 +20,15 @@ Contract:
 
       steps (L, accepted) = [(5, 4), (5, 1)], c = {1: 1, 5: 1.4}  →  7 tokens for
       2 × 1.4 = 2.8 plain-step costs: zero-cost bound 2.5×.
+
+- The **drafter-cost bound** (``draft_bound``) is the same with the drafter's own measured
+  cost per proposal (``draft_costs[config]`` = ``measure.draft_cost_for``'s
+  {"fixed", "per_token"} seconds; configs without one get None): tokens / Σ over steps
+  (c(L) + draft(L - 1)) / c(1), draft(0) = 0. For a tree step L - 1 counts nodes, where a
+  draft model only runs its depth: there it is a lower bound on speed.
+
+      the steps above with draft = 0.1 + 0.05 k seconds: each step 1.4 + 0.3 = 1.7,
+      7 tokens / 3.4  →  2.06×.
 
 - ``parity(records)``: strict N×N: every measured run of every config is compared token
   by token with every measured plain run of the same source on the same case and turn.
@@ -37,6 +46,7 @@ import statistics
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..drafters.adaptive import draft_seconds
 from ..tree_shape import cost_at
 
 PLAIN_LABEL = "plain"
@@ -55,6 +65,20 @@ def zero_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int,
     return generated / units if units else 0.0
 
 
+def with_draft_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float],
+                    draft_cost: Mapping[str, float] | None) -> float:
+    """Speedup of these verify steps when each also pays the drafter's own cost for its
+    L - 1 drafted tokens (see module doc); ``zero_cost`` when ``draft_cost`` is None.
+
+    >>> round(with_draft_cost([(5, 4), (5, 1)], 7, {1: 1.0, 5: 1.4},
+    ...                       {"fixed": 0.1, "per_token": 0.05}), 2)
+    2.06
+    """
+    c1 = cost[1]
+    units = sum((cost_at(cost, L) + draft_seconds(draft_cost, L - 1)) / c1 for L, _ in steps)
+    return generated / units if units else 0.0
+
+
 def _runs(records: Iterable[Any]) -> dict[tuple, dict[int, list[Any]]]:
     """(workload, length, config, source) -> {run: [turn records]} for measured runs."""
     out: dict[tuple, dict[int, list[Any]]] = defaultdict(lambda: defaultdict(list))
@@ -69,7 +93,10 @@ def _tok_s(turns: list[dict]) -> float:
     return sum(t["generated"] for t in turns) / dec if dec > 0 else 0.0
 
 
-def summarize(records: Sequence[dict], cost: Mapping[int, float]) -> list[dict]:
+def summarize(records: Sequence[dict], cost: Mapping[int, float],
+              draft_costs: Mapping[str, Mapping[str, float]] | None = None) -> list[dict]:
+    """Rows per (case, config); ``draft_costs``: config label -> the drafter's measured cost
+    model, for the drafter-cost bound (module doc)."""
     runs = _runs(records)
     medians = {key: statistics.median(_tok_s(t) for t in by_run.values())
                for key, by_run in runs.items()}
@@ -83,8 +110,10 @@ def summarize(records: Sequence[dict], cost: Mapping[int, float]) -> list[dict]:
         accepted = sum(t["accepted"] for t in turns)
         fed = sum(t["fed_tokens"] for t in turns)
         generated = sum(t["generated"] for t in turns)
-        bound = (zero_cost([s for t in turns for s in t["steps"]], generated, cost)
-                 if source == "specdec" and steps else None)
+        all_steps = [s for t in turns for s in t["steps"]]
+        bound = zero_cost(all_steps, generated, cost) if source == "specdec" and steps else None
+        dc = (draft_costs or {}).get(config)
+        draft_bound = with_draft_cost(all_steps, generated, cost, dc) if bound and dc else None
         speedup = medians[(wl, length, config, source)] / base if base else None
         rows.append(dict(
             workload=wl, cls=turns[0]["cls"], length=length,
@@ -94,7 +123,7 @@ def summarize(records: Sequence[dict], cost: Mapping[int, float]) -> list[dict]:
             ttft_s=statistics.median(ts[0]["prefill_s"] for ts in by_run.values()),
             speedup=speedup, acceptance=accepted / drafted if drafted else None,
             mal=(accepted + steps) / steps if steps else None,
-            p_cache=generated / fed if fed else None, zero_cost=bound,
+            p_cache=generated / fed if fed else None, zero_cost=bound, draft_bound=draft_bound,
             engine_eff=speedup / bound if speedup and bound else None,
         ))
     return _with_oracle(rows)
@@ -171,6 +200,7 @@ def class_summary(rows: Sequence[dict]) -> list[dict]:
     return [dict(cls=c, config=cfg, source=src, cases=len(rs),
                  speedup=geomean(r["speedup"] for r in rs),
                  zero_cost=geomean(r["zero_cost"] for r in rs if r["zero_cost"]),
+                 draft_bound=geomean(r["draft_bound"] for r in rs if r.get("draft_bound")),
                  engine_eff=geomean(r["engine_eff"] for r in rs if r["engine_eff"]),
                  of_oracle=geomean(r["of_oracle"] for r in rs if r["of_oracle"]),
                  acceptance=statistics.mean(r["acceptance"] for r in rs if r["acceptance"] is not None)

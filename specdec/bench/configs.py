@@ -80,15 +80,17 @@ class BenchConfig:
         return ":".join([self.draft_type] + [f"{o}={v}" if v else o for o, v in self._options()])
 
     def drafter(self, tokenizer: Any, *, cost: Mapping[int, float] | None = None,
-                draft: tuple[Any, Any] | None = None, table: str | None = None) -> Any:
+                draft: tuple[Any, Any] | None = None, table: str | None = None,
+                draft_cost: Mapping[str, float] | None = None) -> Any:
         """A fresh drafter for one run (``None`` for the baseline).
 
         ``cost``: the verify cost curve (needed by ``adaptive``); ``draft``: (model,
-        tokenizer) for the ``model`` type; ``table``: the file of a saved ngram-mod table, loaded
+        tokenizer) for the ``model`` type; ``draft_cost``: the drafter's measured cost per
+        proposal (``measure.draft_cost_for``; adaptive k and ``tree=auto`` count it); ``table``: the file of a saved ngram-mod table, loaded
         afresh for every run of a ``warm`` config (the cross-model warm-start experiment)."""
         if self.baseline:
             return None
-        res = DraftResources(tokenizer=tokenizer, draft=draft, cost=cost)
+        res = DraftResources(tokenizer=tokenizer, draft=draft, cost=cost, draft_cost=draft_cost)
         if self.spec.uses("ngram-mod"):
             if self.warm and table is None:
                 raise ValueError(f"config {self.text} needs a warm ngram-mod table")

@@ -25,7 +25,7 @@ from .workloads import ECHO_CLASSES
 
 def build_summary(result: Any) -> dict:
     records = [r.to_dict() for r in result.records]
-    rows = analysis.summarize(records, result.cost_curve)
+    rows = analysis.summarize(records, result.cost_curve, getattr(result, "draft_costs", None))
     return dict(rows=rows, classes=analysis.class_summary(rows),
                 parity=analysis.parity(records), per_position=analysis.per_position(records),
                 per_turn=analysis.per_turn(records), bounds=analysis.bounds(result.bounds))

@@ -20,7 +20,9 @@ them, siblings best first (see ``trie``). The default is the linear proposal (a
 one-branch tree) of ``min(k, budget)`` tokens; ``propose`` is unchanged for every drafter.
 
 The base class gives no-op ``begin``/``observe``, so wrappers (chain, gate, adaptive k)
-call them unconditionally.
+call them unconditionally. ``draft_cost`` (None unless ``spec.build_drafter`` measured it:
+``{"fixed": s, "per_token": s}``, see ``measure.draft_cost_for``) is what one proposal
+costs, for the engine's tree shaper.
 
 A ``Proposal`` is a token tree in topological order: ``tokens[i]`` hangs below node
 ``parents[i]`` (``-1`` = the last context token, the root). ``parents=None`` is the
@@ -114,6 +116,7 @@ class Drafter:
     implement ``propose``; ``begin`` and ``observe`` default to doing nothing."""
 
     name = "drafter"
+    draft_cost: dict[str, float] | None = None  # seconds per proposal (module doc)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Start a request whose prompt is ``prompt_ids``."""

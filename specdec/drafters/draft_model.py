@@ -23,8 +23,22 @@ Contract of ``DraftModelDrafter(draft_model, ...)`` (a ``Drafter``, ``name = "mo
   back with one ``tolist()``. Afterwards the cache holds ``context + draft[:-1]``: the
   last draft token is never fed (feeding it is wasted work whenever it is rejected; if it
   is accepted, the next ``propose`` feeds it together with the target's bonus token).
-- ``observe(num_accepted)`` only records statistics: whatever the target rejected is
-  trimmed lazily by the next ``propose``, which sees the new context.
+- ``propose_tree(context, k, budget)`` (temperature 0): the same device chain of
+  ``min(k, budget)`` argmax tokens and the same one host sync; at each of the first
+  ``branch_depths`` depths d it also takes the draft's top ``branch_width`` tokens from the
+  logits the chain already computed: the chain's token continues below depth d, the
+  others are leaves (children of chain node d - 1). Each node's score is its path
+  probability under the draft (the product of the draft's softmax probabilities along
+  its root path); nodes come best first (a chain node before an alternative on ties),
+  which is topological since a child's score never exceeds its parent's, so the first
+  N nodes are the best N-node tree (``tree_shape``). At most ``budget`` nodes; the
+  bookkeeping is ``propose``'s for the chain (the cache holds ``context + chain[:-1]``):
+  when the target accepts an alternative, the next ``propose`` compares tokens and trims
+  the chain past the shared prefix. ``temperature > 0``: the linear ``propose`` of
+  ``min(k, budget)`` tokens with its q (trees are exact only under greedy here).
+- ``observe(num_accepted)`` only records statistics (up to the last proposal's depth):
+  whatever the target rejected is trimmed lazily by the next ``propose``, which sees the
+  new context.
 - ``temperature == 0``: each draft token is the draft's argmax and the proposal's ``q``
   is None (point masses). ``temperature > 0``: each draft token is sampled from
   ``softmax(logits / T)`` with keys split from ``mx.random.key(seed)`` (never the global
@@ -86,6 +100,39 @@ def _embedding_rows(model: Any) -> int | None:
     return rows if isinstance(rows, int) else None
 
 
+def branch_tree(chain: Sequence[int], chain_lp: Sequence[float],
+                top: Sequence[Sequence[tuple[int, float]]], width: int, budget: int) -> Proposal:
+    """The best-first tree of a greedy ``chain`` (``chain_lp[i]``: the draft's log-probability
+    of ``chain[i]``) with, at each depth d + 1 that ``top[d]`` covers, the best ``width - 1``
+    other tokens of its (token, log-prob) pairs as leaves below chain node d - 1. Ordered by
+    path log-probability, a chain node before an alternative on ties; ``budget`` nodes.
+
+    >>> import math; lp = math.log
+    >>> t = branch_tree([5, 6, 7], [lp(.9), lp(.5), lp(.8)], [[(5, lp(.9)), (3, lp(.05))]], 2, 9)
+    >>> t.tokens, t.parents          # scores .9, .45, .36 for the chain, .05 for 3
+    ((5, 6, 7, 3), (-1, 0, 1, -1))
+    """
+    path = [0.0]
+    for lp in chain_lp:  # a log-softmax value; min() guards against float rounding above 0
+        path.append(path[-1] + min(lp, 0.0))
+    # (score, is alternative, depth index, token, parent as a chain index)
+    nodes = [(path[i + 1], 0, i, t, i - 1) for i, t in enumerate(chain)]
+    for d, pairs in enumerate(top[: len(chain)]):
+        alts = sorted(((min(lp, 0.0), t) for t, lp in pairs if t != chain[d]),
+                      key=lambda a: (-a[0], a[1]))[: width - 1]
+        nodes += [(path[d] + lp, 1, d, t, d - 1) for lp, t in alts]
+    # a child never scores above its parent, and ties put the chain first: topological
+    nodes.sort(key=lambda n: (-n[0], n[1], n[2]))
+    where, tokens, parents = {-1: -1}, [], []
+    for _, alt, d, t, parent in nodes[:budget]:
+        parents.append(where[parent])
+        if not alt:
+            where[d] = len(tokens)
+        tokens.append(t)
+    linear = all(p == i - 1 for i, p in enumerate(parents))
+    return Proposal(tokens, None, parents=None if linear else parents)
+
+
 class DraftModelDrafter(Drafter):
     """Drafts with a small model that shares the target's tokenizer (see module doc)."""
 
@@ -101,9 +148,14 @@ class DraftModelDrafter(Drafter):
         seed: int | None = None,
         max_trim: int = 16,
         prefill_step_size: int = 512,
+        branch_width: int = 3,
+        branch_depths: int = 2,
     ):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if branch_width < 1 or branch_depths < 0:
+            raise ValueError(f"need branch_width >= 1 and branch_depths >= 0, got "
+                             f"{branch_width}, {branch_depths}")
         if max_trim < 1 or prefill_step_size < 1:
             raise ValueError(
                 f"need max_trim >= 1 and prefill_step_size >= 1, got {max_trim}, {prefill_step_size}"
@@ -124,6 +176,7 @@ class DraftModelDrafter(Drafter):
         self.temperature = float(temperature)
         self.max_trim = max_trim
         self.prefill_step_size = prefill_step_size
+        self.branch_width, self.branch_depths = branch_width, branch_depths
         # Randomness is explicit: a key we own and split, never MLX's global state.
         seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self._key = mx.random.key(seed)
@@ -198,31 +251,72 @@ class DraftModelDrafter(Drafter):
         tok = mx.random.categorical(scaled, axis=-1, key=key)
         return tok, mx.softmax(scaled, axis=-1)
 
-    def _chain(self, block: Sequence[int], k: int) -> tuple[mx.array, mx.array | None]:
-        """Feed ``block`` then draft ``k`` tokens, all lazily: no host sync in the loop."""
+    def _scores(self, logits: mx.array, tok: mx.array, top: bool) -> list[mx.array]:
+        """The draft's log-probability of the chain token ``tok`` and, with ``top``, its
+        ``branch_width`` most likely tokens (unordered) with their log-probabilities."""
+        lp = logits[0].astype(mx.float32)
+        lp = lp - mx.logsumexp(lp)
+        if not top:
+            return [lp[tok]]
+        b = min(self.branch_width, lp.shape[-1])
+        idx = mx.argpartition(-lp, kth=b - 1)[:b]
+        return [lp[tok], idx, lp[idx]]
+
+    def _chain(self, block: Sequence[int], k: int,
+               branch: int = 0) -> tuple[mx.array, mx.array | None, list[mx.array]]:
+        """Feed ``block`` then draft ``k`` tokens, all lazily: no host sync in the loop.
+        With ``branch`` > 0 (greedy) the third value holds, lazily, the chain tokens'
+        log-probabilities (k,), and the top tokens and their log-probabilities at the
+        first ``branch`` depths (``_scores``), for ``propose_tree``; else it is empty."""
         keys = None
         if self.temperature > 0:
             keys = mx.random.split(self._key, k + 1)
             self._key = keys[0]
         y = mx.array(block)[None]
-        toks, qs = [], []
+        toks, qs, scores = [], [], []
         for i in range(k):
             logits = self.model(y, cache=self._cache)[:, -1, :]
             tok, q = self._pick(logits, None if keys is None else keys[i + 1])
             toks.append(tok)
             qs.append(q)
+            if branch:
+                scores.append(self._scores(logits, tok, i < branch))
             if i + 1 < k:  # the last token is not fed (see module doc)
                 y = tok[None]
                 # Start computing this step while Python builds the next one.
                 mx.async_eval(y)
         q = mx.concatenate(qs, axis=0) if keys is not None else None
-        return mx.concatenate(toks, axis=0), q
+        extra = []
+        if branch:
+            tops = [s for s in scores if len(s) == 3]
+            extra = [mx.concatenate([s[0] for s in scores]),
+                     mx.stack([s[1] for s in tops]), mx.stack([s[2] for s in tops])]
+        return mx.concatenate(toks, axis=0), q, extra
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         self._last_len = 0
         if k <= 0 or not context:
             return EMPTY
-        context = list(context)
+        draft, q, _ = self._draft(list(context), k)
+        return Proposal(draft, q)
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        """The greedy chain with the draft's top-``branch_width`` alternatives at its first
+        ``branch_depths`` depths, best first (module doc); linear when sampling."""
+        k = min(k, budget)
+        if self.temperature > 0 or not self.branch_depths or self.branch_width < 2:
+            return self.propose(context, k)
+        self._last_len = 0
+        if k <= 0 or not context:
+            return EMPTY
+        chain, _, (chain_lp, top_tok, top_lp) = self._draft(list(context), k, self.branch_depths)
+        top = [list(zip(t, lp)) for t, lp in zip(top_tok, top_lp)]
+        return branch_tree(chain, chain_lp, top, self.branch_width, budget)
+
+    def _draft(self, context: list[int], k: int,
+               branch: int = 0) -> tuple[list[int], mx.array | None, list[list]]:
+        """``propose``'s body: roll back, feed what is missing, run the chain, one host
+        sync, bookkeeping. Returns (chain tokens, q, the chain's scores as lists)."""
         try:
             keep = self._sync(context, k)
             missing = context[keep:]
@@ -233,10 +327,10 @@ class DraftModelDrafter(Drafter):
             # for every position and all but the last thrown away.
             head = len(missing) - 1 if len(missing) > _BLOCK else 0
             self._prefill(missing[:head])
-            toks, q = self._chain(missing[head:], k)
-            if q is not None:
-                mx.eval(toks, q)
-            draft = toks.tolist()  # the one host sync of the chain
+            toks, q, extra = self._chain(missing[head:], k, branch)
+            mx.eval(toks, *([q] if q is not None else []), *extra)  # the one host sync
+            draft = toks.tolist()
+            scores = [a.tolist() for a in extra]  # already on the host: no further sync
         except BaseException:
             self.reset()  # the cache's contents are unknown now: never trust them again
             raise
@@ -246,7 +340,7 @@ class DraftModelDrafter(Drafter):
         self.stats["proposals"] += 1
         self.stats["drafted"] += len(draft)
         self.stats["fed"] += len(missing) + len(draft) - 1
-        return Proposal(draft, q)
+        return draft, q, scores
 
     def observe(self, num_accepted: int) -> None:
         if not 0 <= num_accepted <= self._last_len:

@@ -11,7 +11,8 @@ Contract:
   all build one and nothing else.
 - ``DraftResources`` holds what drafters need but a spec only names: the tokenizer,
   the loaded draft model, the shared ngram-mod table and suffix history, the verify
-  cost curve (adaptive k). ``prepare_resources`` loads what a spec asks for.
+  cost curve (adaptive k) and the drafter's own measured cost per proposal (adaptive k,
+  ``draft_tree_budget="auto"``). ``prepare_resources`` loads what a spec asks for.
 - ``build_drafter(spec, resources, temperature=, seed=)`` returns a fresh drafter for
   one request (``NoDrafter`` for ``"none"``), wrapped in adaptive k and the gate as the
   spec says.
@@ -133,6 +134,7 @@ class DraftResources:
     table: Any = None  # NgramModTable shared by ngram-mod drafters
     history: Any = None  # SuffixHistory shared by suffix drafters
     cost: Mapping[int, float] | None = None  # verify cost curve, for adaptive k
+    draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
 
 
 def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str = "auto",
@@ -140,7 +142,8 @@ def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str
                       history: Any = None) -> DraftResources:
     """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the
     ngram-mod table (from ``spec.ngram_mod_file`` if it exists, else a fresh one of the
-    spec's size and n, unless ``table`` is given) and the cost curve for adaptive k."""
+    spec's size and n, unless ``table`` is given), the cost curve for adaptive k and the
+    drafter's own cost for adaptive k or an automatic tree budget (both cached on disk)."""
     res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history)
     if spec.uses("model") and res.draft is None:
         from ..loader import load
@@ -152,6 +155,10 @@ def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str
         from ..measure import cost_curve_for
 
         res.cost = cost_curve_for(model, spec.num_draft_tokens + 1)
+    if spec.adaptive_k or spec.draft_tree_budget == "auto":
+        from ..measure import draft_cost_for
+
+        res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None)
     return res
 
 
@@ -219,9 +226,11 @@ def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
 
         if res.cost is None:
             raise ValueError("adaptive k needs the verify cost curve: use prepare_resources")
-        drafter = AdaptiveKDrafter(drafter, res.cost, spec.num_draft_tokens)
+        drafter = AdaptiveKDrafter(drafter, res.cost, spec.num_draft_tokens,
+                                   draft_cost=res.draft_cost)
     if spec.gate:
         from .gate import GatedDrafter
 
         drafter = GatedDrafter(drafter, min_score=spec.gate_threshold)
+    drafter.draft_cost = dict(res.draft_cost) if res.draft_cost else None  # for the tree shaper
     return drafter

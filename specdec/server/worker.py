@@ -476,8 +476,15 @@ class InferenceWorker:
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,
             history=self.memory.history,
-            cost=self._cost_curve(spec.num_draft_tokens + 1) if spec.adaptive_k else None)
+            cost=self._cost_curve(spec.num_draft_tokens + 1) if spec.adaptive_k else None,
+            draft_cost=self._draft_cost(spec.draft_type)
+            if spec.adaptive_k or spec.draft_tree_budget == "auto" else None)
         return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
+
+    def _draft_cost(self, draft_type: str) -> dict[str, float]:
+        from ..measure import draft_cost_for  # measured once per drafter (cached on disk)
+
+        return draft_cost_for(draft_type, self.model, self.draft[0] if self.draft else None)
 
     def _cost_curve(self, max_len: int) -> dict[int, float]:
         if max_len not in self._costs:  # measured once per length (and cached on disk)
