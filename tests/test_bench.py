@@ -259,6 +259,11 @@ def test_quick_bench_produces_the_report_and_holds_parity(tmp_path):
     assert oracle and all(r["accepted"] == r["drafted"] > 0 for r in oracle)
     rows = [r for r in data["summary"]["rows"] if r["config"] == "ngram k=4"]
     assert all(0 < r["of_oracle"] for r in rows) and len(data["summary"]["bounds"]) == len(rows)
+    # every config's drafter cost was measured and gives a bound below the zero-cost one
+    assert len(data["draft_costs"]) == len(plan["configs"])
+    assert all(c["fixed"] > 0 for c in data["draft_costs"].values())
+    assert all(0 < r["draft_bound"] <= r["zero_cost"] for r in rows)
     report = (tmp_path / "report.md").read_text()
+    assert "drafter-cost bound" in report and "tokens / verify step" in report
     assert "## Parity (strict, N×N)" in report and "**0 mismatches**" in report
     assert "of oracle" in report and "## Ceilings from the plain output" in report

@@ -191,8 +191,9 @@ def geomean(xs: Iterable[float]) -> float | None:
 
 
 def class_summary(rows: Sequence[dict]) -> list[dict]:
-    """Geometric-mean speedup, zero-cost bound, engine efficiency and fraction of the
-    oracle per (class, config, source)."""
+    """Geometric-mean speedup, zero-cost and drafter-cost bounds, engine efficiency and
+    fraction of the oracle per (class, config, source); mean acceptance and tokens per
+    verify step (MAL: the modelled speedup under a flat cost curve)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         if not r["config"].endswith(PLAIN_LABEL):  # a baseline is 1.0× by definition
@@ -203,9 +204,15 @@ def class_summary(rows: Sequence[dict]) -> list[dict]:
                  draft_bound=geomean(r["draft_bound"] for r in rs if r.get("draft_bound")),
                  engine_eff=geomean(r["engine_eff"] for r in rs if r["engine_eff"]),
                  of_oracle=geomean(r["of_oracle"] for r in rs if r["of_oracle"]),
-                 acceptance=statistics.mean(r["acceptance"] for r in rs if r["acceptance"] is not None)
-                 if any(r["acceptance"] is not None for r in rs) else None)
+                 acceptance=_mean(r["acceptance"] for r in rs),
+                 mal=_mean(r.get("mal") for r in rs))
             for (c, cfg, src), rs in groups.items()]
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    """The mean of the values that are not None (None when there are none)."""
+    xs = [v for v in values if v is not None]
+    return statistics.mean(xs) if xs else None
 
 
 def per_turn(records: Sequence[dict]) -> list[dict]:

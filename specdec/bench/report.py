@@ -177,10 +177,11 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
     lines += _bounds_section(summary)
     lines += ["## Speedup by class (geometric mean)", ""]
     lines += _table(["class", "config", "source", "cases", "speedup", "of oracle",
-                     "zero-cost bound", "engine efficiency", "acceptance"],
+                     "zero-cost bound", "drafter-cost bound", "engine efficiency", "acceptance",
+                     "tokens / verify step"],
                     [[c["cls"], c["config"], c["source"], c["cases"], _x(c["speedup"]),
-                      _pct(c["of_oracle"]), _x(c["zero_cost"]), _pct(c["engine_eff"]),
-                      _pct(c["acceptance"])]
+                      _pct(c["of_oracle"]), _x(c["zero_cost"]), _x(c.get("draft_bound")),
+                      _pct(c["engine_eff"]), _pct(c["acceptance"]), _x(c.get("mal"), "{:.2f}")]
                      for c in sorted(summary["classes"], key=lambda c: (c["cls"], c["source"] != "specdec", c["config"]))])
     lines += ["## Every case", ""]
     lines += _table(["workload", "class", "prompt tokens", "config", "tok/s (min–max)", "TTFT s",
@@ -276,7 +277,8 @@ def write_report(result: Any, out_dir: str | Path, plots: bool = True) -> Path:
     made = _plots(result, summary, out) if plots else []
     data = dict(plan=result.plan, meta=result.meta,
                 cost_curve={str(k): v for k, v in result.cost_curve.items()},
-                peer_notes=result.peer_notes, headline=headline(summary), summary=summary,
+                peer_notes=result.peer_notes, draft_costs=getattr(result, "draft_costs", {}),
+                headline=headline(summary), summary=summary,
                 pair_table=pair_table(summary) if result.plan.get("draft_model") else [],
                 diagnoses=result.diagnoses, bounds=result.bounds, records=[r.to_dict() for r in result.records])
     (out / "results.json").write_text(json.dumps(data, indent=1))

@@ -96,6 +96,7 @@ class BenchResult:
     peer_notes: dict[str, str]
     diagnoses: list[dict] = field(default_factory=list)  # one per config/case/turn that diverged
     bounds: list[dict] = field(default_factory=list)  # oracle.replay_bound per case/turn/k
+    draft_costs: dict[str, dict] = field(default_factory=dict)  # config -> measure.draft_cost_for
     cases: dict[str, Any] = field(default_factory=dict)  # case key -> per-turn prompts (not saved)
 
 
@@ -196,7 +197,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     """Run ``plan``; ``target`` is the (model, tokenizer) to measure when the caller
     loaded it (rank 0's ``LeaderModel`` under ``--distributed``), else it is loaded here."""
     from ..loader import load
-    from ..measure import verify_cost_curve
+    from ..measure import draft_cost_for, verify_cost_curve
 
     if plan.runs < 1:
         raise ValueError("--runs must be >= 1")
@@ -214,6 +215,10 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
     peers, notes = _load_peers(plan, loaded)
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes)
+    # each drafter's own cost per proposal: counted by adaptive k and tree=auto, and by
+    # the report's drafter-cost bound (measured once per drafter and model pair, cached)
+    result.draft_costs = {c.label: draft_cost_for(c.spec.draft_type, model, draft[0] if draft else None)
+                          for c in plan.configs}
     configs = [PLAIN, *plan.configs]
     oracle_ks = sorted({c.k for c in plan.configs}) if plan.oracle else []
     for case, length in cases:
@@ -221,7 +226,8 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         for run in range(plan.runs + 1):
             plain_turns: list[list[int]] = []
             for cfg in configs:
-                drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
+                drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table,
+                                      draft_cost=result.draft_costs.get(cfg.label))
                 turns = _measure(plan, model, tok, case, length, cfg.label, run, cfg.k, drafter,
                                  result, cfg.tree_budget)
                 if cfg.baseline:
