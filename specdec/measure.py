@@ -208,17 +208,11 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
 
 
 def _host_drafter(name: str) -> Drafter:
-    if name == "ngram":
-        from .drafters.ngram import NgramDrafter
+    """The drafter ``DraftSpec(name)`` builds, with a fresh table for ngram-mod."""
+    from .drafters.ngram_mod import NgramModTable
+    from .drafters.spec import DraftResources, DraftSpec, build_drafter
 
-        return NgramDrafter(1, 3)
-    if name == "ngram-mod":
-        from .drafters.ngram_mod import NgramModDrafter, NgramModTable
-
-        return NgramModDrafter(NgramModTable())
-    from .drafters.suffix import SuffixDrafter
-
-    return SuffixDrafter()
+    return build_drafter(DraftSpec(name), DraftResources(table=NgramModTable()))
 
 
 def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,

@@ -310,14 +310,15 @@ def tree_step(model: Any, cache: list, context: list[int], proposal: Proposal,
 
     tokens, parents = list(proposal.tokens), list(proposal.parents)
     if proposal.q is not None:
-        raise ValueError("a tree with draft distributions (q) is verified by its first branch")
+        raise ValueError("tree_step verifies deterministic drafts only: verify a tree carrying "
+                         "draft distributions (q) by its first branch (tree.first_branch)")
     base = cache[0].offset
     logits = tree_forward(model, cache, context[-1], in_vocab(tokens, vocab), parents)
     if params is not None:
         logits = penalized_tree_logits(logits, context, tokens, parents, params)
     logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     greedy = params is None or params.greedy
-    kids = tree_kids(tokens, parents)
+    kids = None if greedy else tree_kids(tokens, parents)
     pick, fix = (None, mx.argmax(logits, axis=-1)) if greedy else \
         _sampled_pick(logits, tokens, kids, params, rng)
     # each node's logprob at its parent's row; an out-of-vocabulary id is never accepted

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import settings
 from mlx.utils import tree_map
 
+from specdec.drafters.base import Drafter
+
 # A shared 2-core machine stalls now and then: no per-example deadline anywhere.
 settings.register_profile("specdec", deadline=None)
 settings.load_profile("specdec")
@@ -149,3 +151,23 @@ def repetitive_prompt(seed, length=40):
     while len(out) < length:
         out += motif if rng.random() < 0.7 else [rng.randrange(TINY_VOCAB)]
     return out[:length]
+
+
+class Passthrough(Drafter):
+    """A drafter that hands every call to ``inner``; test wrappers override the calls they
+    change."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, inner.name
+
+    def begin(self, prompt_ids):
+        self.inner.begin(prompt_ids)
+
+    def propose(self, context, k):
+        return self.inner.propose(context, k)
+
+    def propose_tree(self, context, k, budget):
+        return self.inner.propose_tree(context, k, budget)
+
+    def observe(self, n):
+        self.inner.observe(n)

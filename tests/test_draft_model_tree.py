@@ -8,35 +8,27 @@ import math
 
 import mlx.core as mx
 import pytest
-from conftest import TINY_VOCAB, assert_speculated, cached_tiny
+from conftest import TINY_VOCAB, Passthrough, assert_speculated, cached_tiny
 from test_draft_model import assert_bookkeeping, near_draft, plain, prompt_of, run
 
-from specdec.drafters import Drafter, DraftResources, DraftSpec, build_drafter
+from specdec.drafters import DraftResources, DraftSpec, build_drafter
 from specdec.drafters.draft_model import DraftModelDrafter, branch_tree
 from specdec.tree import first_branch, prune_tree
 from specdec.tree_shape import node_hits
 
 
-class Recording(Drafter):
+class Recording(Passthrough):
     """Passes everything through to ``inner`` and keeps each tree with its context length,
     so a test can tell which nodes the target accepted."""
 
     def __init__(self, inner):
-        self.inner, self.name, self.trees = inner, inner.name, []
-
-    def begin(self, prompt_ids):
-        self.inner.begin(prompt_ids)
-
-    def propose(self, context, k):
-        return self.inner.propose(context, k)
+        super().__init__(inner)
+        self.trees = []
 
     def propose_tree(self, context, k, budget):
         p = self.inner.propose_tree(context, k, budget)
         self.trees.append((len(context), p))
         return p
-
-    def observe(self, n):
-        self.inner.observe(n)
 
 
 def accepted_alternatives(trees, prompt, out):

@@ -21,7 +21,7 @@ import random
 
 import mlx.core as mx
 import pytest
-from conftest import (TINY_VOCAB, assert_stats_speculated, cached_tiny, plain_reference, real_model,
+from conftest import (TINY_VOCAB, Passthrough, assert_stats_speculated, cached_tiny, plain_reference, real_model,
                       requires_model)
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -350,16 +350,12 @@ def test_tree_parity_with_a_repetition_penalty():
     assert_trees_exercised(d, "repetition penalty")
 
 
-class FirstBranch(Drafter):
+class FirstBranch(Passthrough):
     """The same drafter, reduced to its trees' first-child branches (linear)."""
 
-    name = "first-branch"
-
     def __init__(self, inner, budget):
-        self.inner, self.budget = inner, budget
-
-    def begin(self, prompt_ids):
-        self.inner.begin(prompt_ids)
+        super().__init__(inner)
+        self.budget = budget
 
     def propose(self, context, k):
         return first_branch(self.inner.propose_tree(context, k, self.budget))
@@ -368,27 +364,13 @@ class FirstBranch(Drafter):
         pass  # the inner drafter's records describe whole trees
 
 
-class WithQ(Drafter):
+class WithQ(Passthrough):
     """The same drafter's trees, carrying one-hot draft distributions (q) for their nodes."""
-
-    name = "with-q"
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def begin(self, prompt_ids):
-        self.inner.begin(prompt_ids)
-
-    def propose(self, context, k):
-        return self.inner.propose(context, k)
 
     def propose_tree(self, context, k, budget):
         p = self.inner.propose_tree(context, k, budget)
         q = mx.eye(TINY_VOCAB)[mx.array(p.tokens)] if p.tokens else None
         return Proposal(p.tokens, q, parents=p.parents)
-
-    def observe(self, n):
-        self.inner.observe(n)
 
 
 def test_a_sampled_tree_with_draft_distributions_verifies_its_first_branch():

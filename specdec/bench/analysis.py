@@ -204,12 +204,12 @@ def class_summary(rows: Sequence[dict]) -> list[dict]:
                  draft_bound=geomean(r["draft_bound"] for r in rs if r.get("draft_bound")),
                  engine_eff=geomean(r["engine_eff"] for r in rs if r["engine_eff"]),
                  of_oracle=geomean(r["of_oracle"] for r in rs if r["of_oracle"]),
-                 acceptance=_mean(r["acceptance"] for r in rs),
-                 mal=_mean(r.get("mal") for r in rs))
+                 acceptance=mean_of(r["acceptance"] for r in rs),
+                 mal=mean_of(r.get("mal") for r in rs))
             for (c, cfg, src), rs in groups.items()]
 
 
-def _mean(values: Iterable[float | None]) -> float | None:
+def mean_of(values: Iterable[float | None]) -> float | None:
     """The mean of the values that are not None (None when there are none)."""
     xs = [v for v in values if v is not None]
     return statistics.mean(xs) if xs else None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -59,14 +58,10 @@ def _pair_cell(rows: list[dict]) -> dict | None:
     mean acceptance and mean acceptance length."""
     if not rows:
         return None
-
-    def mean(key: str) -> float | None:
-        xs = [r[key] for r in rows if r.get(key) is not None]
-        return statistics.mean(xs) if xs else None
-
     return dict(cases=len(rows), tok_s=analysis.geomean(r["tok_s"] for r in rows),
                 speedup=analysis.geomean(r["speedup"] for r in rows),
-                acceptance=mean("acceptance"), mal=mean("mal"))
+                acceptance=analysis.mean_of(r.get("acceptance") for r in rows),
+                mal=analysis.mean_of(r.get("mal") for r in rows))
 
 
 def pair_table(summary: dict) -> list[dict]:

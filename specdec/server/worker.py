@@ -173,6 +173,7 @@ class InferenceWorker:
         self._mean_job_s = 1.0  # moving average, for Retry-After
         self._last_save = time.monotonic()
         self._costs: dict[int, dict[int, float]] = {}
+        self._draft_costs: dict[str, dict[str, float]] = {}
         self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -482,9 +483,12 @@ class InferenceWorker:
         return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 
     def _draft_cost(self, draft_type: str) -> dict[str, float]:
-        from ..measure import draft_cost_for  # measured once per drafter (cached on disk)
+        if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)
+            from ..measure import draft_cost_for
 
-        return draft_cost_for(draft_type, self.model, self.draft[0] if self.draft else None)
+            self._draft_costs[draft_type] = draft_cost_for(
+                draft_type, self.model, self.draft[0] if self.draft else None)
+        return self._draft_costs[draft_type]
 
     def _cost_curve(self, max_len: int) -> dict[int, float]:
         if max_len not in self._costs:  # measured once per length (and cached on disk)
