@@ -14,7 +14,7 @@ import pytest
 
 from specdec.bench.cli import add_bench_parser, build_plan
 from specdec.bench.report import build_summary, pair_table, write_report
-from specdec.bench.runner import BenchPlan, run_plan
+from specdec.bench.runner import BenchPlan, run_plan, total_steps
 
 MODEL = "smollm2-135m"
 PEER = "mlx-lm: draft model smollm2-135m (num_draft_tokens=k)"
@@ -36,7 +36,8 @@ def pair_run(smollm, tmp_path_factory):
     args = _parse("--profile", "quick", "--model", MODEL, "--draft-model", MODEL,
                   "--workload", str(path),
                   "--config", "model:k=2", "--config", "model:k=4", "--config", "ngram,model:k=2",
-                  "--peers", "mlx-lm", "--peer-k", "2,4", "--runs", "1", "--max-tokens", "16")
+                  "--peers", "mlx-lm", "--peer-k", "2,4", "--runs", "1", "--max-tokens", "16",
+                  "--no-warmup")
     plan, _, _ = build_plan(args)
     return run_plan(plan, target=smollm)
 
@@ -44,14 +45,14 @@ def pair_run(smollm, tmp_path_factory):
 @pytest.mark.slow
 def test_peer_k_list_runs_the_peer_once_per_k_and_each_equals_its_plain(pair_run):
     peer = [r for r in pair_run.records if r.source == "mlx-lm"]
-    for run in (0, 1):
-        mine = [r for r in peer if r.run == run]
-        # the plain run once, then one speculative run per k, labelled with its k
-        assert [(r.config, r.k) for r in mine] == [
-            ("mlx-lm: plain", 2), (f"{PEER} k=2", 2), (f"{PEER} k=4", 4)]
-        plain = mine[0].tokens
-        assert len(plain) == 16
-        assert all(r.tokens == plain for r in mine[1:])
+    # --no-warmup: one measured repetition and no warm-up, for ours and the peer alike
+    assert {r.run for r in pair_run.records} == {1} and not pair_run.plan["warmup"]
+    # the plain run once, then one speculative run per k, labelled with its k
+    assert [(r.config, r.k) for r in peer] == [
+        ("mlx-lm: plain", 2), (f"{PEER} k=2", 2), (f"{PEER} k=4", 4)]
+    plain = peer[0].tokens
+    assert len(plain) == 16
+    assert all(r.tokens == plain for r in peer[1:])
     # and mlx-lm's plain decoding is ours, token for token
     ours = {tuple(r.tokens) for r in pair_run.records if r.source == "specdec"}
     assert ours == {tuple(plain)}
@@ -77,6 +78,7 @@ def test_pair_table_lines_up_ours_and_mlx_lm_per_k(pair_run, tmp_path):
     assert rows["ngram,model k=2"]["peer"] is None and rows["ngram,model k=2"]["k"] == 2
     assert rows["plain"]["peer"]["tok_s"] == pytest.approx(by[("mlx-lm: plain", "mlx-lm")]["tok_s"])
     report = write_report(pair_run, tmp_path, plots=False).read_text()
+    assert "1 measured runs per case (no warm-up)" in report
     section = report.split("## Pair table")[1].split("\n## ")[0]
     table = [ln for ln in section.splitlines() if ln.startswith("| ")]
     assert len(table) == 1 + 4  # the header, plain, k=2, k=4, the chain
@@ -113,5 +115,8 @@ def test_pair_profile_sweeps_the_ks_on_both_models():
     assert labels[:5] == [f"model k={k}" for k in plan.peer_k]
     assert {"model k=4 tree=auto", "model k=6 tree=8", "ngram,model k=4"} <= set(labels)
     assert plan.max_tokens == 128 and plan.runs == 1 and plan.oracle
+    assert plan.warmup and total_steps(plan) == 2 * 2 * (1 + 8 + 1 + 1)
+    no_warm = build_plan(_parse("--profile", "pair", "--no-warmup", "--no-oracle"))[0]
+    assert not no_warm.warmup and total_steps(no_warm) == 2 * 1 * (1 + 8 + 1)
     # flags still override the profile
     assert build_plan(_parse("--profile", "pair", "--peer-k", "4"))[0].peer_k == (4,)

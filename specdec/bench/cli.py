@@ -85,6 +85,9 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--no-oracle", action="store_true",
                    help="skip the oracle drafter runs and the replay bounds")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="no warm-up repetition per case (the cost measurements, which run "
+                        "every model first, are the only warm-up): halves a --runs 1 sweep")
     add_distributed_flags(p)
 
 
@@ -153,7 +156,8 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
         prompt_tokens=args.prompt_tokens or list(prof.prompt_tokens),
         runs=args.runs or prof.runs, max_tokens=args.max_tokens or prof.max_tokens,
         peers=peers, peer_k=args.peer_k or prof.peer_k, draft_model=args.draft_model or prof.draft_model,
-        dtype=args.dtype, kv_bits=args.kv_bits, oracle=not args.no_oracle)
+        dtype=args.dtype, kv_bits=args.kv_bits, oracle=not args.no_oracle,
+        warmup=not args.no_warmup)
     if distributed:
         _check_distributed(plan, prof)
     return plan, prof, name

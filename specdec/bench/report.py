@@ -151,7 +151,8 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
                 "group (`--distributed`): plain and speculative decoding both pay the "
                 "group's collectives on every forward, and so does the cost curve.", ""]
                if p.get("distributed") else []),
-             f"Each config ran 1 warm-up + {p['runs']} measured runs per case, configs "
+             f"Each config ran {'1 warm-up + ' if p.get('warmup', True) else ''}"
+             f"{p['runs']} measured runs per case{'' if p.get('warmup', True) else ' (no warm-up)'}, configs "
              f"interleaved; up to {p['max_tokens']} tokens per turn, greedy. tok/s is decode "
              "speed (tokens after the first / time after prefill; the median, with the "
              "min–max spread); TTFT is separate. Speedup = median tok/s ÷ median tok/s of the "

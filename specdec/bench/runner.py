@@ -2,7 +2,7 @@
 
 Contract: ``run_plan(plan)`` loads the model once, measures its verify cost curve, then
 for each case (a workload fitted to one prompt length) runs repetition 0 (the warm-up,
-kept but marked) and repetitions 1..N; within a repetition every config — plain decoding
+kept but marked; ``warmup=False`` skips it) and repetitions 1..N; within a repetition every config — plain decoding
 first, then ours, then each available peer's baseline and its speculative run at each
 k of ``plan.peer_k`` — runs once, so slow drift of a shared machine hits every config
 alike. Each run returns one ``RunRecord`` per turn (a multi-turn workload feeds the
@@ -78,6 +78,8 @@ class BenchPlan:
     kv_bits: int | None = None  # quantize our KV cache (the peers keep their own)
     warm_table: str | None = None  # a saved ngram-mod table that 'warm' configs load
     oracle: bool = True  # run the oracle drafter at each config's k, and the replay bounds
+    warmup: bool = True  # repetition 0 of every case; off, the cost-curve and drafter-cost
+    # measurements (which run the target and the draft model first) are the only warm-up
     distributed: int = 0  # the target is sharded over a group of this size (0: one process)
 
     def __post_init__(self) -> None:
@@ -223,7 +225,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     oracle_ks = sorted({c.k for c in plan.configs}) if plan.oracle else []
     for case, length in cases:
         ids = encode_prompt(tok, case.first_messages())
-        for run in range(plan.runs + 1):
+        for run in range(0 if plan.warmup else 1, plan.runs + 1):
             plain_turns: list[list[int]] = []
             for cfg in configs:
                 drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table,
@@ -310,7 +312,8 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
 def total_steps(plan: BenchPlan) -> int:
     """How many progress ticks ``run_plan`` makes (for a progress bar)."""
     per_rep = 1 + len(plan.configs) + len(plan.peers) + (1 if plan.oracle else 0)
-    return len(plan.workloads) * len(plan.prompt_tokens) * (plan.runs + 1) * per_rep
+    reps = plan.runs + (1 if plan.warmup else 0)
+    return len(plan.workloads) * len(plan.prompt_tokens) * reps * per_rep
 
 
 def asdict_plan(plan: BenchPlan) -> dict:
@@ -318,4 +321,5 @@ def asdict_plan(plan: BenchPlan) -> dict:
                 configs=[c.text for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
                 runs=plan.runs, max_tokens=plan.max_tokens, peers=list(plan.peers),
                 peer_k=list(plan.peer_k), draft_model=plan.draft_model, kv_bits=plan.kv_bits,
-                warm_table=plan.warm_table, oracle=plan.oracle, distributed=plan.distributed)
+                warm_table=plan.warm_table, oracle=plan.oracle, warmup=plan.warmup,
+                distributed=plan.distributed)
