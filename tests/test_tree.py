@@ -480,6 +480,34 @@ def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
         resolve_tree_budget(model, -2)
 
 
+def test_auto_budget_counts_the_drafters_own_cost(tmp_path, monkeypatch):
+    """The engine hands ``drafter.draft_cost`` to the shaper. On a curve where every
+    verified token costs as much as a plain step (c(L) = L c(1)) no draft pays for itself,
+    so a free drafter is never verified; a proposal that costs far more than a step is
+    paid whatever N is, so the shaper then verifies the whole proposal. Both are plain."""
+    from specdec.measure import model_fingerprint
+    from specdec.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
+
+    model, prompt = cached_tiny("llama"), tiny_prompt(11)
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    (tmp_path / "cost").mkdir()
+    steep = lambda lengths: json.dumps({L: 0.01 * L for L in lengths})  # noqa: E731
+    fp = model_fingerprint(model)
+    (tmp_path / "cost" / f"{fp}.json").write_text(steep([*range(1, AUTO_CURVE_LEN + 1), *AUTO_CURVE_EXTRA]))
+    (tmp_path / "cost" / f"{fp}-tree.json").write_text(steep(AUTO_TREE_CURVE))
+    ref = run(model, prompt, max_tokens=24)
+    fed = {}
+    for label, cost in (("free", None), ("costly", {"fixed": 10.0, "per_token": 0.0})):
+        drafter = TruthTreeDrafter(ref, TINY_VOCAB, seed=3, p_miss=0.0)
+        drafter.draft_cost = cost
+        log: list[tuple[int, int]] = []
+        assert run(model, prompt, drafter=drafter, max_tokens=24, num_draft_tokens=4,
+                   tree_budget="auto", step_log=log) == ref
+        fed[label] = [n for n, _ in log]
+    assert set(fed["free"]) == {1}  # the last token alone: nothing drafted was verified
+    assert max(fed["costly"]) > 4 and len(fed["costly"]) < len(fed["free"])
+
+
 # ---- the real tree drafters on real weights -----------------------------------------------
 @pytest.mark.slow
 @requires_model("smollm2-135m")
