@@ -8,10 +8,17 @@ Contract:
   known (``None``: deeper than the emitted tokens reach). Because the emitted tokens of a
   step include the target's own correction, nodes that were *not* verified (cut by the
   budget) are judged too, so the estimate needs no exploration.
-- ``TreeShaper(cost, max_nodes, tree_cost, propose_cost=0)`` keeps, per node rank i, the running rate a_i at which
-  node i is on the accepted path (a Beta prior pulls early estimates to ``prior / (i + 1)``:
-  a best-first drafter's later nodes are less likely, so a new request starts small), and
-  chooses the budget N maximising expected tokens per unit of verify cost::
+- ``node_slots(parents, n)`` names each node's *slot*: (depth, rank among its
+  siblings), ranks best first as the drafter ordered them.
+- ``TreeShaper(cost, max_nodes, tree_cost, propose_cost=0)`` keeps, per slot (d, r), the
+  running rate c(d, r) at which a node in that slot is on the accepted path *given that
+  its parent is* (the root always is) — SpecInfer/Sequoia's per-depth, per-rank
+  acceptance. A Beta prior pulls early estimates to ``prior / (r + 1)`` at depth 1 and
+  ``((d - 1) / d) / (r + 1)`` below it, so a fresh chain's d-th node is judged
+  ``prior / d`` likely and a new request starts small. A node's chance a_i of being accepted is the product of c over its root
+  path: a deep node of a long chain is judged by how often such chains ran on, not by
+  the branches of other steps that happen to share its index. It chooses the budget N
+  maximising expected tokens per unit of verify cost::
 
       N* = argmax_{0 <= N <= max_nodes}  (1 + a_0 + ... + a_{N-1}) / ((c(N + 1) + p) / c(1))
 
@@ -129,6 +136,26 @@ def best_budget(rates: Sequence[float], cost: Mapping[int, float],
     return best_n
 
 
+def node_slots(parents: Sequence[int] | None, n: int) -> list[tuple[int, int]]:
+    """(depth, sibling rank) of each of the first ``n`` nodes (``None``: a chain).
+
+    >>> node_slots([-1, 0, 0, -1, 3], 5)   # 1 -> {2, 3}; then the root's second child 4 -> 5
+    [(1, 0), (2, 0), (2, 1), (1, 1), (2, 0)]
+    >>> node_slots(None, 3)
+    [(1, 0), (2, 0), (3, 0)]
+    """
+    if parents is None:
+        return [(d, 0) for d in range(1, n + 1)]
+    depth: list[int] = []
+    kids: dict[int, int] = {}  # parent -> children placed so far
+    out = []
+    for p in parents[:n]:
+        depth.append(depth[p] + 1 if p >= 0 else 1)
+        out.append((depth[-1], kids.get(p, 0)))
+        kids[p] = kids.get(p, 0) + 1
+    return out
+
+
 class TreeShaper:
     """Per-request budget chooser (see module doc). ``budget()`` before a step,
     ``update(tokens, parents, emitted)`` after it, with the drafter's *whole* proposal."""
@@ -145,22 +172,35 @@ class TreeShaper:
         if propose_cost < 0:
             raise ValueError(f"propose_cost must be >= 0 seconds, got {propose_cost}")
         self.prior, self.weight, self.propose_cost = prior, weight, propose_cost
-        self.hits = [0.0] * max_nodes
-        self.seen = [0.0] * max_nodes
+        self.hits: dict[tuple[int, int], float] = {}  # slot -> accepted, given the parent was
+        self.seen: dict[tuple[int, int], float] = {}  # slot -> judged with the parent accepted
 
-    def rates(self) -> list[float]:
-        w, p = self.weight, self.prior
-        return [(h + w * p / (i + 1)) / (n + w)
-                for i, (h, n) in enumerate(zip(self.hits, self.seen))]
+    def rate(self, slot: tuple[int, int]) -> float:
+        """c(d, r): P(a node in this slot is accepted | its parent is), with the prior."""
+        d, r = slot
+        w, p = self.weight, (self.prior if d == 1 else (d - 1) / d) / (r + 1)
+        return (self.hits.get(slot, 0.0) + w * p) / (self.seen.get(slot, 0.0) + w)
+
+    def rates(self, parents: Sequence[int] | None = None) -> list[float]:
+        """a_i for the first ``max_nodes`` nodes of a proposal with these ``parents``."""
+        out: list[float] = []
+        parents = list(range(-1, self.max_nodes - 1)) if parents is None else parents
+        for i, slot in enumerate(node_slots(parents, self.max_nodes)):
+            out.append(self.rate(slot) * (out[parents[i]] if parents[i] >= 0 else 1.0))
+        return out
 
     def budget(self, parents: Sequence[int] | None = None) -> int:
         """Nodes to verify of a proposal with these ``parents`` (None: linear)."""
         chain = chain_length(parents, self.max_nodes)
-        return best_budget(self.rates(), self.cost, self.tree_cost, chain, self.propose_cost)
+        return best_budget(self.rates(parents), self.cost, self.tree_cost, chain, self.propose_cost)
 
     def update(self, tokens: Sequence[int], parents: Sequence[int] | None,
                emitted: Sequence[int]) -> None:
-        for i, hit in enumerate(node_hits(tokens, parents, emitted)[: self.max_nodes]):
-            if hit is not None:
-                self.seen[i] += 1
-                self.hits[i] += hit
+        n = min(len(tokens), self.max_nodes)
+        parents = list(range(-1, n - 1)) if parents is None else parents
+        hits = node_hits(tokens[:n], parents[:n], emitted)
+        for i, slot in enumerate(node_slots(parents, n)):
+            parent_ok = hits[parents[i]] if parents[i] >= 0 else True
+            if parent_ok and hits[i] is not None:  # judged, and its parent was accepted
+                self.seen[slot] = self.seen.get(slot, 0.0) + 1
+                self.hits[slot] = self.hits.get(slot, 0.0) + hits[i]

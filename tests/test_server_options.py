@@ -76,3 +76,37 @@ def test_the_prefix_cache_can_be_turned_off():
             assert r.usage.prompt_tokens_details.cached_tokens == 0
     finally:
         s.stop()
+
+
+def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_path):
+    """A request may ask for an automatic tree budget or adaptive k (``speculative``): the
+    server measures the drafter's own cost (and the verify curve) once, into its cost
+    cache, and the text is plain decoding's. The cache holds a flat verify curve, as
+    Metal/CUDA measure it, so the shaper does branch."""
+    import json
+
+    import specdec
+    from specdec.measure import model_fingerprint
+    from specdec.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
+
+    cost_dir = tmp_path / "cost"
+    cost_dir.mkdir()
+    flat = lambda lengths: json.dumps({L: 0.05 for L in lengths})  # noqa: E731
+    fp = model_fingerprint(smollm[0])
+    (cost_dir / f"{fp}.json").write_text(flat([*range(1, AUTO_CURVE_LEN + 1), *AUTO_CURVE_EXTRA]))
+    (cost_dir / f"{fp}-tree.json").write_text(flat(AUTO_TREE_CURVE))
+    messages = [{"role": "user", "content": PROMPT}]
+    plain = specdec.generate(*smollm, messages, drafter=None, max_tokens=N_TOKENS)
+    s = Server("--draft-type", "suffix", "--max-batch", "1", env={"SPECDEC_CACHE_DIR": str(tmp_path)})
+    try:
+        for extra in ({"draft_tree_budget": "auto"}, {"adaptive_k": True}):
+            r = s.openai().chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=N_TOKENS, temperature=0,
+                extra_body={"speculative": extra})
+            assert r.choices[0].message.content == plain.text, extra
+            assert r.usage.model_extra["drafted_tokens"] > 0, extra
+    finally:
+        s.stop()
+    # the suffix drafter's cost was measured once for the first request and kept
+    assert [p.name for p in cost_dir.glob("draft-suffix-*.json")]
+    assert json.loads((cost_dir / f"{fp}.json").read_text())["1"] == 0.05  # the curve was read, not re-measured

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.drafters.base import Proposal
-from specdec.tree_shape import TreeShaper, best_budget, chain_length, cost_at, node_hits
+from specdec.tree_shape import TreeShaper, best_budget, chain_length, cost_at, node_hits, node_slots
 
 
 @st.composite
@@ -53,6 +53,72 @@ def test_best_budget_is_the_brute_force_argmax(rates, steps, overhead, chain):
     assert all(v < value[n] + 1e-9 for v in value[:n])  # the smallest best N
 
 
+@settings(max_examples=150)
+@given(st.lists(st.tuples(trees(max_nodes=8), st.lists(st.integers(0, 2), max_size=6)), max_size=6),
+       trees(max_nodes=8))
+def test_shaper_rates_are_per_slot_conditional_frequencies(steps, probe):
+    """Brute force: a node's slot is (its depth, how many earlier nodes share its parent);
+    c(slot) counts the nodes of that slot whose parent lies on the emitted path and whose
+    own fate is known; a node's rate is the product of c over its root path."""
+    w, prior, max_nodes = 2.0, 0.3, 8
+    shaper = TreeShaper({1: 1.0, 2: 1.5}, max_nodes, prior=prior, weight=w)
+    hits: dict = {}
+    seen: dict = {}
+    for (tokens, parents), emitted in steps:
+        shaper.update(tokens, parents, emitted)
+        prop = Proposal(tokens, parents=parents)
+        for i, p in enumerate(parents):
+            slot = (len(prop.path(i)), sum(q == p for q in parents[:i]))
+            on = [prop.path(j) == list(emitted[: len(prop.path(j))]) for j in range(len(tokens))]
+            known = len(prop.path(i)) <= len(emitted)
+            if (p < 0 or on[p]) and known:
+                seen[slot] = seen.get(slot, 0) + 1
+                hits[slot] = hits.get(slot, 0) + on[i]
+
+    def c(slot):
+        p = (prior if slot[0] == 1 else (slot[0] - 1) / slot[0]) / (slot[1] + 1)
+        return (hits.get(slot, 0) + w * p) / (seen.get(slot, 0) + w)
+
+    _, parents = probe
+    slots = node_slots(parents, len(parents))
+    expect = []
+    for i in range(len(parents)):
+        a = 1.0
+        for j in range(i + 1):
+            if _is_ancestor(parents, j, i):  # j on i's root path, i itself included
+                a *= c(slots[j])
+        expect.append(a)
+    assert shaper.rates(parents) == pytest.approx(expect)
+    for slot in set(seen) | {(1, 0), (3, 2)}:
+        assert shaper.rate(slot) == pytest.approx(c(slot))
+
+
+def _is_ancestor(parents, j, i):
+    while i >= 0:
+        if i == j:
+            return True
+        i = parents[i]
+    return False
+
+
+def test_a_long_chain_is_judged_by_chains_not_by_branches_at_its_index():
+    """Two kinds of step alternate: a 4-long chain that is always right, and a right node
+    with three wrong siblings. By node index, nodes 1-3 would hit half the time (the
+    chain's right, the siblings wrong) and a steep curve would cut the chain to 1 node;
+    by slot, a chain's depths 2-4 are always right given their parent, so the shaper
+    verifies the whole chain, and of the siblings only the first node."""
+    steep = {L: 1 + 0.5 * (L - 1) for L in range(1, 18)}
+    shaper = TreeShaper(steep, 4)
+    for _ in range(20):
+        shaper.update([1, 2, 3, 4], None, [1, 2, 3, 4, 5])
+        shaper.update([5, 7, 8, 9], [-1, -1, -1, -1], [5, 6])
+    chain = [shaper.rate((d, 0)) for d in (1, 2, 3, 4)]
+    assert shaper.rates(None) == pytest.approx([chain[0], chain[0] * chain[1], chain[0] * chain[1] * chain[2],
+                                                chain[0] * chain[1] * chain[2] * chain[3]])
+    assert min(chain) > 0.9 and shaper.rate((1, 1)) < 0.1
+    assert shaper.budget(None) == 4 and shaper.budget([-1, -1, -1, -1]) == 1
+
+
 @given(trees(max_nodes=12), st.integers(0, 14))
 def test_chain_length_is_the_longest_leading_chain(tree, n):
     _, parents = tree
@@ -76,7 +142,7 @@ def test_shaper_keeps_to_the_chain_when_a_branch_does_not_pay_its_overhead():
             shaper.update(tokens, parents, [1, 2, 3, 4] if i % 2 else [1, 7, 8, 9])
     assert dear.budget(parents) == 3
     assert plain.budget(parents) == 6
-    assert dear.budget(None) == plain.budget(None) == 6  # a linear proposal is a chain throughout
+    assert dear.budget(None) == plain.budget(None)  # a linear proposal is a chain throughout
 
 
 def test_shaper_grows_trees_when_deep_nodes_hit_and_shrinks_them_when_they_miss():
