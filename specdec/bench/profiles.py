@@ -62,10 +62,10 @@ PROFILES: dict[str, Profile] = {
         "two-model speculation, Qwen2.5-Coder 0.5B drafting for 1.5B, beside mlx-lm's own "
         "draft-model loop at the same k (2, 3, 4, 6, 8) in the same run; draft-model trees and "
         "the ngram,model chain; a code edit and a JSON edit, 128 tokens (the README's pair "
-        "table). About 1 h 50 min on the 2-core CPU (1.5B plain ~1.5 tok/s, ~20 s prefill a "
-        "run): ~27 min per case and repetition (plain, 8 draft-model configs, the oracle at 5 k, "
-        "mlx-lm plain + 5 k) x 2 cases x (1 warm-up + 1 run); --no-warmup halves it, "
-        "--no-oracle saves ~1/7",
+        "table). About 2 h on the 2-core CPU (1.5B plain ~1.1 tok/s, ~20 s prefill a run): "
+        "~30 min per case and repetition (plain, 8 draft-model configs, the oracle at 5 k, "
+        "mlx-lm plain + 5 k) x 2 cases x (1 warm-up + 1 run); --no-warmup halves it (66 min "
+        "measured), --no-oracle saves ~1/7",
         model="qwen2.5-coder-1.5b", draft_model="qwen2.5-coder-0.5b",
         workloads=("code_hints", "json_add"),
         configs=("model:k=2", "model:k=3", "model:k=4", "model:k=6", "model:k=8",
