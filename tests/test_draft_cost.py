@@ -88,7 +88,9 @@ def test_tree_shaper_counts_the_proposal_cost():
     rising = {L: 1 + 0.1 * (L - 1) for L in range(1, 9)}
     plain, dear = TreeShaper(rising, 4), TreeShaper(rising, 4, propose_cost=0.5)
     for s in (plain, dear):
-        s.hits, s.seen = [9.0, 5.0, 2.0, 1.0], [10.0] * 4  # rates .9 .5 .2 .1 (almost)
+        # a chain's depths 1-4 right 9, 9, 5, 5 times in 10 given their parent
+        s.hits = {(d, 0): h for d, h in zip((1, 2, 3, 4), (9.0, 9.0, 5.0, 5.0))}
+        s.seen = {(d, 0): 10.0 for d in (1, 2, 3, 4)}
     rates = plain.rates()
     assert plain.budget() == best_budget(rates, rising) and dear.budget() == best_budget(
         rates, rising, propose_cost=0.5)
