@@ -9,11 +9,14 @@ Contract:
 - ``cost_curve_for(model, max_len)`` is ``verify_cost_curve`` measured once per model
   (``model_fingerprint``: architecture, weight dtype, device) and cached as JSON under
   ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically.
-- ``tree_cost_curve(model, lengths)`` is the same for whole greedy tree steps
-  (``tree.tree_step``: the tree-masked forward with per-token RoPE, the one sync, the
-  compaction) of an (L-1)-node two-branch tree, so a tree's overhead over a linear block
-  of the same length is measured, not guessed. ``tree_cost_curve_for(model, lengths)``
-  caches it beside the linear curve.
+- ``tree_overhead(model, lengths)`` returns {L: tree step / linear step}: whole greedy
+  engine steps (``tree.tree_step`` over an (L-1)-node two-branch tree: the tree-masked
+  forward with per-token RoPE, the one sync, the compaction; ``steps.linear_step`` over
+  an (L-1)-token draft), interleaved in one run, so a tree's overhead over a linear block
+  of the same length is measured, not guessed, and machine noise cancels in the ratio.
+  The tree curve is the linear curve times it: two curves timed hours apart on a shared
+  machine could not be compared. ``tree_overhead_for(model, lengths)`` caches it beside
+  the linear curve.
 - ``proposal_cost(drafter, context_len)`` returns the median seconds of one ``propose``
   call on a context of that length, after the drafter has indexed the context, i.e. the
   steady-state per-step cost during decoding.
@@ -42,7 +45,7 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from .drafters.base import Drafter
-from .steps import prefill
+from .steps import linear_step, prefill
 from .rollback import make_cache, trim
 
 
@@ -85,25 +88,34 @@ def verify_cost_curve(
     return _interleaved_medians(lengths, repeats, once)
 
 
-def tree_cost_curve(model: Any, lengths: tuple[int, ...], *, context: int = 256,
-                    repeats: int = 7, seed: int = 0) -> dict[int, float]:
-    """{L: seconds} of one greedy tree step over a two-branch tree of L - 1 nodes (L >= 3)."""
+def tree_overhead(model: Any, lengths: tuple[int, ...], *, context: int = 256,
+                  repeats: int = 7, seed: int = 0) -> dict[int, float]:
+    """{L: seconds of a greedy tree step / seconds of a linear step}, both with L - 1
+    drafted nodes (the tree: two branches of half the nodes each; L >= 3), interleaved."""
     from .drafters.base import Proposal
+    from .sampling import SamplingParams
     from .tree import tree_step
 
     if min(lengths) < 3:
         raise ValueError("a tree step needs at least 2 nodes (L >= 3)")
     rng = random.Random(seed)
     vocab, cache, ids = _context(model, sorted(lengths), context, rng)
+    greedy = SamplingParams()
 
-    def once(L: int) -> None:
-        n, half = L - 1, (L - 1) // 2  # two branches from the root, half the nodes each
-        parents = [-1, *range(half - 1), -1, *range(half, n - 1)][:n]
-        tree = Proposal([rng.randrange(vocab) for _ in range(n)], parents=tuple(parents))
-        step, _ = tree_step(model, cache, ids, tree, vocab, False, 0)
+    def once(key: int) -> None:  # key = L (a linear step) or -L (a tree step)
+        n = abs(key) - 1
+        tokens = [rng.randrange(vocab) for _ in range(n)]
+        if key > 0:
+            step = linear_step(model, cache, ids, Proposal(tokens), greedy, None, vocab, False, 0)
+        else:
+            half = n // 2
+            parents = [-1, *range(half - 1), -1, *range(half, n - 1)][:n]
+            step, _ = tree_step(model, cache, ids, Proposal(tokens, parents=tuple(parents)),
+                                vocab, False, 0)
         trim(cache, step.accepted + 1)
 
-    return _interleaved_medians(sorted(lengths), repeats, once)
+    med = _interleaved_medians([key for L in sorted(lengths) for key in (L, -L)], repeats, once)
+    return {L: med[-L] / med[L] for L in lengths}
 
 
 def proposal_cost(
@@ -173,11 +185,11 @@ def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None
                          lambda: verify_cost_curve(model, max_len, extra=extra), cache_dir)
 
 
-def tree_cost_curve_for(model: Any, lengths: tuple[int, ...],
-                        cache_dir: str | Path | None = None) -> dict[int, float]:
-    """The model's tree step cost curve at ``lengths``, measured once and cached on disk."""
-    return _cached_curve(f"{model_fingerprint(model)}-tree", list(lengths),
-                         lambda: tree_cost_curve(model, lengths), cache_dir)
+def tree_overhead_for(model: Any, lengths: tuple[int, ...],
+                      cache_dir: str | Path | None = None) -> dict[int, float]:
+    """The model's tree step overhead at ``lengths``, measured once and cached on disk."""
+    return _cached_curve(f"{model_fingerprint(model)}-tree-overhead", list(lengths),
+                         lambda: tree_overhead(model, lengths), cache_dir)
 
 
 # ---- the drafter's own cost ---------------------------------------------------------------

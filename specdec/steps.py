@@ -263,7 +263,7 @@ def spec_steps(
             # draft distributions on a tree: its best branch is verified (exact, linear)
             proposal = first_branch(proposal)
         if proposal.is_linear:
-            step = _linear_step(model, cache, context, proposal, params, rng, vocab,
+            step = linear_step(model, cache, context, proposal, params, rng, vocab,
                                 diagnostics, top_logprobs)
         else:
             step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs,
@@ -276,7 +276,7 @@ def spec_steps(
         yield step
 
 
-def _linear_step(model: Any, cache: list, context: list[int], proposal: Proposal,
+def linear_step(model: Any, cache: list, context: list[int], proposal: Proposal,
                  params: SamplingParams, rng: Rng | None, vocab: int | None,
                  diagnostics: bool, top_logprobs: int) -> Step:
     """One verify forward of a linear draft, rolled back past its rejected tokens."""

@@ -50,7 +50,7 @@ from mlx_lm.models.rope_utils import Llama3RoPE, SuScaledRoPE, YarnRoPE
 
 from .drafters.base import Proposal
 from .rollback import RollbackError, WindowKVCache, compact
-from .tree_shape import TreeShaper
+from .tree_shape import TreeShaper, cost_at
 
 # RoPE modules whose __call__ hands ``offset`` straight to mx.fast.rope (so a vector of
 # per-batch-row offsets is exact). Others (e.g. dynamic NTK, whose frequencies depend on
@@ -61,7 +61,7 @@ MAX_AUTO_NODES = 32
 # use of a model measures it once; ``measure.cost_curve_for`` caches it on disk).
 AUTO_CURVE_LEN = 17
 AUTO_CURVE_EXTRA = (24, 33)
-# block lengths (1 + nodes) at which whole tree steps are timed for the shaper
+# block lengths (1 + nodes) at which tree steps are timed against linear ones
 AUTO_TREE_CURVE = (3, 5, 9, 17, 25, 33)
 
 
@@ -354,11 +354,12 @@ def resolve_tree_budget(model: Any, value: int | str, *,
     model's (cached) verify cost curve pick how many to verify at each step, counting
     ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
     if value == "auto":
-        from .measure import cost_curve_for, tree_cost_curve_for
+        from .measure import cost_curve_for, tree_overhead_for
 
         cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
-        tree_cost = tree_cost_curve_for(model, AUTO_TREE_CURVE)
-        # cost(1) anchors both curves: a tree block is priced against one plain step
+        # a tree block costs a linear block of its length times the measured overhead
+        over = tree_overhead_for(model, AUTO_TREE_CURVE)
+        tree_cost = {L: cost_at(cost, L) * r for L, r in over.items()}
         return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost,
                                           propose_cost=propose_cost)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -9,9 +9,13 @@ Contract:
   step include the target's own correction, nodes that were *not* verified (cut by the
   budget) are judged too, so the estimate needs no exploration.
 - ``node_slots(parents, n)`` names each node's *slot*: (depth, rank among its
-  siblings), ranks best first as the drafter ordered them.
-- ``TreeShaper(cost, max_nodes, tree_cost, propose_cost=0)`` keeps, per slot (d, r), the
-  running rate c(d, r) at which a node in that slot is on the accepted path *given that
+  siblings, whether it is its parent's only child), ranks best first as the drafter
+  ordered them. An only child is where the drafter saw no alternative (every earlier
+  match continues alike), a far surer node than the first of several: SmolLM2 with the
+  suffix drafter, two echo-heavy prompts, the first node was right 103 of 117 times as an
+  only child and 4 of 22 times as the first of several.
+- ``TreeShaper(cost, max_nodes, tree_cost, propose_cost=0)`` keeps, per slot (d, r, o), the
+  running rate c(d, r, o) at which a node in that slot is on the accepted path *given that
   its parent is* (the root always is) — SpecInfer/Sequoia's per-depth, per-rank
   acceptance. A Beta prior pulls early estimates to ``prior / (r + 1)`` at depth 1 and
   ``((d - 1) / d) / (r + 1)`` below it, so a fresh chain's d-th node is judged
@@ -27,7 +31,8 @@ Contract:
   costly proposal favours verifying more of it; c is the measured verify cost curve (``cost_at`` reads it between and past the
   measured points). A block that is not one chain is verified as a tree (its own mask,
   per-token RoPE, a compaction), which costs more than a linear block of the same length:
-  with ``tree_cost`` (the curve of whole tree steps) c is the linear curve while the first
+  with ``tree_cost`` (the curve of tree steps: the linear one times the tree step's
+  measured overhead, ``measure.tree_overhead``) c is the linear curve while the first
   N nodes of this step's proposal form one chain (``chain_length``) and ``tree_cost``
   past it, so N* stays on the chain where branching does not pay for its overhead.
   On this CPU c rises (c(17) ≈ 2.6 c(1)), so N* stays small; where c is flat to ~32
@@ -136,24 +141,23 @@ def best_budget(rates: Sequence[float], cost: Mapping[int, float],
     return best_n
 
 
-def node_slots(parents: Sequence[int] | None, n: int) -> list[tuple[int, int]]:
-    """(depth, sibling rank) of each of the first ``n`` nodes (``None``: a chain).
+def node_slots(parents: Sequence[int] | None, n: int) -> list[tuple[int, int, bool]]:
+    """(depth, sibling rank, only child) of each of the first ``n`` nodes (``None``: a chain).
 
     >>> node_slots([-1, 0, 0, -1, 3], 5)   # 1 -> {2, 3}; then the root's second child 4 -> 5
-    [(1, 0), (2, 0), (2, 1), (1, 1), (2, 0)]
-    >>> node_slots(None, 3)
-    [(1, 0), (2, 0), (3, 0)]
+    [(1, 0, False), (2, 0, False), (2, 1, False), (1, 1, False), (2, 0, True)]
+    >>> node_slots(None, 2)
+    [(1, 0, True), (2, 0, True)]
     """
-    if parents is None:
-        return [(d, 0) for d in range(1, n + 1)]
+    parents = list(range(-1, n - 1)) if parents is None else list(parents[:n])
     depth: list[int] = []
     kids: dict[int, int] = {}  # parent -> children placed so far
     out = []
-    for p in parents[:n]:
+    for p in parents:
         depth.append(depth[p] + 1 if p >= 0 else 1)
         out.append((depth[-1], kids.get(p, 0)))
         kids[p] = kids.get(p, 0) + 1
-    return out
+    return [(d, r, kids[p] == 1) for (d, r), p in zip(out, parents)]
 
 
 class TreeShaper:
@@ -172,12 +176,12 @@ class TreeShaper:
         if propose_cost < 0:
             raise ValueError(f"propose_cost must be >= 0 seconds, got {propose_cost}")
         self.prior, self.weight, self.propose_cost = prior, weight, propose_cost
-        self.hits: dict[tuple[int, int], float] = {}  # slot -> accepted, given the parent was
-        self.seen: dict[tuple[int, int], float] = {}  # slot -> judged with the parent accepted
+        self.hits: dict[tuple[int, int, bool], float] = {}  # slot -> accepted, given the parent was
+        self.seen: dict[tuple[int, int, bool], float] = {}  # slot -> judged with the parent accepted
 
-    def rate(self, slot: tuple[int, int]) -> float:
-        """c(d, r): P(a node in this slot is accepted | its parent is), with the prior."""
-        d, r = slot
+    def rate(self, slot: tuple[int, int, bool]) -> float:
+        """c(d, r, o): P(a node in this slot is accepted | its parent is), with the prior."""
+        d, r, _ = slot
         w, p = self.weight, (self.prior if d == 1 else (d - 1) / d) / (r + 1)
         return (self.hits.get(slot, 0.0) + w * p) / (self.seen.get(slot, 0.0) + w)
 

@@ -89,8 +89,8 @@ def test_tree_shaper_counts_the_proposal_cost():
     plain, dear = TreeShaper(rising, 4), TreeShaper(rising, 4, propose_cost=0.5)
     for s in (plain, dear):
         # a chain's depths 1-4 right 9, 9, 5, 5 times in 10 given their parent
-        s.hits = {(d, 0): h for d, h in zip((1, 2, 3, 4), (9.0, 9.0, 5.0, 5.0))}
-        s.seen = {(d, 0): 10.0 for d in (1, 2, 3, 4)}
+        s.hits = {(d, 0, True): h for d, h in zip((1, 2, 3, 4), (9.0, 9.0, 5.0, 5.0))}
+        s.seen = {(d, 0, True): 10.0 for d in (1, 2, 3, 4)}
     rates = plain.rates()
     assert plain.budget() == best_budget(rates, rising) and dear.budget() == best_budget(
         rates, rising, propose_cost=0.5)

@@ -31,6 +31,7 @@ from specdec.engine import generate, token_stream
 from specdec.rollback import RollbackError, WindowKVCache, compact, make_cache
 from specdec.sampling import SamplingParams
 from specdec.steps import prefill
+from specdec.tree_shape import cost_at
 from specdec.tree import (
     ancestor_mask,
     first_branch,
@@ -472,7 +473,12 @@ def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
     n, shaper = resolve_tree_budget(model, "auto")
     assert n == shaper.max_nodes and list(tmp_path.glob("cost/*.json"))
     assert {1, 17, 33} <= set(shaper.cost)
-    assert set(shaper.tree_cost) == set(AUTO_TREE_CURVE) and len(list(tmp_path.glob("cost/*-tree.json"))) == 1
+    over = list(tmp_path.glob("cost/*-tree-overhead.json"))
+    assert set(shaper.tree_cost) == set(AUTO_TREE_CURVE) and len(over) == 1
+    ratio = {int(L): r for L, r in json.loads(over[0].read_text()).items()}
+    # a tree block is priced as the linear block of its length times its measured overhead
+    assert shaper.tree_cost == pytest.approx({L: cost_at(shaper.cost, L) * ratio[L] for L in ratio})
+    assert all(0.5 < r < 3 for r in ratio.values())
     ref = run(model, prompt, max_tokens=20)
     out = run(model, prompt, drafter=TruthTreeDrafter(ref, TINY_VOCAB), max_tokens=20, tree_budget="auto")
     assert out == ref

@@ -57,7 +57,8 @@ def test_best_budget_is_the_brute_force_argmax(rates, steps, overhead, chain):
 @given(st.lists(st.tuples(trees(max_nodes=8), st.lists(st.integers(0, 2), max_size=6)), max_size=6),
        trees(max_nodes=8))
 def test_shaper_rates_are_per_slot_conditional_frequencies(steps, probe):
-    """Brute force: a node's slot is (its depth, how many earlier nodes share its parent);
+    """Brute force: a node's slot is (its depth, how many earlier nodes share its parent,
+    whether no other node does);
     c(slot) counts the nodes of that slot whose parent lies on the emitted path and whose
     own fate is known; a node's rate is the product of c over its root path."""
     w, prior, max_nodes = 2.0, 0.3, 8
@@ -68,7 +69,7 @@ def test_shaper_rates_are_per_slot_conditional_frequencies(steps, probe):
         shaper.update(tokens, parents, emitted)
         prop = Proposal(tokens, parents=parents)
         for i, p in enumerate(parents):
-            slot = (len(prop.path(i)), sum(q == p for q in parents[:i]))
+            slot = (len(prop.path(i)), sum(q == p for q in parents[:i]), parents.count(p) == 1)
             on = [prop.path(j) == list(emitted[: len(prop.path(j))]) for j in range(len(tokens))]
             known = len(prop.path(i)) <= len(emitted)
             if (p < 0 or on[p]) and known:
@@ -89,7 +90,7 @@ def test_shaper_rates_are_per_slot_conditional_frequencies(steps, probe):
                 a *= c(slots[j])
         expect.append(a)
     assert shaper.rates(parents) == pytest.approx(expect)
-    for slot in set(seen) | {(1, 0), (3, 2)}:
+    for slot in set(seen) | {(1, 0, True), (1, 0, False), (3, 2, False)}:
         assert shaper.rate(slot) == pytest.approx(c(slot))
 
 
@@ -112,11 +113,32 @@ def test_a_long_chain_is_judged_by_chains_not_by_branches_at_its_index():
     for _ in range(20):
         shaper.update([1, 2, 3, 4], None, [1, 2, 3, 4, 5])
         shaper.update([5, 7, 8, 9], [-1, -1, -1, -1], [5, 6])
-    chain = [shaper.rate((d, 0)) for d in (1, 2, 3, 4)]
+    chain = [shaper.rate((d, 0, True)) for d in (1, 2, 3, 4)]
     assert shaper.rates(None) == pytest.approx([chain[0], chain[0] * chain[1], chain[0] * chain[1] * chain[2],
                                                 chain[0] * chain[1] * chain[2] * chain[3]])
-    assert min(chain) > 0.9 and shaper.rate((1, 1)) < 0.1
+    assert min(chain) > 0.9 and shaper.rate((1, 1, False)) < 0.1
     assert shaper.budget(None) == 4 and shaper.budget([-1, -1, -1, -1]) == 1
+
+
+def test_an_only_child_is_judged_apart_from_the_first_of_several():
+    """Two kinds of step alternate: a chain (every node its parent's only child) that is
+    always right, and four alternatives at the root that are all wrong. Pooled, the first
+    node would be right half the time and a steep curve would verify neither; apart, the
+    chain is verified whole and the alternatives not at all."""
+    steep = {L: 1 + 0.5 * (L - 1) for L in range(1, 18)}
+    shaper = TreeShaper(steep, 4)
+    for _ in range(20):
+        shaper.update([1, 2, 3, 4], None, [1, 2, 3, 4, 5])
+        shaper.update([7, 8, 9, 10], [-1, -1, -1, -1], [5, 6])
+    assert shaper.rate((1, 0, True)) > 0.9 and shaper.rate((1, 0, False)) < 0.1
+    assert shaper.budget(None) == 4 and shaper.budget([-1, -1, -1, -1]) == 0
+    pooled = (shaper.hits[(1, 0, True)] + shaper.hits[(1, 0, False)]) / (
+        shaper.seen[(1, 0, True)] + shaper.seen[(1, 0, False)])
+    rates, a = [], 1.0
+    for c in [pooled] + [shaper.rate((d, 0, True)) for d in (2, 3, 4)]:
+        a *= c
+        rates.append(a)
+    assert best_budget(rates, steep) == 0  # what one pooled depth-1 rate would verify
 
 
 @given(trees(max_nodes=12), st.integers(0, 14))
