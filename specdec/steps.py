@@ -264,7 +264,7 @@ def spec_steps(
             proposal = first_branch(proposal)
         if proposal.is_linear:
             step = linear_step(model, cache, context, proposal, params, rng, vocab,
-                                diagnostics, top_logprobs)
+                               diagnostics, top_logprobs)
         else:
             step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs,
                                 params, rng)
@@ -277,8 +277,8 @@ def spec_steps(
 
 
 def linear_step(model: Any, cache: list, context: list[int], proposal: Proposal,
-                 params: SamplingParams, rng: Rng | None, vocab: int | None,
-                 diagnostics: bool, top_logprobs: int) -> Step:
+                params: SamplingParams, rng: Rng | None, vocab: int | None,
+                diagnostics: bool, top_logprobs: int) -> Step:
     """One verify forward of a linear draft, rolled back past its rejected tokens."""
     draft = list(proposal.tokens)
     logits = model(mx.array([context[-1], *in_vocab(draft, vocab)])[None], cache=cache)[0]
