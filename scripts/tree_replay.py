@@ -9,9 +9,20 @@ could gain in tokens per step, not in speed (a tree's verify costs more than a l
 one's; see ``specdec.measure``'s cost curve).
 
     python scripts/tree_replay.py [--model smollm2-135m] [--max-tokens 100]
+    python scripts/tree_replay.py --shaped [--prompt-tokens 300] [--max-tokens 128]
 
 Prints one line per workload and drafter configuration: mean tokens per step, linear at
 depth k and trees of budget 8 / 16 at the same depth.
+
+``--shaped`` asks instead how much any shaper could gain over the linear draft: per
+drafter and workload, tokens per step, *modelled* speedup (each step priced by the
+model's measured verify cost curve, tree steps times the measured tree overhead, as
+``--draft-tree-budget auto`` prices them) and nodes verified per step, for the linear
+draft, ``auto``'s ``TreeShaper``, and the *best cut*: a clairvoyant shaper that verifies,
+each step, the fewest best-first nodes of the drafter's tree that still hold the whole
+path greedy decoding takes through it — the bound on any choice of how much of this
+drafter's tree to verify — and the best cut of the linear draft alone, which tells how
+much of that bound is knowing where a chain stops rather than branching.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ from __future__ import annotations
 import argparse
 from typing import Callable, Sequence
 
-from specdec.bench.workloads import builtin_workloads
+from specdec.bench.workloads import builtin_workloads, fit_prompt
 from specdec.drafters import NgramDrafter
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.ngram import all_match_continuations
@@ -27,7 +38,10 @@ from specdec.drafters.suffix import SuffixDrafter
 from specdec.drafters.trie import merge_paths, walk
 from specdec.engine import generate
 from specdec.loader import load
+from specdec.steps import draft_for_step
 from specdec.text import encode_prompt
+from specdec.tree import MAX_AUTO_NODES, cut, resolve_tree_budget
+from specdec.tree_shape import TreeShaper, best_cut, cost_at
 
 DRAFTERS: dict[str, Callable] = {
     "ngram": lambda: NgramDrafter(1, 3),
@@ -51,18 +65,68 @@ def replay(prompt: Sequence[int], out: Sequence[int], propose: Callable, begin: 
     return len(out) / steps
 
 
+def replay_shaped(prompt: Sequence[int], out: Sequence[int], drafter, k: int,
+                  shaper: TreeShaper | str | None, cost: dict, tree_cost: dict) -> tuple:
+    """(tokens per step, modelled speedup, nodes per step) of ``drafter`` at depth ``k``
+    with a linear draft (``shaper`` None), a ``TreeShaper``, ``"best"`` (``best_cut``) or
+    ``"best linear"`` (``best_cut`` of the linear draft)."""
+    drafter.begin(list(prompt))
+    context, i, steps, units, nodes = list(prompt), 0, 0, 0.0, 0
+    while i < len(out):
+        full = draft_for_step(drafter, context, min(k, len(out) - i - 1),
+                              0 if shaper in (None, "best linear") else MAX_AUTO_NODES)
+        n = len(full)
+        if shaper in ("best", "best linear"):
+            n = best_cut(full.tokens, full.parents, out[i:])
+        elif shaper is not None and full:
+            n = shaper.budget(full.parents)
+        draft = cut(full, full.depth, n) if full else full
+        got = min(walk(draft, out[i:]), len(out) - i - 1) + 1 if draft else 1
+        units += cost_at(cost if draft.is_linear else tree_cost, len(draft) + 1) / cost[1]
+        if draft:
+            drafter.observe(got - 1)
+        if isinstance(shaper, TreeShaper) and full:
+            shaper.update(full.tokens, full.parents, out[i : i + got])
+        context += out[i : i + got]
+        i, steps, nodes = i + got, steps + 1, nodes + len(draft)
+    return len(out) / steps, len(out) / units, nodes / steps
+
+
+def shaped_table(model, prompt: Sequence[int], out: Sequence[int], k: int) -> None:
+    _, probe = resolve_tree_budget(model, "auto")  # the cached curve and tree overhead
+    cost, tree_cost = probe.cost, probe.tree_cost
+    kinds = ("linear", "auto", "best linear", "best")
+    print(f"  {'drafter':10s} " + "  ".join(f"{k:>18s}" for k in kinds)
+          + "   (tokens/step, modelled speedup, nodes/step; best = best cut)")
+    for dname in ("ngram", "suffix"):
+        cells = []
+        for kind in kinds:
+            shaper = resolve_tree_budget(model, "auto")[1] if kind == "auto" else \
+                (None if kind == "linear" else kind)
+            t, x, n = replay_shaped(prompt, out, DRAFTERS[dname](), k, shaper, cost, tree_cost)
+            cells.append(f"{t:5.2f} {x:5.2f}x {n:4.1f}")
+        print(f"  {dname:10s} " + "  ".join(f"{c:>18s}" for c in cells))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--max-tokens", type=int, default=100)
     ap.add_argument("--workloads", default="code_rename,code_hints,code_signature,json_lookup,passage_json")
+    ap.add_argument("--shaped", action="store_true", help="linear vs auto vs the best cut (doc)")
+    ap.add_argument("--prompt-tokens", type=int, default=None, help="fit prompts as the bench does")
+    ap.add_argument("--num-draft-tokens", type=int, default=4, help="k for --shaped")
     args = ap.parse_args()
     model, tok = load(args.model)
     wanted = args.workloads.split(",")
     for w in (w for w in builtin_workloads() if w.name in wanted):
+        w = fit_prompt(tok, w, args.prompt_tokens) if args.prompt_tokens else w
         prompt = encode_prompt(tok, w.first_messages())
         out = generate(model, tok, prompt, drafter=None, max_tokens=args.max_tokens).tokens
         print(f"\n{w.name} ({w.cls}): {len(prompt)} prompt tokens, {len(out)} generated")
+        if args.shaped:
+            shaped_table(model, prompt, out, args.num_draft_tokens)
+            continue
         print(f"  {'drafter':18s} {'k':>2s}  {'linear':>6s}  {'tree8':>6s}  {'tree16':>6s}  {'all-matches':>11s}")
         for k in (4, 8):
             # the bound: every earlier ngram match's continuation, unlimited budget

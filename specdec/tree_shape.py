@@ -7,7 +7,8 @@ Contract:
   lies on the path greedy decoding took (``True``), off it (``False``), or cannot be
   known (``None``: deeper than the emitted tokens reach). Because the emitted tokens of a
   step include the target's own correction, nodes that were *not* verified (cut by the
-  budget) are judged too, so the estimate needs no exploration.
+  budget) are judged too, so the estimate needs no exploration. ``best_cut`` is the
+  budget a shaper that knew them in advance would have chosen.
 - ``node_slots(parents, n)`` names each node's *slot*: (depth, rank among its
   siblings, whether it is its parent's only child), ranks best first as the drafter
   ordered them. An only child is where the drafter saw no alternative (every earlier
@@ -75,6 +76,22 @@ def node_hits(tokens: Sequence[int], parents: Sequence[int] | None,
         else:
             out.append(emitted[d - 1] == t)
     return out
+
+
+def best_cut(tokens: Sequence[int], parents: Sequence[int] | None,
+             emitted: Sequence[int]) -> int:
+    """The fewest leading nodes of a best-first proposal that hold all of it that greedy
+    decoding accepts, given the tokens it went on to emit: the budget a clairvoyant
+    shaper would pick, so the bound on any choice of how much of a drafter's tree to
+    verify (``scripts/tree_replay.py --shaped``).
+
+    >>> best_cut([5, 6, 8, 7], [-1, 0, 0, 1], [5, 8, 2])   # the accepted path: nodes 0, 2
+    3
+    >>> best_cut([5, 6], None, [4])
+    0
+    """
+    hits = node_hits(tokens, parents, emitted)
+    return max((i + 1 for i, h in enumerate(hits) if h), default=0)
 
 
 def cost_at(curve: Mapping[int, float], L: int) -> float:

@@ -2,11 +2,14 @@
 and the budget that maximises expected tokens per unit of verify cost."""
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from specdec.drafters.base import Proposal
-from specdec.tree_shape import TreeShaper, best_budget, chain_length, cost_at, node_hits, node_slots
+from specdec.drafters.trie import walk
+from specdec.tree import prune_tree
+from specdec.tree_shape import (TreeShaper, best_budget, best_cut, chain_length, cost_at, node_hits,
+                                node_slots)
 
 
 @st.composite
@@ -32,6 +35,18 @@ def test_node_hits_against_each_nodes_root_path(tree, emitted):
             assert hit is True
         else:
             assert hit is None
+
+
+@settings(max_examples=300)
+@given(trees(), st.lists(st.integers(0, 2), max_size=6))
+def test_best_cut_is_the_fewest_leading_nodes_that_accept_as_much(tree, emitted):
+    tokens, parents = tree
+    assume(len(set(zip(parents, tokens))) == len(tokens))  # a drafter's siblings differ
+    prop = Proposal(tokens, parents=parents)
+    whole = walk(prop, emitted)
+    fewest = next(n for n in range(len(tokens) + 1)
+                  if walk(prune_tree(prop, len(tokens), n), emitted) == whole)
+    assert best_cut(tokens, parents, emitted) == fewest
 
 
 @settings(max_examples=200)
