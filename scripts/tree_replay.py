@@ -96,7 +96,7 @@ def shaped_table(model, prompt: Sequence[int], out: Sequence[int], k: int) -> No
     _, probe = resolve_tree_budget(model, "auto")  # the cached curve and tree overhead
     cost, tree_cost = probe.cost, probe.tree_cost
     kinds = ("linear", "auto", "best linear", "best")
-    print(f"  {'drafter':10s} " + "  ".join(f"{k:>18s}" for k in kinds)
+    print(f"  {'drafter':10s} " + "  ".join(f"{kind:>18s}" for kind in kinds)
           + "   (tokens/step, modelled speedup, nodes/step; best = best cut)")
     for dname in ("ngram", "suffix"):
         cells = []
