@@ -23,14 +23,23 @@ each step, the fewest best-first nodes of the drafter's tree that still hold the
 path greedy decoding takes through it — the bound on any choice of how much of this
 drafter's tree to verify — and the best cut of the linear draft alone, which tells how
 much of that bound is knowing where a chain stops rather than branching.
+
+``--curve FILE`` prices the steps with another machine's curve instead of this one's
+cached curve: the ``relative`` cost(L)/cost(1) of ``--model`` in a ``scripts/cost_shapes.py``
+JSON (``docs/bench/cuda-h100/cost_bf16.json``: an H100, flat past L = 2), tree steps
+times ``--tree-overhead`` (1.0 unless measured there). The acceptance is this model's on
+this machine (greedy output does not depend on the backend's speed), so this models what
+the same drafts and shaper would gain on that machine's curve.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Callable, Sequence
 
-from specdec.bench.workloads import builtin_workloads, fit_prompt
+from specdec.bench.analysis import geomean
+from specdec.bench.workloads import ECHO_CLASSES, builtin_workloads, fit_prompt
 from specdec.drafters import NgramDrafter
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.ngram import all_match_continuations
@@ -92,20 +101,41 @@ def replay_shaped(prompt: Sequence[int], out: Sequence[int], drafter, k: int,
     return len(out) / steps, len(out) / units, nodes / steps
 
 
-def shaped_table(model, prompt: Sequence[int], out: Sequence[int], k: int) -> None:
-    _, probe = resolve_tree_budget(model, "auto")  # the cached curve and tree overhead
-    cost, tree_cost = probe.cost, probe.tree_cost
-    kinds = ("linear", "auto", "best linear", "best")
-    print(f"  {'drafter':10s} " + "  ".join(f"{kind:>18s}" for kind in kinds)
+def machine_curves(model, curve_file: str | None, model_name: str,
+                   tree_overhead: float) -> tuple[dict, dict]:
+    """(linear, tree) cost curves: this machine's cached ones (``auto``'s own), or the
+    ``relative`` curve of ``model_name`` in a ``cost_shapes.py`` JSON, trees times
+    ``tree_overhead``."""
+    if curve_file is None:
+        _, probe = resolve_tree_budget(model, "auto")  # the cached curve and tree overhead
+        return probe.cost, probe.tree_cost
+    with open(curve_file) as f:
+        models = json.load(f)["models"]
+    if model_name not in models:
+        raise SystemExit(f"{curve_file} has no curve for {model_name!r}; it has {sorted(models)}")
+    cost = {int(L): float(r) for L, r in models[model_name]["relative"].items()}
+    return cost, {L: r * tree_overhead for L, r in cost.items()}
+
+
+KINDS = ("linear", "auto", "best linear", "best")
+
+
+def shaped_table(prompt: Sequence[int], out: Sequence[int], k: int, cost: dict,
+                 tree_cost: dict) -> dict[tuple[str, str], float]:
+    """Prints one workload's table; returns its modelled speedup per (drafter, kind)."""
+    speedups = {}
+    print(f"  {'drafter':10s} " + "  ".join(f"{kind:>18s}" for kind in KINDS)
           + "   (tokens/step, modelled speedup, nodes/step; best = best cut)")
     for dname in ("ngram", "suffix"):
         cells = []
-        for kind in kinds:
-            shaper = resolve_tree_budget(model, "auto")[1] if kind == "auto" else \
+        for kind in KINDS:
+            shaper = TreeShaper(cost, MAX_AUTO_NODES, tree_cost) if kind == "auto" else \
                 (None if kind == "linear" else kind)
             t, x, n = replay_shaped(prompt, out, DRAFTERS[dname](), k, shaper, cost, tree_cost)
             cells.append(f"{t:5.2f} {x:5.2f}x {n:4.1f}")
+            speedups[dname, kind] = x
         print(f"  {dname:10s} " + "  ".join(f"{c:>18s}" for c in cells))
+    return speedups
 
 
 def main() -> None:
@@ -116,16 +146,24 @@ def main() -> None:
     ap.add_argument("--shaped", action="store_true", help="linear vs auto vs the best cut (doc)")
     ap.add_argument("--prompt-tokens", type=int, default=None, help="fit prompts as the bench does")
     ap.add_argument("--num-draft-tokens", type=int, default=4, help="k for --shaped")
+    ap.add_argument("--curve", default=None,
+                    help="--shaped: price steps with this cost_shapes.py JSON's curve (doc)")
+    ap.add_argument("--tree-overhead", type=float, default=1.0,
+                    help="--shaped --curve: tree step / linear step of the same length there")
     args = ap.parse_args()
     model, tok = load(args.model)
-    wanted = args.workloads.split(",")
+    if args.shaped:
+        cost, tree_cost = machine_curves(model, args.curve, args.model, args.tree_overhead)
+        print("cost(L)/cost(1):", {L: round(cost_at(cost, L) / cost[1], 2) for L in (2, 3, 5, 9, 17, 33)})
+    wanted, echo = args.workloads.split(","), []
     for w in (w for w in builtin_workloads() if w.name in wanted):
         w = fit_prompt(tok, w, args.prompt_tokens) if args.prompt_tokens else w
         prompt = encode_prompt(tok, w.first_messages())
         out = generate(model, tok, prompt, drafter=None, max_tokens=args.max_tokens).tokens
         print(f"\n{w.name} ({w.cls}): {len(prompt)} prompt tokens, {len(out)} generated")
         if args.shaped:
-            shaped_table(model, prompt, out, args.num_draft_tokens)
+            table = shaped_table(prompt, out, args.num_draft_tokens, cost, tree_cost)
+            echo += [table] if w.cls in ECHO_CLASSES else []
             continue
         print(f"  {'drafter':18s} {'k':>2s}  {'linear':>6s}  {'tree8':>6s}  {'tree16':>6s}  {'all-matches':>11s}")
         for k in (4, 8):
@@ -140,6 +178,11 @@ def main() -> None:
                         lambda c, d=d, b=budget: d.propose_tree(c, k, b))
                     row.append(replay(prompt, out, prop, d.begin))
                 print(f"  {name:18s} {k:2d}  " + "  ".join(f"{r:6.2f}" for r in row) + f"  {bound:11.2f}")
+    if echo:
+        print(f"\necho-heavy geomean of modelled speedup ({len(echo)} workloads):")
+        for dname in ("ngram", "suffix"):
+            print(f"  {dname:10s} " + "  ".join(
+                f"{kind} {geomean(e[dname, kind] for e in echo):.2f}x" for kind in KINDS))
 
 
 if __name__ == "__main__":
