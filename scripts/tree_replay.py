@@ -109,8 +109,12 @@ def machine_curves(model, curve_file: str | None, model_name: str,
     if curve_file is None:
         _, probe = resolve_tree_budget(model, "auto")  # the cached curve and tree overhead
         return probe.cost, probe.tree_cost
-    with open(curve_file) as f:
-        models = json.load(f)["models"]
+    try:
+        with open(curve_file) as f:
+            models = json.load(f)["models"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"--curve {curve_file}: not a cost_shapes.py JSON ({e!r}); "
+                         "make one with scripts/cost_shapes.py --out FILE") from None
     if model_name not in models:
         raise SystemExit(f"{curve_file} has no curve for {model_name!r}; it has {sorted(models)}")
     cost = {int(L): float(r) for L, r in models[model_name]["relative"].items()}
@@ -148,12 +152,19 @@ def main() -> None:
     ap.add_argument("--num-draft-tokens", type=int, default=4, help="k for --shaped")
     ap.add_argument("--curve", default=None,
                     help="--shaped: price steps with this cost_shapes.py JSON's curve (doc)")
-    ap.add_argument("--tree-overhead", type=float, default=1.0,
-                    help="--shaped --curve: tree step / linear step of the same length there")
+    ap.add_argument("--tree-overhead", type=float, default=None,
+                    help="--shaped --curve: tree step / linear step of the same length there "
+                         "(default 1.0; without --curve the measured one is used)")
     args = ap.parse_args()
+    if args.curve and not args.shaped:
+        ap.error("--curve prices the --shaped replay: add --shaped")
+    if args.tree_overhead is not None and not args.curve:
+        ap.error("--tree-overhead applies to a --curve from another machine; this machine's "
+                 "own tree overhead is measured")
     model, tok = load(args.model)
     if args.shaped:
-        cost, tree_cost = machine_curves(model, args.curve, args.model, args.tree_overhead)
+        cost, tree_cost = machine_curves(model, args.curve, args.model,
+                                         1.0 if args.tree_overhead is None else args.tree_overhead)
         print("cost(L)/cost(1):", {L: round(cost_at(cost, L) / cost[1], 2) for L in (2, 3, 5, 9, 17, 33)})
     wanted, echo = args.workloads.split(","), []
     for w in (w for w in builtin_workloads() if w.name in wanted):
