@@ -47,10 +47,10 @@ from specdec.drafters.suffix import SuffixDrafter
 from specdec.drafters.trie import merge_paths, walk
 from specdec.engine import generate
 from specdec.loader import load
-from specdec.steps import draft_for_step
-from specdec.text import encode_prompt
-from specdec.tree import MAX_AUTO_NODES, cut, resolve_tree_budget
-from specdec.tree_shape import TreeShaper, best_cut, cost_at
+from specdec.decode.step import draft_for_step
+from specdec.core.text import encode_prompt
+from specdec.decode.tree import MAX_AUTO_NODES, cut, resolve_tree_budget
+from specdec.policy.tree_shape import TreeShaper, best_cut, cost_at
 
 DRAFTERS: dict[str, Callable] = {
     "ngram": lambda: NgramDrafter(1, 3),

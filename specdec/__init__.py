@@ -22,16 +22,16 @@ _EXPORTS = {
     "GenerationResponse": "specdec.engine",
     "GenerationResult": "specdec.engine",
     "check_parity": "specdec.parity",
-    "make_prompt_cache": "specdec.prompt_cache",
-    "load_prompt_cache": "specdec.prompt_cache",
-    "PromptCache": "specdec.prompt_cache",
+    "make_prompt_cache": "specdec.cache.prompt_cache",
+    "load_prompt_cache": "specdec.cache.prompt_cache",
+    "PromptCache": "specdec.cache.prompt_cache",
     "DraftSpec": "specdec.drafters",
     "DraftResources": "specdec.drafters",
     "build_drafter": "specdec.drafters",
     "prepare_resources": "specdec.drafters",
     "Drafter": "specdec.drafters",
     "Proposal": "specdec.drafters",
-    "SpecStats": "specdec.stats",
+    "SpecStats": "specdec.core.stats",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -123,7 +123,7 @@ def _prompt_cache(cfg: RunConfig, model: Any) -> Any:
     """The --prompt-cache-file cache: loaded when the file exists, else a new one."""
     if not cfg.prompt_cache_file:
         return None
-    from .prompt_cache import load_prompt_cache, make_prompt_cache
+    from .cache.prompt_cache import load_prompt_cache, make_prompt_cache
 
     if os.path.exists(cfg.prompt_cache_file):
         return load_prompt_cache(cfg.prompt_cache_file, model)

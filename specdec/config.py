@@ -118,7 +118,7 @@ class RunConfig:
         check_kv_bits(self.kv_bits)
 
     def sampling(self) -> Any:
-        from .sampling import SamplingParams
+        from .core.sampling import SamplingParams
 
         return SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed,
                               self.repetition_penalty, self.repetition_context_size)

@@ -102,7 +102,7 @@ def _cache_shape(cache: list | None) -> tuple[int, int, int]:
     follower can build the same kinds of layer."""
     from mlx_lm.models.cache import QuantizedKVCache
 
-    from .rollback import WindowKVCache
+    from .cache.rollback import WindowKVCache
 
     bits, group, slack = 0, 64, 16
     for c in cache or []:
@@ -210,7 +210,7 @@ class LeaderModel:
 def follow(model: Any, group: Any) -> int:
     """A follower's loop: run each forward the leader announces, until it stops.
     Returns the number of forwards run; raises ``GroupLost`` if the leader disappears."""
-    from .rollback import make_cache, trim
+    from .cache.rollback import make_cache, trim
 
     cache, forwards = None, 0
     while True:

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, build_drafter
-from .prompt_cache import PromptCache
-from .rollback import make_cache
-from .sampling import Rng, SamplingParams
-from .stats import SpecStats
-from .steps import plain_steps, prefill, spec_steps
-from .text import TextOut, encode_prompt
+from .cache.prompt_cache import PromptCache
+from .cache.rollback import make_cache
+from .core.sampling import Rng, SamplingParams
+from .core.stats import SpecStats
+from .decode.step import plain_steps, prefill, spec_steps
+from .core.text import TextOut, encode_prompt
 from .drafters.adaptive import draft_seconds
-from .tree import resolve_tree_budget
+from .decode.tree import resolve_tree_budget
 
 
 @dataclass

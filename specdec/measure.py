@@ -45,8 +45,8 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from .drafters.base import Drafter
-from .steps import linear_step, prefill
-from .rollback import make_cache, trim
+from .decode.step import linear_step, prefill
+from .cache.rollback import make_cache, trim
 
 
 def _interleaved_medians(lengths: list[int], repeats: int,
@@ -93,8 +93,8 @@ def tree_overhead(model: Any, lengths: tuple[int, ...], *, context: int = 256,
     """{L: seconds of a greedy tree step / seconds of a linear step}, both with L - 1
     drafted nodes (the tree: two branches of half the nodes each; L >= 3), interleaved."""
     from .drafters.base import Proposal
-    from .sampling import SamplingParams
-    from .tree import tree_step
+    from .core.sampling import SamplingParams
+    from .decode.tree import tree_step
 
     if min(lengths) < 3:
         raise ValueError("a tree step needs at least 2 nodes (L >= 3)")

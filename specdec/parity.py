@@ -23,8 +23,8 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from .engine import GenerationResult, generate
-from .steps import prefill, top2_margin
-from .rollback import make_cache
+from .decode.step import prefill, top2_margin
+from .cache.rollback import make_cache
 
 
 @dataclass

@@ -51,7 +51,7 @@ def tiny(timeout: float) -> int:
     from specdec.drafters import NgramDrafter
     from specdec.drafters.suffix import SuffixDrafter
     from specdec.engine import token_stream
-    from specdec.stats import SpecStats
+    from specdec.core.stats import SpecStats
 
     group = init_group()
     model = tiny_model("qwen2", seed=3)

@@ -1,4 +1,4 @@
-"""Continuous batching with per-row speculation (``specdec.batch``) against each request
+"""Continuous batching with per-row speculation (``specdec.decode.batch``) against each request
 decoded alone: rows join mid-run and leave when done, drafts differ per row, and the
 per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
 
@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
-from specdec.batch import Batch, Row, batchable, choose_block, curve_cost
+from specdec.decode.batch import Batch, Row, batchable, choose_block, curve_cost
 from specdec.drafters import NgramDrafter, NoDrafter
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.engine import Emitter, token_stream
-from specdec.batch_cache import RowsKVCache, trim_rows
-from specdec.rollback import RollbackError, make_cache
-from specdec.sampling import Rng, SamplingParams
-from specdec.stats import SpecStats
-from specdec.steps import prefill
+from specdec.cache.batch_cache import RowsKVCache, trim_rows
+from specdec.cache.rollback import RollbackError, make_cache
+from specdec.core.sampling import Rng, SamplingParams
+from specdec.core.stats import SpecStats
+from specdec.decode.step import prefill
 
 
 DRAFTERS = {"none": NoDrafter, "ngram": lambda: NgramDrafter(1, 3), "suffix": SuffixDrafter}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import specdec.steps as steps
+import specdec.decode.step as steps
 from specdec.bench import analysis
 from specdec.bench.configs import BenchConfig, parse_config, sweep
 from specdec.drafters import DraftSpec
@@ -21,7 +21,7 @@ from specdec.bench.workloads import (
     CLASSES, builtin_workloads, fit_prompt, load_workloads, parse_workload,
     split_instruction, write_workloads,
 )
-from specdec.text import encode_prompt
+from specdec.core.text import encode_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -209,7 +209,7 @@ def test_a_diverging_warm_config_is_diagnosed_with_its_warm_table(monkeypatch, t
 @pytest.mark.slow
 def test_kv_bits_apply_to_every_run_of_ours(smollm):
     from specdec import generate
-    from specdec.text import encode_prompt
+    from specdec.core.text import encode_prompt
 
     plan = _small_plan(kv_bits=4)
     plan.workloads, plan.max_tokens = plan.workloads[:1], 16

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.bench.oracle import OracleDrafter, replay_bound
-from specdec.tree_shape import cost_at
+from specdec.policy.tree_shape import cost_at
 from specdec.engine import generate
 from specdec.prompts import parity_prompts
-from specdec.text import encode_prompt
+from specdec.core.text import encode_prompt
 
 @settings(max_examples=100)
 @given(st.lists(st.floats(0.5, 3.0), min_size=2, max_size=6), st.integers(1, 40))

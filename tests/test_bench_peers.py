@@ -32,7 +32,7 @@ def peer(name: str, model: str = MODEL, draft: str | None = None):
 @pytest.fixture(scope="module")
 def prompt_ids(smollm):
     from specdec.prompts import parity_prompts
-    from specdec.text import encode_prompt
+    from specdec.core.text import encode_prompt
 
     _, tokenizer = smollm
     return encode_prompt(tokenizer, parity_prompts()["code_textwrap_doc"])

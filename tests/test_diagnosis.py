@@ -6,7 +6,7 @@ bug at the first position it corrupts; the real engine must be reported identica
 
 import pytest
 
-import specdec.steps as steps
+import specdec.decode.step as steps
 from specdec.parity import check_parity
 from specdec.prompts import parity_prompts
 

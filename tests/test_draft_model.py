@@ -18,7 +18,7 @@ from mlx.utils import tree_map
 
 from specdec.drafters.draft_model import DraftModelDrafter, check_tokenizers_match
 from specdec.engine import generate, token_stream
-from specdec.stats import SpecStats
+from specdec.core.stats import SpecStats
 
 ARCHS = ["llama", "qwen2", "gemma3"]
 _refs: dict = {}
@@ -171,7 +171,7 @@ def test_cache_holds_context_plus_all_but_the_last_draft_token():
 def test_recurrent_draft_is_refused_at_construction():
     from mlx_lm.models import mamba
 
-    from specdec.rollback import UnsupportedCacheError
+    from specdec.cache.rollback import UnsupportedCacheError
 
     draft = mamba.Model(mamba.ModelArgs(
         model_type="mamba", vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64,

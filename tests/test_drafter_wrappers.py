@@ -12,7 +12,7 @@ from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, expected_tokens
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.gate import GatedDrafter, repetition_score
 from specdec.engine import token_stream
-from specdec.stats import SpecStats
+from specdec.core.stats import SpecStats
 
 
 class Fixed(Drafter):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from specdec.drafters import NgramDrafter
 from specdec.engine import token_stream
-from specdec.stats import SpecStats
+from specdec.core.stats import SpecStats
 
 ARCHS = ["llama", "qwen2", "gemma3"]
 _refs: dict = {}
@@ -111,7 +111,7 @@ def test_quantized_kv_cache_parity():
 
 
 def test_stats_are_consistent():
-    from specdec.stats import SpecStats
+    from specdec.core.stats import SpecStats
 
     stats = SpecStats()
     out = [e for e in token_stream(cached_tiny("llama"), repetitive_prompt(5), drafter=NgramDrafter(1, 3),
@@ -128,7 +128,7 @@ def test_stats_are_consistent():
 @pytest.mark.parametrize("penalty", [1.3, 0.8])
 def test_repetition_penalty_parity(arch, penalty):
     """Each verify row is penalised for exactly the history plain decoding had there."""
-    from specdec.sampling import SamplingParams
+    from specdec.core.sampling import SamplingParams
 
     params = SamplingParams(repetition_penalty=penalty, repetition_context_size=6)
     model, logs = cached_tiny(arch), []

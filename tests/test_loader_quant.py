@@ -20,7 +20,7 @@ from mlx.utils import tree_map
 import specdec
 from specdec.loader import load
 from specdec.loader.api import quantize_selective
-from specdec.text import encode_prompt
+from specdec.core.text import encode_prompt
 
 LOGGER = "specdec.loader.api"
 HEAD_BITS, QUANT_BITS = 8, 4  # literals: a policy change has to change these tests too

@@ -457,7 +457,7 @@ def test_fingerprint_of_mlx_lm_wrapper(smol):
 
 def run(model, prompt, drafter, max_tokens, eos):
     from specdec.engine import token_stream
-    from specdec.stats import SpecStats
+    from specdec.core.stats import SpecStats
 
     stats = SpecStats()
     toks = [e.token for e in token_stream(model, prompt, drafter=drafter, max_tokens=max_tokens,
@@ -483,7 +483,7 @@ PARITY = ("code_fnmatch_rename", "demo_colorsys")
 @pytest.mark.parametrize("name", PARITY)
 def test_greedy_parity_on_real_weights(smol, name):
     from specdec.prompts import parity_prompts
-    from specdec.text import encode_prompt
+    from specdec.core.text import encode_prompt
 
     model, tok = smol
     eos = tok.eos_token_ids
@@ -497,7 +497,7 @@ def test_greedy_parity_on_real_weights(smol, name):
 @pytest.mark.slow
 def test_second_request_on_a_shared_table_accepts_more(smol):
     from specdec.prompts import parity_prompts
-    from specdec.text import encode_prompt
+    from specdec.core.text import encode_prompt
 
     model, tok = smol
     eos = tok.eos_token_ids

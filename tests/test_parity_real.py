@@ -16,7 +16,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
 
 from specdec.engine import generate
-from specdec.sampling import Rng
+from specdec.core.sampling import Rng
 from specdec.prompts import parity_prompts
 
 pytestmark = pytest.mark.slow  # real models

@@ -18,8 +18,8 @@ from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.ngram_mod import NgramModDrafter, NgramModTable
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.engine import generate, token_stream
-from specdec.prompt_cache import PrefixStore, load_prompt_cache, make_prompt_cache
-from specdec.stats import SpecStats
+from specdec.cache.prompt_cache import PrefixStore, load_prompt_cache, make_prompt_cache
+from specdec.core.stats import SpecStats
 
 DRAFTERS = {
     "plain": lambda: None,
@@ -166,7 +166,7 @@ def test_gemma_conversation_past_its_window():
     """Gemma 3's 512-token sliding window wraps during turn 1; turn 2 reuses the whole
     cache (its window layers hold the last 512 + slack positions) and equals a fresh call."""
     from specdec.prompts import source_of
-    from specdec.text import encode_prompt
+    from specdec.core.text import encode_prompt
 
     model, tok = real_model("gemma3-270m")
     src = source_of("textwrap", "TextWrapper")[:1500]

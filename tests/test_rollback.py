@@ -11,7 +11,7 @@ import pytest
 from conftest import TINY_VOCAB, cached_tiny
 from mlx_lm.models.cache import RotatingKVCache
 
-from specdec.rollback import RollbackError, UnsupportedCacheError, WindowKVCache, make_cache, trim
+from specdec.cache.rollback import RollbackError, UnsupportedCacheError, WindowKVCache, make_cache, trim
 
 
 def mlx_lm_full_logits(model, seq):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from specdec.sampling import SamplingParams, processed_probs
-from specdec.tree import tree_kids
-from specdec.verify import rejection_sample, settle, tree_rejection_sample, tree_settle
+from specdec.core.sampling import SamplingParams, processed_probs
+from specdec.decode.tree import tree_kids
+from specdec.core.verify import rejection_sample, settle, tree_rejection_sample, tree_settle
 
 N = 10_000
 P = np.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]], np.float32)
@@ -63,7 +63,7 @@ def test_draft_model_q_gives_the_target_distribution():
 
 
 def test_repetition_penalty_matches_mlx_lm_rule():
-    from specdec.sampling import penalize
+    from specdec.core.sampling import penalize
 
     logits = mx.array([[2.0, -2.0, 1.0], [2.0, -2.0, 1.0]])
     out = penalize(logits, mx.array([[0, 1], [2, 2]]), SamplingParams(repetition_penalty=2.0))
@@ -158,9 +158,9 @@ def test_tree_rejection_sampling_takes_the_last_child_when_children_hold_all_mas
 def test_real_model_speculative_step_matches_the_target_distribution(smollm):
     """On SmolLM2's real logits: the token emitted after a speculative step is distributed
     as the target's own processed next-token distribution (first and second position)."""
-    from specdec.rollback import make_cache, trim
-    from specdec.steps import prefill
-    from specdec.text import encode_prompt
+    from specdec.cache.rollback import make_cache, trim
+    from specdec.decode.step import prefill
+    from specdec.core.text import encode_prompt
 
     model, tok = smollm
     ids = encode_prompt(tok, "Name a color.")

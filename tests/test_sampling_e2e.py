@@ -33,7 +33,7 @@ from specdec.drafters.base import Proposal
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.ngram import NgramDrafter
 from specdec.engine import token_stream
-from specdec.sampling import SamplingParams, processed_probs
+from specdec.core.sampling import SamplingParams, processed_probs
 
 V = 8  # target vocabulary: 512 joint outcomes of 3 tokens
 PROMPT = [1, 2, 3, 1, 2]  # repeats, so the n-gram drafter proposes from the first step

@@ -51,7 +51,7 @@ def test_job_queue_bounded_and_withdrawable():
 def test_top_logprobs_plain_and_speculative(temperature):
     from specdec.drafters import NgramDrafter
     from specdec.engine import token_stream
-    from specdec.sampling import SamplingParams
+    from specdec.core.sampling import SamplingParams
 
     model = cached_tiny("llama")
     prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]

@@ -20,8 +20,8 @@ from specdec.drafters.suffix import (
 )
 from specdec.engine import token_stream
 from specdec.prompts import parity_prompts
-from specdec.stats import SpecStats
-from specdec.text import encode_prompt
+from specdec.core.stats import SpecStats
+from specdec.core.text import encode_prompt
 
 tokens_st = st.lists(st.integers(0, 3), max_size=40)  # small alphabet: many repeats
 docs_st = st.lists(st.lists(st.integers(0, 3), max_size=15), max_size=4)

@@ -1,4 +1,4 @@
-"""Token-tree verification (``specdec.tree``): one forward over ``[last] + tree`` on
+"""Token-tree verification (``specdec.decode.tree``): one forward over ``[last] + tree`` on
 unmodified mlx-lm models, greedy tree acceptance and cache compaction, against brute force.
 
 - Each node's logits equal a plain cache-less forward of context + its root path
@@ -28,11 +28,11 @@ from hypothesis import strategies as st
 
 from specdec.drafters.base import Drafter, Proposal
 from specdec.engine import generate, token_stream
-from specdec.rollback import RollbackError, WindowKVCache, compact, make_cache
-from specdec.sampling import SamplingParams
-from specdec.steps import prefill
-from specdec.tree_shape import cost_at
-from specdec.tree import (
+from specdec.cache.rollback import RollbackError, WindowKVCache, compact, make_cache
+from specdec.core.sampling import SamplingParams
+from specdec.decode.step import prefill
+from specdec.policy.tree_shape import cost_at
+from specdec.decode.tree import (
     ancestor_mask,
     first_branch,
     greedy_tree_accept,
@@ -466,7 +466,7 @@ def test_tree_budget_is_validated_and_threaded_everywhere():
 
 
 def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
-    from specdec.tree import AUTO_TREE_CURVE, resolve_tree_budget
+    from specdec.decode.tree import AUTO_TREE_CURVE, resolve_tree_budget
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     model, prompt = cached_tiny("llama"), tiny_prompt(9)
@@ -492,7 +492,7 @@ def test_auto_budget_counts_the_drafters_own_cost(tmp_path, monkeypatch):
     so a free drafter is never verified; a proposal that costs far more than a step is
     paid whatever N is, so the shaper then verifies the whole proposal. Both are plain."""
     from specdec.measure import model_fingerprint
-    from specdec.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
+    from specdec.decode.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
 
     model, prompt = cached_tiny("llama"), tiny_prompt(11)
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
@@ -528,7 +528,7 @@ def test_real_tree_drafters_equal_plain_decoding_smollm(draft_type, budget, tmp_
     from specdec.drafters.spec import DraftSpec
     from specdec.measure import model_fingerprint
     from specdec.prompts import parity_prompts
-    from specdec.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
+    from specdec.decode.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
 
     prompt = parity_prompts()["code_textwrap_doc"]
     ref = plain_reference("smollm2-135m", prompt, 96)  # shared with test_parity_real

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from specdec.drafters.base import Proposal
 from specdec.drafters.trie import walk
-from specdec.tree import prune_tree
-from specdec.tree_shape import (TreeShaper, best_budget, best_cut, chain_length, cost_at, node_hits,
+from specdec.decode.tree import prune_tree
+from specdec.policy.tree_shape import (TreeShaper, best_budget, best_cut, chain_length, cost_at, node_hits,
                                 node_slots)
 
 

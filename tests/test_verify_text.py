@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.text import StopMatcher
-from specdec.verify import greedy_accept
+from specdec.core.text import StopMatcher
+from specdec.core.verify import greedy_accept
 
 
 @given(st.lists(st.integers(0, 3), max_size=10), st.data())

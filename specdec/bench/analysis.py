@@ -50,7 +50,7 @@ from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..drafters.adaptive import draft_seconds
-from ..tree_shape import cost_at
+from ..policy.tree_shape import cost_at
 
 PLAIN_LABEL = "plain"
 ORACLE_PREFIX = "oracle"

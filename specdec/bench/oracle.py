@@ -30,7 +30,7 @@ import sys
 from ..drafters.base import Drafter, Proposal
 from ..drafters.ngram import all_match_continuations
 from ..drafters.trie import merge_paths, walk
-from ..tree_shape import cost_at
+from ..policy.tree_shape import cost_at
 
 
 class OracleDrafter(Drafter):

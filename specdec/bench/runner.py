@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..engine import GenerationResult, generate
-from ..text import encode_prompt
+from ..core.text import encode_prompt
 from .analysis import ORACLE_PREFIX
 from .configs import BenchConfig
 from .oracle import OracleDrafter, replay_bound

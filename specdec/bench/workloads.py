@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..prompts import _zen, json_records, source_of
-from ..text import encode_prompt
+from ..core.text import encode_prompt
 
 CLASSES = ("code_edit", "passage", "json_rag", "multi_turn_edit", "summarization", "open_ended")
 ECHO_CLASSES = tuple(c for c in CLASSES if c != "open_ended")

@@ -56,7 +56,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
-from ..rollback import RollbackError, WindowKVCache, make_cache, trim
+from ..cache.rollback import RollbackError, WindowKVCache, make_cache, trim
 from .base import EMPTY, Drafter, Proposal
 
 _BLOCK = 16  # missing context up to this long is fed with the first draft step

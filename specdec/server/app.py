@@ -24,8 +24,8 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..sampling import SamplingParams
-from ..text import encode_prompt
+from ..core.sampling import SamplingParams
+from ..core.text import encode_prompt
 from .config import ServerConfig
 from .errors import APIError, install_handlers
 from .metrics import CONTENT_TYPE, Metrics

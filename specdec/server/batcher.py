@@ -4,7 +4,7 @@ Contract (run on the inference thread only, by ``InferenceWorker`` when batching
 - ``Batcher(worker).run_once(tick)`` is one scheduling round: admit queued jobs while
   fewer than ``max_batch`` run; prefill one chunk (``CHUNK`` tokens) of the oldest job
   still prefilling (so the running ones keep decoding while a long prompt arrives); run
-  one batched decode step (``specdec.batch.Batch``) over the rows that are prefilled,
+  one batched decode step (``specdec.decode.batch.Batch``) over the rows that are prefilled,
   without drafts while prompts wait for their prefill (a longer step would delay every
   one of them; measured at 32 clients: speculating then cost 5-7 % of throughput and
   half again of the p95 time to first token);
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from ..batch import Batch, Row
+from ..decode.batch import Batch, Row
 from ..engine import Emitter
-from ..prompt_cache import make_prompt_cache
-from ..sampling import Rng
-from ..stats import SpecStats
-from ..text import TextOut
+from ..cache.prompt_cache import make_prompt_cache
+from ..core.sampling import Rng
+from ..core.stats import SpecStats
+from ..core.text import TextOut
 
 log = logging.getLogger("specdec.server")
 CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
@@ -121,7 +121,7 @@ class Batcher:
         return a
 
     def _prefill_chunk(self, a: Active) -> None:
-        from ..steps import prefill
+        from ..decode.step import prefill
 
         chunk, a.pending = a.pending[:CHUNK], a.pending[CHUNK:]
         try:

@@ -4,7 +4,7 @@ from a bounded queue, batched (``batcher``) or one at a time.
 Contract:
 - Batching (``cfg.max_batch`` > 1, the default where the model allows it): the running
   requests decode together, one forward per step with speculation per row
-  (``batcher.Batcher``, ``specdec.batch``); new requests join at step boundaries, their
+  (``batcher.Batcher``, ``specdec.decode.batch``); new requests join at step boundaries, their
   prefill chunked. ``--max-batch 1`` runs one request at a time (``_run``).
 - ``InferenceWorker(cfg, metrics).start()`` loads the model (and draft model) and the
   shared memory on the worker thread and returns once it is ready, or raises the load
@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..drafters.spec import DraftResources, DraftSpec, build_drafter
-from ..sampling import SamplingParams
+from ..core.sampling import SamplingParams
 from .config import ServerConfig
 from .errors import APIError
 from .memory import SharedMemory
@@ -242,7 +242,7 @@ class InferenceWorker:
         args = getattr(self.model, "args", None)
         self.vocab_size = getattr(args, "vocab_size", None) or len(self.tokenizer.get_vocab())
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
-        from ..prompt_cache import PrefixStore
+        from ..cache.prompt_cache import PrefixStore
         from .schemas import MAX_DRAFT_TOKENS
 
         self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes if self.group is None else 0,
@@ -254,7 +254,7 @@ class InferenceWorker:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
         else 1, said in the log) and measure the batch cost curve once per model (cached
         on disk)."""
-        from ..batch import BATCH_COST_LENGTHS, batchable, curve_cost
+        from ..decode.batch import BATCH_COST_LENGTHS, batchable, curve_cost
         from ..measure import cost_curve_for
 
         why = batchable(self.model, self.cfg.kv_bits)

@@ -29,12 +29,12 @@ from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 
-from .drafters.base import Drafter, Proposal
-from .rollback import trim
+from ..drafters.base import Drafter, Proposal
+from ..cache.rollback import trim
 from .tree import cut, first_branch, prune_tree, tree_step
-from .tree_shape import TreeShaper
-from .sampling import Rng, SamplingParams, penalize, processed_probs
-from .verify import greedy_accept, rejection_sample, settle
+from ..policy.tree_shape import TreeShaper
+from ..core.sampling import Rng, SamplingParams, penalize, processed_probs
+from ..core.verify import greedy_accept, rejection_sample, settle
 
 
 @dataclass

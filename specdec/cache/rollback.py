@@ -10,7 +10,7 @@ Contract:
   when any layer cannot, it raises ``RollbackError``. It is never a silent no-op.
 - ``batch_cache.trim_rows(cache, fed, keep)`` is the batched form (continuous batching):
   after a block of ``fed`` positions per row, row i keeps its first ``keep[i]``.
-- ``compact(cache, base_offset, keep)`` is the token-tree form (``specdec.tree``): of a
+- ``compact(cache, base_offset, keep)`` is the token-tree form (``specdec.decode.tree``): of a
   block fed at ``base_offset``, keep block indices ``keep`` (root, accepted path) in place
   and drop the rest; same checks, same error.
 

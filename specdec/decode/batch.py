@@ -41,12 +41,12 @@ from typing import Any, Callable, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from .drafters.base import Drafter, NoDrafter, Proposal
-from .batch_cache import RowsKVCache, trim_rows
-from .rollback import make_cache
-from .sampling import Rng, SamplingParams
-from .steps import Step, _Fetched, _pick, _verify, draft_for_step, in_vocab, penalize_block
-from .verify import greedy_accept, settle
+from ..drafters.base import Drafter, NoDrafter, Proposal
+from ..cache.batch_cache import RowsKVCache, trim_rows
+from ..cache.rollback import make_cache
+from ..core.sampling import Rng, SamplingParams
+from .step import Step, _Fetched, _pick, _verify, draft_for_step, in_vocab, penalize_block
+from ..core.verify import greedy_accept, settle
 
 # lengths of the verify cost curve past 16 that price a batch's block (B rows x L)
 BATCH_COST_LENGTHS = (24, 32, 48, 64, 96, 128)

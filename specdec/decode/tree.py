@@ -48,9 +48,9 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 from mlx_lm.models.rope_utils import Llama3RoPE, SuScaledRoPE, YarnRoPE
 
-from .drafters.base import Proposal
-from .rollback import RollbackError, WindowKVCache, compact
-from .tree_shape import TreeShaper, cost_at
+from ..drafters.base import Proposal
+from ..cache.rollback import RollbackError, WindowKVCache, compact
+from ..policy.tree_shape import TreeShaper, cost_at
 
 # RoPE modules whose __call__ hands ``offset`` straight to mx.fast.rope (so a vector of
 # per-batch-row offsets is exact). Others (e.g. dynamic NTK, whose frequencies depend on
@@ -276,8 +276,8 @@ def tree_kids(tokens: Sequence[int], parents: Sequence[int]) -> list[list[int]]:
 def _sampled_pick(logits: mx.array, tokens: Sequence[int], kids: list[list[int]],
                   params: Any, rng: Any) -> tuple[mx.array, mx.array]:
     """Device arrays (pick, fix) of multi-candidate rejection sampling over the tree."""
-    from .sampling import processed_probs
-    from .verify import tree_rejection_sample
+    from ..core.sampling import processed_probs
+    from ..core.verify import tree_rejection_sample
 
     width, vocab = max(1, max(map(len, kids))), logits.shape[-1]
     # an out-of-vocabulary child has probability 0: it is padding, never accepted
@@ -290,7 +290,7 @@ def _sampled_pick(logits: mx.array, tokens: Sequence[int], kids: list[list[int]]
 def penalized_tree_logits(logits: mx.array, context: list[int], tokens: Sequence[int],
                           parents: Sequence[int], params: Any) -> mx.array:
     """The repetition penalty per block row: row r has seen the context and its root path."""
-    from .steps import penalize_rows
+    from .step import penalize_rows
 
     if params.repetition_penalty == 1.0:
         return logits
@@ -305,8 +305,8 @@ def tree_step(model: Any, cache: list, context: list[int], proposal: Proposal,
     compact. Greedy (``params`` None or greedy) takes the branch agreeing with the target's
     argmax; sampling runs multi-candidate rejection sampling (``verify.tree_settle``).
     Returns ``(Step, accepted node indices)``; ``context`` is not changed here."""
-    from .steps import Step, in_vocab, sorted_top, top2_margin, top_entries
-    from .verify import tree_settle
+    from .step import Step, in_vocab, sorted_top, top2_margin, top_entries
+    from ..core.verify import tree_settle
 
     tokens, parents = list(proposal.tokens), list(proposal.parents)
     if proposal.q is not None:
@@ -354,7 +354,7 @@ def resolve_tree_budget(model: Any, value: int | str, *,
     model's (cached) verify cost curve pick how many to verify at each step, counting
     ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
     if value == "auto":
-        from .measure import cost_curve_for, tree_overhead_for
+        from ..measure import cost_curve_for, tree_overhead_for
 
         cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
         # a tree block costs a linear block of its length times the measured overhead

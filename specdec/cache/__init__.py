@@ -1,0 +1,1 @@
+"""cache: see the README's layout section."""

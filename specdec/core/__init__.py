@@ -1,0 +1,1 @@
+"""core: see the README's layout section."""

@@ -1,0 +1,87 @@
+"""The drafter's output type, shared by every layer: a linear draft or a token tree.
+
+A ``Proposal`` is a token tree in topological order: ``tokens[i]`` hangs below node
+``parents[i]`` (``-1`` = the last context token, the root). ``parents=None`` is the
+linear chain (``parents[i] = i - 1``), which is what every drafter returns today. ``q``
+(an ``mx.array`` of shape ``(len(tokens), V)``) is the distribution each token was
+sampled from, for exact rejection sampling; ``None`` means the tokens are deterministic
+(point masses).
+
+    >>> p = Proposal([5, 6, 7])
+    >>> len(p), p.is_linear, p.depth
+    (3, True, 3)
+    >>> t = Proposal([5, 6, 8], parents=(-1, 0, 0))   # 5 -> 6 and 5 -> 8: two branches
+    >>> t.is_linear, t.depth, t.path(2)
+    (False, 2, [5, 8])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: tuple[int, ...] = ()
+    q: Any = None  # mx.array (len(tokens), V) for sampled drafts; None = point masses
+    parents: tuple[int, ...] | None = None  # None = linear chain
+
+    def __init__(self, tokens: Sequence[int] = (), q: Any = None,
+                 parents: Sequence[int] | None = None):
+        object.__setattr__(self, "tokens", tuple(int(t) for t in tokens))
+        object.__setattr__(self, "q", q)
+        object.__setattr__(self, "parents", None if parents is None else tuple(parents))
+        self._check()
+
+    def _check(self) -> None:
+        n = len(self.tokens)
+        if self.q is not None and (len(self.q.shape) != 2 or self.q.shape[0] != n):
+            raise ValueError(f"q must have one row per token: {n} tokens, q shape {self.q.shape}")
+        if self.parents is not None:
+            if len(self.parents) != n:
+                raise ValueError(f"{n} tokens but {len(self.parents)} parent indices")
+            bad = [i for i, p in enumerate(self.parents) if not -1 <= p < i]
+            if bad:
+                raise ValueError(f"parents must point to an earlier node or -1 (root): node {bad[0]}")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __bool__(self) -> bool:
+        return bool(self.tokens)
+
+    @property
+    def is_linear(self) -> bool:
+        return self.parents is None or all(p == i - 1 for i, p in enumerate(self.parents))
+
+    @property
+    def depth(self) -> int:
+        """Length of the longest root path (= len for a linear proposal)."""
+        if self.is_linear:
+            return len(self.tokens)
+        depth: list[int] = []
+        for p in self.parents:  # topological order: a parent's depth is known
+            depth.append(1 + (depth[p] if p >= 0 else 0))
+        return max(depth, default=0)
+
+    def path(self, node: int) -> list[int]:
+        """The tokens from the root down to ``node`` (inclusive)."""
+        if self.is_linear:
+            return list(self.tokens[: node + 1])
+        out = []
+        while node >= 0:
+            out.append(self.tokens[node])
+            node = self.parents[node]
+        return out[::-1]
+
+    def truncated(self, k: int) -> "Proposal":
+        """A linear proposal cut to its first ``k`` tokens (q rows cut alike)."""
+        if not self.is_linear:
+            raise ValueError("truncating a tree proposal is not defined; shape it in the drafter")
+        if len(self.tokens) <= k:
+            return self
+        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k])
+
+
+EMPTY = Proposal()

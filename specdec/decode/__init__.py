@@ -1,0 +1,1 @@
+"""decode: see the README's layout section."""

@@ -1,0 +1,1 @@
+"""policy: see the README's layout section."""
