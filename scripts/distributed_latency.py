@@ -25,7 +25,7 @@ from specdec.distributed import LeaderModel, follow, init_group, shard
 from specdec.engine import generate
 from specdec.loader import load
 from specdec.cache.rollback import make_cache, trim
-from specdec.decode.step import prefill
+from specdec.cache.rollback import prefill
 
 PROMPT = ("Rewrite this function with type hints, keeping the body the same:\n\n"
           + "".join(f"def step_{i}(state, value):\n    state['total'] += value * {i}\n"

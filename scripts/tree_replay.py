@@ -47,9 +47,10 @@ from specdec.drafters.suffix import SuffixDrafter
 from specdec.drafters.trie import merge_paths, walk
 from specdec.engine import generate
 from specdec.loader import load
-from specdec.decode.step import draft_for_step
+from specdec.decode.batch import draft_for_step
 from specdec.core.text import encode_prompt
-from specdec.decode.tree import MAX_AUTO_NODES, cut, resolve_tree_budget
+from specdec.core.trees import cut
+from specdec.measure import MAX_AUTO_NODES, resolve_tree_budget
 from specdec.policy.tree_shape import TreeShaper, best_cut, cost_at
 
 DRAFTERS: dict[str, Callable] = {

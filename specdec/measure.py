@@ -17,6 +17,9 @@ Contract:
   The tree curve is the linear curve times it: two curves timed hours apart on a shared
   machine could not be compared. ``tree_overhead_for(model, lengths)`` caches it beside
   the linear curve.
+- ``resolve_tree_budget(model, value, propose_cost=0)``: a fixed node budget, or for
+  ``"auto"`` a ``policy.tree_shape.TreeShaper`` on this model's cached verify curve and
+  tree overhead, counting the drafter's own cost per proposal (seconds).
 - ``proposal_cost(drafter, context_len)`` returns the median seconds of one ``propose``
   call on a context of that length, after the drafter has indexed the context, i.e. the
   steady-state per-step cost during decoding.
@@ -44,9 +47,19 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
+from .cache.rollback import make_cache, prefill, trim
+from .core.proposal import Proposal
+from .decode.step import Greedy, Verify, verify_step
 from .drafters.base import Drafter
-from .decode.step import linear_step, prefill
-from .cache.rollback import make_cache, trim
+from .policy.tree_shape import TreeShaper, cost_at
+
+MAX_AUTO_NODES = 32
+# ``auto`` measures the curve densely to this block length and sparsely beyond (the first
+# use of a model measures it once; ``cost_curve_for`` caches it on disk).
+AUTO_CURVE_LEN = 17
+AUTO_CURVE_EXTRA = (24, 33)
+# block lengths (1 + nodes) at which tree steps are timed against linear ones
+AUTO_TREE_CURVE = (3, 5, 9, 17, 25, 33)
 
 
 def _interleaved_medians(lengths: list[int], repeats: int,
@@ -92,26 +105,18 @@ def tree_overhead(model: Any, lengths: tuple[int, ...], *, context: int = 256,
                   repeats: int = 7, seed: int = 0) -> dict[int, float]:
     """{L: seconds of a greedy tree step / seconds of a linear step}, both with L - 1
     drafted nodes (the tree: two branches of half the nodes each; L >= 3), interleaved."""
-    from .drafters.base import Proposal
-    from .core.sampling import SamplingParams
-    from .decode.tree import tree_step
-
     if min(lengths) < 3:
         raise ValueError("a tree step needs at least 2 nodes (L >= 3)")
     rng = random.Random(seed)
     vocab, cache, ids = _context(model, sorted(lengths), context, rng)
-    greedy = SamplingParams()
 
     def once(key: int) -> None:  # key = L (a linear step) or -L (a tree step)
         n = abs(key) - 1
         tokens = [rng.randrange(vocab) for _ in range(n)]
-        if key > 0:
-            step = linear_step(model, cache, ids, Proposal(tokens), greedy, None, vocab, False, 0)
-        else:
-            half = n // 2
-            parents = [-1, *range(half - 1), -1, *range(half, n - 1)][:n]
-            step, _ = tree_step(model, cache, ids, Proposal(tokens, parents=tuple(parents)),
-                                vocab, False, 0)
+        half = n // 2
+        parents = None if key > 0 else [-1, *range(half - 1), -1, *range(half, n - 1)][:n]
+        step, = verify_step(model, cache, [Verify(ids, Proposal(tokens, parents=parents), Greedy())],
+                            vocab=vocab)
         trim(cache, step.accepted + 1)
 
     med = _interleaved_medians([key for L in sorted(lengths) for key in (L, -L)], repeats, once)
@@ -190,6 +195,24 @@ def tree_overhead_for(model: Any, lengths: tuple[int, ...],
     """The model's tree step overhead at ``lengths``, measured once and cached on disk."""
     return _cached_curve(f"{model_fingerprint(model)}-tree-overhead", list(lengths),
                          lambda: tree_overhead(model, lengths), cache_dir)
+
+
+def resolve_tree_budget(model: Any, value: int | str, *,
+                        propose_cost: float = 0.0) -> tuple[int, TreeShaper | None]:
+    """(node budget, shaper): an integer budget is fixed (0 = linear drafts); ``"auto"``
+    asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
+    model's (cached) verify cost curve pick how many to verify at each step, counting
+    ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
+    if value == "auto":
+        cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
+        # a tree block costs a linear block of its length times the measured overhead
+        over = tree_overhead_for(model, AUTO_TREE_CURVE)
+        tree_cost = {L: cost_at(cost, L) * r for L, r in over.items()}
+        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost,
+                                          propose_cost=propose_cost)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
+    return value, None
 
 
 # ---- the drafter's own cost ---------------------------------------------------------------

@@ -23,7 +23,8 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from .engine import GenerationResult, generate
-from .decode.step import prefill, top2_margin
+from .decode.step import top2_margin
+from .cache.rollback import prefill
 from .cache.rollback import make_cache
 
 

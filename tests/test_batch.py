@@ -2,7 +2,6 @@
 decoded alone: rows join mid-run and leave when done, drafts differ per row, and the
 per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
 
-import time
 
 import mlx.core as mx
 import pytest
@@ -11,15 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
-from specdec.decode.batch import Batch, Row, batchable, choose_block, curve_cost
+from specdec.decode.batch import Batch, batchable, choose_block, curve_cost
 from specdec.drafters import NgramDrafter, NoDrafter
 from specdec.drafters.suffix import SuffixDrafter
-from specdec.engine import Emitter, token_stream
+from specdec.decode.request import Request
+from specdec.engine import token_stream
 from specdec.cache.batch_cache import RowsKVCache, trim_rows
 from specdec.cache.rollback import RollbackError, make_cache
-from specdec.core.sampling import Rng, SamplingParams
-from specdec.core.stats import SpecStats
-from specdec.decode.step import prefill
+from specdec.core.sampling import SamplingParams
 
 
 DRAFTERS = {"none": NoDrafter, "ngram": lambda: NgramDrafter(1, 3), "suffix": SuffixDrafter}
@@ -32,14 +30,13 @@ def alone(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
 
 
 def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
-    drafter = DRAFTERS[kind]()
-    layers = make_cache(model, max_trim=k + 1)
-    prefill(model, layers, prompt[:-1])
-    drafter.begin(list(prompt))
-    rng = None if params.greedy else Rng(params.seed)
-    row = Row(list(prompt), drafter, k, params, [max_tokens], rng=rng)
-    stats = SpecStats()
-    return row, layers, Emitter(row.budget, set(), stats, None, time.perf_counter()), stats
+    """A prefilled request's (row, cache layers, request, stats), through the lifecycle the
+    server uses (``decode.request.Request``)."""
+    req = Request(model, prompt, drafter=DRAFTERS[kind](), max_tokens=max_tokens,
+                  num_draft_tokens=k, sampling=params)
+    req.start()
+    assert req.prefill()
+    return req.row(), req.layers, req, req.stats
 
 
 def run_batch(model, requests, cost):
@@ -59,9 +56,9 @@ def run_batch(model, requests, cost):
             if len(steps) > 1:
                 blocks.append(max(s.fed for s in steps))
             for j in reversed(range(len(live))):
-                toks, done = live[j][1].feed(steps[j])
+                toks = live[j][1].feed(steps[j])
                 out[live[j][0]] += [e.token for e in toks]
-                if done:
+                if live[j][1].finish_reason:
                     held = batch.leave(j)
                     assert [c.offset for c in held] == [len(requests[live[j][0]][1]) + len(out[live[j][0]]) - 1] * len(held)
                     live.pop(j)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import specdec.decode.step as steps
+import specdec.cache.batch_cache as steps  # the verify step rolls back through it
 from specdec.bench import analysis
 from specdec.bench.configs import BenchConfig, parse_config, sweep
 from specdec.drafters import DraftSpec

@@ -6,7 +6,7 @@ bug at the first position it corrupts; the real engine must be reported identica
 
 import pytest
 
-import specdec.decode.step as steps
+import specdec.cache.batch_cache as steps  # the verify step rolls back through it
 from specdec.parity import check_parity
 from specdec.prompts import parity_prompts
 

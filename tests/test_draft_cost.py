@@ -12,7 +12,7 @@ from specdec import measure
 from specdec.bench import analysis
 from specdec.drafters import DraftSpec, NgramDrafter, build_drafter, prepare_resources
 from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, draft_seconds
-from specdec.decode.tree import resolve_tree_budget
+from specdec.measure import resolve_tree_budget
 from specdec.policy.tree_shape import TreeShaper, best_budget, cost_at
 
 rate_st = st.floats(0.0, 1.0)

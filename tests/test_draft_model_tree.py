@@ -13,7 +13,7 @@ from test_draft_model import assert_bookkeeping, near_draft, plain, prompt_of, r
 
 from specdec.drafters import DraftResources, DraftSpec, build_drafter
 from specdec.drafters.draft_model import DraftModelDrafter, branch_tree
-from specdec.decode.tree import first_branch, prune_tree
+from specdec.core.trees import first_branch, prune_tree
 from specdec.policy.tree_shape import node_hits
 
 

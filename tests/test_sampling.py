@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import chisquare
 
 from specdec.core.sampling import SamplingParams, processed_probs
-from specdec.decode.tree import tree_kids
+from specdec.core.trees import tree_kids
 from specdec.core.verify import rejection_sample, settle, tree_rejection_sample, tree_settle
 
 N = 10_000
@@ -159,7 +159,7 @@ def test_real_model_speculative_step_matches_the_target_distribution(smollm):
     """On SmolLM2's real logits: the token emitted after a speculative step is distributed
     as the target's own processed next-token distribution (first and second position)."""
     from specdec.cache.rollback import make_cache, trim
-    from specdec.decode.step import prefill
+    from specdec.cache.rollback import prefill
     from specdec.core.text import encode_prompt
 
     model, tok = smollm

@@ -87,7 +87,7 @@ def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_pa
 
     import specdec
     from specdec.measure import model_fingerprint
-    from specdec.decode.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
+    from specdec.measure import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
 
     cost_dir = tmp_path / "cost"
     cost_dir.mkdir()

@@ -11,7 +11,7 @@ from conftest import cached_tiny
 from specdec.drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from specdec.server.memory import SharedMemory
 from specdec.drafters import DraftSpec
-from specdec.server.worker import GenRequest, Job, JobQueue
+from specdec.server.events import GenRequest, Job, JobQueue
 
 
 def test_shared_memory_files(tmp_path, smollm):

@@ -1,4 +1,4 @@
-"""Token-tree verification (``specdec.decode.tree``): one forward over ``[last] + tree`` on
+"""Token-tree verification (``specdec.decode.step.verify_forward`` under ``decode.tree_attention``): one forward over ``[last] + tree`` on
 unmodified mlx-lm models, greedy tree acceptance and cache compaction, against brute force.
 
 - Each node's logits equal a plain cache-less forward of context + its root path
@@ -30,16 +30,21 @@ from specdec.drafters.base import Drafter, Proposal
 from specdec.engine import generate, token_stream
 from specdec.cache.rollback import RollbackError, WindowKVCache, compact, make_cache
 from specdec.core.sampling import SamplingParams
-from specdec.decode.step import prefill
+from specdec.cache.rollback import prefill
 from specdec.policy.tree_shape import cost_at
-from specdec.decode.tree import (
+from specdec.core.trees import (
     ancestor_mask,
     first_branch,
     greedy_tree_accept,
     prune_tree,
-    tree_forward,
     tree_positions,
 )
+from specdec.decode.step import verify_forward
+
+
+def tree_forward(model, cache, last, tokens, parents):
+    """Logits (n+1, V) of one tree block through the engine's one verify forward."""
+    return verify_forward(model, cache, [[last, *tokens]], parents)[0]
 
 ARCHS = ["llama", "qwen2", "gemma3"]
 
@@ -466,7 +471,7 @@ def test_tree_budget_is_validated_and_threaded_everywhere():
 
 
 def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
-    from specdec.decode.tree import AUTO_TREE_CURVE, resolve_tree_budget
+    from specdec.measure import AUTO_TREE_CURVE, resolve_tree_budget
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     model, prompt = cached_tiny("llama"), tiny_prompt(9)
@@ -492,7 +497,7 @@ def test_auto_budget_counts_the_drafters_own_cost(tmp_path, monkeypatch):
     so a free drafter is never verified; a proposal that costs far more than a step is
     paid whatever N is, so the shaper then verifies the whole proposal. Both are plain."""
     from specdec.measure import model_fingerprint
-    from specdec.decode.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
+    from specdec.measure import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
 
     model, prompt = cached_tiny("llama"), tiny_prompt(11)
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
@@ -528,7 +533,7 @@ def test_real_tree_drafters_equal_plain_decoding_smollm(draft_type, budget, tmp_
     from specdec.drafters.spec import DraftSpec
     from specdec.measure import model_fingerprint
     from specdec.prompts import parity_prompts
-    from specdec.decode.tree import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
+    from specdec.measure import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
 
     prompt = parity_prompts()["code_textwrap_doc"]
     ref = plain_reference("smollm2-135m", prompt, 96)  # shared with test_parity_real

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from specdec.drafters.base import Proposal
 from specdec.drafters.trie import walk
-from specdec.decode.tree import prune_tree
+from specdec.core.trees import prune_tree
 from specdec.policy.tree_shape import (TreeShaper, best_budget, best_cut, chain_length, cost_at, node_hits,
                                 node_slots)
 

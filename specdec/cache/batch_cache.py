@@ -12,6 +12,12 @@ Contract:
   fast as on a ``KVCache``.
 - ``trim_rows(cache, fed, keep)``: every row was fed ``fed`` positions; row i keeps the
   first ``keep[i]``. Checked on every layer before any change; raises ``RollbackError``.
+- ``roll_back(cache, fed, kept)`` is the one rollback contract of a verify step, whatever
+  the cache: every row was fed ``fed`` block positions, row i keeps block indices
+  ``kept[i]`` (0 = the root, ascending). Rows of a ``RowsKVCache`` keep prefixes
+  (``trim_rows``); a single request's cache (KVCache, QuantizedKVCache, WindowKVCache)
+  trims a kept prefix (``rollback.trim``) and compacts a tree path (``rollback.compact``).
+  Anything else raises ``RollbackError``: never a silent no-op.
 - ``extract(i)`` returns row i as a ``KVCache`` holding exactly its kept positions.
 
 Why holes rather than shifting rows right: a shift moves every key of every shifted row
@@ -27,7 +33,7 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
-from .rollback import RollbackError
+from .rollback import RollbackError, compact, trim
 
 COMPACT_AT = 64  # holes (in the longest row) that trigger a compaction
 
@@ -137,3 +143,21 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
             c.punch(c.size() - most, keep, most)
         if max(c.holes) >= COMPACT_AT:
             c.compact()
+
+
+def roll_back(cache: list[Any], fed: int, kept: list[list[int]]) -> None:
+    """See the module docstring: one contract for every cache kind a verify step runs on."""
+    if any(isinstance(c, RowsKVCache) for c in cache):
+        if any(k != list(range(len(k))) for k in kept):
+            raise RollbackError("batched rows keep prefixes of their blocks: trees are verified "
+                                "one request at a time")
+        trim_rows(cache, fed, [len(k) for k in kept])
+        return
+    if len(kept) != 1:
+        raise RollbackError(f"{len(kept)} rows on a single-request cache: join them through "
+                            "decode.batch.Batch (RowsKVCache)")
+    keep = kept[0]
+    if keep == list(range(len(keep))):
+        trim(cache, fed - len(keep))
+    else:
+        compact(cache, cache[0].offset - fed, keep)

@@ -6,6 +6,8 @@ Contract:
   keeps the same attention window but can always roll back. With ``rollback=True`` any
   layer whose cache cannot roll back (e.g. ``ArraysCache`` of recurrent/hybrid models)
   is refused up front with ``UnsupportedCacheError`` naming it.
+- ``prefill(model, cache, tokens)`` fills a cache in chunks (the target's and a draft
+  model's alike).
 - ``trim(cache, n)`` removes the last ``n`` positions from every layer and returns ``n``;
   when any layer cannot, it raises ``RollbackError``. It is never a silent no-op.
 - ``batch_cache.trim_rows(cache, fed, keep)`` is the batched form (continuous batching):
@@ -24,7 +26,7 @@ speculation and any rollback that leaves a full window behind is exact.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import (
@@ -72,6 +74,11 @@ class WindowKVCache(_BaseCache):
         if self.keys is None or self._valid() + n_new <= self.keys.shape[2]:
             return 0
         return max(0, self._valid() - (self.window - 1 + self.slack))
+
+    def first_key(self, n_new: int) -> int:
+        """Absolute position of the first key a block of ``n_new`` tokens will attend to
+        (``make_mask`` and ``update_and_fetch`` drop by the same rule)."""
+        return self.start + self._drop_for(n_new)
 
     # ---- mlx-lm cache interface ---------------------------------------------------------
     def update_and_fetch(self, keys: mx.array, values: mx.array):
@@ -184,6 +191,14 @@ def make_cache(
             )
         out.append(c)
     return out
+
+
+def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
+    """Run ``tokens`` through the model in chunks of ``step_size``, filling the cache (no
+    logits kept; each chunk evaluated, so the graph stays bounded)."""
+    for i in range(0, len(tokens), step_size):
+        model(mx.array(tokens[i : i + step_size])[None], cache=cache)
+        mx.eval([c.state for c in cache])
 
 
 def trim(cache: list[Any], n: int) -> int:

@@ -2,27 +2,25 @@
 
 Contract:
 - ``Row`` is one request's decode state: its context (prompt + emitted tokens), drafter,
-  draft depth ``k``, sampling parameters with its own seeded key stream, and ``budget``
-  (tokens still wanted, kept up to date by the caller's ``engine.Emitter``).
-- ``Batch(model, cost)`` holds the rows and their KV cache as ``batch_cache.RowsKVCache``
-  layers (mlx-lm's ``BatchKVCache``: left-padded, one RoPE offset per row, so the model
-  classes run unmodified; plus masked holes for per-row rollback).
-  ``batchable(model, kv_bits)`` says why a model cannot batch (None when it can): every
-  layer must be a full-attention ``KVCache`` (sliding windows and quantized KV have no
-  per-row rollback here).
-- ``join(row, layers)`` adds a row whose single-request cache layers (``KVCache``, e.g.
-  a ``PromptCache``'s) hold exactly ``row.context[:-1]``; ``leave(i)`` removes row i
-  and returns its cache as single-request ``KVCache`` layers holding exactly what it
-  held (``row.context[:-1]``), for the prefix store.
-- ``step()`` runs one forward over every row and returns one ``steps.Step`` per row:
-  row i feeds ``[last] + draft_i``, padded with token 0 to the step's block length L
-  (padding is computed and thrown away), verifies its own draft exactly as it would
-  alone (greedy: the longest agreeing prefix plus the target's token; sampling:
-  rejection sampling on the row's own key stream; a row without a drafter samples as
-  plain decoding does), and is rolled back by its own amount (``batch_cache.trim_rows``).
-  One host sync per step for all rows. Tree budgets are not used here: a batched row
-  verifies its drafter's linear proposal (the output is the same; trees are a
-  single-request feature).
+  draft depth ``k``, tree budget and shaper, its ``step.Sampler`` (with the request's own
+  seeded key stream) and logits processors, and ``budget`` (tokens still wanted, kept up
+  to date by the request's lifecycle, ``request.Request``).
+- ``Batch(model, cost)`` holds the rows and their cache. One row keeps its request's own
+  cache layers, of any kind ``rollback.make_cache`` builds (full attention, sliding
+  window, quantized): a single request is a batch of one. When a second row joins, every
+  layer becomes a ``batch_cache.RowsKVCache`` (mlx-lm's ``BatchKVCache``: left-padded, one
+  RoPE offset per row, so the model classes run unmodified; plus masked holes for
+  per-row rollback), which needs full-attention ``KVCache`` layers:
+  ``batchable(model, kv_bits)`` says why a model cannot batch (None when it can).
+- ``join(row, layers)`` adds a row whose cache layers hold exactly ``row.context[:-1]``;
+  ``leave(i)`` removes row i and returns its cache layers holding exactly what it held
+  (``row.context[:-1]``), for the prompt cache or the prefix store.
+- ``step()`` drafts for every row, runs ``step.verify_step`` (one forward, one host
+  sync, each row verified and rolled back by its own amount: the output of each row is
+  what it would be alone) and observes: the drafter and the tree shaper learn from what
+  was accepted, the context grows by the emitted tokens. A row's token tree is verified
+  only while it is alone in the batch; with several rows a row verifies its linear
+  proposal (the output is the same).
 - Block length: one row drafts as it would alone. With several rows, L maximises the
   expected emitted tokens of all rows over the cost of a B x L block (``choose_block``),
   so a full batch speculates only as far as that pays and L = 1 is plain batching. The
@@ -35,18 +33,19 @@ Contract:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from ..drafters.base import Drafter, NoDrafter, Proposal
-from ..cache.batch_cache import RowsKVCache, trim_rows
+from ..cache.batch_cache import RowsKVCache
 from ..cache.rollback import make_cache
+from ..core.proposal import EMPTY, Proposal
 from ..core.sampling import Rng, SamplingParams
-from .step import Step, _Fetched, _pick, _verify, draft_for_step, in_vocab, penalize_block
-from ..core.verify import greedy_accept, settle
+from ..core.trees import cut, first_branch, prune_tree
+from ..drafters.base import Drafter, NoDrafter
+from ..policy.tree_shape import TreeShaper
+from .step import LogitsProcessor, Sampler, Step, Verify, processors_for, sampler_for, verify_step
 
 # lengths of the verify cost curve past 16 that price a batch's block (B rows x L)
 BATCH_COST_LENGTHS = (24, 32, 48, 64, 96, 128)
@@ -61,7 +60,18 @@ class Row:
     budget: list[int]
     rng: Rng | None = None
     top_logprobs: int = 0
+    diagnostics: bool = False
+    tree_budget: int = 0  # max tree nodes per step (0: linear drafts)
+    shaper: TreeShaper | None = None  # "auto": each step's node count
     alpha: float = 0.5  # running estimate of the per-token acceptance probability
+    sampler: Sampler = field(init=False)
+    processors: list[LogitsProcessor] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.rng is None and not self.params.greedy:
+            raise ValueError("a sampled row needs its request's Rng")
+        self.sampler = sampler_for(self.params, self.rng, self.speculative)
+        self.processors = processors_for(self.params)
 
     @property
     def speculative(self) -> bool:
@@ -130,32 +140,43 @@ def curve_cost(curve: dict[int, float]) -> Callable[[int], float]:
 class Batch:
     """See the module docstring."""
 
-    def __init__(self, model: Any, cost: Callable[[int], float] | None = None, learn: bool = True):
+    def __init__(self, model: Any, cost: Callable[[int], float] | None = None, learn: bool = True,
+                 vocab: int | None = None):
         self.model, self.cost, self.learn = model, cost, learn
         # (batch size class, block length) -> observed / predicted step time
         self.ratio: dict[tuple[int, int], float] = {}
-        self.vocab = getattr(getattr(model, "args", None), "vocab_size", None)
+        self.vocab = vocab if vocab is not None else getattr(getattr(model, "args", None), "vocab_size", None)
         self.rows: list[Row] = []
-        self.cache: list[RowsKVCache] | None = None
+        self.cache: list[Any] | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def join(self, row: Row, layers: list[Any]) -> None:
         held = {c.offset for c in layers}
-        if any(type(c) is not KVCache for c in layers) or held != {len(row.context) - 1}:
-            raise ValueError(f"a joining row needs KVCache layers holding its context but the "
+        if held != {len(row.context) - 1}:
+            raise ValueError(f"a joining row needs cache layers holding its context but the "
                              f"last token ({len(row.context) - 1}); got {sorted(held)}")
-        merged = [RowsKVCache.from_kv(c) for c in layers]
-        if self.cache is None:
-            self.cache = merged
-        else:
-            for c, m in zip(self.cache, merged):
-                c.extend(m)  # right-aligns both: the shorter side gets left padding
+        if self.cache is None:  # alone: the request's own layers (the same list), any kind
+            self.cache = layers
+            self.rows.append(row)
+            return
+        if any(r.tree_budget for r in (*self.rows, row)):
+            raise ValueError("token trees (a draft tree budget) are verified one request at a time")
+        if any(type(c) not in (KVCache, RowsKVCache) for c in (*self.cache, *layers)):
+            kinds = sorted({type(c).__name__ for c in (*self.cache, *layers)})
+            raise ValueError(f"cannot batch cache layers {kinds}: batching needs full-attention KVCache")
+        if not isinstance(self.cache[0], RowsKVCache):
+            self.cache = [RowsKVCache.from_kv(c) for c in self.cache]
+        for c, m in zip(self.cache, layers):
+            c.extend(RowsKVCache.from_kv(m))  # right-aligns both: the shorter side gets left padding
         self.rows.append(row)
 
-    def leave(self, i: int) -> list[KVCache]:
-        out = [c.extract(i) for c in self.cache]
+    def leave(self, i: int) -> list[Any]:
+        if not isinstance(self.cache[0], RowsKVCache):  # a lone row's own layers
+            out = self.cache
+        else:
+            out = [c.extract(i) for c in self.cache]
         del self.rows[i]
         if not self.rows:
             self.cache = None
@@ -166,28 +187,26 @@ class Batch:
         return out
 
     def step(self, speculate: bool = True) -> list[Step]:
-        """One forward over every row; ``speculate=False`` makes every row a one-token
+        """One verify step over every row; ``speculate=False`` makes every row a one-token
         step (the server does so while prompts wait for prefill: each decode step delays
         them all by its full duration)."""
         rows = self.rows
-        props = [self._propose(r) if speculate else Proposal() for r in rows]
+        drafts = [self._propose(r) if speculate else (EMPTY, EMPTY) for r in rows]
+        props = [p for _, p in drafts]
         if len(rows) > 1 and self.cost is not None:
             L = choose_block([len(p.tokens) for p in props], [r.alpha for r in rows], self._cost(len(rows)))
             props = [p.truncated(L - 1) for p in props]
         L = 1 + max(len(p.tokens) for p in props)
         t0 = time.perf_counter()
-        block = [[r.context[-1], *in_vocab(list(p.tokens), self.vocab)] + [0] * (L - 1 - len(p.tokens))
-                 for r, p in zip(rows, props)]
-        logits = self.model(mx.array(block), cache=self.cache)
-        arrays = [self._row_arrays(logits[i, : 1 + len(p.tokens)], r, p)
-                  for i, (r, p) in enumerate(zip(rows, props))]
-        mx.eval(*(a for row in arrays for a in row))
+        steps = verify_step(self.model, self.cache, [
+            Verify(r.context, p, r.sampler, r.processors, r.top_logprobs, r.diagnostics)
+            for r, p in zip(rows, props)], vocab=self.vocab)
         if self.learn and self.cost is not None and len(rows) > 1:
             seen = (time.perf_counter() - t0) / self.cost(len(rows) * L)
             key = (len(rows).bit_length(), L)
             self.ratio[key] = seen if key not in self.ratio else 0.8 * self.ratio[key] + 0.2 * seen
-        steps = [self._finish(r, p, [a.tolist() for a in row]) for r, p, row in zip(rows, props, arrays)]
-        trim_rows(self.cache, L, [1 + s.accepted for s in steps])
+        for r, (full, _), p, s in zip(rows, drafts, props, steps):
+            self._observe(r, full, p, s)
         return steps
 
     def _cost(self, rows: int) -> Callable[[int], float]:
@@ -203,29 +222,41 @@ class Batch:
 
         return cost
 
-    def _propose(self, row: Row) -> Proposal:
+    def _propose(self, row: Row) -> tuple[Proposal, Proposal]:
+        """(the drafter's whole proposal, what this step verifies of it)."""
         if not row.speculative:
-            return Proposal()
-        return draft_for_step(row.drafter, row.context, min(row.k, row.budget[0] - 1))
+            return EMPTY, EMPTY
+        tree = row.tree_budget if len(self.rows) == 1 else 0
+        full = draft_for_step(row.drafter, row.context, min(row.k, row.budget[0] - 1), tree)
+        proposal = cut(full, full.depth, row.shaper.budget(full.parents)) if row.shaper and full else full
+        if not proposal.is_linear and proposal.q is not None:
+            # draft distributions on a tree: its best branch is verified (exact, linear)
+            proposal = first_branch(proposal)
+        return full, proposal
 
     @staticmethod
-    def _row_arrays(logits: mx.array, row: Row, proposal: Proposal) -> list[mx.array]:
-        logits = penalize_block(logits, row.context, list(proposal.tokens), row.params)
-        if row.speculative:
-            accept, fix = _verify(logits, proposal, row.params, row.rng)
-        else:  # as plain decoding samples, so a seeded request reproduces under batching
-            accept, fix = mx.zeros((0,), mx.bool_), _pick(logits[0], row.params, row.rng).reshape(1)
-        return _Fetched.arrays(logits, proposal, accept, fix, False, row.top_logprobs)
+    def _observe(row: Row, full: Proposal, proposal: Proposal, step: Step) -> None:
+        if proposal:
+            row.drafter.observe(step.accepted)
+            row.alpha = 0.8 * row.alpha + 0.2 * step.accepted / len(proposal)
+        if row.shaper and full:
+            row.shaper.update(full.tokens, full.parents, step.tokens)
+        row.context.extend(step.tokens)
 
-    @staticmethod
-    def _finish(row: Row, proposal: Proposal, lists: list[list]) -> Step:
-        got, draft = _Fetched.from_host(lists, False, row.top_logprobs), list(proposal.tokens)
-        if row.params.greedy:
-            accepted, emitted = greedy_accept(draft, got.fix)
-        else:
-            accepted, emitted = settle(draft, got.accept, got.fix)
-        if draft:
-            row.drafter.observe(accepted)
-            row.alpha = 0.8 * row.alpha + 0.2 * accepted / len(draft)
-        row.context.extend(emitted)
-        return got.step(emitted, len(draft), accepted)
+
+def draft_for_step(drafter: Drafter, context: Sequence[int], k: int,
+                   tree_budget: int = 0) -> Proposal:
+    """The drafter's proposal for this step, at most ``k`` tokens deep (none when k < 1);
+    with ``tree_budget`` > 0 a tree of at most that many nodes (``propose_tree``)."""
+    if k < 1:
+        return EMPTY
+    proposal = drafter.propose_tree(context, k, tree_budget) if tree_budget > 0 else drafter.propose(context, k)
+    if not isinstance(proposal, Proposal):
+        raise TypeError(f"{type(drafter).__name__}.propose returned {type(proposal).__name__}, "
+                        "not a specdec.drafters.Proposal")
+    if not proposal.is_linear:
+        if tree_budget < 1:
+            raise ValueError(f"drafter {drafter.name!r} proposed a token tree; set a draft tree "
+                             "budget (--draft-tree-budget) to verify trees")
+        return prune_tree(proposal, k, tree_budget)
+    return proposal.truncated(k)

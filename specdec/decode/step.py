@@ -1,40 +1,48 @@
-"""Decode steps: prefill, a plain step, a speculative step — one host sync per step
-(a draft model's proposal adds its own; see ``drafters.draft_model``).
+"""The one verify step: every speculative decoding path (single stream, continuous batching,
+token trees, a sharded target) runs ``verify_step``, and ``verify_forward`` inside it is
+the only place a verify block goes through the target.
 
-Contract:
-- ``prefill(model, cache, tokens)`` fills the cache in chunks, keeping no logits.
-- ``plain_steps(...)`` yields one ``Step`` (one token) per target forward. Building the
-  forward of token t+1 is queued before waiting for token t, as mlx-lm's loop does.
-- ``spec_steps(...)`` yields one ``Step`` per verify forward over ``[last] + draft``: the
-  kept tokens (``verify.greedy_accept`` at temperature 0, ``verify.rejection_sample`` +
-  ``settle`` otherwise), after rolling the cache back past the rejected ones. With
-  ``tree_budget`` > 0 a drafter's ``propose_tree(context, k, budget)`` may return a token
-  tree (at most k deep, at most ``tree_budget`` nodes), verified in one forward
-  (``tree.tree_step``: greedy accepts the longest agreeing root path, sampling runs
-  multi-candidate rejection sampling down the tree; the repetition penalty gives each
-  node its own root path's window; the cache is compacted to the accepted path). A tree
-  carrying draft distributions (q) verifies its first-child branch linearly, which is
-  exact (``tree.first_branch``). With ``tree_budget`` = 0 a tree is refused, never flattened.
-Every Step carries the target's log-probability of each emitted token (raw
-``log_softmax`` of the logits, as mlx-lm reports them), with ``top_logprobs = n > 0`` the
-n most likely tokens at each emitted position as ``(token, logprob)`` pairs, best first
-(computed on the device only when asked, fetched in the step's one sync), and, with
-``diagnostics``, the top-2 logit margin at each emitted position.
+Contract of ``verify_step(model, cache, rows, vocab=)`` — B rows (B = 1 for a single
+request), each a ``Verify``: the row's context (prompt + emitted tokens; its last token
+is the block's root, not yet fed), its ``Proposal`` (linear; a tree of deterministic
+drafts only when B = 1), its ``Sampler``, its logits processors and what to report. The
+step runs, in order:
+
+1. forward: one ``verify_forward`` over every row's ``[last] + proposal`` (rows padded
+   with token 0 to the longest; a tree under ``tree_attention``);
+2. processing: each row's ``LogitsProcessor`` chain, where block row r sees the context
+   plus the draft tokens before it (a linear draft's prefix, a tree node's root path);
+3. decision on the device: the row's ``Sampler`` (greedy argmax, exact rejection
+   sampling linear or multi-candidate down a tree, or plain sampling for a row that
+   does not speculate);
+4. one host sync for all rows (``mx.eval`` then ``tolist``);
+5. settle: each row's accepted path and emitted tokens (the accepted drafts plus one
+   token of the target's);
+6. rollback: ``batch_cache.roll_back`` keeps each row's root and accepted path and drops
+   the rest, on any cache kind (checked; never a silent no-op);
+7. a ``Step`` record per row: emitted tokens, drafted/accepted/fed counts, the target's
+   log-probability of each emitted token (raw ``log_softmax``, as mlx-lm reports it), and
+   when asked the n most likely ``(token, logprob)`` pairs and the top-2 logit margin.
+
+The caller (``batch.Batch``) drafts before and observes after. Plain decoding without
+drafts has its own pipelined loop (``plain.plain_steps``), which never waits on the host
+between tokens.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import mlx.core as mx
 
-from ..drafters.base import Drafter, Proposal
-from ..cache.rollback import trim
-from .tree import cut, first_branch, prune_tree, tree_step
-from ..policy.tree_shape import TreeShaper
+from ..cache.batch_cache import roll_back
+from ..core.proposal import Proposal
 from ..core.sampling import Rng, SamplingParams, penalize, processed_probs
-from ..core.verify import greedy_accept, rejection_sample, settle
+from ..core.trees import greedy_tree_accept, tree_kids
+from ..core.verify import greedy_accept, rejection_sample, settle, tree_rejection_sample, tree_settle
+from .tree_attention import tree_attention
 
 
 @dataclass
@@ -47,6 +55,172 @@ class Step:
     margins: list[float] | None = None
     top: list[list[tuple[int, float]]] | None = None  # per emitted token, when asked
     depth: int | None = None  # a tree's depth (None: a linear draft, depth = drafted)
+
+
+# ---- logits processors: what plain decoding applies before it samples --------------------
+class LogitsProcessor:
+    """Changes a block's logits (R, V); block row r comes after ``context + seen[r]``, so
+    each verified position sees exactly the history plain decoding would have had."""
+
+    def __call__(self, logits: mx.array, context: Sequence[int],
+                 seen: Sequence[Sequence[int]]) -> mx.array:
+        raise NotImplementedError
+
+
+class RepetitionPenalty(LogitsProcessor):
+    """mlx-lm's repetition penalty over each row's own last ``context_size`` tokens."""
+
+    def __init__(self, penalty: float, context_size: int):
+        self.params = SamplingParams(repetition_penalty=penalty,
+                                     repetition_context_size=context_size)
+
+    def __call__(self, logits, context, seen):
+        size = self.params.repetition_context_size
+        rows = [(list(context[-size:]) + list(s))[-size:] for s in seen]
+        if min(map(len, rows)) == max(map(len, rows)):  # equal widths: one gather
+            return penalize(logits, mx.array(rows, dtype=mx.int32), self.params)
+        # a prompt shorter than the window: rows differ in width
+        return mx.concatenate([penalize(logits[i : i + 1], mx.array([r], dtype=mx.int32), self.params)
+                               for i, r in enumerate(rows)])
+
+
+def processors_for(params: SamplingParams) -> list[LogitsProcessor]:
+    """The processor chain a request's sampling parameters ask for (empty: none)."""
+    if params.repetition_penalty == 1.0:
+        return []
+    return [RepetitionPenalty(params.repetition_penalty, params.repetition_context_size)]
+
+
+# ---- samplers: how a row's block of logits becomes emitted tokens ------------------------
+class Sampler:
+    """``decide`` builds a row's device arrays (no sync); ``settle`` reads their host copies
+    and returns (accepted node indices in path order, emitted tokens)."""
+
+    def decide(self, logits: mx.array, proposal: Proposal) -> list[mx.array]:
+        raise NotImplementedError
+
+    def settle(self, proposal: Proposal, host: list[list]) -> tuple[list[int], list[int]]:
+        raise NotImplementedError
+
+
+class Greedy(Sampler):
+    """Temperature 0: the longest draft path agreeing with the target's argmax."""
+
+    def decide(self, logits, proposal):
+        return [mx.argmax(logits, axis=-1)]
+
+    def settle(self, proposal, host):
+        fix = host[0]
+        if proposal.is_linear:
+            accepted, emitted = greedy_accept(proposal.tokens, fix)
+            return list(range(accepted)), emitted
+        return greedy_tree_accept(proposal.tokens, proposal.parents, fix)
+
+
+class RejectionSampler(Sampler):
+    """Exact speculative sampling: ``verify.rejection_sample`` for a linear draft (with the
+    draft's q when it has one), multi-candidate rejection down a tree of point masses."""
+
+    def __init__(self, params: SamplingParams, rng: Rng):
+        self.params, self.rng = params, rng
+
+    def decide(self, logits, proposal):
+        p = processed_probs(logits, self.params)
+        if not proposal.is_linear:
+            kids = tree_kids(proposal.tokens, proposal.parents)
+            width, vocab = max(1, max(map(len, kids))), logits.shape[-1]
+            # an out-of-vocabulary child has probability 0: it is padding, never accepted
+            slots = [[proposal.tokens[j] if proposal.tokens[j] < vocab else -1 for j in row]
+                     + [-1] * (width - len(row)) for row in kids]
+            pick, fix = tree_rejection_sample(p, mx.array(slots, dtype=mx.int32), self.rng.next())
+            return [fix, pick]
+        q = proposal.q
+        if q is not None and q.shape[-1] != p.shape[-1]:
+            # padded vocabularies (Qwen pads its embedding rows): ids beyond either table
+            # have probability 0 there, so zero-padding the narrower is exact
+            width = max(q.shape[-1], p.shape[-1])
+            q = mx.pad(q, [(0, 0), (0, width - q.shape[-1])])
+            p = mx.pad(p, [(0, 0), (0, width - p.shape[-1])])
+        accept, fix = rejection_sample(mx.array(proposal.tokens, dtype=mx.int32), p, q, self.rng.next())
+        return [fix, accept]
+
+    def settle(self, proposal, host):
+        fix, verdict = host
+        if proposal.is_linear:
+            accepted, emitted = settle(proposal.tokens, verdict, fix)
+            return list(range(accepted)), emitted
+        return tree_settle(proposal.tokens, tree_kids(proposal.tokens, proposal.parents), verdict, fix)
+
+
+class PlainSampler(Sampler):
+    """A row that does not speculate samples as plain decoding does (one key per token),
+    so a seeded request gives the same text batched or alone."""
+
+    def __init__(self, params: SamplingParams, rng: Rng):
+        self.params, self.rng = params, rng
+
+    def decide(self, logits, proposal):
+        if proposal:
+            raise ValueError("a plain row verifies no drafts")
+        return [pick_token(logits[0], self.params, self.rng).reshape(1)]
+
+    def settle(self, proposal, host):
+        return [], [host[0][0]]
+
+
+def pick_token(logits: mx.array, params: SamplingParams, rng: Rng | None) -> mx.array:
+    """Plain decoding's choice from one row of (processed) logits."""
+    if params.greedy:
+        return mx.argmax(logits, axis=-1)
+    return mx.random.categorical(mx.log(processed_probs(logits, params)), key=rng.next())
+
+
+def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> Sampler:
+    if params.greedy:
+        return Greedy()
+    return RejectionSampler(params, rng) if speculative else PlainSampler(params, rng)
+
+
+# ---- the step ----------------------------------------------------------------------------
+@dataclass
+class Verify:
+    """One row of a verify step (see the module docstring)."""
+
+    context: list[int]
+    proposal: Proposal
+    sampler: Sampler
+    processors: Sequence[LogitsProcessor] = ()
+    top_logprobs: int = 0
+    diagnostics: bool = False
+
+    def seen(self) -> list[list[int]]:
+        """Per block row, the drafted tokens before it (a prefix or a root path)."""
+        p = self.proposal
+        return [[]] + [p.path(j) for j in range(len(p.tokens))]
+
+
+def in_vocab(draft: Sequence[int], vocab: int | None) -> list[int]:
+    """The draft as the target may be fed it: a draft model with a wider (padded)
+    vocabulary can sample ids the target has no embedding for. The target gives them
+    probability 0, so verification rejects them whatever they are fed as; feeding them
+    would read past the embedding table, so a valid id (0) stands in.
+
+    >>> in_vocab([5, 9, 2], 8)
+    [5, 0, 2]
+    """
+    if vocab is None or all(t < vocab for t in draft):
+        return list(draft)
+    return [t if t < vocab else 0 for t in draft]
+
+
+def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]],
+                   parents: Sequence[int] | None = None) -> mx.array:
+    """Logits (B, L, V) of one forward over B blocks of equal length L (``[last] +
+    drafts``, padded); ``parents`` makes the single block a token tree (``tree_attention``:
+    row r sees the cache and its own ancestors, at position offset + depth)."""
+    scope = tree_attention(model, cache, parents) if parents is not None else nullcontext()
+    with scope:
+        return model(mx.array(blocks), cache=cache)
 
 
 def top_entries(logp: mx.array, n: int) -> list[mx.array]:
@@ -65,229 +239,54 @@ def top2_margin(logits: mx.array) -> mx.array:
     return mx.abs(top2[..., 0] - top2[..., 1])
 
 
-def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
-    """Run ``tokens`` through the model in chunks, filling the cache (no logits kept)."""
-    for i in range(0, len(tokens), step_size):
-        model(mx.array(tokens[i : i + step_size])[None], cache=cache)
-        mx.eval([c.state for c in cache])
+def _row_arrays(logits: mx.array, row: Verify) -> tuple[list[mx.array], list[mx.array], list[mx.array]]:
+    """One row's device arrays: (logprobs [node logprobs at their parents' rows, then each
+    block row's own token's], the sampler's arrays, the extras asked for [margins, top
+    ids, top logprobs])."""
+    for proc in row.processors:
+        logits = proc(logits, row.context, row.seen())
+    decided = row.sampler.decide(logits, row.proposal)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    p = row.proposal
+    fix = decided[0].astype(mx.int32)  # every sampler's first array: each row's own token
+    lp_fix = mx.take_along_axis(logp, fix[:, None], axis=-1)[:, 0]
+    if p:  # each node's logprob at its parent's row; an out-of-vocabulary id is never accepted
+        parents = mx.array(list(p.parents or range(-1, len(p.tokens) - 1)), dtype=mx.int32)
+        cand = mx.minimum(mx.array(p.tokens, dtype=mx.int32), logp.shape[-1] - 1)
+        lp_fix = mx.concatenate([logp[parents + 1, cand], lp_fix])
+    extras = [top2_margin(logits)] if row.diagnostics else []
+    extras += top_entries(logp, row.top_logprobs) if row.top_logprobs else []
+    return [lp_fix], decided, extras
 
 
-def _pick(logits: mx.array, params: SamplingParams, rng: Rng | None) -> mx.array:
-    if params.greedy:
-        return mx.argmax(logits, axis=-1)
-    return mx.random.categorical(mx.log(processed_probs(logits, params)), key=rng.next())
+def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[list]) -> tuple[Step, list[int]]:
+    """(the row's Step, the block indices its cache keeps)."""
+    p, n = row.proposal, len(row.proposal.tokens)
+    path, emitted = row.sampler.settle(p, decided)
+    rows = [0] + [j + 1 for j in path]  # the block row each emitted token was predicted at
+    logprobs = [lps[j] for j in path] + [lps[n + rows[-1]]]
+    margins = [extras[0][r] for r in rows] if row.diagnostics else None
+    top = extras[-2:] if row.top_logprobs else None
+    top = [sorted_top(top[0][r], top[1][r]) for r in rows] if top else None
+    step = Step(emitted, n, len(path), n + 1, logprobs, margins, top,
+                depth=None if p.is_linear else p.depth)
+    return step, rows
 
 
-def plain_steps(
-    model: Any,
-    cache: list,
-    context: Sequence[int],
-    params: SamplingParams,
-    rng: Rng | None,
-    diagnostics: bool,
-    top_logprobs: int = 0,
-) -> Iterator[Step]:
-    # the penalty window lives on the device so the pipelined loop never waits for it
-    window = mx.array(list(context[-params.repetition_context_size :]), dtype=mx.int32)
-
-    def forward(tok: mx.array) -> list[mx.array]:
-        nonlocal window
-        logits = model(tok.reshape(1, 1), cache=cache)[0, -1]
-        logits = penalize(logits[None], window[None], params)[0]
-        y = _pick(logits, params, rng)
-        if params.repetition_penalty != 1.0:
-            tail = mx.concatenate([window, y.reshape(1).astype(mx.int32)])
-            window = tail[-params.repetition_context_size :]
-        lse = mx.logsumexp(logits)
-        out = [y, logits[y] - lse] + ([top2_margin(logits)] if diagnostics else [])
-        return out + (top_entries(logits - lse, top_logprobs) if top_logprobs else [])
-
-    cur = forward(mx.array([context[-1]]))
-    mx.async_eval(*cur)
-    while True:
-        nxt = forward(cur[0])  # queued on the still-unevaluated token
-        mx.async_eval(*nxt)
-        vals = [a.tolist() for a in cur]  # waits for this step only
-        margins = [vals[2]] if diagnostics else None
-        top = [sorted_top(*vals[-2:])] if top_logprobs else None
-        yield Step([vals[0]], 0, 0, 1, [vals[1]], margins, top)
-        cur = nxt
-
-
-def _verify(
-    logits: mx.array, proposal: Proposal, params: SamplingParams, rng: Rng | None
-) -> tuple[mx.array, mx.array]:
-    """Device arrays (accept (k,), fix (k+1,)) for one verify block of ``proposal``."""
-    d = mx.array(proposal.tokens, dtype=mx.int32)
-    if params.greedy:
-        fix = mx.argmax(logits, axis=-1)
-        return d == fix[: d.shape[0]], fix
-    p = processed_probs(logits, params)
-    q = proposal.q
-    if q is not None and q.shape[-1] != p.shape[-1]:
-        # padded vocabularies (Qwen pads its embedding rows): ids beyond either table
-        # have probability 0 there, so zero-padding the narrower is exact
-        width = max(q.shape[-1], p.shape[-1])
-        q = mx.pad(q, [(0, 0), (0, width - q.shape[-1])])
-        p = mx.pad(p, [(0, 0), (0, width - p.shape[-1])])
-    return rejection_sample(d, p, q, rng.next())
-
-
-def penalize_block(logits: mx.array, context: list[int], draft: Sequence[int],
-                   params: SamplingParams) -> mx.array:
-    """Apply the repetition penalty to each row of a verify block: row i has seen
-    ``context + draft[:i]``."""
-    return penalize_rows(logits, context, [list(draft[:i]) for i in range(len(draft) + 1)], params)
-
-
-def penalize_rows(logits: mx.array, context: list[int], seen: Sequence[Sequence[int]],
-                  params: SamplingParams) -> mx.array:
-    """The repetition penalty per block row: row i has seen ``context + seen[i]`` (a linear
-    draft's prefixes, or a tree node's root path), so each row gets its own window."""
-    if params.repetition_penalty == 1.0:
-        return logits
-    size = params.repetition_context_size
-    rows = [(context[-size:] + list(s))[-size:] for s in seen]
-    if min(map(len, rows)) == max(map(len, rows)):  # equal widths: one gather
-        return penalize(logits, mx.array(rows, dtype=mx.int32), params)
-    # a prompt shorter than the window: rows differ in width
-    return mx.concatenate(
-        [penalize(logits[i : i + 1], mx.array([r], dtype=mx.int32), params) for i, r in enumerate(rows)]
-    )
-
-
-@dataclass
-class _Fetched:
-    """The host copies of one verify step's device results (the step's one sync)."""
-
-    accept: list[bool]
-    fix: list[int]
-    lp_draft: list[float]  # logprob of each drafted token, then of the bonus candidate
-    lp_fix: list[float]
-    margins: list[float] | None
-    top: tuple[list, list] | None
-
-    @classmethod
-    def fetch(cls, logits: mx.array, proposal: Proposal, accept: mx.array, fix: mx.array,
-              diagnostics: bool, top_logprobs: int) -> "_Fetched":
-        arrays = cls.arrays(logits, proposal, accept, fix, diagnostics, top_logprobs)
-        mx.eval(*arrays)
-        return cls.from_host([a.tolist() for a in arrays], diagnostics, top_logprobs)  # the one sync
-
-    @staticmethod
-    def arrays(logits: mx.array, proposal: Proposal, accept: mx.array, fix: mx.array,
-               diagnostics: bool, top_logprobs: int) -> list[mx.array]:
-        """The device arrays a step's host side needs (a batch evaluates all rows' at once)."""
-        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        rows = mx.arange(logits.shape[0])
-        # an out-of-vocabulary draft id (see in_vocab) is rejected; its logprob is unused
-        drafted = mx.minimum(mx.array(proposal.tokens, dtype=fix.dtype), logits.shape[-1] - 1)
-        cand = mx.concatenate([drafted, fix[-1:]])
-        arrays = [accept, fix, logp[rows, cand], logp[rows, fix]]
-        arrays += [top2_margin(logits)] if diagnostics else []
-        return arrays + (top_entries(logp, top_logprobs) if top_logprobs else [])
-
-    @classmethod
-    def from_host(cls, lists: list[list], diagnostics: bool, top_logprobs: int) -> "_Fetched":
-        acc, fx, lp_draft, lp_fix, *rest = lists
-        margins = rest.pop(0) if diagnostics else None
-        return cls(acc, fx, lp_draft, lp_fix, margins, tuple(rest) if top_logprobs else None)
-
-    def step(self, emitted: list[int], drafted: int, accepted: int) -> Step:
-        n = accepted + 1
-        logprobs = self.lp_draft[:accepted] + [self.lp_fix[accepted]]
-        margins = self.margins[:n] if self.margins is not None else None
-        top = [sorted_top(self.top[0][i], self.top[1][i]) for i in range(n)] if self.top else None
-        return Step(emitted, drafted, accepted, drafted + 1, logprobs, margins, top)
-
-
-def in_vocab(draft: list[int], vocab: int | None) -> list[int]:
-    """The draft as the target may be fed it: a draft model with a wider (padded)
-    vocabulary can sample ids the target has no embedding for. The target gives them
-    probability 0, so verification rejects them whatever they are fed as; feeding them
-    would read past the embedding table, so a valid id (0) stands in.
-
-    >>> in_vocab([5, 9, 2], 8)
-    [5, 0, 2]
-    """
-    if vocab is None or all(t < vocab for t in draft):
-        return draft
-    return [t if t < vocab else 0 for t in draft]
-
-
-def draft_for_step(drafter: Drafter, context: Sequence[int], k: int,
-                   tree_budget: int = 0) -> Proposal:
-    """The drafter's proposal for this step, at most ``k`` tokens deep (none when k < 1);
-    with ``tree_budget`` > 0 a tree of at most that many nodes (``propose_tree`` when the
-    drafter has it)."""
-    if k < 1:
-        return Proposal()
-    tree = tree_budget > 0 and hasattr(drafter, "propose_tree")
-    proposal = drafter.propose_tree(context, k, tree_budget) if tree else drafter.propose(context, k)
-    if not isinstance(proposal, Proposal):
-        raise TypeError(f"{type(drafter).__name__}.propose returned {type(proposal).__name__}, "
-                        "not a specdec.drafters.Proposal")
-    if not proposal.is_linear:
-        if tree_budget < 1:
-            raise ValueError(f"drafter {drafter.name!r} proposed a token tree; set a draft tree "
-                             "budget (--draft-tree-budget) to verify trees")
-        return prune_tree(proposal, k, tree_budget)
-    return proposal.truncated(k)
-
-
-def spec_steps(
-    model: Any,
-    cache: list,
-    context: list[int],
-    drafter: Drafter,
-    k: int,
-    budget: list[int],
-    params: SamplingParams,
-    rng: Rng | None,
-    diagnostics: bool,
-    top_logprobs: int = 0,
-    tree_budget: int = 0,
-    shaper: TreeShaper | None = None,
-) -> Iterator[Step]:
-    """Draft, verify, accept, roll back, emit. ``context`` grows by the emitted tokens of
-    each step; ``budget[0]`` is the number of tokens still wanted (drafting past it is
-    waste). ``tree_budget``: max tree nodes per step (0 = linear drafts only); with a
-    ``shaper`` (``--draft-tree-budget auto``) each step verifies only the first
-    ``shaper.budget()`` nodes of the drafter's best-first proposal, and the shaper learns
-    from the whole proposal against what was emitted."""
-    vocab = getattr(getattr(model, "args", None), "vocab_size", None)
-    while True:
-        full = draft_for_step(drafter, context, min(k, budget[0] - 1), tree_budget)
-        proposal = cut(full, full.depth, shaper.budget(full.parents)) if shaper and full else full
-        if not proposal.is_linear and proposal.q is not None:
-            # draft distributions on a tree: its best branch is verified (exact, linear)
-            proposal = first_branch(proposal)
-        if proposal.is_linear:
-            step = linear_step(model, cache, context, proposal, params, rng, vocab,
-                               diagnostics, top_logprobs)
-        else:
-            step, _ = tree_step(model, cache, context, proposal, vocab, diagnostics, top_logprobs,
-                                params, rng)
-        if proposal:
-            drafter.observe(step.accepted)
-        if shaper and full:
-            shaper.update(full.tokens, full.parents, step.tokens)
-        context.extend(step.tokens)
-        yield step
-
-
-def linear_step(model: Any, cache: list, context: list[int], proposal: Proposal,
-                params: SamplingParams, rng: Rng | None, vocab: int | None,
-                diagnostics: bool, top_logprobs: int) -> Step:
-    """One verify forward of a linear draft, rolled back past its rejected tokens."""
-    draft = list(proposal.tokens)
-    logits = model(mx.array([context[-1], *in_vocab(draft, vocab)])[None], cache=cache)[0]
-    logits = penalize_block(logits, context, draft, params)
-    accept, fix = _verify(logits, proposal, params, rng)
-    got = _Fetched.fetch(logits, proposal, accept, fix, diagnostics, top_logprobs)
-    if params.greedy:
-        accepted, emitted = greedy_accept(draft, got.fix)
-    else:
-        accepted, emitted = settle(draft, got.accept, got.fix)
-    trim(cache, len(draft) - accepted)
-    return got.step(emitted, len(draft), accepted)
+def verify_step(model: Any, cache: list, rows: Sequence[Verify], *,
+                vocab: int | None = None) -> list[Step]:
+    """See the module docstring."""
+    trees = [r for r in rows if not r.proposal.is_linear]
+    if trees and (len(rows) > 1 or trees[0].proposal.q is not None):
+        raise ValueError("a token tree is verified alone and of deterministic drafts "
+                         "(verify a tree with draft distributions by its first branch)")
+    L = 1 + max(len(r.proposal.tokens) for r in rows)
+    blocks = [[r.context[-1], *in_vocab(r.proposal.tokens, vocab)] + [0] * (L - 1 - len(r.proposal))
+              for r in rows]
+    logits = verify_forward(model, cache, blocks, trees[0].proposal.parents if trees else None)
+    arrays = [_row_arrays(logits[i, : 1 + len(r.proposal)], r) for i, r in enumerate(rows)]
+    mx.eval(*(a for row in arrays for part in row for a in part))
+    host = [[[a.tolist() for a in part] for part in row] for row in arrays]  # the one sync
+    done = [_finish(r, lps[0], decided, extras) for r, (lps, decided, extras) in zip(rows, host)]
+    roll_back(cache, L, [kept for _, kept in done])
+    return [s for s, _ in done]

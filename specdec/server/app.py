@@ -32,7 +32,8 @@ from .metrics import CONTENT_TYPE, Metrics
 from .middleware import wrap
 from .responses import SSE_DONE, Responder, sse
 from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
-from .worker import DoneEvent, ErrorEvent, GenRequest, InferenceWorker, Job, TokenEvent
+from .events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
+from .worker import InferenceWorker
 
 CLIENT_CLOSED = 499  # nginx's status for "the client went away"; only metrics ever see it
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -1,7 +1,9 @@
-"""The worker's continuous-batching loop: every running request decodes in one forward.
+"""The server's one inference path: every running request decodes in one batched step.
 
-Contract (run on the inference thread only, by ``InferenceWorker`` when batching is on):
-- ``Batcher(worker).run_once(tick)`` is one scheduling round: admit queued jobs while
+Contract (run on the inference thread only, by ``InferenceWorker``; ``--max-batch 1`` is
+a batch of one, where any model and every feature runs: sliding windows, a quantized KV
+cache, token trees, a sharded target):
+- ``Batcher(worker, cost).run_once(tick)`` is one scheduling round: admit queued jobs while
   fewer than ``max_batch`` run; prefill one chunk (``CHUNK`` tokens) of the oldest job
   still prefilling (so the running ones keep decoding while a long prompt arrives); run
   one batched decode step (``specdec.decode.batch.Batch``) over the rows that are prefilled,
@@ -10,28 +12,28 @@ Contract (run on the inference thread only, by ``InferenceWorker`` when batching
   half again of the p95 time to first token);
   send each row's tokens to its client; finish rows at EOS, max tokens, a stop string or
   a cancel at once. With nothing to do it waits up to ``tick`` seconds for a job.
-- Each job gets a ``PromptCache`` from the prefix store (or a fresh one when the store is
-  off), so a conversation's next turn prefills only what is new; when it finishes, its
-  cache (exactly prompt + emitted tokens) goes back to the store.
-- Each row verifies its own draft and stops on its own; its events, usage and timings
-  are those of the sequential path (``worker._run``). A failure of the batched forward
-  fails every running job with 500 and starts an empty batch; the server keeps serving.
+- Each job is a ``decode.request.Request`` (the library's lifecycle): a ``PromptCache``
+  from the prefix store when it is on, so a conversation's next turn prefills only what
+  is new, and when the job finishes its cache (exactly prompt + emitted tokens) goes back
+  to the store; else the request's own cache.
+- Each row verifies its own draft and stops on its own (EOS, max tokens, a stop string).
+  A job that cannot start or fails in its prefill gets its own error; a failure of the
+  batched step fails the running jobs with 500 and starts an empty batch; the thread keeps
+  serving. A lost rank of a sharded target goes to the worker (``group_failure``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
-from ..decode.batch import Batch, Row
-from ..engine import Emitter
-from ..cache.prompt_cache import make_prompt_cache
-from ..core.sampling import Rng
-from ..core.stats import SpecStats
 from ..core.text import TextOut
+from ..decode.batch import Batch
+from ..decode.request import Request
+from ..engine import tree_policy
+from .events import DoneEvent
 
 log = logging.getLogger("specdec.server")
 CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
@@ -39,18 +41,11 @@ CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the runn
 
 @dataclass
 class Active:
-    """One admitted job: prefilling (``row`` None) or decoding in the batch."""
+    """One admitted job and its request (prefilling, or decoding in the batch)."""
 
     job: Any
-    cache: Any  # PromptCache
-    pending: list[int]  # prompt tokens still to prefill
-    drafter: Any
-    text: TextOut
-    stats: SpecStats = field(default_factory=SpecStats)
-    started: float = field(default_factory=time.perf_counter)
-    row: Row | None = None
-    emitter: Emitter | None = None
-    tokens: list[int] = field(default_factory=list)
+    req: Request
+    started: float  # when the job left the queue
     last: float | None = None  # when the previous token went out (metrics)
 
 
@@ -108,77 +103,59 @@ class Batcher:
                 job.emit(self.w.error_event(e))
 
     def _start(self, job: Any) -> Active:
-        req, w = job.request, self.w
+        spec, w = job.request.speculation, self.w
+        gen = job.request
         job.state = "running"
-        cache = w.prefixes.take(req.prompt_ids) if w.prefixes.max_bytes else \
-            make_prompt_cache(w.model, max_draft_tokens=w.max_draft_tokens)
-        reused = cache.reuse(w.model, req.prompt_ids, req.speculation.num_draft_tokens, None)
-        a = Active(job, cache, list(req.prompt_ids[reused:-1]), w.drafter_for(req),
-                   TextOut(w.tokenizer, req.stop))
-        a.stats.drafter, a.stats.prompt_tokens, a.stats.cached_tokens = \
-            a.drafter.name, len(req.prompt_ids), reused
-        a.drafter.begin(list(req.prompt_ids))
-        return a
+        cache = w.prefixes.take(gen.prompt_ids) if w.prefixes.max_bytes else None
+        drafter = w.drafter_for(gen)
+        budget, shaper = tree_policy(w.model, spec.draft_tree_budget, drafter, spec.num_draft_tokens)
+        req = Request(w.model, gen.prompt_ids, drafter=drafter, max_tokens=gen.max_tokens,
+                      num_draft_tokens=spec.num_draft_tokens, eos=w.tokenizer.eos_token_ids,
+                      sampling=gen.sampling, tree_budget=budget, shaper=shaper, prompt_cache=cache,
+                      kv_bits=w.cfg.kv_bits, top_logprobs=gen.top_logprobs,
+                      text=TextOut(w.tokenizer, gen.stop))
+        started = time.perf_counter()
+        req.start()
+        return Active(job, req, started)
 
     def _prefill_chunk(self, a: Active) -> None:
-        from ..decode.step import prefill
-
-        chunk, a.pending = a.pending[:CHUNK], a.pending[CHUNK:]
         try:
-            prefill(self.w.model, a.cache.layers, chunk)
-            a.cache.fed(chunk)
-        except Exception as e:  # noqa: BLE001
+            if not a.req.prefill(CHUNK):
+                return
             self.prefilling.remove(a)
+            self.batch.join(a.req.row(), a.req.layers)
+        except Exception as e:  # noqa: BLE001 (this job's failure; the batch is untouched)
+            if a in self.prefilling:
+                self.prefilling.remove(a)
             self._failed(a, e)
             return
-        if a.pending:
-            return
-        self.prefilling.remove(a)
-        req = a.job.request
-        a.stats.prefill_s = time.perf_counter() - a.started
-        params = req.sampling
-        a.row = Row(list(req.prompt_ids), a.drafter, req.speculation.num_draft_tokens, params,
-                    [req.max_tokens], rng=None if params.greedy else Rng(params.seed),
-                    top_logprobs=req.top_logprobs)
-        a.emitter = Emitter(a.row.budget, set(self.w.tokenizer.eos_token_ids), a.stats, None, a.started)
-        self.batch.join(a.row, a.cache.layers)
         self.decoding.append(a)
 
     # -- decoding -------------------------------------------------------------------------
 
     def _deliver(self, i: int, step: Any) -> None:
         a = self.decoding[i]
-        out, done = a.emitter.feed(step)
-        reason = "length" if done and a.row.budget[0] <= 0 else "stop"
-        for e in out:
-            text, hit = a.text.feed(e.token)
-            a.tokens.append(e.token)
+        for e in a.req.feed(step):
             now = time.perf_counter()
             self.w.metrics.on_token(a.last is None, now - (a.job.submitted if a.last is None else a.last))
             a.last = now
-            self.w.send_token(a.job, text, e)
-            if hit:
-                self._finish(i, "stop", stopped=True)
-                return
-        if done:
-            self._finish(i, reason)
+            self.w.send_token(a.job, e.text, e)
+        if a.req.finish_reason:
+            self._finish(i)
 
-    def _finish(self, i: int, reason: str, stopped: bool = False) -> None:
+    def _finish(self, i: int) -> None:
         a = self.decoding.pop(i)
-        a.cache.layers = self.batch.leave(i)
-        self._settle(a)
-        tail = "" if stopped else a.text.tail()
-        final = SimpleNamespace(stats=a.stats, finish_reason=reason, text=tail)
+        self._settle(a, self.batch.leave(i))
         a.job.state = "finished"
-        a.job.emit(self.w.done_event(a.job, final, a.started))
+        a.job.emit(self.w.done_event(a.job, a.req, a.started))
 
-    def _settle(self, a: Active) -> None:
+    def _settle(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
         """The job's tokens go to the shared memory and its cache to the prefix store."""
-        req = a.job.request
-        self.w.memory.commit(req.prompt_ids + a.tokens)
-        a.cache.settle(req.prompt_ids + a.tokens)
-        if self.w.prefixes.max_bytes:
-            self.w.prefixes.put(a.cache)
+        req = a.req
+        self.w.memory.commit(req.prompt_ids + req.tokens)
+        req.finish(ok, layers)
+        if req.prompt_cache is not None:
+            self.w.prefixes.put(req.prompt_cache)  # emptied after an error
             self.w.metrics.on_prefix_store(self.w.prefixes)
 
     def _drop_cancelled(self) -> None:
@@ -186,26 +163,29 @@ class Batcher:
             a = self.decoding[i]
             if a.job.cancelled.is_set():
                 self.decoding.pop(i)
-                a.cache.layers = self.batch.leave(i)
-                self._settle(a)
+                self._settle(a, self.batch.leave(i))
                 self._cancelled(a.job)
         for a in [a for a in self.prefilling if a.job.cancelled.is_set()]:
             self.prefilling.remove(a)
-            a.cache.reset()  # half prefilled: what it holds is not worth keeping
+            self._settle(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
             self._cancelled(a.job)
 
     def _cancelled(self, job: Any) -> None:
         job.state = "cancelled"
         self.w.metrics.on_cancel()
-        from .worker import DoneEvent
-
         job.emit(DoneEvent("cancelled"))
 
     def _failed(self, a: Active, e: BaseException) -> None:
-        log.error("generation failed: %s: %s", type(e).__name__, e)
-        self.w.memory.commit(a.job.request.prompt_ids + a.tokens)
+        if not self.w.group_failure(e):  # a lost rank: the worker fails every job and stops
+            log.error("generation failed: %s: %s", type(e).__name__, e)
+            self._settle(a, None, ok=False)
         a.job.state = "finished"
         a.job.emit(self.w.error_event(e))
+
+    @property
+    def jobs(self) -> list[Any]:
+        """The admitted jobs (prefilling or decoding)."""
+        return [a.job for a in self.decoding + self.prefilling]
 
     def _fail_all(self, e: BaseException) -> None:
         log.exception("a batched step failed: failing its %d requests", len(self.decoding))

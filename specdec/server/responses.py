@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from .worker import DoneEvent, TokenEvent
+from .events import DoneEvent, TokenEvent
 
 SSE_DONE = "data: [DONE]\n\n"
 

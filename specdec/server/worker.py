@@ -12,10 +12,11 @@ Contract:
   not thread-safe, and the drafters' shared state assumes one writer.
 - ``submit(job)`` queues a ``Job`` or raises ``APIError(503)`` with ``Retry-After`` when
   ``cfg.queue_size`` jobs already wait (running ones are not counted).
-- Each job's events reach its asyncio side in order through ``Job.events``: one
-  ``TokenEvent`` per generated token, then a ``DoneEvent`` (finish reason, usage,
+- Each job's events (``events``) reach its asyncio side in order through ``Job.events``:
+  one ``TokenEvent`` per generated token, then a ``DoneEvent`` (finish reason, usage,
   timings) or an ``ErrorEvent``; a cancelled job gets a ``DoneEvent`` with
-  ``finish_reason="cancelled"``.
+  ``finish_reason="cancelled"``. A request's failure is that request's error event; the
+  thread survives it.
 - ``cancel(job)`` (client gone) frees its place at once: a queued job leaves the queue,
   a running one stops before its next token. Either way the tokens generated so far are
   committed to the shared memory.
@@ -35,120 +36,21 @@ Contract:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import threading
 import time
-from collections import deque
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..drafters.spec import DraftResources, DraftSpec, build_drafter
-from ..core.sampling import SamplingParams
+from ..drafters.spec import DraftResources, build_drafter
+from .batcher import Batcher
 from .config import ServerConfig
 from .errors import APIError
+from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
 from .memory import SharedMemory
 
 log = logging.getLogger("specdec.server")
 DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
-
-
-@dataclass(frozen=True)
-class GenRequest:
-    """Everything the worker needs for one generation, already validated."""
-
-    prompt_ids: list[int]
-    max_tokens: int
-    speculation: DraftSpec
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop: list[str] | None = None
-    logprobs: bool = False
-    top_logprobs: int = 0
-
-
-@dataclass
-class TokenEvent:
-    text: str
-    token: int
-    logprob: float | None = None
-    token_text: str | None = None  # only when logprobs were asked for
-    top: list[tuple[str, float]] | None = None
-
-
-@dataclass
-class DoneEvent:
-    finish_reason: str  # "stop", "length" or "cancelled"
-    text: str = ""  # text the detokenizer or stop matcher held back until the end
-    usage: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ErrorEvent:
-    error: APIError
-
-
-class Job:
-    """One request on its way through the worker; events go to ``self.events``."""
-
-    def __init__(self, request: GenRequest, loop: asyncio.AbstractEventLoop):
-        self.request, self.loop = request, loop
-        self.events: asyncio.Queue = asyncio.Queue()
-        self.cancelled = threading.Event()
-        self.state = "queued"  # -> running -> finished | cancelled
-        self.submitted = time.perf_counter()
-
-    def emit(self, event: Any) -> None:
-        try:  # from the worker thread: asyncio queues are not thread-safe
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
-        except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
-            pass
-
-
-class JobQueue:
-    """A bounded FIFO whose waiting jobs can be withdrawn (a client that leaves while
-    queued frees its place at once, which ``queue.Queue`` cannot do)."""
-
-    def __init__(self, maxsize: int):
-        self.maxsize = maxsize
-        self._jobs: deque[Job] = deque()
-        self._cv = threading.Condition()
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    def put_nowait(self, job: Job) -> bool:
-        with self._cv:
-            if len(self._jobs) >= self.maxsize:
-                return False
-            self._jobs.append(job)
-            self._cv.notify()
-            return True
-
-    def get(self, timeout: float) -> Job | None:
-        with self._cv:
-            if not self._jobs:
-                self._cv.wait(timeout)
-            return self._jobs.popleft() if self._jobs else None
-
-    def remove(self, job: Job) -> bool:
-        with self._cv:
-            try:
-                self._jobs.remove(job)
-                return True
-            except ValueError:
-                return False
-
-    def drain(self) -> list[Job]:
-        with self._cv:
-            jobs, self._jobs = list(self._jobs), deque()
-            self._cv.notify_all()
-            return jobs
-
-    def wake(self) -> None:
-        with self._cv:
-            self._cv.notify_all()
 
 
 class InferenceWorker:
@@ -161,8 +63,7 @@ class InferenceWorker:
         self.group_error: str | None = None
         self.queue = JobQueue(cfg.queue_size)
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
-        self.running: Job | None = None  # the sequential path's job
-        self.batcher: Any = None  # the batching path's scheduler (see batcher)
+        self.batcher: Batcher | None = None  # the scheduler (set once the model is loaded)
         self.max_batch = 1
         self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
@@ -187,7 +88,7 @@ class InferenceWorker:
     @property
     def busy(self) -> int:
         """How many jobs are running (prefilling or decoding)."""
-        return len(self.batcher) if self.batcher is not None else int(self.running is not None)
+        return len(self.batcher) if self.batcher is not None else 0
 
     @property
     def alive(self) -> bool:
@@ -196,8 +97,6 @@ class InferenceWorker:
     def stop(self, timeout: float = 30.0) -> None:
         """Cancel everything, let the thread save the memory one last time, join it."""
         self._stopping = True
-        if self.running is not None:
-            self.running.cancelled.set()
         if self.batcher is not None:
             self.batcher.cancel_all()
         for job in self.queue.drain():
@@ -252,8 +151,8 @@ class InferenceWorker:
 
     def _setup_batching(self) -> None:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
-        else 1, said in the log) and measure the batch cost curve once per model (cached
-        on disk)."""
+        else 1, said in the log), measure the batch cost curve once per model (cached on
+        disk) when batching, and make the batcher."""
         from ..decode.batch import BATCH_COST_LENGTHS, batchable, curve_cost
         from ..measure import cost_curve_for
 
@@ -265,18 +164,15 @@ class InferenceWorker:
         want = self.cfg.max_batch
         if why is not None and want is not None and want > 1:
             raise ValueError(f"--max-batch {want}: cannot batch: {why}; use --max-batch 1")
-        if why is not None:
-            if want is None:
-                log.info("requests run one at a time: %s", why)
-            return
-        self.max_batch = DEFAULT_MAX_BATCH if want is None else want
+        if why is not None and want is None:
+            log.info("requests run one at a time: %s", why)
+        self.max_batch = 1 if why is not None else DEFAULT_MAX_BATCH if want is None else want
+        cost = None
         if self.max_batch > 1:
             log.info("batching up to %d requests; measuring the verify cost curve (once per "
                      "model, cached)", self.max_batch)
-            curve = cost_curve_for(self.model, 16, extra=BATCH_COST_LENGTHS)
-            from .batcher import Batcher
-
-            self.batcher = Batcher(self, curve_cost(curve))
+            cost = curve_cost(cost_curve_for(self.model, 16, extra=BATCH_COST_LENGTHS))
+        self.batcher = Batcher(self, cost)
 
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
@@ -319,25 +215,9 @@ class InferenceWorker:
     def _loop(self) -> None:
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
         while not self._stopping:
-            if self.batcher is not None:
-                self.batcher.run_once(tick)
-                self._maybe_save()
-                continue
-            job = self.queue.get(timeout=tick)
-            if job is not None and job.cancelled.is_set():  # cancelled as it left the queue
-                job.state = "cancelled"
-                self.metrics.on_cancel()
-                job.emit(DoneEvent("cancelled"))
-            elif job is not None:
-                t0 = time.perf_counter()
-                self.running = job
-                try:
-                    self._run(job)
-                finally:
-                    self.running = None
-                    if self.group is not None:
-                        self.model.watchdog.disarm()  # idle: no deadline until the next job
-                self._mean_job_s = 0.8 * self._mean_job_s + 0.2 * (time.perf_counter() - t0)
+            self.batcher.run_once(tick)
+            if self.group is not None and not self.busy:
+                self.model.watchdog.disarm()  # idle: no deadline until the next job
             self._maybe_save()
 
     def _maybe_save(self) -> None:
@@ -358,79 +238,32 @@ class InferenceWorker:
             self.memory.dirty = True
             log.error("could not save the shared memory to %s: %s", self.cfg.memory_file, e)
 
-    def _run(self, job: Job) -> None:
-        from ..engine import stream_generate
-
-        req, tokens = job.request, []
-        job.state, started = "running", time.perf_counter()
-        prompt_cache = self.prefixes.take(req.prompt_ids) if self.prefixes.max_bytes else None
-        try:
-            gen = stream_generate(
-                self.model, self.tokenizer, req.prompt_ids, drafter=self.drafter_for(req),
-                max_tokens=req.max_tokens, num_draft_tokens=req.speculation.num_draft_tokens,
-                draft_tree_budget=req.speculation.draft_tree_budget,
-                stop=req.stop, top_logprobs=req.top_logprobs, kv_bits=self.cfg.kv_bits,
-                prompt_cache=prompt_cache, **asdict(req.sampling),
-            )
-            final = self._pump(job, gen, tokens)
-            gen.close()  # settles the prompt cache now (a cancelled one too)
-        except Exception as e:  # a bug or a resource failure: tell the client, keep serving
-            if self.group is not None and self._is_group_failure(e):
-                self._group_lost(str(e))
-                return
-            log.exception("generation failed")
-            job.state = "finished"
-            job.emit(self.error_event(e))
-            return
-        finally:
-            self.memory.commit(req.prompt_ids + tokens)
-            if prompt_cache is not None:
-                self.prefixes.put(prompt_cache)  # emptied by the engine after an error
-                self.metrics.on_prefix_store(self.prefixes)
-        if final is None:
-            job.state = "cancelled"
-            self.metrics.on_cancel()
-            job.emit(DoneEvent("cancelled"))
-            return
-        job.state = "finished"
-        job.emit(self.done_event(job, final, started))
-
-    def _pump(self, job: Job, gen: Any, tokens: list[int]) -> Any:
-        """Forward tokens to the client until the end (the final response) or a cancel (None)."""
-        last = None
-        for r in gen:
-            if job.cancelled.is_set():
-                gen.close()
-                return None
-            if r.token is None:
-                return r
-            now = time.perf_counter()
-            self.metrics.on_token(last is None, now - (job.submitted if last is None else last))
-            last = now
-            tokens.append(r.token)
-            self.send_token(job, r.text, r)
-        raise RuntimeError("the engine ended without a final response")
-
     def send_token(self, job: Job, text: str, r: Any) -> None:
-        """One token to the client (``r``: an engine response or emitted token)."""
+        """One token to the client (``r``: a ``decode.request.Emitted``)."""
         event = TokenEvent(text, r.token)
         if job.request.logprobs:
             event.logprob, event.token_text = r.logprob, self._decode(r.token)
-            top = getattr(r, "top_logprobs", None) or getattr(r, "top", None)
-            event.top = [(self._decode(t), lp) for t, lp in (top or [])]
+            event.top = [(self._decode(t), lp) for t, lp in (r.top or [])]
         job.emit(event)
 
-    @staticmethod
-    def error_event(e: BaseException) -> ErrorEvent:
+    def error_event(self, e: BaseException) -> ErrorEvent:
+        if self.group_error is not None:
+            return ErrorEvent(APIError(503, f"the distributed group lost a rank: {self.group_error}",
+                                       code="distributed_group_lost"))
         if isinstance(e, APIError):
             return ErrorEvent(e)
         return ErrorEvent(APIError(500, f"generation failed: {type(e).__name__}: {e}"))
 
-    @staticmethod
-    def _is_group_failure(e: BaseException) -> bool:
+    def group_failure(self, e: BaseException) -> bool:
+        """Whether ``e`` means a rank of the sharded target is gone (then the group is
+        declared lost: every job fails with 503 and the server stops)."""
+        if self.group is None:
+            return False
         from ..distributed import is_group_failure
 
-        return is_group_failure(e)
+        if is_group_failure(e):
+            self._group_lost(str(e))
+        return self.group_error is not None
 
     def _group_lost(self, why: str) -> None:
         """A rank died or hung (maybe called from the watchdog's thread while this one is
@@ -441,7 +274,7 @@ class InferenceWorker:
         log.error("the distributed group lost a rank: %s; failing requests with 503 and "
                   "stopping (restart the whole group with mlx.launch)", why)
         err = APIError(503, f"the distributed group lost a rank: {why}", code="distributed_group_lost")
-        jobs = self.queue.drain() + ([self.running] if self.running is not None else [])
+        jobs = self.queue.drain() + (self.batcher.jobs if self.batcher is not None else [])
         for job in jobs:
             job.state = "finished"
             job.emit(ErrorEvent(err))
@@ -452,8 +285,9 @@ class InferenceWorker:
         with self.tokenizer_lock:
             return self.tokenizer.decode([token])
 
-    def done_event(self, job: Job, final: Any, started: float) -> DoneEvent:
-        s, n_prompt = final.stats, len(job.request.prompt_ids)
+    def done_event(self, job: Job, req: Any, started: float) -> DoneEvent:
+        """The final event of a finished ``decode.request.Request``: usage and timings."""
+        s, n_prompt = req.stats, len(job.request.prompt_ids)
         usage = {
             "prompt_tokens": n_prompt, "completion_tokens": s.generated_tokens,
             "total_tokens": n_prompt + s.generated_tokens, "drafted_tokens": s.drafted,
@@ -468,9 +302,9 @@ class InferenceWorker:
         }
         self.metrics.on_done(usage)
         log.info("done: %d prompt + %d tokens (%s), %s, accepted %d/%d, decode %.1f tok/s",
-                 n_prompt, s.generated_tokens, final.finish_reason, s.drafter, s.accepted,
+                 n_prompt, s.generated_tokens, req.finish_reason, s.drafter, s.accepted,
                  s.drafted, s.decode_tokens_per_s)
-        return DoneEvent(final.finish_reason, final.text, usage, timings)
+        return DoneEvent(req.finish_reason, req.tail(), usage, timings)
 
     def drafter_for(self, req: GenRequest) -> Any:
         spec = req.speculation

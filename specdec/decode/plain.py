@@ -1,0 +1,54 @@
+"""Plain decoding: one token per target forward, pipelined.
+
+Contract: ``plain_steps(model, cache, context, params, rng, diagnostics, top_logprobs)``
+yields one ``step.Step`` (one token) per forward, the cache holding ``context[:-1]`` on
+entry. The forward of token t+1 is queued before waiting for token t, as mlx-lm's loop
+does, so the host never stalls the device; the repetition penalty's window therefore
+lives on the device. This is the reference every speculative path must reproduce, and
+the path a request without a drafter runs when it decodes alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import mlx.core as mx
+
+from ..core.sampling import Rng, SamplingParams, penalize
+from .step import Step, pick_token, sorted_top, top2_margin, top_entries
+
+
+def plain_steps(
+    model: Any,
+    cache: list,
+    context: Sequence[int],
+    params: SamplingParams,
+    rng: Rng | None,
+    diagnostics: bool,
+    top_logprobs: int = 0,
+) -> Iterator[Step]:
+    # the penalty window lives on the device so the pipelined loop never waits for it
+    window = mx.array(list(context[-params.repetition_context_size :]), dtype=mx.int32)
+
+    def forward(tok: mx.array) -> list[mx.array]:
+        nonlocal window
+        logits = model(tok.reshape(1, 1), cache=cache)[0, -1]
+        logits = penalize(logits[None], window[None], params)[0]
+        y = pick_token(logits, params, rng)
+        if params.repetition_penalty != 1.0:
+            tail = mx.concatenate([window, y.reshape(1).astype(mx.int32)])
+            window = tail[-params.repetition_context_size :]
+        lse = mx.logsumexp(logits)
+        out = [y, logits[y] - lse] + ([top2_margin(logits)] if diagnostics else [])
+        return out + (top_entries(logits - lse, top_logprobs) if top_logprobs else [])
+
+    cur = forward(mx.array([context[-1]]))
+    mx.async_eval(*cur)
+    while True:
+        nxt = forward(cur[0])  # queued on the still-unevaluated token
+        mx.async_eval(*nxt)
+        vals = [a.tolist() for a in cur]  # waits for this step only
+        margins = [vals[2]] if diagnostics else None
+        top = [sorted_top(*vals[-2:])] if top_logprobs else None
+        yield Step([vals[0]], 0, 0, 1, [vals[1]], margins, top)
+        cur = nxt
