@@ -56,7 +56,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
-from ..cache.rollback import RollbackError, WindowKVCache, make_cache, trim
+from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
 from .base import EMPTY, Drafter, Proposal
 
 _BLOCK = 16  # missing context up to this long is fed with the first draft step
@@ -204,7 +204,7 @@ class DraftModelDrafter(Drafter):
         self._known = 0  # a new prompt: compare from its start
         keep = self._sync(prompt_ids, self.max_trim)
         missing = list(prompt_ids[keep:-1])
-        self._prefill(missing)
+        prefill(self.model, self._cache, missing, self.prefill_step_size)
         self._tokens += missing
         self.stats["fed"] += len(missing)
         self._known = len(self._tokens)  # == prompt_ids[:-1]
@@ -236,13 +236,6 @@ class DraftModelDrafter(Drafter):
         return keep
 
     # ---- drafting ------------------------------------------------------------------------
-    def _prefill(self, tokens: Sequence[int]) -> None:
-        """Fill the cache with ``tokens`` in chunks, evaluating each (bounded graph size)."""
-        step = self.prefill_step_size
-        for i in range(0, len(tokens), step):
-            self.model(mx.array(tokens[i : i + step])[None], cache=self._cache)
-            mx.eval([c.state for c in self._cache])
-
     def _pick(self, logits: mx.array, key: mx.array | None) -> tuple[mx.array, mx.array | None]:
         """Next draft token from last-position logits (shape (1, V)), and its distribution."""
         if key is None:
@@ -326,7 +319,7 @@ class DraftModelDrafter(Drafter):
             # (only the cache is evaluated), since the block's logits would be computed
             # for every position and all but the last thrown away.
             head = len(missing) - 1 if len(missing) > _BLOCK else 0
-            self._prefill(missing[:head])
+            prefill(self.model, self._cache, missing[:head], self.prefill_step_size)
             toks, q, extra = self._chain(missing[head:], k, branch)
             mx.eval(toks, *([q] if q is not None else []), *extra)  # the one host sync
             draft = toks.tolist()
