@@ -12,7 +12,7 @@ Contract:
   tokens. Rollback needs no message of its own: a follower trims its cache to the leader's
   position before each forward, which is where ``rollback.trim`` left the leader's. So
   acceptance is decided on rank 0 only (followers never look at logits) and the decode
-  loop of ``steps``/``engine`` is unchanged; the wrapper adds one small collective per
+  step (``decode.step.verify_step``) and lifecycle are unchanged; the wrapper adds one small collective per
   forward. ``LeaderModel.stop()`` ends the followers.
 - Messages are built lazily on the device, so the pipelined plain loop (whose next input
   token is still unevaluated) keeps its pipelining; the leader feeds the model the tokens

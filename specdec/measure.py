@@ -10,9 +10,9 @@ Contract:
   (``model_fingerprint``: architecture, weight dtype, device) and cached as JSON under
   ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically.
 - ``tree_overhead(model, lengths)`` returns {L: tree step / linear step}: whole greedy
-  engine steps (``tree.tree_step`` over an (L-1)-node two-branch tree: the tree-masked
-  forward with per-token RoPE, the one sync, the compaction; ``steps.linear_step`` over
-  an (L-1)-token draft), interleaved in one run, so a tree's overhead over a linear block
+  engine steps (``decode.step.verify_step`` over an (L-1)-node two-branch tree: the
+  tree-masked forward with per-token RoPE, the one sync, the compaction; and over an
+  (L-1)-token linear draft), interleaved in one run, so a tree's overhead over a linear block
   of the same length is measured, not guessed, and machine noise cancels in the ratio.
   The tree curve is the linear curve times it: two curves timed hours apart on a shared
   machine could not be compared. ``tree_overhead_for(model, lengths)`` caches it beside

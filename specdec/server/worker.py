@@ -1,11 +1,12 @@
 """The one inference thread: it owns the model and the shared memory, and runs requests
-from a bounded queue, batched (``batcher``) or one at a time.
+from a bounded queue through one path, the batcher.
 
 Contract:
-- Batching (``cfg.max_batch`` > 1, the default where the model allows it): the running
-  requests decode together, one forward per step with speculation per row
-  (``batcher.Batcher``, ``specdec.decode.batch``); new requests join at step boundaries, their
-  prefill chunked. ``--max-batch 1`` runs one request at a time (``_run``).
+- Every request runs through ``batcher.Batcher`` (``decode.batch``, ``decode.request``):
+  the running requests decode together, one forward per step with speculation per row;
+  new requests join at step boundaries, their prefill chunked. ``cfg.max_batch`` (None:
+  32 where the model can batch, else 1, said in the log) bounds the batch; ``--max-batch
+  1`` is a batch of one, where every model and feature runs.
 - ``InferenceWorker(cfg, metrics).start()`` loads the model (and draft model) and the
   shared memory on the worker thread and returns once it is ready, or raises the load
   error. Only that thread ever runs the model or changes the memory: MLX evaluation is
