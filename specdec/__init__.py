@@ -28,7 +28,7 @@ _EXPORTS = {
     "DraftSpec": "specdec.drafters",
     "DraftResources": "specdec.drafters",
     "build_drafter": "specdec.drafters",
-    "prepare_resources": "specdec.drafters",
+    "prepare_resources": "specdec.resources",
     "Drafter": "specdec.drafters",
     "Proposal": "specdec.drafters",
     "SpecStats": "specdec.core.stats",

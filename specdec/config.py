@@ -139,7 +139,8 @@ class RunConfig:
 
     def build_drafter(self, model: Any, tokenizer: Any) -> Any:
         """The drafter for one request: loads the draft model / ngram-mod file as asked."""
-        from .drafters import build_drafter, prepare_resources, shared_ngram_mod_table
+        from .drafters import build_drafter, shared_ngram_mod_table
+        from .resources import prepare_resources
 
         table = None
         if self.spec.uses("ngram-mod") and not self.spec.ngram_mod_file:

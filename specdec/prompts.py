@@ -94,7 +94,7 @@ def parity_prompts() -> dict[str, str]:
         "passage_string": passage_prompt("string", "which constants are defined?"),
         "passage_textwrap": passage_prompt("textwrap", "what is the module for?"),
         "passage_zen": "The Zen of Python:\n"
-        + _zen()
+        + zen_text()
         + "\nRepeat the lines about namespaces and errors.",
         "repetitive_counting": "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3,",
         "repetitive_words": "red green blue " * 20,
@@ -103,7 +103,7 @@ def parity_prompts() -> dict[str, str]:
     }
 
 
-def _zen() -> str:
+def zen_text() -> str:
     """The Zen of Python, read from the ``this`` module's source (importing it prints)."""
     import ast
     import codecs

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from specdec import measure
 from specdec.bench import analysis
-from specdec.drafters import DraftSpec, NgramDrafter, build_drafter, prepare_resources
+from specdec.drafters import DraftSpec, NgramDrafter, build_drafter
+from specdec.resources import prepare_resources
 from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, draft_seconds
 from specdec.measure import resolve_tree_budget
 from specdec.policy.tree_shape import TreeShaper, best_budget, cost_at

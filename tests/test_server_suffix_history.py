@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.drafters.suffix import SuffixDrafter, SuffixHistory, suffix_proposal
-
+from specdec.drafters.suffix import SuffixDrafter, SuffixHistory
+from specdec.drafters.suffix_match import suffix_proposal
 docs_st = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=20), max_size=6)
 
 

@@ -8,16 +8,9 @@ from conftest import assert_stats_speculated, real_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.drafters.suffix import (
-    SuffixAutomaton,
-    SuffixDrafter,
-    SuffixIndex,
-    draft_length,
-    longest_history_match,
-    longest_suffix_match,
-    most_frequent_continuation,
-    suffix_proposal,
-)
+from specdec.drafters.suffix import SuffixAutomaton, SuffixDrafter, SuffixIndex
+from specdec.drafters.suffix_match import (draft_length, longest_history_match, longest_suffix_match,
+                                           most_frequent_continuation, suffix_proposal)
 from specdec.engine import token_stream
 from specdec.prompts import parity_prompts
 from specdec.core.stats import SpecStats

@@ -12,7 +12,8 @@ from specdec.drafters.adaptive import AdaptiveKDrafter
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.gate import GatedDrafter
 from specdec.drafters.ngram import all_match_continuations
-from specdec.drafters.suffix import SuffixDrafter, SuffixIndex, suffix_proposal
+from specdec.drafters.suffix import SuffixDrafter, SuffixIndex
+from specdec.drafters.suffix_match import suffix_proposal
 from specdec.drafters.suffix_tree import index_tree, suffix_tree_proposal
 from specdec.drafters.trie import (best_path, children, merge_paths, merge_trees, root_paths,
                                    shared_nodes, walk)

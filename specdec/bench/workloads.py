@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..prompts import _zen, json_records, source_of
+from ..prompts import json_records, source_of, zen_text
 from ..core.text import encode_prompt
 
 CLASSES = ("code_edit", "passage", "json_rag", "multi_turn_edit", "summarization", "open_ended")
@@ -155,7 +155,7 @@ def builtin_workloads() -> list[Workload]:
     """One or two workloads per class, from text found on this machine (see module doc)."""
     recs = json_records(8)
     records = json.dumps(recs, indent=2)
-    zen = _zen()
+    zen = zen_text()
     return [
         Workload("code_rename", "code_edit", _code("colorsys", "rgb_to_hls",
                  "Rename the function rgb_to_hls to rgb_to_hls_color and the variable "

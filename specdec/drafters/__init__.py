@@ -12,7 +12,7 @@ from typing import Any
 from .base import EMPTY, Drafter, NoDrafter, Proposal
 from .ngram import NgramDrafter, NgramIndex, prompt_lookup
 from .spec import (DRAFT_TYPES, DraftResources, DraftSpec, build_drafter, ngram_mod_table,
-                   parse_draft_types, prepare_resources)
+                   parse_draft_types)
 
 _shared_tables: dict[tuple, Any] = {}
 
@@ -41,7 +41,6 @@ __all__ = [
     "Proposal",
     "build_drafter",
     "parse_draft_types",
-    "prepare_resources",
     "prompt_lookup",
     "shared_ngram_mod_table",
 ]

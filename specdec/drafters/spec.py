@@ -12,7 +12,8 @@ Contract:
 - ``DraftResources`` holds what drafters need but a spec only names: the tokenizer,
   the loaded draft model, the shared ngram-mod table and suffix history, the verify
   cost curve (adaptive k) and the drafter's own measured cost per proposal (adaptive k,
-  ``draft_tree_budget="auto"``). ``prepare_resources`` loads what a spec asks for.
+  ``draft_tree_budget="auto"``). ``specdec.resources.prepare_resources`` loads what a
+  spec asks for (it sits above measurement: drafters never measure or load models).
 - ``build_drafter(spec, resources, temperature=, seed=)`` returns a fresh drafter for
   one request (``NoDrafter`` for ``"none"``), wrapped in adaptive k and the gate as the
   spec says.
@@ -137,31 +138,6 @@ class DraftResources:
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
 
 
-def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str = "auto",
-                      draft: tuple[Any, Any] | None = None, table: Any = None,
-                      history: Any = None) -> DraftResources:
-    """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the
-    ngram-mod table (from ``spec.ngram_mod_file`` if it exists, else a fresh one of the
-    spec's size and n, unless ``table`` is given), the cost curve for adaptive k and the
-    drafter's own cost for adaptive k or an automatic tree budget (both cached on disk)."""
-    res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history)
-    if spec.uses("model") and res.draft is None:
-        from ..loader import load
-
-        res.draft = load(spec.draft_model, dtype=dtype)
-    if spec.uses("ngram-mod") and res.table is None:
-        res.table = ngram_mod_table(spec, tokenizer)
-    if spec.adaptive_k:
-        from ..measure import cost_curve_for
-
-        res.cost = cost_curve_for(model, spec.num_draft_tokens + 1)
-    if spec.adaptive_k or spec.draft_tree_budget == "auto":
-        from ..measure import draft_cost_for
-
-        res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None)
-    return res
-
-
 def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> Any:
     """The spec's ngram-mod table: loaded from its file when that exists (the file's size
     and n must then match any the spec sets), else empty with the spec's size and n."""
@@ -225,7 +201,7 @@ def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
         from .adaptive import AdaptiveKDrafter
 
         if res.cost is None:
-            raise ValueError("adaptive k needs the verify cost curve: use prepare_resources")
+            raise ValueError("adaptive k needs the verify cost curve: use specdec.prepare_resources")
         drafter = AdaptiveKDrafter(drafter, res.cost, spec.num_draft_tokens,
                                    draft_cost=res.draft_cost)
     if spec.gate:

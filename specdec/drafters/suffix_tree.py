@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Callable, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from .base import EMPTY, Proposal
-from .suffix import (DEFAULT_ALPHA, DEFAULT_COUNT_CAP, SuffixIndex, _occurrences, draft_length,
-                     match_source)
+from .suffix_match import DEFAULT_ALPHA, DEFAULT_COUNT_CAP, draft_length, match_source, occurrences
 from .trie import make_proposal
 
 # followers(key) -> [(token, weight, linear sort key, child key)] of the real followers
@@ -96,7 +95,7 @@ def docs_followers(docs: Sequence[Sequence[int]], count_cap: int) -> Followers:
 
     def followers(pattern):
         follow: dict[int, list] = {}  # token -> [count, first (doc, end) of pattern + token]
-        for d, e in _occurrences(docs, pattern):
+        for d, e in occurrences(docs, pattern):
             entry = follow.setdefault(docs[d][e + 1], [0, (d, e + 1)])
             entry[0] += 1
         return [(t, min(c, count_cap), (min(c, count_cap), f), pattern + (t,))
@@ -129,7 +128,7 @@ def suffix_tree_proposal(
     return best_first_tree(docs_followers(docs, count_cap), root, depth, budget, eos, linear_first)
 
 
-def index_tree(index: SuffixIndex, k: int, budget: int, alpha: float = DEFAULT_ALPHA,
+def index_tree(index: Any, k: int, budget: int, alpha: float = DEFAULT_ALPHA,
                eos: Iterable[int] = (), linear_first: bool = True) -> Proposal:
     """``suffix_tree_proposal`` over an index's automata (``SuffixIndex.lookup``'s tree)."""
     m, automaton, state = index.match()

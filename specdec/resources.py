@@ -1,0 +1,32 @@
+"""What a drafter spec needs before drafters can be built: ``prepare_resources(spec, model,
+tokenizer)`` loads the draft model, opens the ngram-mod table and measures (once, cached on
+disk) the verify cost curve and the drafter's own cost, returning ``DraftResources`` for
+``build_drafter``. It sits above measurement and loading; drafters do neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
+from .loader import load
+from .measure import cost_curve_for, draft_cost_for
+
+
+def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str = "auto",
+                      draft: tuple[Any, Any] | None = None, table: Any = None,
+                      history: Any = None) -> DraftResources:
+    """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the
+    ngram-mod table (from ``spec.ngram_mod_file`` if it exists, else a fresh one of the
+    spec's size and n, unless ``table`` is given), the cost curve for adaptive k and the
+    drafter's own cost for adaptive k or an automatic tree budget (both cached on disk)."""
+    res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history)
+    if spec.uses("model") and res.draft is None:
+        res.draft = load(spec.draft_model, dtype=dtype)
+    if spec.uses("ngram-mod") and res.table is None:
+        res.table = ngram_mod_table(spec, tokenizer)
+    if spec.adaptive_k:
+        res.cost = cost_curve_for(model, spec.num_draft_tokens + 1)
+    if spec.adaptive_k or spec.draft_tree_budget == "auto":
+        res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None)
+    return res
