@@ -124,6 +124,46 @@ def test_stats_are_consistent():
     assert 0 < stats.p_cache <= 1
 
 
+PROCESSED = {  # what the OpenAI parameters ask for, as SamplingParams
+    "presence": dict(presence_penalty=1.5, presence_context_size=6),
+    "frequency": dict(frequency_penalty=0.7, frequency_context_size=8),
+    "bias": dict(logit_bias={3: 6.0, 7: -100.0, 11: 5.0}),
+    "all": dict(logit_bias={3: 3.0}, repetition_penalty=1.2, repetition_context_size=5,
+                presence_penalty=0.5, frequency_penalty=-0.4),
+}
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("kind", sorted(PROCESSED))
+def test_penalties_and_logit_bias_parity(arch, kind):
+    """Presence and frequency penalties and a logit bias: every verified position is
+    processed as plain decoding processes it, so speculative output equals plain output
+    under the same parameters, greedy and seeded sampling alike (plain here is the
+    pipelined loop, whose window lives on the device)."""
+    from specdec.core.sampling import SamplingParams
+
+    model, logs = cached_tiny(arch), []
+    for temp in (0.0, 0.9):
+        params = SamplingParams(temperature=temp, seed=5, **PROCESSED[kind])
+        prompt = repetitive_prompt(2, 30)
+        ref = run(model, prompt, sampling=params)
+        if temp == 0.0:
+            assert ref != run(model, prompt), f"{kind} changes nothing here: a useless test"
+            for k in (1, 4):
+                out, log = run_logged(model, prompt, NgramDrafter(1, 3), num_draft_tokens=k, sampling=params)
+                assert out == ref
+                logs.append(log)
+        else:  # sampled: a plain row in the verify step draws exactly as the pipelined loop
+            from specdec.decode.request import Request
+            from specdec.core.processors import LogitBias
+
+            req = Request(model, prompt, max_tokens=48, sampling=params, processors=[LogitBias([(0, 0.0)])])
+            req.start()
+            req.prefill()
+            assert [e.token for e in req.run()] == ref
+    assert_speculated(*logs, what=f"{arch} {kind}")
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("penalty", [1.3, 0.8])
 def test_repetition_penalty_parity(arch, penalty):

@@ -8,16 +8,22 @@ Contract:
   ``apply_top_k``, in mlx-lm's order) on the log-probabilities, then softmax(x / T). It is
   what ``mlx_lm.sample_utils.make_sampler`` samples from, so speculative sampling targets
   exactly the distribution mlx-lm users get.
+- ``SamplingParams`` also carries what shapes the logits before sampling, as mlx-lm's
+  ``make_logits_processors`` takes it: the repetition penalty (off at 1.0), the presence
+  and frequency penalties (off at 0) with their window sizes, and ``logit_bias`` (token
+  id -> additive bias; stored as sorted pairs). ``core.processors`` applies them.
 - ``penalize(logits, windows, params)`` applies mlx-lm's repetition penalty row by row:
   row i is penalised for the tokens in ``windows[i]`` (the last ``repetition_context_size``
   tokens before that position), so every position of a verify block sees exactly the
-  history plain decoding would have had there. Off (1.0) by default.
+  history plain decoding would have had there.
 - ``Rng`` is a per-request seeded generator (explicit mlx keys, never the global state).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
@@ -32,6 +38,16 @@ class SamplingParams:
     seed: int | None = None
     repetition_penalty: float = 1.0
     repetition_context_size: int = 20
+    presence_penalty: float = 0.0
+    presence_context_size: int = 20
+    frequency_penalty: float = 0.0
+    frequency_context_size: int = 20
+    logit_bias: Any = ()  # {token id: bias} or pairs; stored as sorted (id, bias) pairs
+
+    def __post_init__(self) -> None:
+        bias = self.logit_bias or ()
+        pairs = sorted((dict(bias) if not isinstance(bias, dict) else bias).items())
+        object.__setattr__(self, "logit_bias", tuple((int(t), float(b)) for t, b in pairs))
 
     @property
     def greedy(self) -> bool:
@@ -51,6 +67,14 @@ class SamplingParams:
                 "repetition_penalty must be > 0 (1.0 = off) and repetition_context_size >= 1, "
                 f"got {self.repetition_penalty}, {self.repetition_context_size}"
             )
+        for name in ("presence", "frequency"):
+            penalty, size = getattr(self, f"{name}_penalty"), getattr(self, f"{name}_context_size")
+            if not math.isfinite(penalty) or size < 1:
+                raise ValueError(f"{name}_penalty must be finite and {name}_context_size >= 1, "
+                                 f"got {penalty}, {size}")
+        bad = [t for t, b in self.logit_bias if t < 0 or not math.isfinite(b)]
+        if bad:
+            raise ValueError(f"logit_bias: token ids must be >= 0 and biases finite (token {bad[0]})")
         return self
 
 

@@ -45,7 +45,8 @@ from ..core.sampling import Rng, SamplingParams
 from ..core.trees import cut, first_branch, prune_tree
 from ..drafters.base import Drafter, NoDrafter
 from ..policy.tree_shape import TreeShaper
-from .step import LogitsProcessor, Sampler, Step, Verify, processors_for, sampler_for, verify_step
+from ..core.processors import LogitsProcessor, processors_for
+from .step import Sampler, Step, Verify, sampler_for, verify_step
 
 # lengths of the verify cost curve past 16 that price a batch's block (B rows x L)
 BATCH_COST_LENGTHS = (24, 32, 48, 64, 96, 128)
@@ -63,6 +64,7 @@ class Row:
     diagnostics: bool = False
     tree_budget: int = 0  # max tree nodes per step (0: linear drafts)
     shaper: TreeShaper | None = None  # "auto": each step's node count
+    extra: Sequence[LogitsProcessor] = ()  # beyond what params ask for (a grammar)
     alpha: float = 0.5  # running estimate of the per-token acceptance probability
     sampler: Sampler = field(init=False)
     processors: list[LogitsProcessor] = field(init=False)
@@ -71,7 +73,7 @@ class Row:
         if self.rng is None and not self.params.greedy:
             raise ValueError("a sampled row needs its request's Rng")
         self.sampler = sampler_for(self.params, self.rng, self.speculative)
-        self.processors = processors_for(self.params)
+        self.processors = processors_for(self.params) + list(self.extra)
 
     @property
     def speculative(self) -> bool:
@@ -241,6 +243,8 @@ class Batch:
             row.alpha = 0.8 * row.alpha + 0.2 * step.accepted / len(proposal)
         if row.shaper and full:
             row.shaper.update(full.tokens, full.parents, step.tokens)
+        for proc in row.processors:
+            proc.accept(step.tokens)
         row.context.extend(step.tokens)
 
 

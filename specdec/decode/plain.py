@@ -3,8 +3,9 @@
 Contract: ``plain_steps(model, cache, context, params, rng, diagnostics, top_logprobs)``
 yields one ``step.Step`` (one token) per forward, the cache holding ``context[:-1]`` on
 entry. The forward of token t+1 is queued before waiting for token t, as mlx-lm's loop
-does, so the host never stalls the device; the repetition penalty's window therefore
-lives on the device. This is the reference every speculative path must reproduce, and
+does, so the host never stalls the device; the penalties' window therefore lives on the device
+and only processors that need no host state run here (``pipelined``: the penalties and
+the logit bias of ``core.processors``). This is the reference every speculative path must reproduce, and
 the path a request without a drafter runs when it decodes alone.
 """
 
@@ -14,7 +15,8 @@ from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 
-from ..core.sampling import Rng, SamplingParams, penalize
+from ..core.processors import WindowProcessor, processors_for
+from ..core.sampling import Rng, SamplingParams
 from .step import Step, pick_token, sorted_top, top2_margin, top_entries
 
 
@@ -27,17 +29,24 @@ def plain_steps(
     diagnostics: bool,
     top_logprobs: int = 0,
 ) -> Iterator[Step]:
-    # the penalty window lives on the device so the pipelined loop never waits for it
-    window = mx.array(list(context[-params.repetition_context_size :]), dtype=mx.int32)
+    procs = processors_for(params)
+    if not all(p.pipelined for p in procs):
+        raise ValueError("a stateful logits processor needs the host between tokens: decode "
+                         "through the verify step (decode.request.Request does)")
+    size = max((p.size for p in procs if isinstance(p, WindowProcessor)), default=0)
+    # the penalties' window lives on the device so the pipelined loop never waits for it
+    window = mx.array(list(context[-size:]) if size else [], dtype=mx.int32)
 
     def forward(tok: mx.array) -> list[mx.array]:
         nonlocal window
-        logits = model(tok.reshape(1, 1), cache=cache)[0, -1]
-        logits = penalize(logits[None], window[None], params)[0]
+        logits = model(tok.reshape(1, 1), cache=cache)[0, -1][None]
+        for p in procs:
+            logits = p.apply(logits, window[None, -p.size:]) if isinstance(p, WindowProcessor) \
+                else p.add(logits)
+        logits = logits[0]
         y = pick_token(logits, params, rng)
-        if params.repetition_penalty != 1.0:
-            tail = mx.concatenate([window, y.reshape(1).astype(mx.int32)])
-            window = tail[-params.repetition_context_size :]
+        if size:
+            window = mx.concatenate([window, y.reshape(1).astype(mx.int32)])[-size:]
         lse = mx.logsumexp(logits)
         out = [y, logits[y] - lse] + ([top2_margin(logits)] if diagnostics else [])
         return out + (top_entries(logits - lse, top_logprobs) if top_logprobs else [])

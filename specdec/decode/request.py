@@ -30,6 +30,7 @@ from typing import Any, Iterator, Sequence
 
 from ..cache.prompt_cache import PromptCache
 from ..cache.rollback import make_cache, prefill
+from ..core.processors import LogitsProcessor
 from ..core.sampling import Rng, SamplingParams
 from ..core.stats import SpecStats
 from ..core.text import TextOut
@@ -71,7 +72,8 @@ class Request:
                  shaper: TreeShaper | None = None, prompt_cache: PromptCache | None = None,
                  kv_bits: int | None = None, kv_group_size: int = 64, prefill_step_size: int = 512,
                  diagnostics: bool = False, top_logprobs: int = 0, stats: SpecStats | None = None,
-                 step_log: list[tuple[int, int]] | None = None, text: TextOut | None = None):
+                 step_log: list[tuple[int, int]] | None = None, text: TextOut | None = None,
+                 processors: Sequence[LogitsProcessor] = ()):
         check_args(max_tokens, num_draft_tokens, prefill_step_size, top_logprobs)
         if not prompt_ids:
             raise ValueError("the prompt encodes to no tokens")
@@ -86,7 +88,7 @@ class Request:
         self.prompt_cache, self.kv_bits, self.kv_group_size = prompt_cache, kv_bits, kv_group_size
         self.prefill_step_size, self.diagnostics, self.top_logprobs = prefill_step_size, diagnostics, top_logprobs
         self.stats = stats if stats is not None else SpecStats()
-        self.step_log, self.text = step_log, text
+        self.step_log, self.text, self.processors = step_log, text, list(processors)
         self.budget = [max_tokens]  # tokens still wanted: drafting stops there
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
@@ -130,7 +132,7 @@ class Request:
         if self._row is None:
             self._row = Row(list(self.prompt_ids), self.drafter, self.k, self.sampling, self.budget,
                             rng=self.rng, top_logprobs=self.top_logprobs, diagnostics=self.diagnostics,
-                            tree_budget=self.tree_budget, shaper=self.shaper)
+                            tree_budget=self.tree_budget, shaper=self.shaper, extra=self.processors)
         return self._row
 
     def feed(self, step: Step) -> list[Emitted]:
@@ -172,8 +174,10 @@ class Request:
             self.prompt_cache.reset()
 
     def steps(self) -> Iterator[Step]:
-        """The single-stream steps after ``prefill``: a batch of one, or plain decoding."""
-        if not self.speculative:
+        """The single-stream steps after ``prefill``: a batch of one, or pipelined plain
+        decoding when nothing needs the host between tokens (no drafter, and no processor
+        beyond those ``SamplingParams`` asks for)."""
+        if not self.speculative and not self.processors:  # plain, pipelined
             yield from plain_steps(self.model, self.layers, self.prompt_ids, self.sampling, self.rng,
                                    self.diagnostics, self.top_logprobs)
             return

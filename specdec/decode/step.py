@@ -10,8 +10,9 @@ step runs, in order:
 
 1. forward: one ``verify_forward`` over every row's ``[last] + proposal`` (rows padded
    with token 0 to the longest; a tree under ``tree_attention``);
-2. processing: each row's ``LogitsProcessor`` chain, where block row r sees the context
-   plus the draft tokens before it (a linear draft's prefix, a tree node's root path);
+2. processing: each row's ``core.processors`` chain (penalties, logit bias, grammar
+   masks), where block row r sees the context plus the draft tokens before it (a linear
+   draft's prefix, a tree node's root path);
 3. decision on the device: the row's ``Sampler`` (greedy argmax, exact rejection
    sampling linear or multi-candidate down a tree, or plain sampling for a row that
    does not speculate);
@@ -39,7 +40,8 @@ import mlx.core as mx
 
 from ..cache.batch_cache import roll_back
 from ..core.proposal import Proposal
-from ..core.sampling import Rng, SamplingParams, penalize, processed_probs
+from ..core.processors import LogitsProcessor
+from ..core.sampling import Rng, SamplingParams, processed_probs
 from ..core.trees import greedy_tree_accept, tree_kids
 from ..core.verify import greedy_accept, rejection_sample, settle, tree_rejection_sample, tree_settle
 from .tree_attention import tree_attention
@@ -55,40 +57,6 @@ class Step:
     margins: list[float] | None = None
     top: list[list[tuple[int, float]]] | None = None  # per emitted token, when asked
     depth: int | None = None  # a tree's depth (None: a linear draft, depth = drafted)
-
-
-# ---- logits processors: what plain decoding applies before it samples --------------------
-class LogitsProcessor:
-    """Changes a block's logits (R, V); block row r comes after ``context + seen[r]``, so
-    each verified position sees exactly the history plain decoding would have had."""
-
-    def __call__(self, logits: mx.array, context: Sequence[int],
-                 seen: Sequence[Sequence[int]]) -> mx.array:
-        raise NotImplementedError
-
-
-class RepetitionPenalty(LogitsProcessor):
-    """mlx-lm's repetition penalty over each row's own last ``context_size`` tokens."""
-
-    def __init__(self, penalty: float, context_size: int):
-        self.params = SamplingParams(repetition_penalty=penalty,
-                                     repetition_context_size=context_size)
-
-    def __call__(self, logits, context, seen):
-        size = self.params.repetition_context_size
-        rows = [(list(context[-size:]) + list(s))[-size:] for s in seen]
-        if min(map(len, rows)) == max(map(len, rows)):  # equal widths: one gather
-            return penalize(logits, mx.array(rows, dtype=mx.int32), self.params)
-        # a prompt shorter than the window: rows differ in width
-        return mx.concatenate([penalize(logits[i : i + 1], mx.array([r], dtype=mx.int32), self.params)
-                               for i, r in enumerate(rows)])
-
-
-def processors_for(params: SamplingParams) -> list[LogitsProcessor]:
-    """The processor chain a request's sampling parameters ask for (empty: none)."""
-    if params.repetition_penalty == 1.0:
-        return []
-    return [RepetitionPenalty(params.repetition_penalty, params.repetition_context_size)]
 
 
 # ---- samplers: how a row's block of logits becomes emitted tokens ------------------------
