@@ -29,6 +29,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", "-m", type=int, default=256)
     add_draft_flags(p)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--json-schema", metavar="FILE",
+                   help="the output follows this JSON schema (every verified token masked by "
+                        "its grammar; --draft-type grammar,... drafts the tokens it forces)")
     p.add_argument("--temp", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
@@ -148,11 +151,13 @@ def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
               tokenizer: Any) -> int:
     from .engine import generate, stream_generate
 
-    kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
+    kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer),
+          "response_format": cfg.grammar}  # the drafter's grammar: one state for both
     base = None
-    if args.compare:
-        generate(model, tokenizer, prompt, **{**kw, "drafter": None, "max_tokens": 8})  # warm-up
-        base = generate(model, tokenizer, prompt, **{**kw, "drafter": None})
+    if args.compare:  # the baseline gets a fresh grammar of its own
+        plain = {**kw, "drafter": None, "response_format": cfg.response_format()}
+        generate(model, tokenizer, prompt, **{**plain, "max_tokens": 8})  # warm-up
+        base = generate(model, tokenizer, prompt, **plain)
     # the main run reuses the prompt cache; the --compare baseline runs without it
     prompt_cache = _prompt_cache(cfg, model)
     kw["prompt_cache"] = prompt_cache

@@ -11,6 +11,7 @@ arguments of ``specdec.generate`` / ``stream_generate`` other than the drafter.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -96,7 +97,9 @@ class RunConfig:
     kv_bits: int | None = None
     prefill_step_size: int = 512
     prompt_cache_file: str | None = None
+    json_schema: str | None = None  # a JSON schema file the output must follow
     table: Any = field(default=None, init=False, repr=False)  # the ngram-mod table in use
+    grammar: Any = field(default=None, init=False, repr=False)  # the main run's core.grammar.Grammar
 
     @classmethod
     def from_args(cls, ns: Any) -> "RunConfig":
@@ -123,6 +126,17 @@ class RunConfig:
         return SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed,
                               self.repetition_penalty, self.repetition_context_size)
 
+    def response_format(self) -> dict | None:
+        """``--json-schema FILE`` as an OpenAI ``response_format`` (None without it)."""
+        if self.json_schema is None:
+            return None
+        path = Path(self.json_schema)
+        try:
+            schema = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--json-schema {path}: not a readable JSON file ({e})") from None
+        return {"type": "json_schema", "json_schema": {"name": path.stem, "schema": schema}}
+
     def read_prompt(self) -> str:
         if self.prompt_file is not None:
             path = Path(self.prompt_file)
@@ -147,11 +161,15 @@ class RunConfig:
             table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)
         res = prepare_resources(self.spec, model, tokenizer, dtype=self.dtype, table=table)
         self.table = res.table
+        from .engine import grammar_for
+
+        self.grammar = res.grammar = grammar_for(model, tokenizer, self.response_format())
         return build_drafter(self.spec, res, temperature=self.temp, seed=self.seed)
 
     def engine_kwargs(self) -> dict[str, Any]:
         """``generate``'s keyword arguments; the drafter is ``build_drafter``'s."""
         return dict(
+            response_format=self.response_format(),
             max_tokens=self.max_tokens,
             num_draft_tokens=self.spec.num_draft_tokens,
             draft_tree_budget=self.spec.draft_tree_budget,

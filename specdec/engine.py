@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from .cache.prompt_cache import PromptCache
+from .core.grammar import Grammar, response_grammar
+from .core.processors import LogitsProcessor
 from .core.sampling import SamplingParams
 from .core.stats import SpecStats
 from .core.text import TextOut, encode_prompt
@@ -63,12 +65,14 @@ class GenerationResult:
 
 def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
                     num_draft_tokens: int = 4, ngram_min: int = 1, ngram_max: int = 3,
-                    temperature: float = 0.0, seed: int | None = None) -> Drafter:
+                    temperature: float = 0.0, seed: int | None = None,
+                    grammar: Any = None) -> Drafter:
     """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
 
     A string uses the process-wide ngram-mod table of this tokenizer (so library calls
     share one memory, as a server does) and cannot name ``model`` (it needs a loaded
-    draft model: build a ``DraftModelDrafter`` or use ``prepare_resources``)."""
+    draft model: build a ``DraftModelDrafter`` or use ``prepare_resources``). ``grammar``
+    (the request's ``core.grammar.Grammar``) feeds the ``grammar`` drafter."""
     if drafter is None:
         return NoDrafter()
     if isinstance(drafter, str):
@@ -81,12 +85,24 @@ def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *
         if drafter.uses("ngram-mod"):  # a file the spec names is loaded, never ignored
             table = ngram_mod_table(drafter, tokenizer) if drafter.ngram_mod_file else \
                 shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
-        res = DraftResources(tokenizer=tokenizer, table=table)
+        res = DraftResources(tokenizer=tokenizer, table=table, grammar=grammar)
         return build_drafter(drafter, res, temperature=temperature, seed=seed)
     if not isinstance(drafter, Drafter):
         raise TypeError(f"{drafter!r} is not a Drafter: subclass specdec.drafters.Drafter "
                         "(propose returns a Proposal)")
     return drafter
+
+
+def grammar_for(model: Any, tokenizer: Any, response_format: dict | Grammar | None) -> Grammar | None:
+    """The request's grammar for an OpenAI ``response_format`` (None: unconstrained); a
+    ``Grammar`` is used as it is (one request's: its state is that request's output)."""
+    if isinstance(response_format, Grammar):
+        return response_format
+    grammar = response_grammar(response_format)
+    if grammar is None:
+        return None
+    vocab = getattr(getattr(model, "args", None), "vocab_size", None) or len(tokenizer.get_vocab())
+    return Grammar(tokenizer, grammar, vocab)
 
 
 def tree_policy(model: Any, tree_budget: int | str, drafter: Drafter | None,
@@ -180,9 +196,15 @@ def stream_generate(
     top_logprobs: int = 0,
     prompt_cache: PromptCache | None = None,
     draft_tree_budget: int | str | None = None,
+    response_format: dict | None = None,
+    logits_processors: Sequence[LogitsProcessor] = (),
 ) -> Iterator[GenerationResponse]:
     """Generate from ``prompt``, speculating with ``drafter``; see module doc.
     ``prompt_cache``: reuse and extend a conversation's cache (``make_prompt_cache``).
+    ``response_format``: OpenAI's (``{"type": "json_schema", "json_schema": {"schema":
+    ...}}`` or ``{"type": "json_object"}``): the output follows it, every verified
+    position masked by its grammar (``core.grammar``); the ``grammar`` drafter proposes
+    the tokens it forces. ``logits_processors``: more ``core.processors`` processors.
     ``draft_tree_budget``: max token-tree nodes per step, or ``"auto"`` (None: the
     ``DraftSpec``'s when ``drafter`` is one, else 0 = linear drafts); ``num_draft_tokens``
     likewise defaults to the spec's k (else 4)."""
@@ -192,9 +214,10 @@ def stream_generate(
     if num_draft_tokens is None:
         num_draft_tokens = spec.num_draft_tokens if spec else 4
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
+    grammar = grammar_for(model, tokenizer, response_format)
     drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=num_draft_tokens,
                               ngram_min=ngram_min, ngram_max=ngram_max,
-                              temperature=temperature, seed=seed)
+                              temperature=temperature, seed=seed, grammar=grammar)
     step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
     req = make_request(
         model, tokens, drafter=drafter, max_tokens=max_tokens, num_draft_tokens=num_draft_tokens,
@@ -205,6 +228,7 @@ def stream_generate(
         prefill_step_size=prefill_step_size, kv_bits=kv_bits, kv_group_size=kv_group_size,
         diagnostics=diagnostics, top_logprobs=top_logprobs, step_log=step_log,
         prompt_cache=prompt_cache, text=TextOut(tokenizer, stop),
+        processors=[*([grammar] if grammar else []), *logits_processors],
     )
     stats = req.stats
     for e in req.run():

@@ -10,7 +10,8 @@ Contract:
   ``speculative`` field, the bench's config specs (``ngram:k=4:n=2``) and the library
   all build one and nothing else.
 - ``DraftResources`` holds what drafters need but a spec only names: the tokenizer,
-  the loaded draft model, the shared ngram-mod table and suffix history, the verify
+  the loaded draft model, the shared ngram-mod table and suffix history, the request's
+  grammar (``core.grammar.Grammar``, for the ``grammar`` drafter), the verify
   cost curve (adaptive k) and the drafter's own measured cost per proposal (adaptive k,
   ``draft_tree_budget="auto"``). ``specdec.resources.prepare_resources`` loads what a
   spec asks for (it sits above measurement: drafters never measure or load models).
@@ -32,7 +33,7 @@ from typing import Any, Mapping
 
 from .base import Drafter, NoDrafter
 
-DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model")
+DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar")
 DEFAULT_SUFFIX_HISTORY = 32768
 DEFAULT_GATE_THRESHOLD = 0.02
 
@@ -134,6 +135,7 @@ class DraftResources:
     draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)
     table: Any = None  # NgramModTable shared by ngram-mod drafters
     history: Any = None  # SuffixHistory shared by suffix drafters
+    grammar: Any = None  # the request's core.grammar.Grammar (per request), for "grammar"
     cost: Mapping[int, float] | None = None  # verify cost curve, for adaptive k
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
 
@@ -168,6 +170,10 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
 
         table = res.table if res.table is not None else ngram_mod_table(spec, res.tokenizer)
         return NgramModDrafter(table, eos=eos)
+    if name == "grammar":
+        from .grammar import GrammarDrafter
+
+        return GrammarDrafter(res.grammar)
     if name == "suffix":
         from .suffix import SuffixDrafter
 

@@ -1,0 +1,149 @@
+"""Constrained decoding (JSON schemas, JSON objects, Lark grammars) with llguidance, exact
+under speculation.
+
+Why llguidance: it needs no other package (xgrammar pulls torch and triton), it computes
+a token mask in ~35 µs on this CPU for Qwen2.5's 152k-token vocabulary, its matcher
+rolls back (``rollback(n)``) and it reports the tokens the grammar forces
+(``compute_ff_tokens``), which are free drafts.
+
+Contract:
+- ``response_grammar(response_format)`` turns an OpenAI ``response_format`` (``text``,
+  ``json_object``, ``json_schema`` with ``schema``) into an llguidance grammar, or None
+  for plain text; a malformed one raises ValueError saying what to fix. JSON is written
+  with ``", "`` and ``": "`` between items and keys, as chat models write it, and no
+  other free whitespace, so the grammar forces every structural byte.
+- ``Grammar(tokenizer, grammar, vocab)`` is one request's constraint: a matcher whose
+  state is the output so far. As a ``core.processors.LogitsProcessor`` (``stateful``) it
+  masks each verified position's logits to the tokens the grammar allows after that
+  position's own history (the output plus the draft before it: a prefix, or a tree
+  node's root path), so a draft token the grammar forbids has probability 0 and is
+  rejected; the matcher is rolled back to the output afterwards, never advanced past it.
+  ``accept(tokens)`` then advances it by what the step emitted. ``forced(k)`` is the
+  next tokens the grammar allows alone (the ``grammar`` drafter proposes them).
+- Plain decoding under the same grammar applies the same mask one position at a time,
+  so speculative output equals it token for token (greedy) and in distribution
+  (sampling).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from .processors import LogitsProcessor
+
+JSON_STYLE = {"whitespace_flexible": False, "key_separator": ": ", "item_separator": ", "}
+_TOKENIZERS: dict[int, tuple[Any, Any]] = {}  # id(tokenizer) -> (tokenizer, LLTokenizer)
+
+
+def response_grammar(response_format: dict | None) -> str | None:
+    """The llguidance grammar of an OpenAI ``response_format`` (None: unconstrained).
+
+    >>> response_grammar({"type": "text"}) is None
+    True
+    >>> "x-guidance" in response_grammar({"type": "json_object"})
+    True
+    """
+    import llguidance
+
+    if not response_format or response_format.get("type") == "text":
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        schema: Any = {"type": "object"}
+    elif kind == "json_schema":
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), (dict, bool)):
+            raise ValueError("response_format json_schema needs {'json_schema': {'name': ..., "
+                             "'schema': {...}}}")
+        schema = spec.get("schema", {})
+    else:
+        raise ValueError(f"response_format type {kind!r}: use 'text', 'json_object' or 'json_schema'")
+    schema = {"x-guidance": JSON_STYLE, **schema} if isinstance(schema, dict) else schema
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+    failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    if failed:
+        raise ValueError(f"response_format schema is not supported: {'; '.join(messages)}")
+    return grammar
+
+
+def lark_grammar(text: str) -> str:
+    """An llguidance grammar from Lark source."""
+    import llguidance
+
+    return llguidance.LLMatcher.grammar_from_lark(text)
+
+
+def ll_tokenizer(tokenizer: Any, vocab: int) -> Any:
+    """The llguidance tokenizer of an mlx-lm tokenizer (built once: ~1-3 s)."""
+    import llguidance
+
+    hit = _TOKENIZERS.get(id(tokenizer))
+    if hit is None or hit[0] is not tokenizer or hit[1].vocab_size != vocab:
+        llt = llguidance.LLTokenizer(tokenizer.backend_tokenizer.to_str(), n_vocab=vocab,
+                                     eos_token=sorted(tokenizer.eos_token_ids))
+        _TOKENIZERS[id(tokenizer)] = hit = (tokenizer, llt)
+    return hit[1]
+
+
+class Grammar(LogitsProcessor):
+    """See the module docstring."""
+
+    stateful = True
+
+    def __init__(self, tokenizer: Any, grammar: str, vocab: int):
+        import llguidance
+
+        self.vocab, self.ll_tokenizer = vocab, ll_tokenizer(tokenizer, vocab)
+        self.matcher = llguidance.LLMatcher(self.ll_tokenizer, grammar)
+        if self.matcher.is_error():
+            raise ValueError(f"grammar: {self.matcher.get_error()}")
+        self.words = (vocab + 31) // 32
+
+    def _fill(self, out: np.ndarray, row: int) -> None:
+        self.matcher.unsafe_compute_mask_ptr(out[row].ctypes.data, self.words * 4)
+
+    def masks(self, seen: Sequence[Sequence[int]]) -> np.ndarray:
+        """(rows, words) int32 bitmasks: row r allows what follows the output + ``seen[r]``;
+        a row behind a draft token the grammar forbids allows everything (it is never
+        reached: that token has probability 0). The matcher ends where it began."""
+        out = np.full((len(seen), self.words), -1, dtype=np.int32)
+        stack: list[int] = []  # tokens consumed beyond the output
+        for r, path in enumerate(seen):
+            common = 0
+            while common < min(len(stack), len(path)) and stack[common] == path[common]:
+                common += 1
+            if len(stack) > common:
+                self.matcher.rollback(len(stack) - common)
+                del stack[common:]
+            rest = list(path[common:])
+            if self.matcher.validate_tokens(rest) < len(rest):
+                continue  # unreachable row
+            for t in rest:
+                self.matcher.consume_token(t)
+            stack += rest
+            self._fill(out, r)
+        if stack:
+            self.matcher.rollback(len(stack))
+        return out
+
+    def __call__(self, logits, context, seen):
+        bits = np.unpackbits(self.masks(seen).view(np.uint8), axis=1, bitorder="little")
+        allowed = mx.array(bits[:, : logits.shape[-1]].astype(np.bool_))
+        return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
+
+    def accept(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            if self.matcher.is_stopped():
+                return  # the grammar ended (EOS): what follows is not output
+            if not self.matcher.consume_token(t):
+                raise RuntimeError(f"grammar: emitted token {t} was not allowed "
+                                   f"({self.matcher.get_error()})")
+
+    def forced(self, k: int) -> list[int]:
+        """Up to ``k`` next tokens the grammar allows alone."""
+        if k < 1 or self.matcher.is_stopped():
+            return []
+        return list(self.matcher.compute_ff_tokens())[:k]

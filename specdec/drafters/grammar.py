@@ -1,0 +1,29 @@
+"""The ``grammar`` drafter: the tokens a request's grammar forces are free drafts.
+
+Contract: ``GrammarDrafter(grammar)`` proposes ``grammar.forced(k)`` — the next tokens the
+request's ``core.grammar.Grammar`` allows alone (keys, braces, ``"arguments": {`` …) —
+and nothing where the grammar leaves a choice, so in a chain (``grammar,suffix``) the
+next drafter proposes there. Without a grammar (a request with no ``response_format``)
+it never proposes. The target still verifies every forced token: where the model would
+have written the same text in other tokens, the draft is rejected and the output is
+plain decoding's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .base import EMPTY, Drafter, Proposal
+
+
+class GrammarDrafter(Drafter):
+    name = "grammar"
+
+    def __init__(self, grammar: Any = None):
+        self.grammar = grammar
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        if self.grammar is None:
+            return EMPTY
+        forced = self.grammar.forced(k)
+        return Proposal(forced) if forced else EMPTY
