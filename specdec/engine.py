@@ -18,6 +18,15 @@ speculative step is ``decode.step.verify_step``: one host synchronisation per st
 draft model adds one per proposal). ``drafter`` is a ``Drafter``, a draft-type string (built
 with ``DraftSpec``/``build_drafter`` and this call's n-gram and sampling options), or
 None for plain decoding; the engine calls its ``begin`` once per request.
+
+``stream_generate`` options beyond mlx-lm's: ``prompt_cache`` reuses and extends a
+conversation's cache (``make_prompt_cache``); ``draft_tree_budget`` is the max token-tree
+nodes per step or ``"auto"``; ``response_format`` (OpenAI's: ``{"type": "json_schema",
+"json_schema": {"schema": ...}}`` or ``{"type": "json_object"}``, or a ``core.grammar.
+Grammar``) makes the output follow it, every verified position masked by its grammar, and
+feeds the ``grammar`` drafter the tokens it forces; ``logits_processors`` adds
+``core.processors`` processors; ``presence_penalty``, ``frequency_penalty`` and
+``logit_bias`` are mlx-lm's, exact under speculation.
 """
 
 from __future__ import annotations
@@ -199,37 +208,26 @@ def stream_generate(
     response_format: dict | None = None,
     logits_processors: Sequence[LogitsProcessor] = (),
 ) -> Iterator[GenerationResponse]:
-    """Generate from ``prompt``, speculating with ``drafter``; see module doc.
-    ``prompt_cache``: reuse and extend a conversation's cache (``make_prompt_cache``).
-    ``response_format``: OpenAI's (``{"type": "json_schema", "json_schema": {"schema":
-    ...}}`` or ``{"type": "json_object"}``): the output follows it, every verified
-    position masked by its grammar (``core.grammar``); the ``grammar`` drafter proposes
-    the tokens it forces. ``logits_processors``: more ``core.processors`` processors.
-    ``draft_tree_budget``: max token-tree nodes per step, or ``"auto"`` (None: the
-    ``DraftSpec``'s when ``drafter`` is one, else 0 = linear drafts); ``num_draft_tokens``
-    likewise defaults to the spec's k (else 4)."""
+    """Generate from ``prompt``, speculating with ``drafter``; see the module doc for the
+    drafter, ``response_format``, ``prompt_cache`` and ``draft_tree_budget`` (None: the
+    ``DraftSpec``'s, else 0; ``num_draft_tokens`` likewise, else 4)."""
     spec = drafter if isinstance(drafter, DraftSpec) else None
-    if draft_tree_budget is None:
-        draft_tree_budget = spec.draft_tree_budget if spec else 0
-    if num_draft_tokens is None:
-        num_draft_tokens = spec.num_draft_tokens if spec else 4
+    tree = draft_tree_budget if draft_tree_budget is not None else spec.draft_tree_budget if spec else 0
+    k = num_draft_tokens if num_draft_tokens is not None else spec.num_draft_tokens if spec else 4
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     grammar = grammar_for(model, tokenizer, response_format)
-    drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=num_draft_tokens,
-                              ngram_min=ngram_min, ngram_max=ngram_max,
-                              temperature=temperature, seed=seed, grammar=grammar)
+    drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=k, ngram_min=ngram_min,
+                              ngram_max=ngram_max, temperature=temperature, seed=seed, grammar=grammar)
     step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
+    sampling = SamplingParams(temperature, top_p, top_k, min_p, seed, repetition_penalty,
+                              repetition_context_size, presence_penalty=presence_penalty,
+                              frequency_penalty=frequency_penalty, logit_bias=logit_bias or ())
     req = make_request(
-        model, tokens, drafter=drafter, max_tokens=max_tokens, num_draft_tokens=num_draft_tokens,
-        tree_budget=draft_tree_budget, eos=tokenizer.eos_token_ids,
-        sampling=SamplingParams(temperature, top_p, top_k, min_p, seed, repetition_penalty,
-                                repetition_context_size, presence_penalty=presence_penalty,
-                                frequency_penalty=frequency_penalty, logit_bias=logit_bias or ()),
-        prefill_step_size=prefill_step_size, kv_bits=kv_bits, kv_group_size=kv_group_size,
-        diagnostics=diagnostics, top_logprobs=top_logprobs, step_log=step_log,
-        prompt_cache=prompt_cache, text=TextOut(tokenizer, stop),
-        processors=[*([grammar] if grammar else []), *logits_processors],
-    )
+        model, tokens, drafter=drafter, max_tokens=max_tokens, num_draft_tokens=k, tree_budget=tree,
+        eos=tokenizer.eos_token_ids, sampling=sampling, prefill_step_size=prefill_step_size,
+        kv_bits=kv_bits, kv_group_size=kv_group_size, diagnostics=diagnostics,
+        top_logprobs=top_logprobs, step_log=step_log, prompt_cache=prompt_cache,
+        text=TextOut(tokenizer, stop), processors=[*([grammar] if grammar else []), *logits_processors])
     stats = req.stats
     for e in req.run():
         yield GenerationResponse(e.text, e.token, e.from_draft, stats, margin=e.margin,

@@ -141,9 +141,10 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
             *("| " + " | ".join(str(c) for c in row) + " |" for row in rows), ""]
 
 
-def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
+def _header(result: Any) -> list[str]:
+    """The report's title, machine, command and method paragraph."""
     p, m = result.plan, result.meta
-    lines = [f"# specdec bench — {p['model']}", "",
+    return [f"# specdec bench — {p['model']}", "",
              f"{m['date']} · {m['machine']}, {m['cpus']} CPUs, {m['device']} · "
              f"versions {json.dumps(m['versions'])}", "",
              f"Command: `{m['argv']}`", "",
@@ -157,6 +158,10 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
              "speed (tokens after the first / time after prefill; the median, with the "
              "min–max spread); TTFT is separate. Speedup = median tok/s ÷ median tok/s of the "
              "same engine's plain decoding on the same case.", ""]
+
+
+def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
+    lines = _header(result)
     lines += ["## Headline", ""]
     lines += ["*of oracle*: speedup ÷ the best speedup of the oracle drafter (replays the "
               "plain output, so every draft is accepted) on the same case — how much of what "
