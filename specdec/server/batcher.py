@@ -32,7 +32,7 @@ from typing import Any
 from ..core.text import TextOut
 from ..decode.batch import Batch
 from ..decode.request import Request
-from ..engine import tree_policy
+from ..engine import grammar_for, tree_policy
 from .events import DoneEvent
 
 log = logging.getLogger("specdec.server")
@@ -106,14 +106,15 @@ class Batcher:
         spec, w = job.request.speculation, self.w
         gen = job.request
         job.state = "running"
+        grammar = grammar_for(w.model, w.tokenizer, gen.response_format)
+        drafter = w.drafter_for(gen, grammar)
         cache = w.prefixes.take(gen.prompt_ids) if w.prefixes.max_bytes else None
-        drafter = w.drafter_for(gen)
         budget, shaper = tree_policy(w.model, spec.draft_tree_budget, drafter, spec.num_draft_tokens)
         req = Request(w.model, gen.prompt_ids, drafter=drafter, max_tokens=gen.max_tokens,
                       num_draft_tokens=spec.num_draft_tokens, eos=w.tokenizer.eos_token_ids,
                       sampling=gen.sampling, tree_budget=budget, shaper=shaper, prompt_cache=cache,
                       kv_bits=w.cfg.kv_bits, top_logprobs=gen.top_logprobs,
-                      text=TextOut(w.tokenizer, gen.stop))
+                      text=TextOut(w.tokenizer, gen.stop), processors=[grammar] if grammar else ())
         started = time.perf_counter()
         req.start()
         return Active(job, req, started)

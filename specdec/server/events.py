@@ -32,6 +32,7 @@ class GenRequest:
     stop: list[str] | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    response_format: dict | None = None  # OpenAI's; the output follows its grammar
 
 
 @dataclass
