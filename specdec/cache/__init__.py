@@ -1,1 +1,2 @@
-"""cache: see the README's layout section."""
+"""Layer 1: KV caches and their one rollback contract (single request, sliding window,
+quantized, batched rows, tree compaction), prompt caches and the prefix store."""

@@ -1,1 +1,3 @@
-"""core: see the README's layout section."""
+"""Layer 0: the types and pure rules every other layer reads (proposals, sampling
+parameters, logits processors, grammars, acceptance rules, tree operations, stats, text).
+Imports nothing else of specdec."""

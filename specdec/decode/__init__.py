@@ -1,1 +1,3 @@
-"""decode: see the README's layout section."""
+"""Layer 4: decoding. ``step.verify_step`` is the one verify step of every path;
+``request.Request`` the one request lifecycle; ``batch.Batch`` holds the rows (one for a
+single stream); ``plain`` is pipelined plain decoding."""

@@ -1,1 +1,1 @@
-"""policy: see the README's layout section."""
+"""Layer 3: cost policies that shape a step (the token-tree shaper)."""
