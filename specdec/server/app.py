@@ -24,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..core.grammar import response_grammar
 from ..core.sampling import SamplingParams
 from ..core.text import encode_prompt
 from .config import ServerConfig
@@ -130,8 +131,14 @@ class Api:
             sampling.validate()
         except ValueError as e:
             raise APIError(400, str(e)) from e
+        fmt = body.response_format.as_dict() if chat and body.response_format else None
+        if fmt is not None:
+            try:
+                response_grammar(fmt)  # refused here, with its reason, rather than mid-request
+            except ValueError as e:
+                raise APIError(400, str(e), param="response_format") from e
         return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
-                          top_logprobs=top)
+                          top_logprobs=top, response_format=fmt)
 
     async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
         self.check_model(body.model)

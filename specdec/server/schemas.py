@@ -6,8 +6,9 @@ extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p`` and
 ``repetition_penalty``. Validation is strict: wrong JSON types are errors (no "5" for 5),
 unknown parameters are errors (as OpenAI's own API does), and parameters whose other
 values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``,
-``presence_penalty``, ``frequency_penalty``, ``logit_bias``, non-text ``response_format``)
-are accepted only at their neutral value, with a message saying so.
+``presence_penalty``, ``frequency_penalty``, ``logit_bias``) are accepted only at their
+neutral value, with a message saying so. ``response_format`` (``ResponseFormat``: text,
+``json_object``, ``json_schema``) is checked here for shape and compiled by ``app``.
 ``merge_speculative`` applies a request's ``speculative`` to the server's default
 ``DraftSpec`` (the one typed spec the CLI and the bench use too). Everything that needs the
 tokenizer (context length, token ids) is checked by ``app`` after this.
@@ -159,12 +160,40 @@ class ChatMessage(_Strict):
         return "".join(p.text for p in self.content)
 
 
+class JsonSchemaFormat(_Strict):
+    name: str = Field(max_length=64)
+    schema_: dict[str, Any] | bool = Field(True, alias="schema")
+    description: str | None = None
+    strict: bool | None = None  # the output always follows the schema here
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's ``response_format``: the output follows a JSON schema (``json_schema``),
+    is some JSON object (``json_object``) or is free text (``text``)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> Any:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise _unsupported("response_format: json_schema goes with type 'json_schema' (and "
+                               "only with it)")
+        return self
+
+    def as_dict(self) -> dict[str, Any] | None:
+        """The plain dict ``core.grammar.response_grammar`` reads (None for text)."""
+        if self.type == "text":
+            return None
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
 
     @model_validator(mode="after")
     def _checks(self) -> Any:
@@ -173,8 +202,6 @@ class ChatCompletionRequest(_Sampling):
         if (self.max_tokens is not None and self.max_completion_tokens is not None
                 and self.max_tokens != self.max_completion_tokens):
             raise _unsupported("max_tokens and max_completion_tokens differ; send one of them")
-        if self.response_format not in (None, {"type": "text"}):
-            raise _unsupported("only response_format {\"type\": \"text\"} is supported")
         return self
 
     def requested_max_tokens(self) -> int | None:
