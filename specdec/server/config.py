@@ -43,7 +43,7 @@ class ServerConfig:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
-    speculation: DraftSpec = field(default_factory=lambda: DraftSpec("suffix"))
+    speculation: DraftSpec = field(default_factory=lambda: DraftSpec("grammar,suffix"))
 
     @property
     def model_id(self) -> str:
