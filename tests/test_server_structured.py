@@ -96,3 +96,16 @@ def test_a_schema_the_grammar_cannot_take_is_a_400_naming_response_format(client
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
                                        response_format={"type": "json_schema"}, max_tokens=8)
+
+
+def test_penalties_logit_bias_and_a_schema_together_equal_plain_decoding(client):
+    """The issue's exactness check: with presence and frequency penalties, a logit bias
+    and a JSON schema, the speculative answer equals ``draft_type: none`` token for token
+    (their logprobs too), and the parameters do change the target's distribution."""
+    kw = dict(presence_penalty=0.6, frequency_penalty=0.4, logit_bias={"28": -5.0, "314": 3.0},
+              logprobs=True)
+    spec = ask(client, PROMPTS[3], **kw)
+    plain = ask(client, PROMPTS[3], draft_type="none", **kw)
+    tokens = lambda r: [(t.token, round(t.logprob, 3)) for t in r.choices[0].logprobs.content]  # noqa: E731
+    assert tokens(spec) == tokens(plain) and spec.usage.model_extra["accepted_tokens"] > 0
+    assert tokens(spec) != tokens(ask(client, PROMPTS[3], logprobs=True))

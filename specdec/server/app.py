@@ -105,6 +105,14 @@ class Api:
                 "or the completion (max_tokens).", param=param, code="context_length_exceeded")
         return want
 
+    def token_bias(self, body: ChatCompletionRequest | CompletionRequest) -> dict[int, float]:
+        bias = body.token_bias()
+        bad = [t for t in bias if t >= self.worker.vocab_size]
+        if bad:
+            raise APIError(400, f"logit_bias: token id {bad[0]} is not in the vocabulary (ids lie in "
+                           f"[0, {self.worker.vocab_size}))", param="logit_bias")
+        return bias
+
     async def gen_request(self, body: ChatCompletionRequest | CompletionRequest) -> GenRequest:
         chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
         ids = await self.prompt_ids(body)
@@ -126,7 +134,9 @@ class Api:
         sampling = SamplingParams(
             temperature=_or(body.temperature, cfg.temp), top_p=_or(body.top_p, cfg.top_p),
             top_k=_or(body.top_k, cfg.top_k), min_p=_or(body.min_p, cfg.min_p), seed=body.seed,
-            repetition_penalty=_or(body.repetition_penalty, 1.0))
+            repetition_penalty=_or(body.repetition_penalty, 1.0),
+            presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
+            logit_bias=self.token_bias(body))
         try:
             sampling.validate()
         except ValueError as e:

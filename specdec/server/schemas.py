@@ -5,9 +5,9 @@ parameters this server implements, with OpenAI's names, types and ranges, plus t
 extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p`` and
 ``repetition_penalty``. Validation is strict: wrong JSON types are errors (no "5" for 5),
 unknown parameters are errors (as OpenAI's own API does), and parameters whose other
-values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``,
-``presence_penalty``, ``frequency_penalty``, ``logit_bias``) are accepted only at their
-neutral value, with a message saying so. ``response_format`` (``ResponseFormat``: text,
+values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``) are
+accepted only at their neutral value, with a message saying so. ``presence_penalty``,
+``frequency_penalty`` and ``logit_bias`` are mlx-lm's, exact under speculation. ``response_format`` (``ResponseFormat``: text,
 ``json_object``, ``json_schema``) is checked here for shape and compiled by ``app``.
 ``merge_speculative`` applies a request's ``speculative`` to the server's default
 ``DraftSpec`` (the one typed spec the CLI and the bench use too). Everything that needs the
@@ -98,9 +98,9 @@ class _Sampling(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
-    presence_penalty: float = Field(0.0, allow_inf_nan=False)
-    frequency_penalty: float = Field(0.0, allow_inf_nan=False)
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    logit_bias: dict[str, float] | None = Field(None, description="token id -> bias in [-100, 100]")
     user: str | None = Field(None, description="accepted for compatibility; not used")
     speculative: SpeculativeOptions | None = None
 
@@ -122,20 +122,19 @@ class _Sampling(_Strict):
                                "request; send n=1 (or omit it) and repeat the request for more")
         return v
 
-    @field_validator("presence_penalty", "frequency_penalty")
-    @classmethod
-    def _no_penalties(cls, v: float) -> float:
-        if v != 0:
-            raise _unsupported("presence/frequency penalties are not implemented; omit them "
-                               "(or send 0) and use repetition_penalty instead")
-        return v
-
     @field_validator("logit_bias")
     @classmethod
-    def _no_bias(cls, v: dict | None) -> dict | None:
-        if v:
-            raise _unsupported("logit_bias is not supported; omit it")
+    def _bias(cls, v: dict | None) -> dict | None:
+        for key, bias in (v or {}).items():
+            if not key.isdigit():
+                raise _unsupported(f"logit_bias keys are token ids (digits), got {key!r}")
+            if not -100 <= bias <= 100:
+                raise _unsupported(f"logit_bias values lie in [-100, 100], got {bias} for {key}")
         return v
+
+    def token_bias(self) -> dict[int, float]:
+        """``logit_bias`` with integer token ids (empty when unset)."""
+        return {int(k): b for k, b in (self.logit_bias or {}).items()}
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> Any:
