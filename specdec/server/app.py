@@ -103,7 +103,8 @@ class Api:
 
     def max_tokens(self, asked: int | None, n_prompt: int, param: str) -> int:
         ctx = self.worker.context_length
-        want = asked if asked is not None else min(self.cfg.max_tokens, ctx - n_prompt)
+        room, cap = ctx - n_prompt, self.cfg.max_tokens  # no max_tokens: to EOS or the context
+        want = asked if asked is not None else room if cap is None else min(cap, room)
         if n_prompt + max(want, 1) > ctx:
             raise APIError(
                 400, f"This model's maximum context length is {ctx} tokens. However, you "
