@@ -51,6 +51,7 @@ from .cache.rollback import make_cache, prefill, trim
 from .core.proposal import Proposal
 from .decode.step import Greedy, Verify, verify_step
 from .drafters.base import Drafter
+from .drafters.spec import parse_tree_budget
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -203,16 +204,14 @@ def resolve_tree_budget(model: Any, value: int | str, *,
     asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
     model's (cached) verify cost curve pick how many to verify at each step, counting
     ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
-    if value == "auto":
-        cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
-        # a tree block costs a linear block of its length times the measured overhead
-        over = tree_overhead_for(model, AUTO_TREE_CURVE)
-        tree_cost = {L: cost_at(cost, L) * r for L, r in over.items()}
-        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost,
-                                          propose_cost=propose_cost)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
-    return value, None
+    budget = parse_tree_budget(value, text=False)
+    if budget != "auto":
+        return budget, None
+    cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
+    # a tree block costs a linear block of its length times the measured overhead
+    over = tree_overhead_for(model, AUTO_TREE_CURVE)
+    tree_cost = {L: cost_at(cost, L) * r for L, r in over.items()}
+    return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost, propose_cost=propose_cost)
 
 
 # ---- the drafter's own cost ---------------------------------------------------------------

@@ -74,6 +74,24 @@ def test_spec_validates_its_numbers(kw, message):
         DraftSpec("ngram", **kw)
 
 
+def test_one_tree_budget_parser_behind_every_front_end():
+    from specdec.drafters import parse_tree_budget
+    from specdec.measure import resolve_tree_budget
+
+    assert [parse_tree_budget(v) for v in (0, 12, "12", "auto")] == [0, 12, 12, "auto"]
+    for bad in (-1, "-1", "x", "", "1.5", "²", True, 2.0, None):
+        with pytest.raises(ValueError, match="integer >= 0 or 'auto'"):
+            parse_tree_budget(bad)
+    with pytest.raises(ValueError, match="'12'"):  # a typed value is parsed already
+        parse_tree_budget("12", text=False)
+    # the same rule at each front end (the server adds its own cap)
+    assert parse_config("suffix:tree=12").tree_budget == 12
+    assert SpeculativeOptions(draft_tree_budget=12).draft_tree_budget == 12
+    with pytest.raises(ValueError, match="draft_tree_budget must be in"):
+        SpeculativeOptions(draft_tree_budget=-1)
+    assert resolve_tree_budget(None, 5) == (5, None)
+
+
 def test_the_server_names_request_fields_in_its_errors():
     with pytest.raises(ValueError, match=r"speculative\.ngram_max"):
         merge_speculative(DraftSpec("suffix"), SpeculativeOptions(ngram_min=5, ngram_max=4))

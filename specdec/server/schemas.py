@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types
+from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
 
 MAX_DRAFT_TOKENS = 32
 MAX_TREE_NODES = 64
@@ -53,9 +53,15 @@ class SpeculativeOptions(_Strict):
     @field_validator("draft_tree_budget")
     @classmethod
     def _tree_budget(cls, v: int | str | None) -> int | str | None:
-        if isinstance(v, int) and not 0 <= v <= MAX_TREE_NODES:
+        if v is None:
+            return v
+        try:
+            budget = parse_tree_budget(v, text=False)  # the one parser; the server caps it
+        except ValueError:
+            budget = None
+        if budget is None or (budget != "auto" and budget > MAX_TREE_NODES):
             raise _unsupported(f"draft_tree_budget must be in [0, {MAX_TREE_NODES}] or 'auto'")
-        return v
+        return budget
 
     @field_validator("draft_type")
     @classmethod
