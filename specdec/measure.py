@@ -51,7 +51,7 @@ from .cache.rollback import make_cache, prefill, trim
 from .core.proposal import Proposal
 from .decode.step import Greedy, Verify, verify_step
 from .drafters.base import Drafter
-from .drafters.spec import parse_tree_budget
+from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -244,7 +244,6 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
 def _host_drafter(name: str) -> Drafter:
     """The drafter ``DraftSpec(name)`` builds, with a fresh table for ngram-mod."""
     from .drafters.ngram_mod import NgramModTable
-    from .drafters.spec import DraftResources, DraftSpec, build_drafter
 
     return build_drafter(DraftSpec(name), DraftResources(table=NgramModTable()))
 
@@ -254,9 +253,7 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (module doc),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
     ``"model"`` needs ``draft_model``."""
-    from .drafters.spec import parse_draft_types
-
-    names = parse_draft_types(drafter_name)
+    names = DraftSpec(drafter_name).draft_types
     if len(names) > 1:  # every member proposing: an upper bound for a chain
         parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir) for n in names]
         return {key: sum(p[key] for p in parts) for key in ("fixed", "per_token")}

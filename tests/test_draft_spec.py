@@ -92,6 +92,18 @@ def test_one_tree_budget_parser_behind_every_front_end():
     assert resolve_tree_budget(None, 5) == (5, None)
 
 
+def test_bounds_are_checked_once_by_the_spec():
+    """The server and the bench leave k and the n-gram bounds to ``DraftSpec``: the same
+    rule and the same message (naming the request field or the bench option)."""
+    for kw in (dict(num_draft_tokens=0), dict(ngram_min=0), dict(gate_threshold=1.5)):
+        opts = SpeculativeOptions(**kw)  # only JSON types and the server's caps here
+        field = next(iter(kw))
+        with pytest.raises(ValueError, match=rf"speculative\.{field}"):
+            merge_speculative(DraftSpec("suffix"), opts)
+    with pytest.raises(ValueError, match="--num-draft-tokens must be an integer >= 1"):
+        parse_config("ngram:k=0")
+
+
 def test_the_server_names_request_fields_in_its_errors():
     with pytest.raises(ValueError, match=r"speculative\.ngram_max"):
         merge_speculative(DraftSpec("suffix"), SpeculativeOptions(ngram_min=5, ngram_max=4))

@@ -114,8 +114,8 @@ def parse_config(text: str) -> BenchConfig:
             if key in _FLAGS and not value:
                 warm |= key == "warm"
                 kw[{"adaptive": "adaptive_k"}.get(key, key)] = True
-            elif key in _NUMBERS and value.isdigit() and int(value) >= 1:
-                kw[_NUMBERS[key]] = int(value)
+            elif key in _NUMBERS and value.isascii() and value.isdigit():
+                kw[_NUMBERS[key]] = int(value)  # DraftSpec checks the bounds
             elif key == "tree" and (budget := _tree_budget(value)) is not None:
                 kw["draft_tree_budget"] = budget
             else:

@@ -38,14 +38,16 @@ class _Strict(BaseModel):
 
 
 class SpeculativeOptions(_Strict):
-    """Per-request speculation; unset fields take the server's ``--...`` defaults."""
+    """Per-request speculation; unset fields take the server's ``--...`` defaults. The
+    fields' values are checked by ``DraftSpec`` (``merge_speculative``); here only their
+    JSON types and the server's own caps (draft length, n-gram length, tree nodes)."""
 
     draft_type: str | None = Field(None, description=f"one of {', '.join(DRAFT_TYPES)} or a comma chain")
-    num_draft_tokens: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS)
-    ngram_min: int | None = Field(None, ge=1, le=64)
-    ngram_max: int | None = Field(None, ge=1, le=64)
+    num_draft_tokens: int | None = Field(None, le=MAX_DRAFT_TOKENS, description=">= 1")
+    ngram_min: int | None = Field(None, le=64, description=">= 1")
+    ngram_max: int | None = Field(None, le=64, description=">= ngram_min")
     gate: bool | None = None
-    gate_threshold: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    gate_threshold: float | None = Field(None, description="in [0, 1]")
     adaptive_k: bool | None = None
     draft_tree_budget: int | Literal["auto"] | None = Field(
         None, description="max token-tree nodes per step (0 = linear), or 'auto'")
