@@ -49,6 +49,7 @@ import mlx.core as mx
 
 from .cache.rollback import make_cache, prefill, trim
 from .core.proposal import Proposal
+from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_step
 from .drafters.base import Drafter
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
@@ -79,7 +80,7 @@ def _interleaved_medians(lengths: list[int], repeats: int,
 
 def _context(model: Any, lengths: list[int], context: int, rng: random.Random) -> tuple:
     """(vocab, cache holding ``context - 1`` random tokens, the ``context`` tokens)."""
-    vocab = model.args.vocab_size if hasattr(model, "args") else 1000
+    vocab = vocab_size(model)
     cache = make_cache(model, max_trim=max(lengths) + 1)
     ids = [rng.randrange(vocab) for _ in range(context)]
     prefill(model, cache, ids[:-1])
@@ -226,7 +227,7 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
     from .drafters.draft_model import DraftModelDrafter
 
     rng = random.Random(seed)
-    vocab = draft_model.args.vocab_size if hasattr(draft_model, "args") else 1000
+    vocab = vocab_size(draft_model)
     drafter = DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
     ctx = [rng.randrange(vocab) for _ in range(context)]
     drafter.begin(ctx)
@@ -266,7 +267,7 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
             raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
         key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
-    vocab = model.args.vocab_size if hasattr(model, "args") else 1000
+    vocab = vocab_size(model)
 
     def host() -> dict[str, float]:
         return {"fixed": proposal_cost(_host_drafter(name), 256, k=8, vocab=vocab), "per_token": 0.0}

@@ -57,6 +57,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
+from ..core.vocab import vocab_size
 from .base import EMPTY, Drafter, Proposal
 
 _BLOCK = 16  # missing context up to this long is fed with the first draft step
@@ -93,11 +94,13 @@ def check_tokenizers_match(target_tokenizer: Any, draft_tokenizer: Any) -> None:
     raise ValueError(f"draft model tokenizer does not match the target's: {size.rstrip('; ')}")
 
 
-def _embedding_rows(model: Any) -> int | None:
-    """Rows of the model's output vocabulary, where it can be read (None otherwise)."""
-    args = getattr(model, "args", None)
-    rows = getattr(args, "vocab_size", None)
-    return rows if isinstance(rows, int) else None
+def _model_rows(model: Any) -> int | None:
+    """The ids the model scores (``core.vocab``, never its tokenizer's size); None when
+    they cannot be read, and the rows check is skipped."""
+    try:
+        return vocab_size(model)
+    except ValueError:
+        return None
 
 
 def branch_tree(chain: Sequence[int], chain_lp: Sequence[float],
@@ -162,7 +165,7 @@ class DraftModelDrafter(Drafter):
             )
         if target_tokenizer is not None and draft_tokenizer is not None:
             check_tokenizers_match(target_tokenizer, draft_tokenizer)
-            rows = _embedding_rows(draft_model)
+            rows = _model_rows(draft_model)
             top_id = max(draft_tokenizer.get_vocab().values())
             if rows is not None and rows <= top_id:  # more rows (padding) is fine, fewer is not
                 raise ValueError(
