@@ -239,6 +239,42 @@ def test_engine_refuses_trees_and_untyped_proposals():
         list(token_stream(model, [1, 2, 3], drafter=ListDrafter(), max_tokens=4))
 
 
+def test_the_drafter_interface_is_declared():
+    """``Drafter`` is abstract in ``propose``; its capabilities are class attributes every
+    drafter states, and wrappers state what they wrap."""
+    with pytest.raises(TypeError, match="abstract"):
+        Drafter()
+
+    class NoPropose(Drafter):
+        name = "half"
+
+    with pytest.raises(TypeError, match="propose"):
+        NoPropose()
+    cost = {L: 1.0 + 0.1 * L for L in range(1, 10)}
+    from specdec.drafters.ngram_mod import NgramModTable
+
+    res = DraftResources(cost=cost, table=NgramModTable(), draft_cost={"fixed": 1e-5, "per_token": 0.0})
+    branches = {"none": False, "ngram": True, "ngram-mod": False, "suffix": True, "grammar": False}
+    for name, want in branches.items():
+        d = build_drafter(DraftSpec(name), res)
+        assert d.branches is want and d.draft_cost == (res.draft_cost if name != "none" else None)
+        for wrapped in (dict(gate=True), dict(adaptive_k=True), dict(gate=True, adaptive_k=True)):
+            if name != "none":
+                assert build_drafter(DraftSpec(name, **wrapped), res).branches is want
+    assert build_drafter(DraftSpec("ngram-mod,grammar"), res).branches  # merged: a trie
+    assert not NgramDrafter(max_matches=1).branches
+    from specdec.drafters.draft_model import DraftModelDrafter
+
+    model = cached_tiny("llama")  # greedy alternatives branch; sampled drafts stay chains
+    assert DraftModelDrafter(model).branches and not DraftModelDrafter(model, temperature=0.5).branches
+    assert not DraftModelDrafter(model, branch_depths=0).branches
+    ngram, costly = NgramDrafter(), NgramDrafter()
+    ngram.draft_cost, costly.draft_cost = {"fixed": 1.0, "per_token": 0.0}, {"fixed": 2.0, "per_token": 0.5}
+    assert ChainDrafter([ngram, costly]).draft_cost == {"fixed": 3.0, "per_token": 0.5}
+    assert ChainDrafter([ngram, NgramDrafter()]).draft_cost is None  # one member unknown
+    assert GatedDrafter(costly).draft_cost == AdaptiveKDrafter(costly, cost, 4).draft_cost == costly.draft_cost
+
+
 def test_generate_refuses_objects_that_are_not_drafters(smollm):
     from specdec import generate
 

@@ -140,6 +140,7 @@ class DraftModelDrafter(Drafter):
     """Drafts with a small model that shares the target's tokenizer (see module doc)."""
 
     name = "model"
+    branches = True  # greedy: the draft's top-k alternatives at the first depths
 
     def __init__(
         self,
@@ -180,6 +181,8 @@ class DraftModelDrafter(Drafter):
         self.max_trim = max_trim
         self.prefill_step_size = prefill_step_size
         self.branch_width, self.branch_depths = branch_width, branch_depths
+        # trees are exact only under greedy drafting; without alternatives they are chains
+        self.branches = self.temperature == 0 and branch_depths > 0 and branch_width >= 2
         # Randomness is explicit: a key we own and split, never MLX's global state.
         seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self._key = mx.random.key(seed)
@@ -300,7 +303,7 @@ class DraftModelDrafter(Drafter):
         """The greedy chain with the draft's top-``branch_width`` alternatives at its first
         ``branch_depths`` depths, best first (module doc); linear when sampling."""
         k = min(k, budget)
-        if self.temperature > 0 or not self.branch_depths or self.branch_width < 2:
+        if not self.branches:
             return self.propose(context, k)
         self._last_len = 0
         if k <= 0 or not context:
