@@ -28,7 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types
+from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
 
 MAX_DRAFT_TOKENS = 32
 MAX_TREE_NODES = 64
@@ -44,14 +44,16 @@ class _Strict(BaseModel):
 
 
 class SpeculativeOptions(_Strict):
-    """Per-request speculation; unset fields take the server's ``--...`` defaults."""
+    """Per-request speculation; unset fields take the server's ``--...`` defaults. The
+    fields' values are checked by ``DraftSpec`` (``merge_speculative``); here only their
+    JSON types and the server's own caps (draft length, n-gram length, tree nodes)."""
 
     draft_type: str | None = Field(None, description=f"one of {', '.join(DRAFT_TYPES)} or a comma chain")
-    num_draft_tokens: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS)
-    ngram_min: int | None = Field(None, ge=1, le=64)
-    ngram_max: int | None = Field(None, ge=1, le=64)
+    num_draft_tokens: int | None = Field(None, le=MAX_DRAFT_TOKENS, description=">= 1")
+    ngram_min: int | None = Field(None, le=64, description=">= 1")
+    ngram_max: int | None = Field(None, le=64, description=">= ngram_min")
     gate: bool | None = None
-    gate_threshold: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    gate_threshold: float | None = Field(None, description="in [0, 1]")
     adaptive_k: bool | None = None
     draft_tree_budget: int | Literal["auto"] | None = Field(
         None, description="max token-tree nodes per step (0 = linear), or 'auto'")
@@ -59,9 +61,15 @@ class SpeculativeOptions(_Strict):
     @field_validator("draft_tree_budget")
     @classmethod
     def _tree_budget(cls, v: int | str | None) -> int | str | None:
-        if isinstance(v, int) and not 0 <= v <= MAX_TREE_NODES:
+        if v is None:
+            return v
+        try:
+            budget = parse_tree_budget(v, text=False)  # the one parser; the server caps it
+        except ValueError:
+            budget = None
+        if budget is None or (budget != "auto" and budget > MAX_TREE_NODES):
             raise _unsupported(f"draft_tree_budget must be in [0, {MAX_TREE_NODES}] or 'auto'")
-        return v
+        return budget
 
     @field_validator("draft_type")
     @classmethod
