@@ -234,6 +234,8 @@ def test_max_tokens_default_runs_to_the_context(smollm):
     ({"response_format": {"type": "json_schema"}}, "response_format", "json_schema"),
     ({"response_format": {"type": "yaml"}}, "response_format.type", "json_object"),
     ({"logit_bias": {"49152": 1.0}}, "logit_bias", "vocabulary"),
+    ({"logit_bias": {"9" * 5000: 1.0}}, "logit_bias", "vocabulary"),
+    ({"logit_bias": {"²": 1.0}}, "logit_bias", "digits"),
     ({"presence_penalty": 3}, "presence_penalty", "2"),
     ({"store": "yes"}, "store", "boolean"),
 ])

@@ -232,8 +232,10 @@ class _Sampling(IgnoredParams):
     @classmethod
     def _bias(cls, v: dict | None) -> dict | None:
         for key, bias in (v or {}).items():
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):  # "²" is a digit, not an int() string
                 raise _unsupported(f"logit_bias keys are token ids (digits), got {key!r}")
+            if len(key) > 9:  # int() of 4301 digits raises; no vocabulary has 10**9 tokens
+                raise _unsupported(f"logit_bias: token id {key[:12]}… is not in the vocabulary")
             if not -100 <= bias <= 100:
                 raise _unsupported(f"logit_bias values lie in [-100, 100], got {bias} for {key}")
         return v
