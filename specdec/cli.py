@@ -151,13 +151,11 @@ def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
               tokenizer: Any) -> int:
     from .engine import generate, stream_generate
 
-    kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer),
-          "response_format": cfg.grammar}  # the drafter's grammar: one state for both
+    kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
     base = None
-    if args.compare:  # the baseline gets a fresh grammar of its own
-        plain = {**kw, "drafter": None, "response_format": cfg.response_format()}
-        generate(model, tokenizer, prompt, **{**plain, "max_tokens": 8})  # warm-up
-        base = generate(model, tokenizer, prompt, **plain)
+    if args.compare:
+        generate(model, tokenizer, prompt, **{**kw, "drafter": None, "max_tokens": 8})  # warm-up
+        base = generate(model, tokenizer, prompt, **{**kw, "drafter": None})
     # the main run reuses the prompt cache; the --compare baseline runs without it
     prompt_cache = _prompt_cache(cfg, model)
     kw["prompt_cache"] = prompt_cache

@@ -99,7 +99,6 @@ class RunConfig:
     prompt_cache_file: str | None = None
     json_schema: str | None = None  # a JSON schema file the output must follow
     table: Any = field(default=None, init=False, repr=False)  # the ngram-mod table in use
-    grammar: Any = field(default=None, init=False, repr=False)  # the main run's core.grammar.Grammar
 
     @classmethod
     def from_args(cls, ns: Any) -> "RunConfig":
@@ -161,9 +160,6 @@ class RunConfig:
             table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)
         res = prepare_resources(self.spec, model, tokenizer, dtype=self.dtype, table=table)
         self.table = res.table
-        from .engine import grammar_for
-
-        self.grammar = res.grammar = grammar_for(model, tokenizer, self.response_format())
         return build_drafter(self.spec, res, temperature=self.temp, seed=self.seed)
 
     def engine_kwargs(self) -> dict[str, Any]:

@@ -74,14 +74,12 @@ class GenerationResult:
 
 def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
                     num_draft_tokens: int = 4, ngram_min: int = 1, ngram_max: int = 3,
-                    temperature: float = 0.0, seed: int | None = None,
-                    grammar: Any = None) -> Drafter:
+                    temperature: float = 0.0, seed: int | None = None) -> Drafter:
     """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
 
     A string uses the process-wide ngram-mod table of this tokenizer (so library calls
     share one memory, as a server does) and cannot name ``model`` (it needs a loaded
-    draft model: build a ``DraftModelDrafter`` or use ``prepare_resources``). ``grammar``
-    (the request's ``core.grammar.Grammar``) feeds the ``grammar`` drafter."""
+    draft model: build a ``DraftModelDrafter`` or use ``prepare_resources``)."""
     if drafter is None:
         return NoDrafter()
     if isinstance(drafter, str):
@@ -94,7 +92,7 @@ def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *
         if drafter.uses("ngram-mod"):  # a file the spec names is loaded, never ignored
             table = ngram_mod_table(drafter, tokenizer) if drafter.ngram_mod_file else \
                 shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
-        res = DraftResources(tokenizer=tokenizer, table=table, grammar=grammar)
+        res = DraftResources(tokenizer=tokenizer, table=table)
         return build_drafter(drafter, res, temperature=temperature, seed=seed)
     if not isinstance(drafter, Drafter):
         raise TypeError(f"{drafter!r} is not a Drafter: subclass specdec.drafters.Drafter "
@@ -217,7 +215,7 @@ def stream_generate(
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     grammar = grammar_for(model, tokenizer, response_format)
     drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=k, ngram_min=ngram_min,
-                              ngram_max=ngram_max, temperature=temperature, seed=seed, grammar=grammar)
+                              ngram_max=ngram_max, temperature=temperature, seed=seed)
     step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
     sampling = SamplingParams(temperature, top_p, top_k, min_p, seed, repetition_penalty,
                               repetition_context_size, presence_penalty=presence_penalty,

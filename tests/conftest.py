@@ -169,5 +169,8 @@ class Passthrough(Drafter):
     def propose_tree(self, context, k, budget):
         return self.inner.propose_tree(context, k, budget)
 
+    def constrain(self, grammar):
+        self.inner.constrain(grammar)
+
     def observe(self, n):
         self.inner.observe(n)

@@ -98,3 +98,34 @@ def test_bench_runs_an_unnamed_workload_file(tmp_path):
     assert results["plan"]["workloads"] == ["chat-1"]
     assert {r["workload"] for r in results["records"]} == {"chat-1"}
     assert (out / "report.md").stat().st_size > 0
+
+
+def test_a_structured_workload_round_trips_and_a_bad_format_names_its_line(tmp_path):
+    from specdec.bench.workloads import RECORD_FORMAT, builtin_workloads
+
+    w = next(w for w in builtin_workloads() if w.cls == "structured")
+    assert w.response_format == RECORD_FORMAT
+    path = tmp_path / "w.jsonl"
+    write_workloads([w], path)
+    assert load_workloads(path) == [w]
+    path.write_text(json.dumps({"class": "structured", "prompt": "x",
+                                "response_format": {"type": "xml"}}) + "\n")
+    with pytest.raises(ValueError, match="w.jsonl:1: 'response_format'"):
+        load_workloads(path)
+
+
+@pytest.mark.slow
+def test_the_bench_runs_a_structured_case_with_the_grammar_drafter(tmp_path, smollm):
+    """Every config answers under the schema and equals plain constrained decoding; the
+    grammar drafter's forced tokens are accepted."""
+    from specdec.bench.configs import parse_config
+    from specdec.bench.runner import BenchPlan, run_plan
+    from specdec.bench.workloads import builtin_workloads
+
+    w = next(w for w in builtin_workloads() if w.cls == "structured")
+    plan = BenchPlan("smollm2-135m", [w], [parse_config("grammar,suffix:k=4")], runs=1,
+                     max_tokens=48, peers=(), oracle=False, warmup=False)
+    result = run_plan(plan, target=smollm)
+    plain, spec = ([r for r in result.records if r.config == c] for c in ("plain", "grammar,suffix k=4"))
+    assert plain[0].tokens == spec[0].tokens and spec[0].accepted > 0
+    assert not result.diagnoses

@@ -80,7 +80,7 @@ def grammar():
 def run(model, prompt, drafter=None, with_drafter_grammar=False, **kw):
     g = grammar()
     if with_drafter_grammar:
-        drafter = ChainDrafter([GrammarDrafter(g), drafter]) if drafter else GrammarDrafter(g)
+        drafter = ChainDrafter([GrammarDrafter(), drafter]) if drafter else GrammarDrafter()
     log = []
     req = Request(model, prompt, drafter=drafter, max_tokens=60, eos={0}, processors=[g], step_log=log, **kw)
     req.start()

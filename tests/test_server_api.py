@@ -197,7 +197,8 @@ def test_context_length_exceeded(client):
 
 
 def test_unsupported_values_are_400_with_reasons(client):
-    cases = [({"n": 2}, "n=2"), ({"presence_penalty": 0.5}, "penalt"),
+    cases = [({"n": 2}, "n=2"), ({"presence_penalty": 2.5}, "presence_penalty"),
+             ({"logit_bias": {"999999": 1.0}}, "vocabulary"),
              ({"extra_body": {"speculative": {"draft_type": "magic"}}}, "draft_type"),
              ({"extra_body": {"speculative": {"draft_type": "model"}}}, "--draft-model"),
              ({"messages": []}, "messages"), ({"top_logprobs": 2}, "logprobs")]

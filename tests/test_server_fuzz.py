@@ -49,10 +49,13 @@ BAD_FIELDS = {
     "stream": json_values.filter(lambda v: not isinstance(v, bool)),
     "stop": st.lists(st.text(min_size=1, max_size=3), min_size=5, max_size=8) | st.just("")
     | st.integers() | st.lists(st.integers(), min_size=1, max_size=3),
-    "presence_penalty": st.floats(0.01, 2) | st.floats(-2, -0.01),
-    "logit_bias": st.dictionaries(st.text(min_size=1, max_size=4), st.floats(-5, 5), min_size=1, max_size=2),
+    "presence_penalty": st.floats(2.0001, 1e9) | st.floats(-1e9, -2.0001) | not_number.filter(lambda v: v is not None),
+    "logit_bias": st.dictionaries(st.text(min_size=1, max_size=4).filter(lambda k: not k.isdigit()),
+                                  st.floats(-5, 5), min_size=1, max_size=2)
+    | st.dictionaries(st.integers(0, 100).map(str), st.floats(100.01, 1e6), min_size=1, max_size=2)
+    | st.dictionaries(st.integers(49152, 10**6).map(str), st.floats(-5, 5), min_size=1, max_size=2),
     "speculative": st.fixed_dictionaries({"draft_type": st.text(max_size=12).filter(
-        lambda t: t.strip() not in ("none", "ngram", "ngram-mod", "suffix"))})
+        lambda t: t.strip() not in ("none", "ngram", "ngram-mod", "suffix", "grammar"))})
     | st.fixed_dictionaries({"num_draft_tokens": st.integers(max_value=0) | st.integers(33, 10**6)})
     | st.dictionaries(st.sampled_from(["bogus", "kk"]), json_values, min_size=1)
     | json_values.filter(lambda v: not isinstance(v, dict) and v is not None),

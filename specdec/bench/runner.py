@@ -120,7 +120,8 @@ def conversation(model: Any, tok: Any, case: Workload, drafter: Any, k: int,
     out = []
     for turn in range(len(case.turns) + 1):
         res = generate(model, tok, prompt, drafter=drafter, max_tokens=max_tokens,
-                       num_draft_tokens=k, kv_bits=kv_bits, draft_tree_budget=tree)
+                       num_draft_tokens=k, kv_bits=kv_bits, draft_tree_budget=tree,
+                       response_format=case.response_format)
         out.append((prompt, res))
         if turn == len(case.turns):
             break
@@ -245,8 +246,9 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
                          OracleDrafter(plain_turns), result)
             if oracle_ks and progress:
                 progress(f"{case.name}@{length or 'as written'} run {run} oracle")
-            for peer in peers:
-                result.records += _peer_runs(plan, peer, case, length, ids, run, notes)
+            for peer in peers:  # peers cannot constrain: a schema's case is ours alone
+                if case.response_format is None:
+                    result.records += _peer_runs(plan, peer, case, length, ids, run, notes)
                 if progress:
                     progress(f"{case.name}@{length or 'as written'} run {run} {peer.name}")
     for peer in peers:
@@ -289,6 +291,7 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
 
     by_label = {c.label: c for c in plan.configs}
     max_tokens = {w.name: w.max_tokens or plan.max_tokens for w in plan.workloads}
+    formats = {w.name: w.response_format for w in plan.workloads}
     out = []
     for row in parity([r.to_dict() for r in result.records]):
         if not row["mismatches"] or row["source"] != "specdec" or row["config"] not in by_label:
@@ -296,7 +299,7 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
         cfg = by_label[row["config"]]
         prompt = result.cases[f"{row['workload']}|{row['length']}|{row['turn']}"]
         kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True,
-                  kv_bits=plan.kv_bits)
+                  kv_bits=plan.kv_bits, response_format=formats[row["workload"]])
         plain = generate(model, tok, prompt, drafter=None, **kw)
         kw["draft_tree_budget"] = cfg.tree_budget
         # the same drafter the measured run started with (a warm config's saved table too)

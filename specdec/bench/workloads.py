@@ -14,13 +14,14 @@ Contract:
   plain ``{"class", "messages", "max_tokens"}`` dataset runs as is; names, given or
   defaulted, must be unique. ``turns`` are follow-up user messages: each is sent after
   the model's own previous reply, so a conversation is generated turn by turn.
-  ``max_tokens`` (per turn) and ``source`` (where the text came from, and its licence)
-  are optional. ``load_workloads(path)`` validates a file and says which line and field
+  ``max_tokens`` (per turn), ``source`` (where the text came from, and its licence) and
+  ``response_format`` (OpenAI's; the answer follows its JSON schema, every config and
+  plain decoding alike) are optional. ``load_workloads(path)`` validates a file and says which line and field
   are wrong; ``write_workloads`` writes one.
 - ``builtin_workloads()`` builds every class from real text this project did not write,
   read at run time from the Python standard library (its sources and module docs, PSF
-  licence) and installed package metadata: code_edit, passage, json_rag,
-  multi_turn_edit, summarization, open_ended.
+  licence) and installed package metadata: code_edit, passage, json_rag, structured (a
+  record extracted under a JSON schema), multi_turn_edit, summarization, open_ended.
 - ``fit_prompt(tokenizer, workload, n)`` cuts or pads the first user text to ``n`` prompt
   tokens without touching its final instruction: the instruction is the text after the
   last blank line. Cutting drops the end of the material before it; padding puts
@@ -37,11 +38,17 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..prompts import json_records, source_of, zen_text
+from ..core.grammar import response_grammar
 from ..core.text import encode_prompt
 
-CLASSES = ("code_edit", "passage", "json_rag", "multi_turn_edit", "summarization", "open_ended")
+CLASSES = ("code_edit", "passage", "json_rag", "structured", "multi_turn_edit", "summarization",
+           "open_ended")
 ECHO_CLASSES = tuple(c for c in CLASSES if c != "open_ended")
 STDLIB = "Python standard library (PSF licence), read from this machine at run time"
+RECORD_FORMAT = {"type": "json_schema", "json_schema": {"name": "record", "schema": {
+    "type": "object", "additionalProperties": False, "required": ["name", "version", "summary"],
+    "properties": {"name": {"type": "string"}, "version": {"type": "string"},
+                   "summary": {"type": "string"}}}}}
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Workload:
     max_tokens: int | None = None
     source: str = ""
     prompt_tokens: int | None = field(default=None, compare=False)  # set by fit_prompt
+    response_format: dict | None = field(default=None, hash=False)  # OpenAI's: a JSON schema
 
     def first_messages(self) -> Any:
         """The first turn as ``encode_prompt`` takes it (text or messages)."""
@@ -66,7 +74,7 @@ class Workload:
         else:
             d["messages"] = list(self.messages)
         for key, value in (("turns", list(self.turns)), ("max_tokens", self.max_tokens),
-                           ("source", self.source)):
+                           ("source", self.source), ("response_format", self.response_format)):
             if value:
                 d[key] = value
         return d
@@ -83,7 +91,8 @@ def parse_workload(obj: Any, where: str = "workload", line: int | None = None) -
     """
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    unknown = set(obj) - {"name", "class", "prompt", "messages", "turns", "max_tokens", "source"}
+    unknown = set(obj) - {"name", "class", "prompt", "messages", "turns", "max_tokens", "source",
+                          "response_format"}
     if unknown:
         raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
     if "name" not in obj and line is None:
@@ -109,10 +118,16 @@ def parse_workload(obj: Any, where: str = "workload", line: int | None = None) -
     max_tokens = obj.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError(f"{where}: 'max_tokens' must be a positive integer")
+    fmt = obj.get("response_format")
+    if fmt is not None:
+        try:
+            response_grammar(fmt)
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{where}: 'response_format': {e}") from None
     name = obj.get("name", f"{obj['class']}-{line}")
     return Workload(name, obj["class"], obj.get("prompt"),
                     tuple(messages) if messages is not None else None, tuple(turns),
-                    max_tokens, str(obj.get("source", "")))
+                    max_tokens, str(obj.get("source", "")), response_format=fmt)
 
 
 def load_workloads(path: str | Path) -> list[Workload]:
@@ -178,6 +193,10 @@ def builtin_workloads() -> list[Workload]:
                  "Return the whole list as JSON with one more record like these for a "
                  "package named 'specdec'.",
                  source="metadata of the Python packages installed on this machine"),
+        Workload("json_extract", "structured", f"Package records:\n\n{records}\n\n"
+                 f"Return the record of {recs[2]['name']} as JSON: its name, version and summary.",
+                 source="metadata of the Python packages installed on this machine",
+                 response_format=RECORD_FORMAT),
         Workload("multiturn_short", "multi_turn_edit", _code("colorsys", "rgb_to_yiq",
                  "Rename the function to rgb_to_yiq_color."),
                  turns=("Now add type hints.", "Now add a one-line docstring."), source=STDLIB),

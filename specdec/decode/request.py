@@ -3,7 +3,8 @@
 Contract of ``Request(model, prompt_ids, ...)`` (arguments validated at construction):
 - ``start()``: the cache — a ``PromptCache`` given as ``prompt_cache`` keeps the longest
   prefix it shares with the prompt (``reuse``), else a fresh ``rollback.make_cache`` —,
-  the stats, the drafter's ``begin`` (inside the prefill phase, so a draft model's prompt
+  the stats, the drafter's ``constrain`` (the request's grammar among ``processors``, or
+  None) and ``begin`` (inside the prefill phase, so a draft model's prompt
   pass counts as prefill) and the prompt tokens still to feed (all but the last: the
   first decode step feeds it).
 - ``prefill(chunk=None)`` feeds up to ``chunk`` of them (None: all) and returns True once
@@ -30,6 +31,7 @@ from typing import Any, Iterator, Sequence
 
 from ..cache.prompt_cache import PromptCache
 from ..cache.rollback import make_cache, prefill
+from ..core.grammar import Grammar
 from ..core.processors import LogitsProcessor
 from ..core.sampling import Rng, SamplingParams
 from ..core.stats import SpecStats
@@ -114,6 +116,7 @@ class Request:
         s.drafter, s.prompt_tokens, s.cached_tokens = self.drafter.name, len(self.prompt_ids), reused
         self.rng = None if self.sampling.greedy else Rng(self.sampling.seed)
         self.t0 = time.perf_counter()
+        self.drafter.constrain(next((p for p in self.processors if isinstance(p, Grammar)), None))
         self.drafter.begin(list(self.prompt_ids))  # per-request state (a draft model prefills here)
         self.pending = self.prompt_ids[reused:-1]
 

@@ -211,8 +211,9 @@ def _row_arrays(logits: mx.array, row: Verify) -> tuple[list[mx.array], list[mx.
     """One row's device arrays: (logprobs [node logprobs at their parents' rows, then each
     block row's own token's], the sampler's arrays, the extras asked for [margins, top
     ids, top logprobs])."""
+    seen = row.seen() if row.processors else []
     for proc in row.processors:
-        logits = proc(logits, row.context, row.seen())
+        logits = proc(logits, row.context, seen)
     decided = row.sampler.decide(logits, row.proposal)
     logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     p = row.proposal

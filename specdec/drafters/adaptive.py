@@ -118,6 +118,9 @@ class AdaptiveKDrafter(Drafter):
         self._proposed = proposal.depth
         return proposal
 
+    def constrain(self, grammar):
+        self.inner.constrain(grammar)
+
     def observe(self, num_accepted: int) -> None:
         if not self._proposed:
             return

@@ -19,7 +19,10 @@ request:
 them, siblings best first (see ``trie``). The default is the linear proposal (a
 one-branch tree) of ``min(k, budget)`` tokens; ``propose`` is unchanged for every drafter.
 
-The base class gives no-op ``begin``/``observe``, so wrappers (chain, gate, adaptive k)
+``constrain(grammar)`` hands every drafter the request's grammar before ``begin`` (the
+``grammar`` drafter drafts what it forces; wrappers pass it on).
+
+The base class gives no-op ``begin``/``observe``/``constrain``, so wrappers (chain, gate, adaptive k)
 call them unconditionally. ``draft_cost`` (None unless ``spec.build_drafter`` measured it:
 ``{"fixed": s, "per_token": s}``, see ``measure.draft_cost_for``) is what one proposal
 costs, for the engine's tree shaper.
@@ -29,7 +32,7 @@ The ``Proposal`` type lives in ``core.proposal`` (every layer reads it).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 
@@ -56,6 +59,10 @@ class Drafter:
 
     def observe(self, num_accepted: int) -> None:
         """The target accepted ``num_accepted`` tokens of the last proposal."""
+
+    def constrain(self, grammar: Any) -> None:
+        """The request's ``core.grammar.Grammar`` (None: unconstrained), given before
+        ``begin``; the ``grammar`` drafter drafts what it forces, wrappers pass it on."""
 
 
 class NoDrafter(Drafter):

@@ -23,7 +23,7 @@ counts the merged nodes each member's tree held.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from .base import EMPTY, Drafter, Proposal
 from .trie import merge_trees, shared_nodes, walk
@@ -95,6 +95,10 @@ class ChainDrafter(Drafter):
             got = walk(t, accepted)
             self.stats[d.name]["accepted"] += got
             d.observe(got)
+
+    def constrain(self, grammar: Any) -> None:
+        for d in self.drafters:
+            d.constrain(grammar)
 
     def observe(self, num_accepted: int) -> None:
         if self._trees:

@@ -96,6 +96,9 @@ class GatedDrafter(Drafter):
             if len(self._shadow) >= min(4, self.window) and sum(self._shadow) / len(self._shadow) >= self.min_acceptance:
                 self.enabled, self._recent = True, deque(maxlen=self.window)
 
+    def constrain(self, grammar):
+        self.inner.constrain(grammar)
+
     def observe(self, num_accepted: int) -> None:
         if not self.enabled or not self._proposed:
             return

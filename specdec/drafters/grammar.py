@@ -1,6 +1,7 @@
 """The ``grammar`` drafter: the tokens a request's grammar forces are free drafts.
 
-Contract: ``GrammarDrafter(grammar)`` proposes ``grammar.forced(k)`` — the next tokens the
+Contract: ``GrammarDrafter()`` takes the request's grammar from ``constrain`` (the request
+lifecycle calls it) and proposes ``grammar.forced(k)`` — the next tokens the
 request's ``core.grammar.Grammar`` allows alone (keys, braces, ``"arguments": {`` …) —
 and nothing where the grammar leaves a choice, so in a chain (``grammar,suffix``) the
 next drafter proposes there. Without a grammar (a request with no ``response_format``)
@@ -20,6 +21,9 @@ class GrammarDrafter(Drafter):
     name = "grammar"
 
     def __init__(self, grammar: Any = None):
+        self.grammar = grammar
+
+    def constrain(self, grammar: Any) -> None:
         self.grammar = grammar
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:

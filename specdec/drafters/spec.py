@@ -10,8 +10,7 @@ Contract:
   ``speculative`` field, the bench's config specs (``ngram:k=4:n=2``) and the library
   all build one and nothing else.
 - ``DraftResources`` holds what drafters need but a spec only names: the tokenizer,
-  the loaded draft model, the shared ngram-mod table and suffix history, the request's
-  grammar (``core.grammar.Grammar``, for the ``grammar`` drafter), the verify
+  the loaded draft model, the shared ngram-mod table and suffix history, the verify
   cost curve (adaptive k) and the drafter's own measured cost per proposal (adaptive k,
   ``draft_tree_budget="auto"``). ``specdec.resources.prepare_resources`` loads what a
   spec asks for (it sits above measurement: drafters never measure or load models).
@@ -135,7 +134,6 @@ class DraftResources:
     draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)
     table: Any = None  # NgramModTable shared by ngram-mod drafters
     history: Any = None  # SuffixHistory shared by suffix drafters
-    grammar: Any = None  # the request's core.grammar.Grammar (per request), for "grammar"
     cost: Mapping[int, float] | None = None  # verify cost curve, for adaptive k
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
 
@@ -173,7 +171,7 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
     if name == "grammar":
         from .grammar import GrammarDrafter
 
-        return GrammarDrafter(res.grammar)
+        return GrammarDrafter()  # the request's grammar arrives through constrain()
     if name == "suffix":
         from .suffix import SuffixDrafter
 

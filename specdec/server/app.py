@@ -25,6 +25,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..core.grammar import response_grammar
 from ..core.sampling import SamplingParams
 from ..core.text import encode_prompt
 from .config import ServerConfig
@@ -115,6 +116,14 @@ class Api:
                 "or the completion (max_tokens).", param=param, code="context_length_exceeded")
         return want
 
+    def token_bias(self, body: ChatCompletionRequest | CompletionRequest) -> dict[int, float]:
+        bias = body.token_bias()
+        bad = [t for t in bias if t >= self.worker.vocab_size]
+        if bad:
+            raise APIError(400, f"logit_bias: token id {bad[0]} is not in the vocabulary (ids lie in "
+                           f"[0, {self.worker.vocab_size}))", param="logit_bias")
+        return bias
+
     async def gen_request(self, body: ChatCompletionRequest | CompletionRequest,
                           tools: ToolPlan | None = None) -> GenRequest:
         chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
@@ -137,13 +146,21 @@ class Api:
         sampling = SamplingParams(
             temperature=_or(body.temperature, cfg.temp), top_p=_or(body.top_p, cfg.top_p),
             top_k=_or(body.top_k, cfg.top_k), min_p=_or(body.min_p, cfg.min_p), seed=body.seed,
-            repetition_penalty=_or(body.repetition_penalty, 1.0))
+            repetition_penalty=_or(body.repetition_penalty, 1.0),
+            presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
+            logit_bias=self.token_bias(body))
         try:
             sampling.validate()
         except ValueError as e:
             raise APIError(400, str(e)) from e
+        fmt = body.response_format.as_dict() if chat and body.response_format else None
+        if fmt is not None:
+            try:
+                response_grammar(fmt)  # refused here, with its reason, rather than mid-request
+            except ValueError as e:
+                raise APIError(400, str(e), param="response_format") from e
         return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
-                          top_logprobs=top)
+                          top_logprobs=top, response_format=fmt)
 
     async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
         self.check_model(body.model)

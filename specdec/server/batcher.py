@@ -107,7 +107,7 @@ class Batcher:
         gen = job.request
         job.state = "running"
         grammar = grammar_for(w.model, w.tokenizer, gen.response_format)
-        drafter = w.drafter_for(gen, grammar)
+        drafter = w.drafter_for(gen)
         cache = w.prefixes.take(gen.prompt_ids) if w.prefixes.max_bytes else None
         budget, shaper = tree_policy(w.model, spec.draft_tree_budget, drafter, spec.num_draft_tokens)
         req = Request(w.model, gen.prompt_ids, drafter=drafter, max_tokens=gen.max_tokens,

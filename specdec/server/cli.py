@@ -2,8 +2,9 @@
 
 Contract: ``add_serve_parser(subparsers)`` adds the ``serve`` subcommand (the drafter and
 sampling flags keep ``specdec generate``'s names and defaults, except ``--draft-type``,
-whose default here is ``suffix``: it drafts from the request and from the shared history
-of earlier requests). ``cmd_serve(args)`` validates the flags, loads the model on the
+whose default here is ``grammar,suffix``: the tokens a request's ``response_format``
+forces, else the continuation of the request and of the shared history of earlier
+requests). ``cmd_serve(args)`` validates the flags, loads the model on the
 inference thread, then serves with uvicorn until SIGINT/SIGTERM, after which the worker
 stops and the shared memory is saved. Errors in flags, model or memory file raise
 ``ValueError`` / ``ModelLoadError`` before anything listens (``specdec`` prints them).
@@ -27,7 +28,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (or $SPECDEC_API_KEY)")
-    add_draft_flags(p, draft_type="suffix")
+    add_draft_flags(p, draft_type="grammar,suffix")
     p.add_argument("--memory-file",
                    help="load the shared ngram-mod table from FILE and the suffix history from "
                         "FILE.suffix at start; save both there periodically and at shutdown")

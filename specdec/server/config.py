@@ -45,7 +45,7 @@ class ServerConfig:
     top_k: int = 0
     min_p: float = 0.0
     tool_call_parser: str = "auto"  # a toolcall.PARSERS name
-    speculation: DraftSpec = field(default_factory=lambda: DraftSpec("suffix"))
+    speculation: DraftSpec = field(default_factory=lambda: DraftSpec("grammar,suffix"))
 
     @property
     def model_id(self) -> str:

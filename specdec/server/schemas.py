@@ -5,15 +5,17 @@ parameters this server implements, with OpenAI's names, types and ranges, plus t
 extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p`` and
 ``repetition_penalty``. Validation is strict: wrong JSON types are errors (no "5" for 5),
 unknown parameters are errors (as OpenAI's own API does), and parameters whose other
-values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``,
-``presence_penalty``, ``frequency_penalty``, ``logit_bias``, non-text ``response_format``)
-are accepted only at their neutral value, with a message saying so.
+values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``) are
+accepted only at their neutral value, with a message saying so. ``presence_penalty``,
+``frequency_penalty`` and ``logit_bias`` are mlx-lm's, exact under speculation.
+``response_format`` (``ResponseFormat``: text, ``json_object``, ``json_schema``) is checked
+here for shape and compiled by ``app``.
 ``merge_speculative`` applies a request's ``speculative`` to the server's default
 ``DraftSpec`` (the one typed spec the CLI and the bench use too). Tool calling's
 fields (``tools``, ``tool_choice``, ``parallel_tool_calls``, ``role: "tool"`` messages,
 an assistant's ``tool_calls`` with ``content`` null) are ``tool_schemas``' models and
-checks. Everything that needs the
-tokenizer (context length, token ids) is checked by ``app`` after this.
+checks. Everything that needs the tokenizer (context length, token ids) is checked by
+``app`` after this.
 """
 
 from __future__ import annotations
@@ -103,9 +105,9 @@ class _Sampling(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
-    presence_penalty: float = Field(0.0, allow_inf_nan=False)
-    frequency_penalty: float = Field(0.0, allow_inf_nan=False)
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    logit_bias: dict[str, float] | None = Field(None, description="token id -> bias in [-100, 100]")
     user: str | None = Field(None, description="accepted for compatibility; not used")
     speculative: SpeculativeOptions | None = None
 
@@ -127,20 +129,19 @@ class _Sampling(_Strict):
                                "request; send n=1 (or omit it) and repeat the request for more")
         return v
 
-    @field_validator("presence_penalty", "frequency_penalty")
-    @classmethod
-    def _no_penalties(cls, v: float) -> float:
-        if v != 0:
-            raise _unsupported("presence/frequency penalties are not implemented; omit them "
-                               "(or send 0) and use repetition_penalty instead")
-        return v
-
     @field_validator("logit_bias")
     @classmethod
-    def _no_bias(cls, v: dict | None) -> dict | None:
-        if v:
-            raise _unsupported("logit_bias is not supported; omit it")
+    def _bias(cls, v: dict | None) -> dict | None:
+        for key, bias in (v or {}).items():
+            if not key.isdigit():
+                raise _unsupported(f"logit_bias keys are token ids (digits), got {key!r}")
+            if not -100 <= bias <= 100:
+                raise _unsupported(f"logit_bias values lie in [-100, 100], got {bias} for {key}")
         return v
+
+    def token_bias(self) -> dict[int, float]:
+        """``logit_bias`` with integer token ids (empty when unset)."""
+        return {int(k): b for k, b in (self.logit_bias or {}).items()}
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> Any:
@@ -183,12 +184,40 @@ class ChatMessage(_Strict):
         return "".join(p.text for p in self.content or [])
 
 
+class JsonSchemaFormat(_Strict):
+    name: str = Field(max_length=64)
+    schema_: dict[str, Any] | bool = Field(True, alias="schema")
+    description: str | None = None
+    strict: bool | None = None  # the output always follows the schema here
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's ``response_format``: the output follows a JSON schema (``json_schema``),
+    is some JSON object (``json_object``) or is free text (``text``)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> Any:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise _unsupported("response_format: json_schema goes with type 'json_schema' (and "
+                               "only with it)")
+        return self
+
+    def as_dict(self) -> dict[str, Any] | None:
+        """The plain dict ``core.grammar.response_grammar`` reads (None for text)."""
+        if self.type == "text":
+            return None
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
     # tool calling (server.tool_schemas, server.tool_calls)
     tools: list[ToolDef] | None = None
     tool_choice: ToolChoice | None = None
@@ -208,8 +237,6 @@ class ChatCompletionRequest(_Sampling):
         if (self.max_tokens is not None and self.max_completion_tokens is not None
                 and self.max_tokens != self.max_completion_tokens):
             raise _unsupported("max_tokens and max_completion_tokens differ; send one of them")
-        if self.response_format not in (None, {"type": "text"}):
-            raise _unsupported("only response_format {\"type\": \"text\"} is supported")
         return self
 
     def requested_max_tokens(self) -> int | None:

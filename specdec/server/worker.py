@@ -307,13 +307,12 @@ class InferenceWorker:
                  s.drafted, s.decode_tokens_per_s)
         return DoneEvent(req.finish_reason, req.tail(), usage, timings)
 
-    def drafter_for(self, req: GenRequest, grammar: Any = None) -> Any:
-        """A fresh drafter for ``req``; ``grammar`` (its ``core.grammar.Grammar``) feeds
-        the ``grammar`` drafter."""
+    def drafter_for(self, req: GenRequest) -> Any:
+        """A fresh drafter for ``req`` (its grammar arrives when the request starts)."""
         spec = req.speculation
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,
-            history=self.memory.history, grammar=grammar,
+            history=self.memory.history,
             cost=self._cost_curve(spec.num_draft_tokens + 1) if spec.adaptive_k else None,
             draft_cost=self._draft_cost(spec.draft_type)
             if spec.adaptive_k or spec.draft_tree_budget == "auto" else None)
