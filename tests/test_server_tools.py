@@ -141,3 +141,15 @@ def test_length_cut_and_no_call():
     out = responder().whole(tokens("It is sunny."), DoneEvent("stop"))
     assert out["choices"][0]["message"] == {"role": "assistant", "content": "It is sunny."}
     assert out["choices"][0]["finish_reason"] == "stop"
+
+
+def test_streamed_logprobs_each_token_once():
+    plan = plan_tools(body(tools=[WEATHER]), QWEN, "m")
+    r = ToolResponder("m", True, 0, plan)
+    reply = "Sure.\n<tool_call>\n" + REPLY + "\n</tool_call>\n"
+    events = [TokenEvent(e.text, e.token, logprob=-float(i), token_text=e.text)
+              for i, e in enumerate(tokens(reply))]
+    chunks = [c for e in events for c in r.token_chunks(e)] + r.final_chunks(DoneEvent("stop"))
+    sent = [item["logprob"] for c in chunks if c["choices"][0]["logprobs"]
+            for item in c["choices"][0]["logprobs"]["content"]]
+    assert sent == [e.logprob for e in events]

@@ -17,7 +17,9 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
 
@@ -60,27 +62,30 @@ def json_end(text: str, i: int, quotes: str = '"') -> int | None:
     >>> json_end('{"a": ]', 0)
     -1
     """
+    outside = _pattern("[" + re.escape(quotes) + r"{}\[\]()]")
     stack: list[str] = []
-    quote = ""
     j = i
-    while j < len(text):
-        c = text[j]
-        if quote:
-            if c == "\\":
-                j += 1
-            elif c == quote:
-                quote = ""
-        elif c in quotes:
-            quote = c
+    while (m := outside.search(text, j)) is not None:  # jumps in C, not per character
+        c, j = m.group(), m.end()
+        if c in quotes:
+            inside = _pattern(r"[\\" + re.escape(c) + "]")
+            while (m := inside.search(text, j)) is not None and m.group() == "\\":
+                j = m.end() + 1  # an escaped character
+            if m is None:
+                return None
+            j = m.end()
         elif c in _CLOSE:
             stack.append(_CLOSE[c])
-        elif c in ")]}":
-            if not stack or stack.pop() != c:
-                return -1
-            if not stack:
-                return j + 1
-        j += 1
+        elif not stack or stack.pop() != c:
+            return -1
+        elif not stack:
+            return j
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(source: str) -> re.Pattern:
+    return re.compile(source)
 
 
 def skip(text: str, i: int, chars: str = SEPARATORS) -> int:

@@ -105,7 +105,8 @@ class ToolCallStream:
             if text.startswith(opener, j):
                 found = matcher(text, j, final, self.names)
             else:
-                found = None if not final and opener.startswith(text[j:]) else False
+                partial = len(text) - j < len(opener) and opener.startswith(text[j:])
+                found = None if partial and not final else False
             if found is None:
                 return None
             if found:
