@@ -63,7 +63,7 @@ BAD_FIELDS = {
 CHAT_BAD = {
     "messages": st.just([]) | json_values.filter(lambda v: not isinstance(v, list))
     | st.lists(st.fixed_dictionaries({"role": st.text(max_size=8).filter(
-        lambda r: r not in ("system", "developer", "user", "assistant")), "content": st.text(max_size=5)}),
+        lambda r: r not in ("system", "developer", "user", "assistant", "tool")), "content": st.text(max_size=5)}),
         min_size=1, max_size=2)
     | st.lists(st.fixed_dictionaries({"role": st.just("user"), "content": st.integers() | st.none()}),
                min_size=1, max_size=2),

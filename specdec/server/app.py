@@ -9,9 +9,10 @@ completely before it is queued: the body (``schemas``), the model name (404), th
 (400 ``context_length_exceeded`` with the numbers), the speculation options, then the
 queue (503 + Retry-After). A request without ``max_tokens`` generates until EOS or the
 context limit (or ``--max-tokens`` where the server sets one); ``chat_template_kwargs``
-reach the chat template; a think template's reasoning is split off (``reasoning``).
-A stream's HTTP status is sent with its first event, so an
-error that happens before the first token is still a proper error status. A client that
+reach the chat template; a think template's reasoning is split off (``reasoning``). A
+chat request's ``tools`` are rendered by the model's chat template and its reply read for
+calls (``tool_calls``). A stream's HTTP status is sent with its first event, so an error
+that happens before the first token is still a proper error status. A client that
 disconnects, queued or generating, has its job cancelled. The app's shutdown stops the
 worker, which saves the shared memory.
 """
@@ -38,6 +39,7 @@ from .middleware import wrap
 from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
 from .responses import SSE_DONE, Responder, sse
 from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
+from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
 from .worker import InferenceWorker
 
@@ -67,6 +69,8 @@ class Api:
 
     def __init__(self, cfg: ServerConfig, worker: InferenceWorker):
         self.cfg, self.worker = cfg, worker
+        with worker.tokenizer_lock:  # the template's tool support, found once (two renders)
+            self.tools = ToolSupport.of(worker.tokenizer, cfg.tool_call_parser)
 
     def check_model(self, name: str) -> None:
         if name != self.cfg.model_id:
@@ -74,7 +78,14 @@ class Api:
                            f"{self.cfg.model_id!r} (GET /v1/models).", param="model",
                            code="model_not_found")
 
-    async def prompt_ids(self, body: ChatCompletionRequest | CompletionRequest) -> list[int]:
+    def tool_plan(self, body: ChatCompletionRequest | CompletionRequest) -> ToolPlan | None:
+        """What the request's tools change (``tool_calls``); None for most requests."""
+        if not isinstance(body, ChatCompletionRequest):
+            return None
+        return plan_tools(body, self.tools, self.cfg.model_id)
+
+    async def prompt_ids(self, body: ChatCompletionRequest | CompletionRequest,
+                         tools: list[dict] | None = None) -> list[int]:
         chat = isinstance(body, ChatCompletionRequest)
         param = "messages" if chat else "prompt"
         prompt = body.chat_messages() if chat else body.prompt
@@ -90,7 +101,7 @@ class Api:
 
         def encode() -> list[int]:
             with self.worker.tokenizer_lock:
-                return encode_prompt(self.worker.tokenizer, prompt, chat=chat,
+                return encode_prompt(self.worker.tokenizer, prompt, chat=chat, tools=tools,
                                      template_kwargs=template)
 
         try:
@@ -136,9 +147,10 @@ class Api:
                            f"[0, {self.worker.vocab_size}))", param="logit_bias")
         return bias
 
-    async def gen_request(self, body: ChatCompletionRequest | CompletionRequest) -> GenRequest:
+    async def gen_request(self, body: ChatCompletionRequest | CompletionRequest,
+                          tools: ToolPlan | None = None) -> GenRequest:
         chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
-        ids = await self.prompt_ids(body)
+        ids = await self.prompt_ids(body, tools.template_tools if tools else None)
         max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
                                      "messages" if chat else "prompt")
         try:
@@ -175,13 +187,16 @@ class Api:
 
     async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
         self.check_model(body.model)
-        gen = await self.gen_request(body)
+        tools = self.tool_plan(body)
+        gen = await self.gen_request(body, tools)
         job = Job(gen, asyncio.get_running_loop())
         self.worker.submit(job)
         watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
         chat = isinstance(body, ChatCompletionRequest)
-        responder = Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs,
-                              reasoning=self.reasoning(gen) if chat else None)
+        responder = (ToolResponder(self.cfg.model_id, gen.logprobs, gen.top_logprobs, tools)
+                     if tools is not None and tools.format is not None else
+                     Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs,
+                               reasoning=self.reasoning(gen) if chat else None))
         try:
             first = await job.events.get()
         except BaseException:
@@ -217,12 +232,14 @@ class Api:
             if opening is not None:
                 yield sse(opening)
             while isinstance(event, TokenEvent):
-                yield sse(responder.token_chunk(event))
+                for chunk in responder.token_chunks(event):
+                    yield sse(chunk)
                 event = await job.events.get()
             if isinstance(event, ErrorEvent):
                 yield sse(event.error.body())
             elif event.finish_reason != "cancelled":
-                yield sse(responder.final_chunk(event))
+                for chunk in responder.final_chunks(event):
+                    yield sse(chunk)
                 if include_usage:
                     yield sse(responder.usage_chunk(event))
             yield SSE_DONE

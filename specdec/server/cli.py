@@ -18,6 +18,7 @@ import os
 import signal
 
 from ..config import DTYPES, KV_BITS, add_distributed_flags, add_draft_flags
+from ..toolcall import PARSERS
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +54,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
     p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV cache")
+    p.add_argument("--tool-call-parser", choices=PARSERS, default="auto",
+                   help="how tool calls are read from replies: auto (from the chat template), "
+                        "or hermes, llama3_json, mistral, gemma; none: never")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     add_distributed_flags(p)
 

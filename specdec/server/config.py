@@ -18,6 +18,7 @@ from typing import Any
 
 from ..config import RunConfig, check_kv_bits, draft_spec_from_args
 from ..drafters.spec import DraftSpec
+from ..toolcall import PARSERS
 from .schemas import MAX_DRAFT_TOKENS
 
 API_KEY_ENV = "SPECDEC_API_KEY"
@@ -44,6 +45,7 @@ class ServerConfig:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
+    tool_call_parser: str = "auto"  # a toolcall.PARSERS name
     speculation: DraftSpec = field(default_factory=lambda: DraftSpec("grammar,suffix"))
 
     @property
@@ -85,6 +87,8 @@ class ServerConfig:
             (self.save_interval >= 0, "--save-interval must be >= 0 (0 = only at shutdown)"),
             (self.context_length is None or self.context_length >= 2, "--context-length must be >= 2"),
             (self.temp <= 2, "--temp must be <= 2 (the API's range)"),
+            (self.tool_call_parser in PARSERS,
+             f"--tool-call-parser must be one of {', '.join(PARSERS)}"),
             (self.api_key is None or self.api_key.strip() == self.api_key != "",
              "--api-key must be non-empty without surrounding spaces"),
         ]

@@ -107,6 +107,15 @@ class Responder:
     def token_chunk(self, event: TokenEvent) -> dict[str, Any]:
         return self._envelope([self._choice(event.text, [event], None, chunk=True)], chunk=True)
 
+    def token_chunks(self, event: TokenEvent) -> list[dict[str, Any]]:
+        """The chunks one token adds to a stream (``tool_calls.ToolResponder`` may hold
+        text back, or turn it into calls)."""
+        return [self.token_chunk(event)]
+
+    def final_chunks(self, done: DoneEvent) -> list[dict[str, Any]]:
+        """The chunks that end a stream, the last one with the finish reason."""
+        return [self.final_chunk(done)]
+
     def final_chunk(self, done: DoneEvent) -> dict[str, Any]:
         out = self._envelope([self._choice(done.text, [], done.finish_reason, chunk=True)],
                              chunk=True)

@@ -3,7 +3,7 @@
 Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` accept the OpenAI
 parameters this server implements, with OpenAI's names, types and ranges, plus the
 extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p``,
-``repetition_penalty`` and (chat) ``chat_template_kwargs`` (keyword arguments for the
+``repetition_penalty``, (chat) ``tools``/``tool_choice`` and ``chat_template_kwargs`` (keyword arguments for the
 model's chat template, e.g. ``enable_thinking``). Validation is strict: wrong JSON types
 are errors (no "5" for 5), unknown parameters are errors naming the parameter (as
 OpenAI's own API does), and parameters whose other values this server does not implement
@@ -16,8 +16,11 @@ ignored from one list, ``IgnoredParams`` / ``IgnoredChatParams`` (``IGNORED_PARA
 names them; each field's description says why ignoring it is honest); a value there
 that would need what this server lacks (audio output) is refused.
 ``merge_speculative`` applies a request's ``speculative`` to the server's default
-``DraftSpec`` (the one typed spec the CLI and the bench use too). Everything that needs the
-tokenizer (context length, token ids) is checked by ``app`` after this.
+``DraftSpec`` (the one typed spec the CLI and the bench use too). Tool calling's
+fields (``tools``, ``tool_choice``, ``parallel_tool_calls``, ``role: "tool"`` messages,
+an assistant's ``tool_calls`` with ``content`` null) are ``tool_schemas``' models and
+checks. Everything that needs the tokenizer (context length, token ids) is checked by
+``app`` after this.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
+from ..toolcall.prompt import template_messages
+from .tool_schemas import (ToolCallIn, ToolChoice, ToolDef, message_problem, part_problem,
+                           request_problem)
 
 MAX_DRAFT_TOKENS = 32
 MAX_TREE_NODES = 64
@@ -257,14 +263,32 @@ class TextPart(_Strict):
 
 
 class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # assistant: the calls it made
+    tool_call_id: str | None = None  # tool: the call this message answers
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, v: Any) -> Any:
+        problem = part_problem(v)
+        if problem:
+            raise _unsupported(problem)
+        return v
+
+    @model_validator(mode="after")
+    def _role_fields(self) -> Any:
+        problem = message_problem(self.role, self.content is not None, self.tool_calls,
+                                  self.tool_call_id)
+        if problem:
+            raise _unsupported(problem)
+        return self
 
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text for p in self.content)
+        return "".join(p.text for p in self.content or [])
 
 
 class JsonSchemaFormat(_Strict):
@@ -301,6 +325,17 @@ class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: ResponseFormat | None = None
+    # tool calling (server.tool_schemas, server.tool_calls)
+    tools: list[ToolDef] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+    @model_validator(mode="after")
+    def _tool_checks(self) -> Any:
+        problem = request_problem(self.messages, self.tools, self.tool_choice)
+        if problem:
+            raise _unsupported(problem)
+        return self
 
     @model_validator(mode="after")
     def _checks(self) -> Any:
@@ -314,10 +349,20 @@ class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
-    def chat_messages(self) -> list[dict[str, str]]:
+    def chat_messages(self) -> list[dict[str, Any]]:
         # "developer" is OpenAI's newer name for the system role
-        return [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in self.messages]
+        return template_messages([_template_message(m) for m in self.messages])
+
+
+def _template_message(m: ChatMessage) -> dict[str, Any]:
+    """One message as the chat template reads it (tool fields only where given)."""
+    out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role,
+                           "content": None if m.content is None else m.text()}
+    if m.tool_calls:
+        out["tool_calls"] = [c.model_dump() for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
 
 
 class CompletionRequest(_Sampling):

@@ -1,0 +1,161 @@
+"""Tool calling on ``/v1/chat/completions``: what a request's tools change in the prompt,
+and how the reply's calls are answered, whole or streamed. Only prompts are rendered and
+outputs read: the model's tokens are never changed (lossless).
+
+Contract:
+- ``ToolSupport.of(tokenizer, parser)`` (once per server): whether the chat template
+  renders ``tools`` (``toolcall.prompt.renders_tools``) and the call format replies are
+  read in: ``--tool-call-parser`` (``auto`` picks it from the template's source,
+  ``toolcall.formats.detect_format``; ``none`` never reads calls).
+- ``plan_tools(body, support)`` -> ``ToolPlan`` or ``None`` (a request without tools or
+  tool messages runs as before). ``tool_choice``: ``auto`` (the default with tools)
+  renders the tools and reads calls; ``none`` renders the prompt without tools and
+  returns the reply as content, never as calls (the history's calls and results are
+  still rendered); ``required`` and a named function render the tools and read calls as
+  ``auto`` does: nothing forces a call yet (``ToolPlan.forced_schema`` is the schema a
+  grammar would force, ``toolcall.prompt.forced_call_schema``; when the model writes no
+  call the reply is content with ``finish_reason: "stop"``). ``parallel_tool_calls:
+  false`` keeps the first call. A template that ignores ``tools`` gets a 400 for any
+  request that needs them (tools not ``none``, or tool messages in the history).
+- ``ToolResponder`` (a ``responses.Responder``): ``message.tool_calls`` (``id`` ``call_...``,
+  ``type: "function"``, ``function.name``, ``function.arguments`` a JSON string),
+  ``content`` null when the reply is only calls, ``finish_reason: "tool_calls"`` when the
+  reply ended by itself with calls (a ``length`` cut stays ``length``). Streamed: content
+  deltas as they come; each call, once complete, as a delta with ``index``, ``id``,
+  ``type`` and ``function.name`` (arguments ``""``) then one with its arguments; tag text
+  never reaches ``content``, however the tokens of a speculative step cut it. A token's
+  log-probabilities go out with the first chunk after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..toolcall import FORMATS, CallDelta, CallFormat, ContentDelta, ToolCallStream, parse_tool_calls
+from ..toolcall.formats import detect_format
+from ..toolcall.prompt import forced_call_schema, renders_tools
+from .errors import APIError
+from .events import DoneEvent, TokenEvent
+from .responses import Responder
+
+log = logging.getLogger("specdec.server")
+
+
+@dataclass(frozen=True)
+class ToolSupport:
+    renders_tools: bool
+    format: str  # a key of FORMATS, or "none"
+
+    @classmethod
+    def of(cls, tokenizer: Any, parser: str = "auto") -> ToolSupport:
+        template = getattr(tokenizer, "chat_template", None)
+        support = cls(renders_tools(tokenizer),
+                      detect_format(template if isinstance(template, str) else None)
+                      if parser == "auto" else parser)
+        if support.renders_tools:
+            log.info("tool calls: read in the %s format (%s)", support.format,
+                     "from the chat template" if parser == "auto" else "--tool-call-parser")
+        else:
+            log.info("tool calls: off (the chat template does not render tools)")
+        return support
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    template_tools: list[dict] | None  # what the template renders (None: no tools)
+    format: CallFormat | None  # None: the reply is content, never read for calls
+    names: frozenset[str]
+    max_calls: int | None
+    forced_schema: dict | None  # required / named function: what a grammar would force
+
+
+def _refuse_template(model_id: str, needs: str) -> APIError:
+    return APIError(
+        400, f"the chat template of {model_id!r} does not support tools (rendering it with "
+        f"tools changes nothing, so the model would never see them), and this request "
+        f"{needs}. Use a model whose template handles tools (e.g. qwen2.5-coder-0.5b), send "
+        "tool_choice 'none' without tool messages, or describe the tools in a system "
+        "message yourself.", param="tools", code="tools_not_supported")
+
+
+def plan_tools(body: Any, support: ToolSupport, model_id: str) -> ToolPlan | None:
+    """What ``body``'s tools change (None: nothing); ``APIError`` 400 when the template
+    cannot do what the request needs."""
+    tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+    history = any(m.role == "tool" or m.tool_calls for m in body.messages)
+    choice = body.tool_choice or ("auto" if tools else "none")
+    if not isinstance(choice, str):
+        choice = choice.model_dump()
+    if not tools and not history:
+        return None
+    use = bool(tools) and choice != "none"
+    if not support.renders_tools and (use or history):
+        raise _refuse_template(model_id, "gives tools to call" if use else
+                               "has tool calls and results in its messages")
+    if not use:
+        return ToolPlan(None, None, frozenset(), None, None)
+    fmt = FORMATS.get(support.format)
+    parallel = body.parallel_tool_calls is not False
+    return ToolPlan(tools, fmt, frozenset(t["function"]["name"] for t in tools),
+                    None if parallel else 1, forced_call_schema(tools, choice, parallel))
+
+
+def _call_json(d: CallDelta) -> dict[str, Any]:
+    return {"id": d.id, "type": "function",
+            "function": {"name": d.call.name, "arguments": d.call.arguments}}
+
+
+class ToolResponder(Responder):
+    """A chat ``Responder`` that reads the reply's tool calls (see the module docstring)."""
+
+    def __init__(self, model_id: str, logprobs: bool, top_logprobs: int, plan: ToolPlan):
+        super().__init__(True, model_id, logprobs, top_logprobs)
+        assert plan.format is not None
+        self.plan = plan
+        self.stream = ToolCallStream(plan.format, plan.names, max_calls=plan.max_calls)
+        self._unsent: list[TokenEvent] = []  # tokens whose log-probabilities are not out yet
+
+    def _finish(self, reason: str, calls: int) -> str:
+        return "tool_calls" if calls and reason == "stop" else reason
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        events, self._unsent = self._unsent, []
+        choice = {"index": 0, "delta": delta,
+                  "logprobs": self._logprobs(events) if events else None, "finish_reason": finish}
+        return self._envelope([choice], chunk=True)
+
+    def _chunks(self, deltas: list[ContentDelta | CallDelta]) -> list[dict[str, Any]]:
+        out = []
+        for d in deltas:
+            if isinstance(d, ContentDelta):
+                out.append(self._chunk({"content": d.text}))
+                continue
+            head = {"index": d.index, "id": d.id, "type": "function",
+                    "function": {"name": d.call.name, "arguments": ""}}
+            out.append(self._chunk({"tool_calls": [head]}))
+            out.append(self._chunk({"tool_calls": [
+                {"index": d.index, "function": {"arguments": d.call.arguments}}]}))
+        return out
+
+    def token_chunks(self, event: TokenEvent) -> list[dict[str, Any]]:
+        self._unsent.append(event)
+        return self._chunks(self.stream.feed(event.text))
+
+    def final_chunks(self, done: DoneEvent) -> list[dict[str, Any]]:
+        out = self._chunks(self.stream.feed(done.text) + self.stream.finish())
+        final = self._chunk({}, self._finish(done.finish_reason, self.stream.emitted))
+        final["specdec"] = done.timings
+        return out + [final]
+
+    def whole(self, events: list[TokenEvent], done: DoneEvent) -> dict[str, Any]:
+        out = super().whole(events, done)
+        choice = out["choices"][0]
+        parsed = parse_tool_calls(choice["message"]["content"], self.plan.format, self.plan.names,
+                                  max_calls=self.plan.max_calls)
+        choice["message"]["content"] = parsed.content
+        if parsed.calls:
+            choice["message"]["tool_calls"] = [_call_json(d) for d in parsed.calls]
+        choice["finish_reason"] = self._finish(done.finish_reason, len(parsed.calls))
+        return out
