@@ -207,14 +207,15 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from .loader import load
+    from .core.vocab import vocab_size
     from .drafters import NgramDrafter
+    from .loader import load
     from .measure import proposal_cost, verify_cost_curve
 
     model, tokenizer = load(args.model, dtype=args.dtype)
     curve = verify_cost_curve(model, args.max_len)
     step = curve[min(args.num_draft_tokens + 1, args.max_len)]
-    vocab = len(tokenizer.get_vocab()) if hasattr(tokenizer, "get_vocab") else 49152
+    vocab = vocab_size(model, tokenizer)
     drafts = {n: proposal_cost(NgramDrafter(1, 3), n, k=args.num_draft_tokens, vocab=vocab)
               for n in (1024, 8192)}
     out = {

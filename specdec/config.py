@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .drafters.spec import DEFAULT_GATE_THRESHOLD, DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec
+from .drafters.spec import (DEFAULT_GATE_THRESHOLD, DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec,
+                            parse_tree_budget)
 from .loader.api import DTYPES  # one list of dtype names
 
 DRAFT_FIELDS = tuple(f.name for f in fields(DraftSpec))
@@ -48,12 +49,11 @@ def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = "ngram") ->
 
 
 def tree_budget_arg(text: str) -> int | str:
-    """``--draft-tree-budget``: an integer >= 0 or ``auto``."""
-    if text == "auto":
-        return text
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {text!r}")
-    return int(text)
+    """``--draft-tree-budget``: ``parse_tree_budget`` with argparse's error type."""
+    try:
+        return parse_tree_budget(text)
+    except ValueError as e:  # argparse names the flag itself
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--draft-tree-budget ")) from None
 
 
 def add_distributed_flags(p: argparse.ArgumentParser) -> None:

@@ -38,6 +38,7 @@ from .cache.prompt_cache import PromptCache
 from .core.grammar import Grammar, response_grammar
 from .core.processors import LogitsProcessor
 from .core.sampling import SamplingParams
+from .core.vocab import vocab_size
 from .core.stats import SpecStats
 from .core.text import TextOut, encode_prompt
 from .decode.request import Emitted, Request
@@ -108,8 +109,7 @@ def grammar_for(model: Any, tokenizer: Any, response_format: dict | Grammar | No
     grammar = response_grammar(response_format)
     if grammar is None:
         return None
-    vocab = getattr(getattr(model, "args", None), "vocab_size", None) or len(tokenizer.get_vocab())
-    return Grammar(tokenizer, grammar, vocab)
+    return Grammar(tokenizer, grammar, vocab_size(model, tokenizer))
 
 
 def tree_policy(model: Any, tree_budget: int | str, drafter: Drafter | None,

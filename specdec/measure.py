@@ -49,8 +49,10 @@ import mlx.core as mx
 
 from .cache.rollback import make_cache, prefill, trim
 from .core.proposal import Proposal
+from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_step
 from .drafters.base import Drafter
+from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -78,7 +80,7 @@ def _interleaved_medians(lengths: list[int], repeats: int,
 
 def _context(model: Any, lengths: list[int], context: int, rng: random.Random) -> tuple:
     """(vocab, cache holding ``context - 1`` random tokens, the ``context`` tokens)."""
-    vocab = model.args.vocab_size if hasattr(model, "args") else 1000
+    vocab = vocab_size(model)
     cache = make_cache(model, max_trim=max(lengths) + 1)
     ids = [rng.randrange(vocab) for _ in range(context)]
     prefill(model, cache, ids[:-1])
@@ -203,16 +205,14 @@ def resolve_tree_budget(model: Any, value: int | str, *,
     asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
     model's (cached) verify cost curve pick how many to verify at each step, counting
     ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
-    if value == "auto":
-        cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
-        # a tree block costs a linear block of its length times the measured overhead
-        over = tree_overhead_for(model, AUTO_TREE_CURVE)
-        tree_cost = {L: cost_at(cost, L) * r for L, r in over.items()}
-        return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost,
-                                          propose_cost=propose_cost)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"draft tree budget must be an integer >= 0 or 'auto', got {value!r}")
-    return value, None
+    budget = parse_tree_budget(value, text=False)
+    if budget != "auto":
+        return budget, None
+    cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
+    # a tree block costs a linear block of its length times the measured overhead
+    over = tree_overhead_for(model, AUTO_TREE_CURVE)
+    tree_cost = {L: cost_at(cost, L) * r for L, r in over.items()}
+    return MAX_AUTO_NODES, TreeShaper(cost, MAX_AUTO_NODES, tree_cost, propose_cost=propose_cost)
 
 
 # ---- the drafter's own cost ---------------------------------------------------------------
@@ -227,7 +227,7 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
     from .drafters.draft_model import DraftModelDrafter
 
     rng = random.Random(seed)
-    vocab = draft_model.args.vocab_size if hasattr(draft_model, "args") else 1000
+    vocab = vocab_size(draft_model)
     drafter = DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
     ctx = [rng.randrange(vocab) for _ in range(context)]
     drafter.begin(ctx)
@@ -245,7 +245,6 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
 def _host_drafter(name: str) -> Drafter:
     """The drafter ``DraftSpec(name)`` builds, with a fresh table for ngram-mod."""
     from .drafters.ngram_mod import NgramModTable
-    from .drafters.spec import DraftResources, DraftSpec, build_drafter
 
     return build_drafter(DraftSpec(name), DraftResources(table=NgramModTable()))
 
@@ -255,9 +254,7 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (module doc),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
     ``"model"`` needs ``draft_model``."""
-    from .drafters.spec import parse_draft_types
-
-    names = parse_draft_types(drafter_name)
+    names = DraftSpec(drafter_name).draft_types
     if len(names) > 1:  # every member proposing: an upper bound for a chain
         parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir) for n in names]
         return {key: sum(p[key] for p in parts) for key in ("fixed", "per_token")}
@@ -270,7 +267,7 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
             raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
         key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
-    vocab = model.args.vocab_size if hasattr(model, "args") else 1000
+    vocab = vocab_size(model)
 
     def host() -> dict[str, float]:
         return {"fixed": proposal_cost(_host_drafter(name), 256, k=8, vocab=vocab), "per_token": 0.0}

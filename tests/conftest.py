@@ -159,6 +159,7 @@ class Passthrough(Drafter):
 
     def __init__(self, inner):
         self.inner, self.name = inner, inner.name
+        self.branches, self.draft_cost = inner.branches, inner.draft_cost
 
     def begin(self, prompt_ids):
         self.inner.begin(prompt_ids)

@@ -74,6 +74,36 @@ def test_spec_validates_its_numbers(kw, message):
         DraftSpec("ngram", **kw)
 
 
+def test_one_tree_budget_parser_behind_every_front_end():
+    from specdec.drafters import parse_tree_budget
+    from specdec.measure import resolve_tree_budget
+
+    assert [parse_tree_budget(v) for v in (0, 12, "12", "auto")] == [0, 12, 12, "auto"]
+    for bad in (-1, "-1", "x", "", "1.5", "²", True, 2.0, None):
+        with pytest.raises(ValueError, match="integer >= 0 or 'auto'"):
+            parse_tree_budget(bad)
+    with pytest.raises(ValueError, match="'12'"):  # a typed value is parsed already
+        parse_tree_budget("12", text=False)
+    # the same rule at each front end (the server adds its own cap)
+    assert parse_config("suffix:tree=12").tree_budget == 12
+    assert SpeculativeOptions(draft_tree_budget=12).draft_tree_budget == 12
+    with pytest.raises(ValueError, match="draft_tree_budget must be in"):
+        SpeculativeOptions(draft_tree_budget=-1)
+    assert resolve_tree_budget(None, 5) == (5, None)
+
+
+def test_bounds_are_checked_once_by_the_spec():
+    """The server and the bench leave k and the n-gram bounds to ``DraftSpec``: the same
+    rule and the same message (naming the request field or the bench option)."""
+    for kw in (dict(num_draft_tokens=0), dict(ngram_min=0), dict(gate_threshold=1.5)):
+        opts = SpeculativeOptions(**kw)  # only JSON types and the server's caps here
+        field = next(iter(kw))
+        with pytest.raises(ValueError, match=rf"speculative\.{field}"):
+            merge_speculative(DraftSpec("suffix"), opts)
+    with pytest.raises(ValueError, match="--num-draft-tokens must be an integer >= 1"):
+        parse_config("ngram:k=0")
+
+
 def test_the_server_names_request_fields_in_its_errors():
     with pytest.raises(ValueError, match=r"speculative\.ngram_max"):
         merge_speculative(DraftSpec("suffix"), SpeculativeOptions(ngram_min=5, ngram_max=4))
@@ -207,6 +237,42 @@ def test_engine_refuses_trees_and_untyped_proposals():
         list(token_stream(model, [1, 2, 3], drafter=TreeDrafter(), max_tokens=4))
     with pytest.raises(TypeError, match="Proposal"):
         list(token_stream(model, [1, 2, 3], drafter=ListDrafter(), max_tokens=4))
+
+
+def test_the_drafter_interface_is_declared():
+    """``Drafter`` is abstract in ``propose``; its capabilities are class attributes every
+    drafter states, and wrappers state what they wrap."""
+    with pytest.raises(TypeError, match="abstract"):
+        Drafter()
+
+    class NoPropose(Drafter):
+        name = "half"
+
+    with pytest.raises(TypeError, match="propose"):
+        NoPropose()
+    cost = {L: 1.0 + 0.1 * L for L in range(1, 10)}
+    from specdec.drafters.ngram_mod import NgramModTable
+
+    res = DraftResources(cost=cost, table=NgramModTable(), draft_cost={"fixed": 1e-5, "per_token": 0.0})
+    branches = {"none": False, "ngram": True, "ngram-mod": False, "suffix": True, "grammar": False}
+    for name, want in branches.items():
+        d = build_drafter(DraftSpec(name), res)
+        assert d.branches is want and d.draft_cost == (res.draft_cost if name != "none" else None)
+        for wrapped in (dict(gate=True), dict(adaptive_k=True), dict(gate=True, adaptive_k=True)):
+            if name != "none":
+                assert build_drafter(DraftSpec(name, **wrapped), res).branches is want
+    assert build_drafter(DraftSpec("ngram-mod,grammar"), res).branches  # merged: a trie
+    assert not NgramDrafter(max_matches=1).branches
+    from specdec.drafters.draft_model import DraftModelDrafter
+
+    model = cached_tiny("llama")  # greedy alternatives branch; sampled drafts stay chains
+    assert DraftModelDrafter(model).branches and not DraftModelDrafter(model, temperature=0.5).branches
+    assert not DraftModelDrafter(model, branch_depths=0).branches
+    ngram, costly = NgramDrafter(), NgramDrafter()
+    ngram.draft_cost, costly.draft_cost = {"fixed": 1.0, "per_token": 0.0}, {"fixed": 2.0, "per_token": 0.5}
+    assert ChainDrafter([ngram, costly]).draft_cost == {"fixed": 3.0, "per_token": 0.5}
+    assert ChainDrafter([ngram, NgramDrafter()]).draft_cost is None  # one member unknown
+    assert GatedDrafter(costly).draft_cost == AdaptiveKDrafter(costly, cost, 4).draft_cost == costly.draft_cost
 
 
 def test_generate_refuses_objects_that_are_not_drafters(smollm):

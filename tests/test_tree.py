@@ -249,6 +249,7 @@ class TruthTreeDrafter(Drafter):
     what the engine did with them (``observe`` is told how far the true path got)."""
 
     name = "truth-tree"
+    branches = True
 
     def __init__(self, truth, vocab, seed=0, p_miss=0.3):
         self.truth, self.vocab, self.rng, self.p_miss = list(truth), vocab, random.Random(seed), p_miss

@@ -257,6 +257,8 @@ def test_suffix_drafter_tree_follows_the_growing_context():
 class TreeFixed(Drafter):
     """Proposes a fixed tree (cut to the budget); records what it is told."""
 
+    branches = True
+
     def __init__(self, name, tree):
         self.name, self.tree, self.seen = name, tree, []
 

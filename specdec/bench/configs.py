@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..drafters.spec import DraftResources, DraftSpec, build_drafter, ngram_mod_table
+from ..drafters.spec import (DraftResources, DraftSpec, build_drafter, ngram_mod_table,
+                             parse_tree_budget)
 
 _FLAGS = ("adaptive", "gate", "warm")
 _NUMBERS = {"k": "num_draft_tokens", "n": "ngram_min", "mod-size": "ngram_mod_size",
@@ -113,10 +114,10 @@ def parse_config(text: str) -> BenchConfig:
             if key in _FLAGS and not value:
                 warm |= key == "warm"
                 kw[{"adaptive": "adaptive_k"}.get(key, key)] = True
-            elif key in _NUMBERS and value.isdigit() and int(value) >= 1:
-                kw[_NUMBERS[key]] = int(value)
-            elif key == "tree" and (value == "auto" or value.isdigit()):
-                kw["draft_tree_budget"] = value if value == "auto" else int(value)
+            elif key in _NUMBERS and value.isascii() and value.isdigit():
+                kw[_NUMBERS[key]] = int(value)  # DraftSpec checks the bounds
+            elif key == "tree" and (budget := _tree_budget(value)) is not None:
+                kw["draft_tree_budget"] = budget
             else:
                 raise ValueError(f"bad option {opt!r} (use k=K, n=N, mod-size=S, mod-n=N, "
                                  "tree=N|auto, adaptive, gate, warm)")
@@ -131,6 +132,14 @@ def parse_config(text: str) -> BenchConfig:
     if warm and not spec.uses("ngram-mod"):
         raise ValueError(f"config {text!r}: 'warm' applies to ngram-mod only")
     return BenchConfig(spec, warm)
+
+
+def _tree_budget(value: str) -> int | str | None:
+    """``tree=``'s value through the one parser (None: not a budget)."""
+    try:
+        return parse_tree_budget(value)
+    except ValueError:
+        return None
 
 
 def sweep(types: Iterable[str], ks: Iterable[int], ns: Iterable[int] = (1,), *,

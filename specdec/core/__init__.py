@@ -1,3 +1,3 @@
 """Layer 0: the types and pure rules every other layer reads (proposals, sampling
-parameters, logits processors, grammars, acceptance rules, tree operations, stats, text).
-Imports nothing else of specdec."""
+parameters, logits processors, grammars, acceptance rules, tree operations, stats, text,
+the model's vocabulary size). Imports nothing else of specdec."""

@@ -43,6 +43,7 @@ from ..cache.rollback import make_cache
 from ..core.proposal import EMPTY, Proposal
 from ..core.sampling import Rng, SamplingParams
 from ..core.trees import cut, first_branch, prune_tree
+from ..core.vocab import vocab_size
 from ..drafters.base import Drafter, NoDrafter
 from ..policy.tree_shape import TreeShaper
 from ..core.processors import LogitsProcessor, processors_for
@@ -147,7 +148,7 @@ class Batch:
         self.model, self.cost, self.learn = model, cost, learn
         # (batch size class, block length) -> observed / predicted step time
         self.ratio: dict[tuple[int, int], float] = {}
-        self.vocab = vocab if vocab is not None else getattr(getattr(model, "args", None), "vocab_size", None)
+        self.vocab = vocab if vocab is not None else vocab_size(model)
         self.rows: list[Row] = []
         self.cache: list[Any] | None = None
 

@@ -12,7 +12,7 @@ from typing import Any
 from .base import EMPTY, Drafter, NoDrafter, Proposal
 from .ngram import NgramDrafter, NgramIndex, prompt_lookup
 from .spec import (DRAFT_TYPES, DraftResources, DraftSpec, build_drafter, ngram_mod_table,
-                   parse_draft_types)
+                   parse_draft_types, parse_tree_budget)
 
 _shared_tables: dict[tuple, Any] = {}
 
@@ -41,6 +41,7 @@ __all__ = [
     "Proposal",
     "build_drafter",
     "parse_draft_types",
+    "parse_tree_budget",
     "prompt_lookup",
     "shared_ngram_mod_table",
 ]

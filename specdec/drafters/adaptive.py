@@ -12,11 +12,11 @@ each proposal it picks ``k* = argmax_k E[tokens | k] / (cost(k + 1) + draft(k))`
 measured seconds of one L-token verify forward (``specdec.measure.cost_curve_for``,
 measured once per model and cached). ``draft_cost`` = ``{"fixed": s, "per_token": s}`` is
 the drafter's own measured proposal cost in the curve's units (``measure.draft_cost_for``;
-None = free, the old rule): a draft model's tokens cost a fraction of a target forward
+None: the inner drafter's ``draft_cost``, and None there = free, the old rule): a draft model's tokens cost a fraction of a target forward
 each, which pulls k* down. k* = 0 means a plain step. The inner drafter
 proposes up to k* tokens; output is unchanged whatever k is. ``propose_tree`` caps the
 tree's depth at the same k* (the budget is passed through) and learns from the accepted
-path length as a linear draft of the tree's depth.
+path length as a linear draft of the tree's depth. ``branches`` is the inner drafter's.
 """
 
 from __future__ import annotations
@@ -80,11 +80,16 @@ class AdaptiveKDrafter(Drafter):
             raise ValueError(f"cost curve lacks block lengths {missing}; measure up to {k_max + 1}")
         self.inner, self.name = inner, f"{inner.name}+adaptive-k"
         self.cost, self.k_max, self.decay = dict(cost), k_max, decay
-        self.draft_cost = dict(draft_cost) if draft_cost else None
+        cost_of_inner = draft_cost or inner.draft_cost
+        self.draft_cost = dict(cost_of_inner) if cost_of_inner else None
         self._tested = [0.0] * k_max  # decayed counts, per slot
         self._accepted = [0.0] * k_max
         self._proposed = 0
         self.chosen: list[int] = []
+
+    @property
+    def branches(self) -> bool:
+        return self.inner.branches
 
     def acceptance(self) -> list[float]:
         """Per-slot estimates; a slot with little evidence leans on the slot before it

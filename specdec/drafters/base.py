@@ -22,16 +22,33 @@ one-branch tree) of ``min(k, budget)`` tokens; ``propose`` is unchanged for ever
 ``constrain(grammar)`` hands every drafter the request's grammar before ``begin`` (the
 ``grammar`` drafter drafts what it forces; wrappers pass it on).
 
-The base class gives no-op ``begin``/``observe``/``constrain``, so wrappers (chain, gate, adaptive k)
-call them unconditionally. ``draft_cost`` (None unless ``spec.build_drafter`` measured it:
-``{"fixed": s, "per_token": s}``, see ``measure.draft_cost_for``) is what one proposal
-costs, for the engine's tree shaper.
+``Drafter`` is an abstract base class: ``propose`` is abstract; ``begin``/``observe``/
+``constrain`` are no-ops, so wrappers (chain, gate, adaptive k) call them unconditionally.
+
+Capabilities are declared, never probed (no ``hasattr``/``getattr`` on a drafter):
+
+- ``name`` (str): what stats, logs and the bench call it.
+- ``branches`` (bool, default False): ``propose_tree`` can return real branches. False
+  means it returns the linear proposal (the default ``propose_tree``), so a tree budget
+  buys nothing but a shorter cut. True for ngram, suffix, the greedy draft model (its
+  top-k alternatives; not when it samples or is built with ``branch_width < 2``) and a
+  chain of two or more drafters (its members' proposals merge into one trie).
+- ``draft_cost`` (``{"fixed": s, "per_token": s}`` or None, default None): what one
+  proposal costs, a k-token proposal about fixed + per_token * k seconds, for the tree
+  shaper and adaptive k; ``spec.build_drafter`` sets it from ``DraftResources``
+  (measured by ``measure.draft_cost_for``), a caller may set it on its own drafter.
+
+Wrappers state what they wrap: the gate and adaptive k forward ``branches`` and
+``draft_cost`` of their inner drafter; a chain branches (see above) and costs the sum of
+its members' costs when every member has one (an upper bound: it stops at the first
+member that proposes).
 
 The ``Proposal`` type lives in ``core.proposal`` (every layer reads it).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Sequence
 
 from ..core.proposal import EMPTY, Proposal
@@ -39,18 +56,21 @@ from ..core.proposal import EMPTY, Proposal
 __all__ = ["EMPTY", "Drafter", "NoDrafter", "Proposal"]
 
 
-class Drafter:
-    """Base class of every drafter (see module doc). Subclasses set ``name`` and
-    implement ``propose``; ``begin`` and ``observe`` default to doing nothing."""
+class Drafter(ABC):
+    """Base class of every drafter (see module doc). Subclasses set ``name``, implement
+    ``propose`` and declare their capabilities (``branches``, ``draft_cost``); ``begin``,
+    ``observe`` and ``constrain`` default to doing nothing."""
 
-    name = "drafter"
+    name: str = "drafter"
+    branches: bool = False  # propose_tree can return real branches (module doc)
     draft_cost: dict[str, float] | None = None  # seconds per proposal (module doc)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Start a request whose prompt is ``prompt_ids``."""
 
+    @abstractmethod
     def propose(self, context: Sequence[int], k: int) -> Proposal:
-        raise NotImplementedError
+        """At most ``k`` next tokens after ``context`` (empty: no guess)."""
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """A token tree of at most ``budget`` nodes and depth ``k`` (module doc); by

@@ -19,6 +19,9 @@ known only once the next context arrives, so ``observe`` stores the count and th
 (``trie.walk``); the last step of a request is never told (``begin`` drops it). Members with an empty or left-out tree are not observed. In
 ``stats``, ``won`` counts the member whose best path leads the merged tree; ``drafted``
 counts the merged nodes each member's tree held.
+
+Capabilities: a chain of two or more drafters ``branches`` (merged proposals form a
+trie); its ``draft_cost`` is the sum of its members' when every member has one.
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ class ChainDrafter(Drafter):
         self._winner: Drafter | None = None
         self._trees: list[tuple[Drafter, Proposal]] = []  # the last tree step's members
         self._pending: tuple[int, int] | None = None  # (context length, accepted), tree step
+        costs = [d.draft_cost for d in self.drafters]  # every member proposing: an upper bound
+        self.draft_cost = {key: sum(c[key] for c in costs) for key in ("fixed", "per_token")} \
+            if all(costs) else None
+
+    @property
+    def branches(self) -> bool:
+        """Two members' proposals merge into a trie with branches; one member's are its own."""
+        return len(self.drafters) > 1 or self.drafters[0].branches
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         # a new prompt need not hold the last step's tokens: its count is dropped

@@ -57,6 +57,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
+from ..core.vocab import vocab_size
 from .base import EMPTY, Drafter, Proposal
 
 _BLOCK = 16  # missing context up to this long is fed with the first draft step
@@ -93,11 +94,13 @@ def check_tokenizers_match(target_tokenizer: Any, draft_tokenizer: Any) -> None:
     raise ValueError(f"draft model tokenizer does not match the target's: {size.rstrip('; ')}")
 
 
-def _embedding_rows(model: Any) -> int | None:
-    """Rows of the model's output vocabulary, where it can be read (None otherwise)."""
-    args = getattr(model, "args", None)
-    rows = getattr(args, "vocab_size", None)
-    return rows if isinstance(rows, int) else None
+def _model_rows(model: Any) -> int | None:
+    """The ids the model scores (``core.vocab``, never its tokenizer's size); None when
+    they cannot be read, and the rows check is skipped."""
+    try:
+        return vocab_size(model)
+    except ValueError:
+        return None
 
 
 def branch_tree(chain: Sequence[int], chain_lp: Sequence[float],
@@ -137,6 +140,7 @@ class DraftModelDrafter(Drafter):
     """Drafts with a small model that shares the target's tokenizer (see module doc)."""
 
     name = "model"
+    branches = True  # greedy: the draft's top-k alternatives at the first depths
 
     def __init__(
         self,
@@ -162,7 +166,7 @@ class DraftModelDrafter(Drafter):
             )
         if target_tokenizer is not None and draft_tokenizer is not None:
             check_tokenizers_match(target_tokenizer, draft_tokenizer)
-            rows = _embedding_rows(draft_model)
+            rows = _model_rows(draft_model)
             top_id = max(draft_tokenizer.get_vocab().values())
             if rows is not None and rows <= top_id:  # more rows (padding) is fine, fewer is not
                 raise ValueError(
@@ -177,6 +181,8 @@ class DraftModelDrafter(Drafter):
         self.max_trim = max_trim
         self.prefill_step_size = prefill_step_size
         self.branch_width, self.branch_depths = branch_width, branch_depths
+        # trees are exact only under greedy drafting; without alternatives they are chains
+        self.branches = self.temperature == 0 and branch_depths > 0 and branch_width >= 2
         # Randomness is explicit: a key we own and split, never MLX's global state.
         seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self._key = mx.random.key(seed)
@@ -297,7 +303,7 @@ class DraftModelDrafter(Drafter):
         """The greedy chain with the draft's top-``branch_width`` alternatives at its first
         ``branch_depths`` depths, best first (module doc); linear when sampling."""
         k = min(k, budget)
-        if self.temperature > 0 or not self.branch_depths or self.branch_width < 2:
+        if not self.branches:
             return self.propose(context, k)
         self._last_len = 0
         if k <= 0 or not context:

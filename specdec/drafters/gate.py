@@ -12,6 +12,7 @@ Contract of ``GatedDrafter(inner, ...)`` (itself a Drafter):
 Off means ``propose`` returns [] and the engine runs a plain step: output never changes.
 ``propose_tree`` is gated alike (off: empty; shadow guesses stay linear); a tree's
 acceptance rate is the accepted path length over the tree's depth (its longest path).
+Capabilities (``branches``, ``draft_cost``) are the inner drafter's.
 """
 
 from __future__ import annotations
@@ -47,9 +48,14 @@ class GatedDrafter(Drafter):
         recheck_every: int = 8,
     ):
         self.inner, self.name = inner, inner.name
+        self.draft_cost = inner.draft_cost
         self.min_score, self.force = min_score, force
         self.min_acceptance, self.window, self.recheck_every = min_acceptance, window, recheck_every
         self._reset()
+
+    @property
+    def branches(self) -> bool:
+        return self.inner.branches
 
     def _reset(self) -> None:
         self.enabled = True

@@ -146,12 +146,14 @@ class NgramDrafter(Drafter):
     """Prompt lookup over prompt + generated tokens (see ``base.Drafter``)."""
 
     name = "ngram"
+    branches = True  # the continuations of distinct matches (one path when max_matches = 1)
 
     def __init__(self, n_min: int = 1, n_max: int = 3, eos: Iterable[int] = (),
                  max_matches: int = DEFAULT_MAX_MATCHES):
         if max_matches < 1:
             raise ValueError(f"max_matches must be >= 1, got {max_matches}")
         self.n_min, self.n_max, self.max_matches = n_min, n_max, max_matches
+        self.branches = max_matches > 1
         self.eos = frozenset(eos)
         self._index = NgramIndex(n_min, n_max)
 

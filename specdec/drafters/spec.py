@@ -17,6 +17,8 @@ Contract:
 - ``build_drafter(spec, resources, temperature=, seed=)`` returns a fresh drafter for
   one request (``NoDrafter`` for ``"none"``), wrapped in adaptive k and the gate as the
   spec says.
+- ``parse_tree_budget(value)`` is the one reader of a draft tree budget (the CLI flag, the
+  server's field, the bench's ``tree=`` option, ``DraftSpec`` and the engine call it).
 
     >>> DraftSpec("ngram, suffix", num_draft_tokens=8).draft_types
     ('ngram', 'suffix')
@@ -50,6 +52,26 @@ def parse_draft_types(text: str) -> tuple[str, ...]:
     return names
 
 
+def parse_tree_budget(value: int | str, *, text: bool = True) -> int | str:
+    """A draft tree budget: an integer >= 0 (max token-tree nodes per step; 0 = linear
+    drafts) or ``"auto"``; with ``text`` also a string of digits (``"12"`` -> 12), as a
+    command line or a bench spec gives it. Raises ``ValueError`` saying what to use.
+
+    >>> parse_tree_budget("12"), parse_tree_budget(0), parse_tree_budget("auto")
+    (12, 0, 'auto')
+    >>> parse_tree_budget("12", text=False)
+    Traceback (most recent call last):
+    ValueError: --draft-tree-budget must be an integer >= 0 or 'auto', got '12'
+    """
+    if value == "auto":
+        return "auto"
+    if text and isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"--draft-tree-budget must be an integer >= 0 or 'auto', got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class DraftSpec:
     draft_type: str = "ngram"
@@ -81,9 +103,7 @@ class DraftSpec:
             raise ValueError(f"--gate-threshold must be in [0, 1], got {self.gate_threshold}")
         if self.suffix_history < 0:
             raise ValueError(f"--suffix-history must be >= 0, got {self.suffix_history}")
-        t = self.draft_tree_budget
-        if t != "auto" and (isinstance(t, bool) or not isinstance(t, int) or t < 0):
-            raise ValueError(f"--draft-tree-budget must be an integer >= 0 or 'auto', got {t!r}")
+        parse_tree_budget(self.draft_tree_budget, text=False)  # a typed field: parsed already
         for name in ("ngram_mod_size", "ngram_mod_n"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):

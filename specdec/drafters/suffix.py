@@ -365,6 +365,7 @@ class SuffixDrafter(Drafter):
     """
 
     name = "suffix"
+    branches = True  # the match's most probable continuations (suffix_tree)
 
     def __init__(
         self,

@@ -7,17 +7,21 @@ ending with ``data: [DONE]`` when ``stream`` is true), ``GET /v1/models`` (and
 completely before it is queued: the body (``schemas``), the model name (404), the prompt
 (tokenized here, under the worker's tokenizer lock) against the model's context length
 (400 ``context_length_exceeded`` with the numbers), the speculation options, then the
-queue (503 + Retry-After). A chat request's ``tools`` are rendered by the model's chat
-template and its reply read for calls (``tool_calls``). A stream's HTTP status is sent
-with its first event, so an error that happens before the first token is still a proper
-error status. A client that disconnects, queued or generating, has its job cancelled.
-The app's shutdown stops the worker, which saves the shared memory.
+queue (503 + Retry-After). A request without ``max_tokens`` generates until EOS or the
+context limit (or ``--max-tokens`` where the server sets one); ``chat_template_kwargs``
+reach the chat template; a think template's reasoning is split off (``reasoning``); a chat
+request's ``tools`` are rendered by the chat template and its reply read for calls
+(``tool_calls``). A stream's HTTP status is sent with its first event, so an error that
+happens before the first token is still a proper error status. A client that
+disconnects, queued or generating, has its job cancelled. The app's shutdown stops the
+worker, which saves the shared memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -32,6 +36,7 @@ from .config import ServerConfig
 from .errors import APIError, install_handlers
 from .metrics import CONTENT_TYPE, Metrics
 from .middleware import wrap
+from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
 from .responses import SSE_DONE, Responder, sse
 from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
 from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
@@ -84,6 +89,7 @@ class Api:
         chat = isinstance(body, ChatCompletionRequest)
         param = "messages" if chat else "prompt"
         prompt = body.chat_messages() if chat else body.prompt
+        template = body.template_kwargs(self.traits.thinking_switch) if chat else None
         if not chat and isinstance(prompt, list) and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
@@ -95,7 +101,8 @@ class Api:
 
         def encode() -> list[int]:
             with self.worker.tokenizer_lock:
-                return encode_prompt(self.worker.tokenizer, prompt, chat=chat, tools=tools)
+                return encode_prompt(self.worker.tokenizer, prompt, chat=chat,
+                                     template_kwargs=template, tools=tools)
 
         try:
             ids = await run_in_threadpool(encode)
@@ -107,7 +114,8 @@ class Api:
 
     def max_tokens(self, asked: int | None, n_prompt: int, param: str) -> int:
         ctx = self.worker.context_length
-        want = asked if asked is not None else min(self.cfg.max_tokens, ctx - n_prompt)
+        room, cap = ctx - n_prompt, self.cfg.max_tokens  # no max_tokens: to EOS or the context
+        want = asked if asked is not None else room if cap is None else min(cap, room)
         if n_prompt + max(want, 1) > ctx:
             raise APIError(
                 400, f"This model's maximum context length is {ctx} tokens. However, you "
@@ -115,6 +123,21 @@ class Api:
                 f"{max(want, 1)} in the completion). Please reduce the length of the {param} "
                 "or the completion (max_tokens).", param=param, code="context_length_exceeded")
         return want
+
+    # -- the chat template's traits: reasoning models -------------------------------------
+
+    @functools.cached_property
+    def traits(self) -> TemplateTraits:
+        with self.worker.tokenizer_lock:
+            return TemplateTraits.of(self.worker.tokenizer)
+
+    def reasoning(self, gen: GenRequest) -> ReasoningSplitter | None:
+        """A think template's splitter for one chat answer (None: the text as it is)."""
+        if not self.traits.think:
+            return None
+        with self.worker.tokenizer_lock:  # a prompt that opens the block: R1's templates
+            tail = self.worker.tokenizer.decode(gen.prompt_ids[-16:])
+        return ReasoningSplitter(thinking=opens_thinking(tail))
 
     def token_bias(self, body: ChatCompletionRequest | CompletionRequest) -> dict[int, float]:
         bias = body.token_bias()
@@ -170,9 +193,12 @@ class Api:
         self.worker.submit(job)
         watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
         chat = isinstance(body, ChatCompletionRequest)
-        responder = (ToolResponder(self.cfg.model_id, gen.logprobs, gen.top_logprobs, tools)
+        reasoning = self.reasoning(gen) if chat else None
+        responder = (ToolResponder(self.cfg.model_id, gen.logprobs, gen.top_logprobs, tools,
+                                   reasoning=reasoning)
                      if tools is not None and tools.format is not None else
-                     Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs))
+                     Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs,
+                               reasoning=reasoning))
         try:
             first = await job.events.get()
         except BaseException:

@@ -43,8 +43,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="bytes of finished requests' KV caches kept for requests that start the "
                         "same way (a conversation's next turn); 0 = off")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger bodies get 413")
-    p.add_argument("--max-tokens", "-m", type=int, default=256,
-                   help="completion length when a request gives none (capped by the context)")
+    p.add_argument("--max-tokens", "-m", type=int, default=None,
+                   help="cap the completion of a request that gives no max_tokens (default: "
+                        "none; such a request runs to EOS or the context limit, as OpenAI's API)")
     p.add_argument("--context-length", type=int, default=None,
                    help="override the model's context length (max_position_embeddings)")
     p.add_argument("--temp", type=float, default=0.0, help="temperature when a request gives none")

@@ -6,7 +6,8 @@ request's ``speculative`` field overrides, plus the server-wide draft model, suf
 history size and ngram-mod table shape); sampling and dtype flags are checked by
 ``RunConfig.validate`` (the same rules and messages as ``specdec generate``); the
 server's own flags here. ``temp`` ... ``min_p`` are the defaults of omitted sampling
-parameters.
+parameters; ``max_tokens`` (None: none) caps the completion of a request that gives no
+``max_tokens``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class ServerConfig:
     queue_size: int = 64
     max_batch: int | None = None  # None: 32 where the model can batch, else 1
     max_body_bytes: int = 4 << 20
-    max_tokens: int = 256
+    max_tokens: int | None = None  # a request without max_tokens: None = to EOS or the context
     prompt_cache_bytes: int = 1 << 30
     context_length: int | None = None
     temp: float = 0.0
@@ -69,7 +70,7 @@ class ServerConfig:
         # unused now; the suffix history and the table are the server's shared memory
         if s.uses("model") and not s.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
-        RunConfig(model=self.model, max_tokens=self.max_tokens, temp=self.temp, top_p=self.top_p,
+        RunConfig(model=self.model, max_tokens=self.max_tokens or 1, temp=self.temp, top_p=self.top_p,
                   top_k=self.top_k, min_p=self.min_p, dtype=self.dtype,
                   spec=replace(s, draft_model=None, suffix_history=DraftSpec.suffix_history,
                                ngram_mod_size=None, ngram_mod_n=None)).validate()
@@ -78,6 +79,7 @@ class ServerConfig:
             raise ValueError(f"--num-draft-tokens must be <= {MAX_DRAFT_TOKENS}")
         checks = [
             (1 <= self.port <= 65535, "--port must be in 1..65535"),
+            (self.max_tokens is None or self.max_tokens >= 1, "--max-tokens must be >= 1"),
             (self.queue_size >= 1, "--queue-size must be >= 1"),
             (self.max_batch is None or self.max_batch >= 1, "--max-batch must be >= 1"),
             (self.max_body_bytes >= 1024, "--max-body-bytes must be >= 1024"),

@@ -1,6 +1,13 @@
-"""ASGI middleware around the FastAPI app: request counting, API key, body size limit.
+"""ASGI middleware around the FastAPI app: access log, request counting, API key, body
+size limit.
 
 Contract (outermost first, as ``wrap`` stacks them):
+- ``AccessLog`` writes exactly one line per HTTP request to the ``specdec.access`` logger
+  (INFO), refused ones included, once its answer has gone out (a stream's at its end):
+  method, path, status, duration, client and, for an error, ``reason=`` the first line
+  of its message (JSON-quoted) — from the error body of a 4xx/5xx answer, from an error
+  event inside a stream that had already answered 200, or the exception when the app
+  crashed before answering (status 500).
 - ``CountRequests`` records every HTTP answer's status in the metrics, whatever produced
   it (a middleware's 401/413 included).
 - ``RequireKey`` answers 401 to a ``/v1/...`` request whose ``Authorization`` header is
@@ -16,6 +23,9 @@ that is still uploading a reasonably sized body.
 from __future__ import annotations
 
 import hmac
+import json
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +61,64 @@ async def refuse(err: APIError, scope: dict, receive: Receive, send: Send, seen:
     if not body_done:
         await drain(receive, seen)
     await error_response(err)(scope, receive, send)
+
+
+ACCESS = logging.getLogger("specdec.access")
+_REASON_BYTES = 4096  # enough of an error body to read its message
+_SSE_ERROR = b'data: {"error": '
+
+
+def error_reason(body: bytes) -> str | None:
+    """The first line of an OpenAI error body's message (or of the body, if not one)."""
+    text = body.decode("utf-8", "replace")
+    try:
+        message = json.loads(text)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = text
+    return str(message).strip().split("\n", 1)[0] or None
+
+
+class AccessLog:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status, body = time.perf_counter(), [500], bytearray()
+        reason: list[str | None] = [None]
+
+        async def record(msg: dict) -> None:
+            if msg["type"] == "http.response.start":
+                status[0] = msg["status"]
+            elif msg["type"] == "http.response.body":
+                chunk = msg.get("body", b"")
+                if status[0] >= 400 and len(body) < _REASON_BYTES:
+                    body.extend(chunk[: _REASON_BYTES - len(body)])
+                elif chunk.startswith(_SSE_ERROR) and reason[0] is None:  # a stream failed
+                    reason[0] = error_reason(chunk[len(b"data: "):].strip())
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, record)
+        except BaseException as e:
+            reason[0] = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            if status[0] >= 400 and reason[0] is None:
+                reason[0] = error_reason(bytes(body)) or _STATUS_REASONS.get(status[0])
+            self._line(scope, status[0], time.perf_counter() - start, reason[0])
+
+    @staticmethod
+    def _line(scope: dict, status: int, seconds: float, reason: str | None) -> None:
+        client = scope.get("client")
+        who = f"{client[0]}:{client[1]}" if client else "-"
+        why = f" reason={json.dumps(reason, ensure_ascii=False)}" if reason else ""
+        ACCESS.info("%s %s %d %.3fs client=%s%s", scope["method"], scope["path"], status,
+                    seconds, who, why)
+
+
+_STATUS_REASONS = {499: "the client closed the connection", 500: "no answer (the app crashed)"}
 
 
 class CountRequests:
@@ -136,4 +204,4 @@ def wrap(app: ASGIApp, metrics: Any, api_key: str | None, max_body_bytes: int) -
     inner = LimitBody(app, max_body_bytes)
     if api_key:
         inner = RequireKey(inner, api_key)
-    return CountRequests(inner, metrics)
+    return AccessLog(CountRequests(inner, metrics))

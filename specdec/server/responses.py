@@ -7,7 +7,10 @@ creation time per request, ``usage`` extended by ``drafted_tokens``, ``accepted_
 with the request's timings (queue wait, time to first token, decode tok/s) and drafter.
 Log-probabilities use the endpoint's own format: chat ``{"content": [{token, logprob,
 bytes, top_logprobs}]}``, completions ``{tokens, token_logprobs, top_logprobs,
-text_offset}``. ``sse(obj)`` frames one Server-Sent Event; ``SSE_DONE`` ends a stream.
+text_offset}``. With a ``reasoning.ReasoningSplitter`` (a chat answer of a model whose
+template has a think block) the message's ``content`` goes without the block, which
+becomes ``reasoning_content`` (null when empty), streamed as ``delta.reasoning_content``.
+``sse(obj)`` frames one Server-Sent Event; ``SSE_DONE`` ends a stream.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import uuid
 from typing import Any
 
 from .events import DoneEvent, TokenEvent
+from .reasoning import ReasoningSplitter
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -31,8 +35,9 @@ def _chat_item(text: str, lp: float) -> dict[str, Any]:
 
 
 class Responder:
-    def __init__(self, chat: bool, model_id: str, logprobs: bool, top_logprobs: int):
-        self.chat, self.model_id = chat, model_id
+    def __init__(self, chat: bool, model_id: str, logprobs: bool, top_logprobs: int,
+                 reasoning: ReasoningSplitter | None = None):
+        self.chat, self.model_id, self.reasoning = chat, model_id, reasoning
         self.logprobs, self.top_logprobs = logprobs, top_logprobs
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -66,12 +71,28 @@ class Responder:
         if not self.chat:
             choice["text"] = text
         elif chunk:
-            choice["delta"] = {"content": text} if text or finish is None else {}
+            choice["delta"] = self._text_parts(text, finish is not None, chunk)
         else:
-            choice["message"] = {"role": "assistant", "content": text}
+            choice["message"] = {"role": "assistant", **self._text_parts(text, True, chunk)}
         choice["logprobs"] = self._logprobs(events) if events else None
         choice["finish_reason"] = finish
         return choice
+
+    def _text_parts(self, text: str, final: bool, chunk: bool) -> dict[str, Any]:
+        """A chat message's (or delta's) ``content``, and ``reasoning_content`` when the
+        answer's think block is split off (a delta carries only the parts it has)."""
+        if self.reasoning is None:
+            return {"content": text} if text or not (chunk and final) else {}
+        content, reasoning = self.reasoning.feed(text)
+        if final:
+            more = self.reasoning.flush()
+            content, reasoning = content + more[0], reasoning + more[1]
+        if not chunk:
+            return {"content": content, "reasoning_content": reasoning or None}
+        out = {"reasoning_content": reasoning} if reasoning else {}
+        if content or not (final or reasoning):
+            out["content"] = content
+        return out
 
     # -- streaming -----------------------------------------------------------------------
 

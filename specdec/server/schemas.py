@@ -2,14 +2,19 @@
 
 Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` accept the OpenAI
 parameters this server implements, with OpenAI's names, types and ranges, plus the
-extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p`` and
-``repetition_penalty``. Validation is strict: wrong JSON types are errors (no "5" for 5),
-unknown parameters are errors (as OpenAI's own API does), and parameters whose other
-values this server does not implement (``n``, ``best_of``, ``echo``, ``suffix``) are
-accepted only at their neutral value, with a message saying so. ``presence_penalty``,
-``frequency_penalty`` and ``logit_bias`` are mlx-lm's, exact under speculation.
-``response_format`` (``ResponseFormat``: text, ``json_object``, ``json_schema``) is checked
-here for shape and compiled by ``app``.
+extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p``,
+``repetition_penalty`` and (chat) ``chat_template_kwargs`` (keyword arguments for the
+model's chat template, e.g. ``enable_thinking``). Validation is strict: wrong JSON types
+are errors (no "5" for 5), unknown parameters are errors naming the parameter (as
+OpenAI's own API does), and parameters whose other values this server does not implement
+(``n``, ``best_of``, ``echo``, ``suffix``) are accepted only at their neutral value, with
+a message saying so. ``presence_penalty``, ``frequency_penalty`` and ``logit_bias`` are
+mlx-lm's, exact under speculation. ``response_format`` (``ResponseFormat``: text,
+``json_object``, ``json_schema``) is checked here for shape and compiled by ``app``.
+OpenAI parameters that change nothing in a local answer are accepted, type-checked and
+ignored from one list, ``IgnoredParams`` / ``IgnoredChatParams`` (``IGNORED_PARAMS``
+names them; each field's description says why ignoring it is honest); a value there
+that would need what this server lacks (audio output) is refused.
 ``merge_speculative`` applies a request's ``speculative`` to the server's default
 ``DraftSpec`` (the one typed spec the CLI and the bench use too). Tool calling's
 fields (``tools``, ``tool_choice``, ``parallel_tool_calls``, ``role: "tool"`` messages,
@@ -26,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types
+from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
 from ..toolcall.prompt import template_messages
 from .tool_schemas import (ToolCallIn, ToolChoice, ToolDef, message_problem, part_problem,
                            request_problem)
@@ -45,14 +50,16 @@ class _Strict(BaseModel):
 
 
 class SpeculativeOptions(_Strict):
-    """Per-request speculation; unset fields take the server's ``--...`` defaults."""
+    """Per-request speculation; unset fields take the server's ``--...`` defaults. The
+    fields' values are checked by ``DraftSpec`` (``merge_speculative``); here only their
+    JSON types and the server's own caps (draft length, n-gram length, tree nodes)."""
 
     draft_type: str | None = Field(None, description=f"one of {', '.join(DRAFT_TYPES)} or a comma chain")
-    num_draft_tokens: int | None = Field(None, ge=1, le=MAX_DRAFT_TOKENS)
-    ngram_min: int | None = Field(None, ge=1, le=64)
-    ngram_max: int | None = Field(None, ge=1, le=64)
+    num_draft_tokens: int | None = Field(None, le=MAX_DRAFT_TOKENS, description=">= 1")
+    ngram_min: int | None = Field(None, le=64, description=">= 1")
+    ngram_max: int | None = Field(None, le=64, description=">= ngram_min")
     gate: bool | None = None
-    gate_threshold: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    gate_threshold: float | None = Field(None, description="in [0, 1]")
     adaptive_k: bool | None = None
     draft_tree_budget: int | Literal["auto"] | None = Field(
         None, description="max token-tree nodes per step (0 = linear), or 'auto'")
@@ -60,9 +67,15 @@ class SpeculativeOptions(_Strict):
     @field_validator("draft_tree_budget")
     @classmethod
     def _tree_budget(cls, v: int | str | None) -> int | str | None:
-        if isinstance(v, int) and not 0 <= v <= MAX_TREE_NODES:
+        if v is None:
+            return v
+        try:
+            budget = parse_tree_budget(v, text=False)  # the one parser; the server caps it
+        except ValueError:
+            budget = None
+        if budget is None or (budget != "auto" and budget > MAX_TREE_NODES):
             raise _unsupported(f"draft_tree_budget must be in [0, {MAX_TREE_NODES}] or 'auto'")
-        return v
+        return budget
 
     @field_validator("draft_type")
     @classmethod
@@ -89,9 +102,100 @@ def merge_speculative(default: DraftSpec, opts: SpeculativeOptions | None) -> Dr
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    include_obfuscation: bool | None = Field(None, description="ignored: no obfuscation "
+                                             "padding is added (nothing crosses a network here)")
 
 
-class _Sampling(_Strict):
+# -- OpenAI parameters accepted and ignored: the one list ---------------------------------
+# Every field below is OpenAI's, typed as OpenAI types it, and changes nothing in the
+# answer here; its description says why ignoring it is honest (docs/server.md lists them).
+
+
+class IgnoredParams(_Strict):
+    """Ignored on both endpoints."""
+
+    user: str | None = Field(None, description="an end-user id for abuse monitoring; not used")
+
+
+class Prediction(_Strict):
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+
+class IgnoredChatParams(IgnoredParams):
+    """Ignored on ``/v1/chat/completions``."""
+
+    store: bool | None = Field(None, description="nothing is stored here")
+    metadata: dict[str, str] | None = Field(None, description="tags of stored completions: none are")
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = Field(
+        None, description="one tier here")
+    safety_identifier: str | None = Field(None, description="an end-user id; not used")
+    prompt_cache_key: str | None = Field(None, description="the prefix cache matches prompts "
+                                         "by their tokens, without a key")
+    prediction: Prediction | None = Field(None, description="a latency hint that by OpenAI's "
+                                          "contract never changes the answer; not used")
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
+        None, description="a model takes no effort setting; with a thinking chat template "
+        "that reads enable_thinking, 'none' and 'minimal' turn thinking off")
+    verbosity: Literal["low", "medium", "high"] | None = Field(
+        None, description="a length hint this model has no control for")
+    modalities: list[str] | None = Field(None, description="['text'] only: audio is refused")
+    audio: None = Field(None, description="audio output parameters: refused (text only)")
+
+    @field_validator("modalities")
+    @classmethod
+    def _text_only(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and set(v) - {"text"}:
+            raise _unsupported(f"this server answers in text only: send modalities ['text'] "
+                               f"(or omit it), not {v}")
+        return v
+
+    @field_validator("audio", mode="before")
+    @classmethod
+    def _no_audio(cls, v: Any) -> None:
+        if v is not None:
+            raise _unsupported("audio output is not supported: this server answers in text only")
+        return v
+
+
+IGNORED_PARAMS = tuple(IgnoredChatParams.model_fields) + ("stream_options.include_obfuscation",)
+
+# apply_chat_template's own arguments: chat_template_kwargs may not set them
+TEMPLATE_RESERVED = frozenset((
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
+    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs"))
+
+
+class ChatTemplateOptions(IgnoredChatParams):
+    """``chat_template_kwargs`` (an extension, as vLLM's and SGLang's): variables the chat
+    template reads, e.g. ``{"enable_thinking": false}``; and ``reasoning_effort``'s one
+    effect (see its description)."""
+
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="extension: keyword arguments for the model's chat template")
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key in v or {}:
+            if not key.isidentifier() or key in TEMPLATE_RESERVED:
+                raise _unsupported(f"chat_template_kwargs: {key!r} is not a template variable "
+                                   "this server lets a request set")
+        return v
+
+    def template_kwargs(self, thinking_switch: bool) -> dict[str, Any]:
+        """The chat template's extra variables (``thinking_switch``: the template reads
+        ``enable_thinking``, which ``reasoning_effort`` none/minimal then turn off unless
+        ``chat_template_kwargs`` sets it)."""
+        out = dict(self.chat_template_kwargs or {})
+        if thinking_switch and self.reasoning_effort in ("none", "minimal"):
+            out.setdefault("enable_thinking", False)
+        return out
+
+
+class _Sampling(IgnoredParams):
     model: str = Field(description="the served model id (GET /v1/models)")
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
@@ -108,7 +212,6 @@ class _Sampling(_Strict):
     presence_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
     frequency_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
     logit_bias: dict[str, float] | None = Field(None, description="token id -> bias in [-100, 100]")
-    user: str | None = Field(None, description="accepted for compatibility; not used")
     speculative: SpeculativeOptions | None = None
 
     @field_validator("stop")
@@ -124,8 +227,10 @@ class _Sampling(_Strict):
     @field_validator("n")
     @classmethod
     def _one_choice(cls, v: int) -> int:
-        if v != 1:
-            raise _unsupported(f"n={v} is not supported: this server generates one choice per "
+        if v < 1:
+            raise _unsupported(f"n must be >= 1, got {v}")
+        if v > 1:
+            raise _unsupported(f"n={v} is not implemented: this server generates one choice per "
                                "request; send n=1 (or omit it) and repeat the request for more")
         return v
 
@@ -133,8 +238,10 @@ class _Sampling(_Strict):
     @classmethod
     def _bias(cls, v: dict | None) -> dict | None:
         for key, bias in (v or {}).items():
-            if not key.isdigit():
+            if not (key.isascii() and key.isdigit()):  # "²" is a digit, not an int() string
                 raise _unsupported(f"logit_bias keys are token ids (digits), got {key!r}")
+            if len(key) > 9:  # int() of 4301 digits raises; no vocabulary has 10**9 tokens
+                raise _unsupported(f"logit_bias: token id {key[:12]}… is not in the vocabulary")
             if not -100 <= bias <= 100:
                 raise _unsupported(f"logit_bias values lie in [-100, 100], got {bias} for {key}")
         return v
@@ -212,7 +319,7 @@ class ResponseFormat(_Strict):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
-class ChatCompletionRequest(_Sampling):
+class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
@@ -273,9 +380,14 @@ class CompletionRequest(_Sampling):
                                "send one prompt per request")
         if isinstance(self.prompt, list) and not self.prompt:
             raise _unsupported("prompt is an empty list")
-        if self.echo or self.best_of not in (None, 1) or self.suffix is not None:
-            raise _unsupported("echo, best_of > 1 and suffix are not supported; omit them")
         return self
+
+    @field_validator("echo", "best_of", "suffix")
+    @classmethod
+    def _neutral_only(cls, v: Any, info: Any) -> Any:
+        if v is True or v not in (None, False, 1):
+            raise _unsupported(f"{info.field_name}={v!r} is not implemented here; omit it")
+        return v
 
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens

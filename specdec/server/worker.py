@@ -139,8 +139,8 @@ class InferenceWorker:
         if cfg.speculation.draft_model:
             self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
         self.context_length = self._context_length()
-        args = getattr(self.model, "args", None)
-        self.vocab_size = getattr(args, "vocab_size", None) or len(self.tokenizer.get_vocab())
+        from ..core.vocab import vocab_size
+        self.vocab_size = vocab_size(self.model, self.tokenizer)
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
         from ..cache.prompt_cache import PrefixStore
         from .schemas import MAX_DRAFT_TOKENS
