@@ -153,3 +153,25 @@ def test_streamed_logprobs_each_token_once():
     sent = [item["logprob"] for c in chunks if c["choices"][0]["logprobs"]
             for item in c["choices"][0]["logprobs"]["content"]]
     assert sent == [e.logprob for e in events]
+
+
+def test_a_think_block_before_the_call():
+    """A reasoning model (Qwen3-style): the think block goes to reasoning_content, the
+    call after it is read from the answer, whole and streamed."""
+    from specdec.server.reasoning import ReasoningSplitter
+
+    plan = plan_tools(body(tools=[WEATHER]), QWEN, "m")
+    reply = "<think>\nThe user wants Paris.\n</think>\n\n<tool_call>\n" + REPLY + "\n</tool_call>"
+    out = ToolResponder("m", False, 0, plan, ReasoningSplitter(thinking=False)).whole(
+        tokens(reply), DoneEvent("stop"))
+    message = out["choices"][0]["message"]
+    assert message["reasoning_content"] == "The user wants Paris." and message["content"] is None
+    assert message["tool_calls"][0]["function"]["name"] == "get_weather"
+    r = ToolResponder("m", False, 0, plan, ReasoningSplitter(thinking=False))
+    chunks = [c for t in tokens(reply, 2) for c in r.token_chunks(t)] + r.final_chunks(DoneEvent("stop"))
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "The user wants Paris."
+    assert not any(d.get("content") for d in deltas)
+    assert [d["tool_calls"][0]["function"].get("name") for d in deltas if "tool_calls" in d] == [
+        "get_weather", None]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

@@ -4,10 +4,10 @@ Contract:
 - ``encode_prompt(tokenizer, prompt, system=None, chat=None)`` turns text, a token list or
   chat messages into token ids. Text goes through the chat template when the tokenizer has
   one and ``chat`` is not False (``--raw`` sets it False); a BOS is added the way mlx-lm
-  adds it (unless the text already starts with it). ``tools`` (OpenAI function tools)
-  go to the template as ``tools=``; ``template_kwargs`` are variables for the chat
-  template (``enable_thinking`` ...); a template that fails or refuses the messages (its
-  ``raise_exception``) is a ``ValueError`` with the template's reason.
+  adds it (unless the text already starts with it). ``template_kwargs`` are variables for
+  the chat template (``enable_thinking`` ...) and ``tools`` (OpenAI function tools) go to
+  it as ``tools=``; a template that fails on them, or refuses the messages (its
+  ``raise_exception``), is a ``ValueError`` with the template's reason.
 - ``StopMatcher`` releases text only once it cannot be the start of a stop string, so a
   stop string that arrives split across tokens, or inside an accepted draft block, is
   never emitted, and nothing after it is.
@@ -59,7 +59,7 @@ def encode_prompt(
     messages = _validate_messages(prompt)
     if not has_template:
         raise ValueError("this tokenizer has no chat template: pass a text prompt (completion)")
-    extra = {**(template_kwargs or {}), **({"tools": list(tools)} if tools else {})}
+    extra = dict(template_kwargs or {}, **({"tools": list(tools)} if tools else {}))
     try:
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                             **extra)

@@ -9,10 +9,10 @@ completely before it is queued: the body (``schemas``), the model name (404), th
 (400 ``context_length_exceeded`` with the numbers), the speculation options, then the
 queue (503 + Retry-After). A request without ``max_tokens`` generates until EOS or the
 context limit (or ``--max-tokens`` where the server sets one); ``chat_template_kwargs``
-reach the chat template; a think template's reasoning is split off (``reasoning``). A
-chat request's ``tools`` are rendered by the model's chat template and its reply read for
-calls (``tool_calls``). A stream's HTTP status is sent with its first event, so an error
-that happens before the first token is still a proper error status. A client that
+reach the chat template; a think template's reasoning is split off (``reasoning``); a chat
+request's ``tools`` are rendered by the chat template and its reply read for calls
+(``tool_calls``). A stream's HTTP status is sent with its first event, so an error that
+happens before the first token is still a proper error status. A client that
 disconnects, queued or generating, has its job cancelled. The app's shutdown stops the
 worker, which saves the shared memory.
 """
@@ -101,8 +101,8 @@ class Api:
 
         def encode() -> list[int]:
             with self.worker.tokenizer_lock:
-                return encode_prompt(self.worker.tokenizer, prompt, chat=chat, tools=tools,
-                                     template_kwargs=template)
+                return encode_prompt(self.worker.tokenizer, prompt, chat=chat,
+                                     template_kwargs=template, tools=tools)
 
         try:
             ids = await run_in_threadpool(encode)
@@ -193,10 +193,12 @@ class Api:
         self.worker.submit(job)
         watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
         chat = isinstance(body, ChatCompletionRequest)
-        responder = (ToolResponder(self.cfg.model_id, gen.logprobs, gen.top_logprobs, tools)
+        reasoning = self.reasoning(gen) if chat else None
+        responder = (ToolResponder(self.cfg.model_id, gen.logprobs, gen.top_logprobs, tools,
+                                   reasoning=reasoning)
                      if tools is not None and tools.format is not None else
                      Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs,
-                               reasoning=self.reasoning(gen) if chat else None))
+                               reasoning=reasoning))
         try:
             first = await job.events.get()
         except BaseException:

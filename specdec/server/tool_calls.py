@@ -24,7 +24,9 @@ Contract:
   deltas as they come; each call, once complete, as a delta with ``index``, ``id``,
   ``type`` and ``function.name`` (arguments ``""``) then one with its arguments; tag text
   never reaches ``content``, however the tokens of a speculative step cut it. A token's
-  log-probabilities go out with the first chunk after it.
+  log-probabilities go out with the first chunk after it. With a think template's
+  ``ReasoningSplitter`` the reasoning goes to ``reasoning_content`` and calls are read
+  from the answer after it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ..toolcall.formats import detect_format
 from ..toolcall.prompt import forced_call_schema, renders_tools
 from .errors import APIError
 from .events import DoneEvent, TokenEvent
+from .reasoning import ReasoningSplitter
 from .responses import Responder
 
 log = logging.getLogger("specdec.server")
@@ -110,8 +113,9 @@ def _call_json(d: CallDelta) -> dict[str, Any]:
 class ToolResponder(Responder):
     """A chat ``Responder`` that reads the reply's tool calls (see the module docstring)."""
 
-    def __init__(self, model_id: str, logprobs: bool, top_logprobs: int, plan: ToolPlan):
-        super().__init__(True, model_id, logprobs, top_logprobs)
+    def __init__(self, model_id: str, logprobs: bool, top_logprobs: int, plan: ToolPlan,
+                 reasoning: ReasoningSplitter | None = None):
+        super().__init__(True, model_id, logprobs, top_logprobs, reasoning=reasoning)
         assert plan.format is not None
         self.plan = plan
         self.stream = ToolCallStream(plan.format, plan.names, max_calls=plan.max_calls)
@@ -139,12 +143,24 @@ class ToolResponder(Responder):
                 {"index": d.index, "function": {"arguments": d.call.arguments}}]}))
         return out
 
+    def _answer(self, text: str, final: bool) -> tuple[list[dict[str, Any]], str]:
+        """A think block's reasoning as chunks, and the answer text calls are read from."""
+        if self.reasoning is None:
+            return [], text
+        content, thought = self.reasoning.feed(text)
+        if final:
+            more = self.reasoning.flush()
+            content, thought = content + more[0], thought + more[1]
+        return ([self._chunk({"reasoning_content": thought})] if thought else []), content
+
     def token_chunks(self, event: TokenEvent) -> list[dict[str, Any]]:
         self._unsent.append(event)
-        return self._chunks(self.stream.feed(event.text))
+        out, text = self._answer(event.text, final=False)
+        return out + self._chunks(self.stream.feed(text))
 
     def final_chunks(self, done: DoneEvent) -> list[dict[str, Any]]:
-        out = self._chunks(self.stream.feed(done.text) + self.stream.finish())
+        out, text = self._answer(done.text, final=True)
+        out += self._chunks(self.stream.feed(text) + self.stream.finish())
         final = self._chunk({}, self._finish(done.finish_reason, self.stream.emitted))
         final["specdec"] = done.timings
         return out + [final]
