@@ -8,6 +8,11 @@ plus an instruction whose answer quotes that material. Nothing is downloaded.
 - ``code_edit_prompt(module, func, instruction)``, ``json_prompt(n)``,
   ``passage_prompt(module)``: one prompt of each workload class.
 - ``parity_prompts()``: a varied named set for the parity tests.
+- ``agent_transcript(task)``: an agent's tool loop up to the call the model writes next
+  (OpenAI messages and tools): ``"write_file"`` has read a real source file through
+  ``read_file`` and must write it back edited; ``"update_record"`` has fetched a package
+  record and must store it updated. Tool results are JSON (as agent frameworks return
+  them), so the next call's arguments quote them escape for escape.
 """
 
 from __future__ import annotations
@@ -115,3 +120,46 @@ def zen_text() -> str:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "s":
             return codecs.decode(node.value.value, "rot13")
     raise RuntimeError("the 'this' module has no Zen text")
+
+
+def _function(fn: str, description: str, **props: str) -> dict:
+    return {"type": "function", "function": {
+        "name": fn, "description": description,
+        "parameters": {"type": "object", "properties": {
+            k: {"type": "string", "description": v} for k, v in props.items()},
+            "required": list(props), "additionalProperties": False}}}
+
+
+AGENT_TOOLS = {
+    "read_file": _function("read_file", "Read a text file", path="the file's path"),
+    "write_file": _function("write_file", "Write the complete new contents of a file",
+                            path="the file's path", content="the complete file"),
+    "get_record": _function("get_record", "Fetch a package record", name="the package"),
+    "update_record": _function("update_record", "Store a package record",
+                               name="the package", version="its version",
+                               summary="its summary"),
+}
+
+
+def agent_transcript(task: str) -> tuple[list[dict], list[dict]]:
+    """(messages, tools) of an agent loop whose next reply is a ``task`` call (see doc)."""
+    if task == "write_file":
+        ask = ("Rename the function dedent in dedent.py to remove_indent. Read the file, "
+               "then write back the complete updated file.")
+        call, args, result = "read_file", {"path": "dedent.py"}, {"content": source_of("textwrap", "dedent")}
+        tools = ["read_file", "write_file"]
+    elif task == "update_record":
+        rec = json_records(6)[5]
+        ask = (f"Bump the version of the {rec['name']} record to 99.0 and store it, keeping "
+               "the rest of it as it is.")
+        call, args, result = "get_record", {"name": rec["name"]}, rec
+        tools = ["get_record", "update_record"]
+    else:
+        raise ValueError(f"unknown agent task {task!r}: write_file or update_record")
+    messages = [
+        {"role": "user", "content": ask},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": call, "arguments": json.dumps(args)}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(result)}]
+    return messages, [AGENT_TOOLS[t] for t in tools]

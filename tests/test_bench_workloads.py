@@ -116,16 +116,21 @@ def test_a_structured_workload_round_trips_and_a_bad_format_names_its_line(tmp_p
 
 @pytest.mark.slow
 def test_the_bench_runs_a_structured_case_with_the_grammar_drafter(tmp_path, smollm):
-    """Every config answers under the schema and equals plain constrained decoding; the
-    grammar drafter's forced tokens are accepted."""
+    """Every config answers under the schema (a structured case, and an agent transcript
+    whose forced tool call quotes the tool's result) and equals plain constrained
+    decoding; the grammar drafter's forced tokens are accepted."""
     from specdec.bench.configs import parse_config
     from specdec.bench.runner import BenchPlan, run_plan
     from specdec.bench.workloads import builtin_workloads
 
-    w = next(w for w in builtin_workloads() if w.cls == "structured")
-    plan = BenchPlan("smollm2-135m", [w], [parse_config("grammar,suffix:k=4")], runs=1,
+    ws = [w for w in builtin_workloads() if w.cls == "structured" or w.name == "agent_update_record"]
+    plan = BenchPlan("smollm2-135m", ws, [parse_config("grammar,suffix:k=4")], runs=1,
                      max_tokens=48, peers=(), oracle=False, warmup=False)
     result = run_plan(plan, target=smollm)
-    plain, spec = ([r for r in result.records if r.config == c] for c in ("plain", "grammar,suffix k=4"))
-    assert plain[0].tokens == spec[0].tokens and spec[0].accepted > 0
+    for w in ws:
+        plain, spec = ([r for r in result.records if r.config == c and r.workload == w.name]
+                       for c in ("plain", "grammar,suffix k=4"))
+        assert plain[0].tokens == spec[0].tokens and spec[0].accepted > 0, w.name
+    agent = smollm[1].decode(plain[0].tokens)  # the forced call: its name, then its arguments
+    assert agent.startswith('{"name": "update_record", "arguments": {')
     assert not result.diagnoses

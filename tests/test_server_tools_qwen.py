@@ -58,6 +58,22 @@ def test_weather_question_returns_a_call(client, choice):
     assert_paris(call)
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_forcing_tool_choice_gets_a_call_where_auto_would_not(client, choice):
+    """A greeting answered with prose under ``auto`` gets a valid call when ``required``
+    or the named function forces one: the grammar admits nothing else, and the forced
+    tokens are the greedy choice among what it admits (speculation included)."""
+    hello = [{"role": "user", "content": "Hello! How are you?"}]
+    assert chat(client, hello).choices[0].finish_reason == "stop"
+    r = chat(client, hello, tool_choice=choice, max_tokens=60)
+    assert r.choices[0].finish_reason == "tool_calls"
+    [call] = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and set(json.loads(call.function.arguments)) == {"city"}
+    plain = chat(client, hello, tool_choice=choice, max_tokens=60,
+                 extra_body={"speculative": {"draft_type": "none"}})
+    assert plain.choices[0].message.tool_calls[0].function.arguments == call.function.arguments
+
+
 def test_weather_question_streams_the_call(client):
     chunks = list(chat(client, QUESTION, stream=True))
     deltas = [c.choices[0].delta for c in chunks]

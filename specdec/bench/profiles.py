@@ -58,6 +58,15 @@ PROFILES: dict[str, Profile] = {
         workloads=("multiturn_short", "multiturn_long"),
         configs=("ngram:k=4", "ngram:k=6", "ngram-mod:k=4", "ngram-mod:k=6"),
         runs=3, max_tokens=128),
+    "agents": Profile(
+        "agent traffic on Qwen2.5-Coder-0.5B: tool calls forced by tool_choice whose arguments "
+        "quote a tool's result (a whole file through write_file, a record through "
+        "update_record) and a record extracted under a JSON schema; the grammar drafter "
+        "chained before suffix and ngram, each alone, and plain under the same constraint",
+        model="qwen2.5-coder-0.5b",
+        workloads=("agent_write_file", "agent_update_record", "json_extract"),
+        configs=("grammar,suffix:k=8", "suffix:k=8", "grammar:k=8"),
+        runs=1, max_tokens=600),
     "pair": Profile(
         "two-model speculation, Qwen2.5-Coder 0.5B drafting for 1.5B, beside mlx-lm's own "
         "draft-model loop at the same k (2, 3, 4, 6, 8) in the same run; draft-model trees and "

@@ -211,8 +211,25 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
     lines += _table(["L", *map(str, result.cost_curve)],
                     [["cost(L)/cost(1)", *[f"{v / c1:.2f}" for v in result.cost_curve.values()]]])
     lines += _peer_section(result, summary)
+    lines += _chain_section(result)
     lines += [f"![{Path(pl).stem}]({Path(pl).name})" for pl in plots] + [""]
     return "\n".join(lines)
+
+
+def _chain_section(result: Any) -> list[str]:
+    """Each chain member's share of the chain's accepted tokens (measured runs)."""
+    shares: dict[str, dict[str, int]] = {}
+    for r in result.records:
+        if r.accepted_by and r.run >= 1:
+            row = shares.setdefault(f"{r.workload}|{r.config}", {})
+            for m, n in r.accepted_by.items():
+                row[m] = row.get(m, 0) + n
+    if not shares:
+        return []
+    lines = ["## Chains: accepted tokens by member", ""]
+    rows = [[*key.split("|"), ", ".join(f"{m} {n} ({n / max(1, sum(c.values())):.0%})"
+                                        for m, n in c.items())] for key, c in shares.items()]
+    return lines + _table(["workload", "config", "accepted by member"], rows) + [""]
 
 
 def _bounds_section(summary: dict) -> list[str]:

@@ -21,7 +21,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..engine import GenerationResult, generate
-from ..core.text import encode_prompt
 from .analysis import ORACLE_PREFIX
 from .configs import BenchConfig
 from .oracle import OracleDrafter, replay_bound
@@ -54,6 +53,7 @@ class RunRecord:
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     steps: list[tuple[int, int]] = field(default_factory=list)  # (block length, accepted)
+    accepted_by: dict[str, int] = field(default_factory=dict)  # a chain's members' accepted tokens
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -119,7 +119,7 @@ def conversation(model: Any, tok: Any, case: Workload, drafter: Any, k: int,
     prompt: Any = case.first_messages()
     out = []
     for turn in range(len(case.turns) + 1):
-        res = generate(model, tok, prompt, drafter=drafter, max_tokens=max_tokens,
+        res = generate(model, tok, case.encode(tok, prompt), drafter=drafter, max_tokens=max_tokens,
                        num_draft_tokens=k, kv_bits=kv_bits, draft_tree_budget=tree,
                        response_format=case.response_format)
         out.append((prompt, res))
@@ -210,14 +210,16 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         if not plan.draft_model:
             raise ValueError("a 'model' config needs --draft-model")
         draft = load(plan.draft_model, dtype=plan.dtype)
-    cases = [(fit_prompt(tok, w, n) if n else w, n) for w in plan.workloads
+    workloads, skipped = _renderable(plan.workloads, tok, plan.model)
+    cases = [(fit_prompt(tok, w, n) if n else w, n) for w in workloads if not w.tools
              for n in plan.prompt_tokens]
+    cases += [(w, None) for w in workloads if w.tools]  # a transcript runs as written
     k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
-    context = max(len(encode_prompt(tok, c.first_messages())) for c, _ in cases)
+    context = max(len(c.encode(tok)) for c, _ in cases)
     cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=TREE_LENGTHS)
     loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
     peers, notes = _load_peers(plan, loaded)
-    result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes)
+    result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes | skipped)
     # each drafter's own cost per proposal: counted by adaptive k and tree=auto, and by
     # the report's drafter-cost bound (measured once per drafter and model pair, cached)
     result.draft_costs = {c.label: draft_cost_for(c.spec.draft_type, model, draft[0] if draft else None)
@@ -225,7 +227,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     configs = [PLAIN, *plan.configs]
     oracle_ks = sorted({c.k for c in plan.configs}) if plan.oracle else []
     for case, length in cases:
-        ids = encode_prompt(tok, case.first_messages())
+        ids = case.encode(tok)
         for run in range(0 if plan.warmup else 1, plan.runs + 1):
             plain_turns: list[list[int]] = []
             for cfg in configs:
@@ -257,14 +259,40 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     return result
 
 
+def _renderable(workloads: Sequence[Workload], tok: Any,
+                model: str) -> tuple[list[Workload], dict[str, str]]:
+    """The workloads this model's chat template can render, and a note for each other:
+    an agent transcript needs a template that renders tools and tool messages."""
+    from ..toolcall.prompt import renders_tools
+
+    if not any(w.tools for w in workloads) or renders_tools(tok):
+        return list(workloads), {}
+    skipped = {w.name: f"skipped: the chat template of {model} does not render tools"
+               for w in workloads if w.tools}
+    kept = [w for w in workloads if not w.tools]
+    if not kept:
+        raise ValueError(f"every workload is an agent transcript and the chat template of "
+                         f"{model} does not render tools: use a model whose template does "
+                         "(e.g. qwen2.5-coder-0.5b)")
+    return kept, skipped
+
+
 def _measure(plan: BenchPlan, model: Any, tok: Any, case: Workload, length: int | None,
              label: str, run: int, k: int, drafter: Any, result: BenchResult,
              tree: int | str = 0) -> list:
-    """One run of every turn of ``case`` with ``drafter``; its records go into ``result``."""
+    """One run of every turn of ``case`` with ``drafter``; its records go into ``result``
+    (the last one with a chain's accepted tokens per member over all turns)."""
+    members = getattr(drafter, "stats", None)
+    before = ({m: v["accepted"] for m, v in members.items()} if isinstance(members, dict)
+              and all(isinstance(v, dict) for v in members.values()) else {})
     turns = conversation(model, tok, case, drafter, k, case.max_tokens or plan.max_tokens,
                          plan.kv_bits, tree)
     for t, (_, res) in enumerate(turns):
         result.records.append(_record(plan, case, length, label, "specdec", run, t, k, res))
+    members = getattr(drafter, "stats", None)  # a chain: which member's drafts were accepted
+    if isinstance(members, dict) and all(isinstance(v, dict) for v in members.values()):
+        result.records[-1].accepted_by = {m: v["accepted"] - before.get(m, 0)
+                                          for m, v in members.items()}
     return turns
 
 
@@ -273,7 +301,7 @@ def _bounds(tok: Any, case: Workload, length: int | None, turns: list, ks: Seque
     """The offline replay bounds of each turn's plain output at each k."""
     out = []
     for t, (prompt, res) in enumerate(turns):
-        ids = encode_prompt(tok, prompt)
+        ids = case.encode(tok, prompt)
         for k in ks:
             out.append(dict(workload=case.name, length=length, turn=t, k=k,
                             **replay_bound(ids, list(res.tokens), k, cost)))
@@ -291,15 +319,16 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
 
     by_label = {c.label: c for c in plan.configs}
     max_tokens = {w.name: w.max_tokens or plan.max_tokens for w in plan.workloads}
-    formats = {w.name: w.response_format for w in plan.workloads}
+    cases = {w.name: w for w in plan.workloads}
     out = []
     for row in parity([r.to_dict() for r in result.records]):
         if not row["mismatches"] or row["source"] != "specdec" or row["config"] not in by_label:
             continue
         cfg = by_label[row["config"]]
-        prompt = result.cases[f"{row['workload']}|{row['length']}|{row['turn']}"]
+        case = cases[row["workload"]]
+        prompt = case.encode(tok, result.cases[f"{row['workload']}|{row['length']}|{row['turn']}"])
         kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True,
-                  kv_bits=plan.kv_bits, response_format=formats[row["workload"]])
+                  kv_bits=plan.kv_bits, response_format=case.response_format)
         plain = generate(model, tok, prompt, drafter=None, **kw)
         kw["draft_tree_budget"] = cfg.tree_budget
         # the same drafter the measured run started with (a warm config's saved table too)

@@ -16,16 +16,22 @@ Contract:
   the model's own previous reply, so a conversation is generated turn by turn.
   ``max_tokens`` (per turn), ``source`` (where the text came from, and its licence) and
   ``response_format`` (OpenAI's; the answer follows its JSON schema, every config and
-  plain decoding alike) are optional. ``load_workloads(path)`` validates a file and says which line and field
+  plain decoding alike) are optional. An agent transcript gives ``tools`` (OpenAI's
+  function tools, rendered by the chat template) and may end with a ``tool`` message;
+  ``tool_choice`` naming a function (or ``"required"``) forces the reply to be such a
+  call, as the server does (``toolcall.prompt.forced_call_schema``). ``load_workloads(path)`` validates a file and says which line and field
   are wrong; ``write_workloads`` writes one.
 - ``builtin_workloads()`` builds every class from real text this project did not write,
   read at run time from the Python standard library (its sources and module docs, PSF
   licence) and installed package metadata: code_edit, passage, json_rag, structured (a
-  record extracted under a JSON schema), multi_turn_edit, summarization, open_ended.
+  record extracted under a JSON schema), multi_turn_edit, summarization, open_ended,
+  agent (``prompts.agent_transcript``: the forced next call quotes a tool's result).
+  ``Workload.encode(tokenizer)`` is its first prompt's token ids (tools rendered).
 - ``fit_prompt(tokenizer, workload, n)`` cuts or pads the first user text to ``n`` prompt
   tokens without touching its final instruction: the instruction is the text after the
   last blank line. Cutting drops the end of the material before it; padding puts
-  unrelated real documentation (``filler_text``) in front of it.
+  unrelated real documentation (``filler_text``) in front of it. Agent transcripts run
+  at their own length (the runner does not fit them).
 """
 
 from __future__ import annotations
@@ -37,12 +43,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..prompts import json_records, source_of, zen_text
+from ..prompts import agent_transcript, json_records, source_of, zen_text
 from ..core.grammar import response_grammar
 from ..core.text import encode_prompt
+from ..toolcall.prompt import forced_call_schema, forced_response_format, template_messages
 
 CLASSES = ("code_edit", "passage", "json_rag", "structured", "multi_turn_edit", "summarization",
-           "open_ended")
+           "open_ended", "agent")
 ECHO_CLASSES = tuple(c for c in CLASSES if c != "open_ended")
 STDLIB = "Python standard library (PSF licence), read from this machine at run time"
 RECORD_FORMAT = {"type": "json_schema", "json_schema": {"name": "record", "schema": {
@@ -62,10 +69,17 @@ class Workload:
     source: str = ""
     prompt_tokens: int | None = field(default=None, compare=False)  # set by fit_prompt
     response_format: dict | None = field(default=None, hash=False)  # OpenAI's: a JSON schema
+    tools: tuple[dict, ...] = field(default=(), hash=False)
+    tool_choice: Any = field(default=None, hash=False)  # forcing: response_format holds its schema
 
     def first_messages(self) -> Any:
         """The first turn as ``encode_prompt`` takes it (text or messages)."""
-        return self.prompt if self.prompt is not None else list(self.messages)
+        return self.prompt if self.prompt is not None else template_messages(list(self.messages))
+
+    def encode(self, tokenizer: Any, prompt: Any = None) -> list[int]:
+        """Token ids of ``prompt`` (default: the first turn) with this workload's tools."""
+        return encode_prompt(tokenizer, self.first_messages() if prompt is None else prompt,
+                             tools=list(self.tools) or None)
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"name": self.name, "class": self.cls}
@@ -73,8 +87,10 @@ class Workload:
             d["prompt"] = self.prompt
         else:
             d["messages"] = list(self.messages)
+        fmt = None if self.tool_choice else self.response_format
         for key, value in (("turns", list(self.turns)), ("max_tokens", self.max_tokens),
-                           ("source", self.source), ("response_format", self.response_format)):
+                           ("source", self.source), ("response_format", fmt),
+                           ("tools", list(self.tools)), ("tool_choice", self.tool_choice)):
             if value:
                 d[key] = value
         return d
@@ -92,7 +108,7 @@ def parse_workload(obj: Any, where: str = "workload", line: int | None = None) -
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     unknown = set(obj) - {"name", "class", "prompt", "messages", "turns", "max_tokens", "source",
-                          "response_format"}
+                          "response_format", "tools", "tool_choice"}
     if unknown:
         raise ValueError(f"{where}: unknown field(s) {sorted(unknown)}")
     if "name" not in obj and line is None:
@@ -108,17 +124,17 @@ def parse_workload(obj: Any, where: str = "workload", line: int | None = None) -
     if messages is not None:
         ok = isinstance(messages, list) and messages and all(
             isinstance(m, dict) and isinstance(m.get("role"), str)
-            and isinstance(m.get("content"), str) for m in messages)
-        if not ok or messages[-1]["role"] != "user":
+            and (isinstance(m.get("content"), str) or m.get("tool_calls")) for m in messages)
+        if not ok or messages[-1]["role"] not in ("user", "tool"):
             raise ValueError(f"{where}: 'messages' must be a non-empty list of "
-                             "{role, content} objects ending with a user message")
+                             "{role, content} objects ending with a user (or tool) message")
+    tools, choice, fmt = _tools(obj, where)
     turns = obj.get("turns", [])
     if not isinstance(turns, list) or not all(isinstance(t, str) and t for t in turns):
         raise ValueError(f"{where}: 'turns' must be a list of non-empty strings")
     max_tokens = obj.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError(f"{where}: 'max_tokens' must be a positive integer")
-    fmt = obj.get("response_format")
     if fmt is not None:
         try:
             response_grammar(fmt)
@@ -127,7 +143,28 @@ def parse_workload(obj: Any, where: str = "workload", line: int | None = None) -
     name = obj.get("name", f"{obj['class']}-{line}")
     return Workload(name, obj["class"], obj.get("prompt"),
                     tuple(messages) if messages is not None else None, tuple(turns),
-                    max_tokens, str(obj.get("source", "")), response_format=fmt)
+                    max_tokens, str(obj.get("source", "")), response_format=fmt,
+                    tools=tools, tool_choice=choice)
+
+
+def _tools(obj: dict, where: str) -> tuple[tuple[dict, ...], Any, dict | None]:
+    """(tools, tool_choice, response_format) of a workload object: a forcing
+    ``tool_choice`` becomes the response_format its call must follow."""
+    tools, choice, fmt = obj.get("tools", []), obj.get("tool_choice"), obj.get("response_format")
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("function", {}).get("name"), str) for t in tools):
+        raise ValueError(f"{where}: 'tools' must be a list of OpenAI function tools "
+                         '({"type": "function", "function": {"name": ...}})')
+    if choice is None:
+        return tuple(tools), None, fmt
+    names = {t["function"]["name"] for t in tools}
+    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if not (choice == "required" and tools or named in names):
+        raise ValueError(f"{where}: 'tool_choice' must be \"required\" or name one of the "
+                         f"tools {sorted(names)}")
+    if fmt is not None:
+        raise ValueError(f"{where}: give 'response_format' or a forcing 'tool_choice', not both")
+    return tuple(tools), choice, forced_response_format(forced_call_schema(tools, choice))
 
 
 def load_workloads(path: str | Path) -> list[Workload]:
@@ -210,11 +247,19 @@ def builtin_workloads() -> list[Workload]:
                  source=STDLIB),
         Workload("summarize_zen", "summarization", f"The Zen of Python:\n\n{zen}\n\n"
                  "Summarize it in five bullet points, each quoting one line.", source=STDLIB),
+        *(_agent(task) for task in ("write_file", "update_record")),
         Workload("open_story", "open_ended",
                  "Write a short story about a lighthouse keeper who finds a map."),
         Workload("open_arith", "open_ended",
                  "What is 37 times 48, then divided by 4? Work it out step by step."),
     ]
+
+
+def _agent(task: str) -> Workload:
+    messages, tools = agent_transcript(task)
+    return parse_workload({"name": f"agent_{task}", "class": "agent", "messages": messages,
+                           "tools": tools, "tool_choice": {"type": "function", "function": {
+                               "name": task}}, "source": f"{STDLIB} and package metadata"})
 
 
 def filler_text() -> str:
@@ -257,7 +302,7 @@ def fit_prompt(tokenizer: Any, w: Workload, n_tokens: int, filler: str | None = 
     def build(ids: list[int]) -> tuple[Workload, int]:
         body = tokenizer.decode(ids)
         fitted = _with_first_text(w, f"{body}\n\n{instruction}" if body else instruction)
-        return fitted, len(encode_prompt(tokenizer, fitted.first_messages()))
+        return fitted, len(fitted.encode(tokenizer))
 
     ids = list(tokenizer.encode(material, add_special_tokens=False))
     pad = list(tokenizer.encode((filler or filler_text()) + "\n\n", add_special_tokens=False))

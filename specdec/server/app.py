@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..core.grammar import response_grammar
 from ..core.sampling import SamplingParams
 from ..core.text import encode_prompt
+from ..toolcall.prompt import forced_response_format
 from .config import ServerConfig
 from .errors import APIError, install_handlers
 from .metrics import CONTENT_TYPE, Metrics
@@ -177,6 +178,12 @@ class Api:
         except ValueError as e:
             raise APIError(400, str(e)) from e
         fmt = body.response_format.as_dict() if chat and body.response_format else None
+        if tools is not None and tools.forced_schema is not None:
+            if fmt is not None:
+                raise APIError(400, "tool_choice 'required' or a named function already "
+                               "constrains the reply to a tool call: send response_format "
+                               "or that tool_choice, not both", param="response_format")
+            fmt = forced_response_format(tools.forced_schema)  # the call, grammar-forced
         if fmt is not None:
             try:
                 response_grammar(fmt)  # refused here, with its reason, rather than mid-request

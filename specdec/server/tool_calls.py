@@ -11,10 +11,11 @@ Contract:
   tool messages runs as before). ``tool_choice``: ``auto`` (the default with tools)
   renders the tools and reads calls; ``none`` renders the prompt without tools and
   returns the reply as content, never as calls (the history's calls and results are
-  still rendered); ``required`` and a named function render the tools and read calls as
-  ``auto`` does: nothing forces a call yet (``ToolPlan.forced_schema`` is the schema a
-  grammar would force, ``toolcall.prompt.forced_call_schema``; when the model writes no
-  call the reply is content with ``finish_reason: "stop"``). ``parallel_tool_calls:
+  still rendered); ``required`` and a named function render the tools and force a call:
+  ``ToolPlan.forced_schema`` (``toolcall.prompt.forced_call_schema``) becomes the
+  request's JSON-schema grammar (``app.gen_request``), so the reply is a valid call of
+  the given tools (an array of calls for ``required`` with parallel calls), read as
+  ``auto``'s is; a ``response_format`` beside it is a 400. ``parallel_tool_calls:
   false`` keeps the first call. A template that ignores ``tools`` gets a 400 for any
   request that needs them (tools not ``none``, or tool messages in the history).
 - ``ToolResponder`` (a ``responses.Responder``): ``message.tool_calls`` (``id`` ``call_...``,
