@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 from mlx_lm.models.cache import KVCache
 
 from ..cache.batch_cache import RowsKVCache
+from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import make_cache
 from ..core.proposal import EMPTY, Proposal
 from ..core.sampling import Rng, SamplingParams
@@ -156,7 +157,7 @@ class Batch:
         return len(self.rows)
 
     def join(self, row: Row, layers: list[Any]) -> None:
-        held = {c.offset for c in layers}
+        held = layers.positions() if isinstance(layers, RecurrentCache) else {c.offset for c in layers}
         if held != {len(row.context) - 1}:
             raise ValueError(f"a joining row needs cache layers holding its context but the "
                              f"last token ({len(row.context) - 1}); got {sorted(held)}")

@@ -1,0 +1,146 @@
+"""Rollback for models with recurrent state (hybrid and pure SSM models), model-agnostic.
+
+Contract:
+- ``RecurrentCache(model, layers)`` is the model's cache list (mlx-lm runs on it unchanged:
+  it is a ``list``) for a model whose layers include ``ArraysCache`` (a conv window, a
+  gated-delta or SSM state), directly or nested in ``CacheList``. ``recurrent(cache)``
+  says whether a cache list is one.
+- ``begin(tokens)`` is called (by ``step.verify_forward``) right before a block of one row
+  goes through the model: it keeps a reference to every recurrent layer's pre-block
+  arrays (no copy: MLX arrays are immutable and mlx-lm's model files replace cache
+  entries, ``cache[i] = new``, rather than write into them) and the block's tokens.
+- ``rewind(n)`` drops the last ``n`` of the block's positions: attention layers trim the
+  whole block, recurrent layers get their pre-block arrays back, and the block's first
+  ``len - n`` tokens are fed again through the model. The re-feed is lazy: its logits are
+  never evaluated (only the cache arrays are, with the next step's one host sync), so it
+  adds no host sync. ``rewind(0)`` (full acceptance) costs nothing. ``rewind`` of more
+  than the last block, or without ``begin``, raises ``RollbackError``: never a silent
+  no-op. Rows batched together (``RowsKVCache``) and token trees are refused
+  (``RollbackError``); hybrid requests run one at a time.
+- ``recurrent_layers(model, layers)`` builds one from a fresh mlx-lm cache; its recurrent
+  layers are ``CountedArraysCache`` (an ``ArraysCache`` with an ``offset``, counted by the
+  ``advance`` calls of mlx-lm's recurrent layers), so every layer's position is checked.
+  ``positions()`` is the set of every layer's offset (one value when they agree).
+
+Why re-feed the whole model rather than re-run only the recurrent layers' recurrence:
+re-running a layer alone needs its input rows, which only a per-architecture hook can
+capture; re-feeding the kept tokens is exact for every mlx-lm model and its cost was
+measured (docs/how-it-works.md, "Hybrid models").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, CacheList
+
+from .errors import RollbackError
+
+
+def _leaves(layer: Any) -> Iterator[Any]:
+    """The cache objects of one layer (a ``CacheList`` holds several)."""
+    if isinstance(layer, CacheList):
+        for c in layer.caches:
+            yield from _leaves(c)
+    else:
+        yield layer
+
+
+def has_recurrent(layers: Sequence[Any]) -> bool:
+    return any(isinstance(c, ArraysCache) for layer in layers for c in _leaves(layer))
+
+
+class CountedArraysCache(ArraysCache):
+    """mlx-lm's ``ArraysCache`` that also counts the positions it has seen (``offset``,
+    as attention caches have): every mlx-lm recurrent layer calls ``advance(n)`` once per
+    forward of n tokens, so a recurrent layer's position is checked like any other."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.offset = 0
+
+    def advance(self, N: int) -> None:
+        super().advance(N)
+        self.offset += N
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.cache if a is not None)
+
+
+def _counted(layer: Any) -> Any:
+    if isinstance(layer, CacheList):
+        return CacheList(*(_counted(c) for c in layer.caches))
+    if type(layer) is ArraysCache:
+        if not layer.empty():
+            raise ValueError("recurrent layers are converted while empty (make_cache)")
+        return CountedArraysCache(len(layer.cache))
+    return layer
+
+
+def recurrent_layers(model: Any, layers: Sequence[Any]) -> "RecurrentCache":
+    """``layers`` (a fresh cache) as a ``RecurrentCache`` whose recurrent layers count."""
+    return RecurrentCache(model, [_counted(c) for c in layers])
+
+
+def recurrent(cache: Any) -> bool:
+    return isinstance(cache, RecurrentCache)
+
+
+class RecurrentCache(list):
+    """See the module docstring."""
+
+    def __init__(self, model: Any, layers: Sequence[Any]):
+        super().__init__(layers)
+        self.model = model
+        leaves = [c for layer in layers for c in _leaves(layer)]
+        self.states = [c for c in leaves if isinstance(c, ArraysCache)]
+        self.attention = [c for c in leaves if not isinstance(c, ArraysCache)]
+        for c in self.attention:
+            if not hasattr(c, "trim") or not c.is_trimmable():
+                raise RollbackError(f"{type(c).__name__} beside recurrent layers cannot roll back")
+        self._snap: list[list[Any]] | None = None
+        self._block: list[int] = []
+
+    def positions(self) -> set[int]:
+        """The position counts of every layer (one value when they agree)."""
+        return {getattr(c, "offset", None) for c in (*self.attention, *self.states)}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.nbytes for c in (*self.attention, *self.states))
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        for c in self.states:
+            if c.lengths is not None or c.left_padding is not None:
+                raise RollbackError("recurrent layers with batched rows cannot roll back: "
+                                    "hybrid requests run one at a time")
+        self._snap = [list(c.cache) for c in self.states]
+        self._block = list(tokens)
+
+    def rewind(self, n: int) -> int:
+        if n == 0:
+            self._snap, self._block = None, []
+            return 0
+        if self._snap is None or not 0 < n <= len(self._block):
+            raise RollbackError(f"a recurrent cache rewinds only within its last verify block "
+                                f"({len(self._block)} positions), not {n}: rebuild the cache")
+        fed, kept = len(self._block), self._block[: len(self._block) - n]
+        for c in self.attention:  # checked first: never leave layers disagreeing
+            if fed > c.offset or (hasattr(c, "check_trim") and c.check_trim(fed)):
+                raise RollbackError(f"{type(c).__name__} cannot trim {fed} of {c.offset} positions")
+        for c in self.attention:
+            c.trim(fed)
+        for c, saved in zip(self.states, self._snap):
+            c.cache = list(saved)
+            c.offset -= fed
+        self._snap, self._block = None, []
+        if kept:
+            # logits unused and never evaluated: only the cache arrays are computed
+            self.model(mx.array(kept)[None], cache=self)
+        return n
+
+    def compact(self, *_: Any) -> None:
+        raise RollbackError("token trees are not verified on models with recurrent layers: "
+                            "use linear drafts (--draft-tree-budget 0)")
