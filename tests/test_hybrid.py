@@ -159,7 +159,7 @@ def test_negative_control_trimming_only_attention_diverges(monkeypatch):
             c.trim(n)
         for c in self.states:  # positions agree, but the states still hold the rejected drafts
             c.offset -= n
-        self._snap, self._block = None, []
+        self._snap, self._fed = None, []
         return n
 
     monkeypatch.setattr(RecurrentCache, "rewind", attention_only)

@@ -5,17 +5,20 @@ Contract:
   it is a ``list``) for a model whose layers include ``ArraysCache`` (a conv window, a
   gated-delta or SSM state), directly or nested in ``CacheList``. ``recurrent(cache)``
   says whether a cache list is one.
-- ``begin(tokens)`` is called (by ``step.verify_forward``) right before a block of one row
-  goes through the model: it keeps a reference to every recurrent layer's pre-block
-  arrays (no copy: MLX arrays are immutable and mlx-lm's model files replace cache
-  entries, ``cache[i] = new``, rather than write into them) and the block's tokens.
-- ``rewind(n)`` drops the last ``n`` of the block's positions: attention layers trim the
-  whole block, recurrent layers get their pre-block arrays back, and the block's first
-  ``len - n`` tokens are fed again through the model. The re-feed is lazy: its logits are
-  never evaluated (only the cache arrays are, with the next step's one host sync), so it
-  adds no host sync. ``rewind(0)`` (full acceptance) costs nothing. ``rewind`` of more
-  than the last block, or without ``begin``, raises ``RollbackError``: never a silent
-  no-op. Rows batched together (``RowsKVCache``) and token trees are refused
+- ``fed = begin(tokens)`` is called (by ``step.verify_forward``) right before a block of
+  one row goes through the model: it keeps a reference to every recurrent layer's
+  pre-block arrays (no copy: MLX arrays are immutable and mlx-lm's model files replace
+  cache entries, ``cache[i] = new``, rather than write into them) and returns what to
+  feed: the ``pending`` tokens of the last rollback, then the block (the caller drops
+  the pending rows' logits).
+- ``rewind(n)`` drops the last ``n`` fed positions: attention layers trim everything fed
+  since ``begin``, recurrent layers get their pre-block arrays back, and the kept tokens
+  become ``pending``: they ride in front of the next verify block, so a rollback costs a
+  few more rows in the next forward rather than a forward of its own. ``settle()`` feeds
+  them at once (lazily, no host sync) for anyone who needs the cache exact between
+  steps (``positions``, prefill, the prompt cache). ``rewind(0)`` (full acceptance) costs
+  nothing. ``rewind`` of more than the last block, or without ``begin``, raises
+  ``RollbackError``: never a silent no-op. Rows batched together (``RowsKVCache``) and token trees are refused
   (``RollbackError``); hybrid requests run one at a time.
 - ``recurrent_layers(model, layers)`` builds one from a fresh mlx-lm cache; its recurrent
   layers are ``CountedArraysCache`` (an ``ArraysCache`` with an ``offset``, counted by the
@@ -33,7 +36,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
-from mlx_lm.models.cache import ArraysCache, CacheList
+from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
 
 from .errors import RollbackError
 
@@ -98,35 +101,50 @@ class RecurrentCache(list):
         self.states = [c for c in leaves if isinstance(c, ArraysCache)]
         self.attention = [c for c in leaves if not isinstance(c, ArraysCache)]
         for c in self.attention:
-            if not hasattr(c, "trim") or not c.is_trimmable():
+            # a RotatingKVCache's trim is wrong after it wraps (rollback.WindowKVCache's docstring)
+            if not hasattr(c, "trim") or not c.is_trimmable() or isinstance(c, RotatingKVCache):
                 raise RollbackError(f"{type(c).__name__} beside recurrent layers cannot roll back")
         self._snap: list[list[Any]] | None = None
-        self._block: list[int] = []
+        self._fed: list[int] = []  # what went through the model since the snapshot
+        self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
 
     def positions(self) -> set[int]:
-        """The position counts of every layer (one value when they agree)."""
+        """The position counts of every layer (one value when they agree); settles first."""
+        self.settle()
         return {getattr(c, "offset", None) for c in (*self.attention, *self.states)}
 
     @property
     def nbytes(self) -> int:
         return sum(c.nbytes for c in (*self.attention, *self.states))
 
-    def begin(self, tokens: Sequence[int]) -> None:
+    def settle(self) -> None:
+        """Feed the pending kept tokens now (lazily: no host sync), so every layer holds
+        exactly the accepted positions; callers outside a verify step need this."""
+        if self.pending:
+            tokens, self.pending = self.pending, []
+            # logits unused and never evaluated: only the cache arrays are computed
+            self.model(mx.array(tokens)[None], cache=self)
+
+    def begin(self, tokens: Sequence[int]) -> list[int]:
+        """Before a verify forward of ``tokens``: snapshot, and return what to feed: the
+        pending kept tokens of the last rollback, then ``tokens`` (the caller drops the
+        logits of the pending ones)."""
         for c in self.states:
             if c.lengths is not None or c.left_padding is not None:
                 raise RollbackError("recurrent layers with batched rows cannot roll back: "
                                     "hybrid requests run one at a time")
         self._snap = [list(c.cache) for c in self.states]
-        self._block = list(tokens)
+        self._fed, self.pending = self.pending + list(tokens), []
+        return self._fed
 
     def rewind(self, n: int) -> int:
         if n == 0:
-            self._snap, self._block = None, []
+            self._snap, self._fed = None, []
             return 0
-        if self._snap is None or not 0 < n <= len(self._block):
+        if self.pending or self._snap is None or not 0 < n <= len(self._fed):
             raise RollbackError(f"a recurrent cache rewinds only within its last verify block "
-                                f"({len(self._block)} positions), not {n}: rebuild the cache")
-        fed, kept = len(self._block), self._block[: len(self._block) - n]
+                                f"({len(self._fed)} positions), not {n}: rebuild the cache")
+        fed, kept = len(self._fed), self._fed[: len(self._fed) - n]
         for c in self.attention:  # checked first: never leave layers disagreeing
             if fed > c.offset or (hasattr(c, "check_trim") and c.check_trim(fed)):
                 raise RollbackError(f"{type(c).__name__} cannot trim {fed} of {c.offset} positions")
@@ -135,10 +153,9 @@ class RecurrentCache(list):
         for c, saved in zip(self.states, self._snap):
             c.cache = list(saved)
             c.offset -= fed
-        self._snap, self._block = None, []
-        if kept:
-            # logits unused and never evaluated: only the cache arrays are computed
-            self.model(mx.array(kept)[None], cache=self)
+        # the kept tokens ride in front of the next verify block (one forward, not two);
+        # ``settle`` feeds them for anyone who needs the cache before that
+        self._snap, self._fed, self.pending = None, [], kept
         return n
 
     def compact(self, *_: Any) -> None:

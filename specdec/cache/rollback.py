@@ -176,11 +176,12 @@ def make_cache(
 ) -> list[Any]:
     """The model's mlx-lm cache, made rollback-capable (see module docstring)."""
     cache = make_prompt_cache(model)
-    if recurrent and has_recurrent(cache):
+    hybrid = recurrent and has_recurrent(cache)
+    if hybrid:
         if kv_bits is not None:
             raise UnsupportedCacheError("a quantized KV cache (--kv-bits) is not supported on "
                                         "models with recurrent layers: leave --kv-bits unset")
-        return recurrent_layers(model, cache)
+        max_trim *= 2  # a rollback's kept tokens ride in front of the next block (recurrent)
     out = []
     for i, c in enumerate(cache):
         if isinstance(c, RotatingKVCache):
@@ -191,19 +192,21 @@ def make_cache(
             c = WindowKVCache(c.max_size, slack=max_trim)
         elif kv_bits is not None and type(c) is KVCache:
             c = QuantizedKVCache(group_size=kv_group_size, bits=kv_bits)
-        if rollback and not isinstance(c, ROLLBACK_KINDS):
+        if rollback and not isinstance(c, ROLLBACK_KINDS) and not (hybrid and has_recurrent([c])):
             raise UnsupportedCacheError(
                 f"layer {i} uses {type(c).__name__}, which cannot roll back rejected draft tokens; "
                 "speculative decoding is impossible here: use --draft-type none"
                 + (" (or make_cache(..., recurrent=True) for a hybrid model)" if has_recurrent([c]) else "")
             )
         out.append(c)
-    return out
+    return recurrent_layers(model, out) if hybrid else out
 
 
 def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
     """Run ``tokens`` through the model in chunks of ``step_size``, filling the cache (no
     logits kept; each chunk evaluated, so the graph stays bounded)."""
+    if isinstance(cache, RecurrentCache):
+        cache.settle()
     for i in range(0, len(tokens), step_size):
         model(mx.array(tokens[i : i + step_size])[None], cache=cache)
         mx.eval([c.state for c in cache])

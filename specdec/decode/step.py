@@ -191,7 +191,9 @@ def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]],
         if parents is not None or len(blocks) != 1:
             raise ValueError("models with recurrent layers verify one request's linear draft "
                              "at a time (no token trees, no batched rows)")
-        cache.begin(blocks[0])  # the pre-block states a rollback returns to
+        # the pre-block states a rollback returns to; the last rollback's kept tokens go first
+        fed = cache.begin(blocks[0])
+        return model(mx.array([fed]), cache=cache)[:, len(fed) - len(blocks[0]):]
     scope = tree_attention(model, cache, parents) if parents is not None else nullcontext()
     with scope:
         return model(mx.array(blocks), cache=cache)
