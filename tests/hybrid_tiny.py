@@ -68,3 +68,48 @@ def build(arch: str, seed: int = 0, scale: float = 0.5):
 @functools.lru_cache(maxsize=None)
 def cached(arch: str, seed: int = 0):
     return build(arch, seed)
+
+
+DIR_VOCAB = 272  # 256 byte tokens + the chat specials, padded
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def write_tokenizer(path) -> None:
+    """A byte-level BPE tokenizer (no merges: one token per byte) with ChatML specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {ch: i for i, ch in enumerate(bytes_to_unicode().values())}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", bos_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(str(path))
+
+
+def save_dir(arch: str, path, seed: int = 0, scale: float = 0.15):
+    """A tiny random-weight model directory in mlx-lm's layout (config.json, safetensors,
+    tokenizer): what ``specdec generate --model DIR`` and ``specdec serve`` load."""
+    import json
+    from pathlib import Path
+
+    from mlx.utils import tree_flatten
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = dict(config(arch), vocab_size=DIR_VOCAB)
+    mod = importlib.import_module(f"mlx_lm.models.{arch}")
+    model = mod.Model(mod.ModelArgs.from_dict(cfg))
+    mx.random.seed(seed)
+    # small weights: the model falls into loops, so n-gram and suffix drafts get accepted
+    model.update(tree_map(lambda p: mx.random.normal(p.shape) * scale, model.parameters()))
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    (path / "config.json").write_text(json.dumps(cfg))
+    write_tokenizer(path)
+    return path

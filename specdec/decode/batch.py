@@ -86,7 +86,11 @@ def batchable(model: Any, kv_bits: int | None) -> str | None:
     """None when the model's cache can be batched here, else why not."""
     if kv_bits is not None:
         return "a quantized KV cache (--kv-bits) has no batched rollback"
-    kinds = {type(c).__name__ for c in make_cache(model, rollback=False)}
+    layers = make_cache(model, rollback=False, recurrent=True)
+    if isinstance(layers, RecurrentCache):
+        return ("the model has recurrent layers (a hybrid): their states roll back one "
+                "request at a time")
+    kinds = {type(c).__name__ for c in layers}
     if kinds != {"KVCache"}:
         return f"the model's cache layers are {sorted(kinds)}; batching needs full-attention KVCache"
     return None
