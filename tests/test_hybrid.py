@@ -183,17 +183,21 @@ def test_trees_refused():
 
 
 @pytest.mark.parametrize("arch", ["qwen3_next", "mamba2"])
-def test_prompt_cache_extends_exactly_or_rebuilds(arch):
+def test_prompt_cache_extends_restores_or_rebuilds(arch):
     model = cached(arch)
     pc = make_prompt_cache(model, max_draft_tokens=8)
     drafter = lambda: build_drafter(DraftSpec("ngram", ngram_min=1))  # noqa: E731
     first = run(model, drafter=drafter(), prompt_cache=pc, num_draft_tokens=4)
     assert first == plain(arch)
-    turn2 = PROMPT + first + [5, 9, 5]
+    reply = PROMPT + [5, 9] + first  # shares the prompt, not the reply: back to the checkpoint
     s2 = SpecStats()
-    assert run(model, turn2, drafter(), prompt_cache=pc, num_draft_tokens=4, stats=s2) == plain(arch, turn2)
-    assert s2.cached_tokens > len(PROMPT)  # the conversation's cache was reused
-    other = PROMPT[:10] + [1, 2, 3]  # diverges inside the cached part: rebuilt, not trimmed
+    out = run(model, reply, drafter(), prompt_cache=pc, num_draft_tokens=4, stats=s2)
+    assert out == plain(arch, reply) and s2.cached_tokens == len(PROMPT) - 1
+    turn2 = reply + out + [5, 9, 5]  # extends what is cached exactly
     s3 = SpecStats()
-    assert run(model, other, drafter(), prompt_cache=pc, num_draft_tokens=4, stats=s3) == plain(arch, other)
-    assert s3.cached_tokens == 0
+    assert run(model, turn2, drafter(), prompt_cache=pc, num_draft_tokens=4, stats=s3) == plain(arch, turn2)
+    assert s3.cached_tokens > len(reply)
+    other = PROMPT[:10] + [1, 2, 3]  # diverges inside the cached part: rebuilt, not trimmed
+    s4 = SpecStats()
+    assert run(model, other, drafter(), prompt_cache=pc, num_draft_tokens=4, stats=s4) == plain(arch, other)
+    assert s4.cached_tokens == 0

@@ -16,8 +16,10 @@ Contract:
   layers to hold exactly the prompt plus the emitted tokens (the last emitted token may
   not be fed yet); an error mid-generation empties the cache, since its contents are
   then unknown. A model with recurrent layers (``recurrent.RecurrentCache``) cannot go
-  back to an earlier prefix: its cache is reused only when the new prompt extends the
-  cached tokens exactly, else emptied and rebuilt (also when ``settle`` would have to trim,
+  back to an arbitrary earlier prefix: its cache is reused when the new prompt extends
+  the cached tokens exactly, or back to the end of its last prefill (a checkpoint of
+  the recurrent state, kept by reference) when the prompt shares that much; else it is
+  emptied and rebuilt (also when ``settle`` would have to trim,
   e.g. after an EOS inside an accepted block); ``fork`` gives None and ``save`` refuses. So a conversation reuses one cache turn after turn, with any drafter.
 - ``fork(n)`` is a new cache holding the first ``n`` cached tokens, sharing the arrays
   (never the objects: a later update of one cache cannot reach the other), or None when
@@ -121,9 +123,9 @@ class PromptCache:
         self._check()
         keep = common_prefix(self.tokens, prompt_ids[:-1])
         if isinstance(self.layers, RecurrentCache) and keep < len(self.tokens):
-            # a recurrent state cannot go back: reuse only a prompt that extends it, else rebuild
-            self.reset()
-            return 0
+            # a recurrent state cannot be trimmed: back to the last prefill's end if the
+            # prompt shares it, else rebuild (exact or none)
+            return self._restore_checkpoint(keep)
         try:
             trim(self.layers, len(self.tokens) - keep)
         except RollbackError:  # a window layer dropped the positions we would return to
@@ -132,10 +134,30 @@ class PromptCache:
         del self.tokens[keep:]
         return keep
 
+    def _restore_checkpoint(self, keep: int) -> int:
+        try:
+            at = self.layers.restore()
+        except RollbackError:
+            at = None
+        if at is None or at > keep:
+            self.reset()
+            return 0
+        del self.tokens[at:]
+        self._check()
+        return at
+
+    def checkpoint_at(self) -> int | None:
+        """Where a recurrent cache can come back to (None: anywhere, it trims)."""
+        if not isinstance(self.layers, RecurrentCache):
+            return None
+        return self.layers.checkpointed or 0
+
     def fed(self, tokens: Sequence[int]) -> None:
         """The caller fed ``tokens`` after the cached ones (the prefill)."""
         self.tokens.extend(int(t) for t in tokens)
         self._check()
+        if isinstance(self.layers, RecurrentCache):
+            self.layers.checkpoint()
 
     def settle(self, sequence: Sequence[int]) -> None:
         """After a call: hold exactly a prefix of ``sequence`` (prompt + emitted tokens)."""
@@ -276,8 +298,9 @@ class PrefixStore:
         best = max(range(len(shared)), key=shared.__getitem__, default=None)
         if best is not None and shared[best] > 0:
             entry = self.entries[best]
-            if shared[best] == len(entry.tokens):
-                return self.entries.pop(best)
+            mark = entry.checkpoint_at()
+            if shared[best] == len(entry.tokens) or (mark is not None and 0 < mark <= shared[best]):
+                return self.entries.pop(best)  # a recurrent entry goes back to its checkpoint
             forked = entry.fork(shared[best])
             if forked is not None:
                 return forked

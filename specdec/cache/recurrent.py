@@ -24,6 +24,8 @@ Contract:
   layers are ``CountedArraysCache`` (an ``ArraysCache`` with an ``offset``, counted by the
   ``advance`` calls of mlx-lm's recurrent layers), so every layer's position is checked.
   ``positions()`` is the set of every layer's offset (one value when they agree).
+- ``checkpoint()`` / ``restore()``: the prompt cache marks the end of each prefill and can
+  come back to it exactly (recurrent states cannot be trimmed to an arbitrary prefix).
 
 Why re-feed the whole model rather than re-run only the recurrent layers' recurrence:
 re-running a layer alone needs its input rows, which only a per-architecture hook can
@@ -107,6 +109,7 @@ class RecurrentCache(list):
         self._snap: list[list[Any]] | None = None
         self._fed: list[int] = []  # what went through the model since the snapshot
         self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
+        self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
 
     def positions(self) -> set[int]:
         """The position counts of every layer (one value when they agree); settles first."""
@@ -157,6 +160,35 @@ class RecurrentCache(list):
         # ``settle`` feeds them for anyone who needs the cache before that
         self._snap, self._fed, self.pending = None, [], kept
         return n
+
+    def checkpoint(self) -> None:
+        """Remember the state here (references, no copy), so a later prompt that shares
+        the positions up to here but diverges after them can come back (``restore``): a
+        conversation's next turn repeats the last prompt, rarely the reply's exact tokens."""
+        (at,) = self.positions()
+        self._mark = (at, [list(c.cache) for c in self.states])
+
+    @property
+    def checkpointed(self) -> int | None:
+        """The position of the last ``checkpoint`` (None: none)."""
+        return self._mark[0] if self._mark is not None else None
+
+    def restore(self) -> int:
+        """Go back to the last ``checkpoint``; returns its position, or raises
+        ``RollbackError`` when there is none or an attention layer cannot trim that far."""
+        mark = self._mark
+        (at,) = self.positions()
+        if mark is None or mark[0] > at:
+            raise RollbackError("no checkpoint of the recurrent state to go back to")
+        for c in self.attention:  # checked first: never leave layers disagreeing
+            if hasattr(c, "check_trim"):
+                c.check_trim(at - mark[0])
+        for c in self.attention:
+            c.trim(at - mark[0])
+        for c, saved in zip(self.states, mark[1]):
+            c.cache, c.offset = list(saved), mark[0]
+        self._snap, self._fed = None, []
+        return mark[0]
 
     def compact(self, *_: Any) -> None:
         raise RollbackError("token trees are not verified on models with recurrent layers: "
