@@ -201,3 +201,23 @@ def test_prompt_cache_extends_restores_or_rebuilds(arch):
     s4 = SpecStats()
     assert run(model, other, drafter(), prompt_cache=pc, num_draft_tokens=4, stats=s4) == plain(arch, other)
     assert s4.cached_tokens == 0
+
+
+def test_draft_model_and_ngram_mod_drafters():
+    """An attention-only draft model drafting for a hybrid target (its own cache rolls back
+    as before), and the ngram-mod drafter; a hybrid draft model is refused with a message."""
+    from conftest import cached_tiny
+
+    from specdec.drafters.draft_model import DraftModelDrafter
+    from specdec.drafters.ngram_mod import NgramModTable
+    from specdec.drafters.spec import DraftResources
+
+    arch, stats = "lfm2", SpecStats()
+    drafter = DraftModelDrafter(cached_tiny("llama"), max_trim=7)
+    assert run(cached(arch), drafter=drafter, num_draft_tokens=6, stats=stats) == plain(arch)
+    assert stats.drafted > 0
+    table = NgramModTable(4096, 3)
+    mod = build_drafter(DraftSpec("ngram-mod", num_draft_tokens=6), DraftResources(table=table))
+    assert run(cached(arch), drafter=mod, num_draft_tokens=6) == plain(arch)
+    with pytest.raises(Exception, match="cannot roll back"):
+        DraftModelDrafter(cached("qwen3_next"))

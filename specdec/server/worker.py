@@ -237,7 +237,10 @@ class InferenceWorker:
     def _loop(self) -> None:
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
         while not self._stopping:
-            self.batcher.run_once(tick)
+            try:
+                self.batcher.run_once(tick)
+            except Exception:  # noqa: BLE001 (outside any job's own handling: the thread survives)
+                log.exception("a scheduling round failed; the inference thread keeps serving")
             if self.group is not None and not self.busy:
                 self.model.watchdog.disarm()  # idle: no deadline until the next job
             self._maybe_save()
