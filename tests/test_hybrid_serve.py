@@ -59,8 +59,8 @@ def test_serve_defaults_concurrent_and_multi_turn(server):
         plain = {p: _chat(http, model, [{"role": "user", "content": p}],
                           speculative={"draft_type": "none"})["choices"][0]["message"]["content"]
                  for p in PROMPTS}
-        jobs = [PROMPTS[i % len(PROMPTS)] for i in range(16)]
-        with ThreadPoolExecutor(16) as pool:
+        jobs = [PROMPTS[i % len(PROMPTS)] for i in range(32)]
+        with ThreadPoolExecutor(32) as pool:
             got = list(pool.map(lambda p: _chat(http, model, [{"role": "user", "content": p}]), jobs))
         assert [g["choices"][0]["message"]["content"] for g in got] == [plain[p] for p in jobs]
         assert sum(g["usage"]["drafted_tokens"] for g in got) > 0
@@ -70,3 +70,24 @@ def test_serve_defaults_concurrent_and_multi_turn(server):
         second = _chat(http, model, turn2)
         assert second["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
     assert server.health()["status"] == "ok"
+
+
+def test_a_model_that_cannot_roll_back_serves_plain(caplog):
+    """A cache kind that cannot roll back at all (attention sinks here) turns speculation
+    off for the whole server with one warning, instead of failing every request."""
+    from mlx_lm.models.cache import RotatingKVCache
+
+    from specdec.drafters.base import NoDrafter
+    from specdec.server.config import ServerConfig
+    from specdec.server.worker import InferenceWorker
+
+    class Sinks:
+        def make_cache(self):
+            return [RotatingKVCache(max_size=8, keep=4)]
+
+    w = InferenceWorker(ServerConfig(), metrics=None)
+    w.model = Sinks()
+    with caplog.at_level("WARNING", logger="specdec.server"):
+        w.plain_only = w._cannot_speculate()
+    assert "keep=4" in w.plain_only and "serving plain decoding" in caplog.text
+    assert isinstance(w.drafter_for(None), NoDrafter)

@@ -333,9 +333,9 @@ class InferenceWorker:
 
     def drafter_for(self, req: GenRequest) -> Any:
         """A fresh drafter for ``req`` (its grammar arrives when the request starts)."""
-        spec = req.speculation
         if self.plain_only is not None:
             return NoDrafter()
+        spec = req.speculation
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,
             history=self.memory.history,
