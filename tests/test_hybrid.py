@@ -221,3 +221,10 @@ def test_draft_model_and_ngram_mod_drafters():
     assert run(cached(arch), drafter=mod, num_draft_tokens=6) == plain(arch)
     with pytest.raises(Exception, match="cannot roll back"):
         DraftModelDrafter(cached("qwen3_next"))
+
+
+def test_distributed_refuses_hybrids():
+    from specdec.distributed import DistributedError, shard
+
+    with pytest.raises(DistributedError, match="recurrent layers"):
+        shard(cached("lfm2"), None)
