@@ -18,8 +18,8 @@ Contract:
   them at once (lazily, no host sync) for anyone who needs the cache exact between
   steps (``positions``, prefill, the prompt cache). ``rewind(0)`` (full acceptance) costs
   nothing. ``rewind`` of more than the last block, or without ``begin``, raises
-  ``RollbackError``: never a silent no-op. Rows batched together (``RowsKVCache``) and token trees are refused
-  (``RollbackError``); hybrid requests run one at a time.
+  ``RollbackError``: never a silent no-op. Rows batched together and token trees are
+  refused (``RollbackError``): hybrid requests run one at a time, with linear drafts.
 - ``recurrent_layers(model, layers)`` builds one from a fresh mlx-lm cache; its recurrent
   layers are ``CountedArraysCache`` (an ``ArraysCache`` with an ``offset``, counted by the
   ``advance`` calls of mlx-lm's recurrent layers), so every layer's position is checked.
@@ -118,7 +118,12 @@ class RecurrentCache(list):
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in (*self.attention, *self.states))
+        """Bytes held, the checkpoint's own recurrent arrays included (the prefix store's
+        budget counts them)."""
+        held = {id(a): a.nbytes for c in self.states for a in c.cache if a is not None}
+        if self._mark is not None:
+            held.update({id(a): a.nbytes for arrays in self._mark[1] for a in arrays if a is not None})
+        return sum(c.nbytes for c in self.attention) + sum(held.values())
 
     def settle(self) -> None:
         """Feed the pending kept tokens now (lazily: no host sync), so every layer holds
