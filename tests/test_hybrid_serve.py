@@ -25,9 +25,11 @@ def model_dir(tmp_path_factory):
     return save_dir("qwen3_next", tmp_path_factory.mktemp("hybrid") / "qwen3_next")
 
 
-@pytest.mark.parametrize("draft_type", ["ngram", "suffix"])
-def test_generate_compare_reports_parity(model_dir, draft_type):
-    r = subprocess.run([sys.executable, "-m", "specdec", "generate", "--model", str(model_dir),
+@pytest.mark.parametrize("arch,draft_type", [("qwen3_next", "ngram"), ("qwen3_next", "suffix"),
+                                              ("lfm2", "suffix"), ("mamba2", "ngram")])
+def test_generate_compare_reports_parity(model_dir, tmp_path, arch, draft_type):
+    path = model_dir if arch == "qwen3_next" else save_dir(arch, tmp_path / arch)
+    r = subprocess.run([sys.executable, "-m", "specdec", "generate", "--model", str(path),
                         "--prompt", "abc abc abc abc abc abc", "--max-tokens", "32", "--compare",
                         "--json", "--draft-type", draft_type],
                        capture_output=True, text=True, env=preload_env(), timeout=300)
