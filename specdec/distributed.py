@@ -55,6 +55,13 @@ def init_group() -> Any:
 
 def shard(model: Any, group: Any) -> str:
     """Shard ``model`` over ``group`` in place with mlx-lm's own method; returns its name."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from .cache.recurrent import has_recurrent
+
+    if has_recurrent(make_prompt_cache(model)):  # the followers mirror trims, not recurrent rollback
+        raise DistributedError("models with recurrent layers (hybrids) are not supported with "
+                               "--distributed yet: run the model on one machine")
     n = group.size()
     kind = "shard" if callable(getattr(model, "shard", None)) else \
         "pipeline" if callable(getattr(model, "pipeline", None)) else None

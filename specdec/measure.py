@@ -50,7 +50,7 @@ import mlx.core as mx
 from .cache.rollback import make_cache, prefill, trim
 from .core.proposal import Proposal
 from .core.vocab import vocab_size
-from .decode.step import Greedy, Verify, verify_step
+from .decode.step import Greedy, Verify, verify_forward, verify_step
 from .drafters.base import Drafter
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
 from .policy.tree_shape import TreeShaper, cost_at
@@ -81,7 +81,7 @@ def _interleaved_medians(lengths: list[int], repeats: int,
 def _context(model: Any, lengths: list[int], context: int, rng: random.Random) -> tuple:
     """(vocab, cache holding ``context - 1`` random tokens, the ``context`` tokens)."""
     vocab = vocab_size(model)
-    cache = make_cache(model, max_trim=max(lengths) + 1)
+    cache = make_cache(model, max_trim=max(lengths) + 1, recurrent=True)  # hybrids: verify_forward
     ids = [rng.randrange(vocab) for _ in range(context)]
     prefill(model, cache, ids[:-1])
     return vocab, cache, ids
@@ -96,8 +96,8 @@ def verify_cost_curve(
     vocab, cache, _ = _context(model, lengths, context, rng)
 
     def once(L: int) -> None:
-        block = mx.array([[rng.randrange(vocab) for _ in range(L)]])
-        mx.eval(mx.argmax(model(block, cache=cache)[0], axis=-1))
+        block = [[rng.randrange(vocab) for _ in range(L)]]
+        mx.eval(mx.argmax(verify_forward(model, cache, block)[0], axis=-1))
         trim(cache, L)
 
     return _interleaved_medians(lengths, repeats, once)

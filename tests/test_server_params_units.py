@@ -138,6 +138,7 @@ class ScriptedWorker:
         self.tokenizer, self.tokenizer_lock = tokenizer, threading.Lock()
         self.context_length, self.vocab_size = context_length, len(tokenizer.get_vocab())
         self.draft, self.max_batch, self.queue, self.busy, self.alive = None, 1, [], 0, True
+        self.one_at_a_time = None
         self.memory = SimpleNamespace(info=dict)
         self.script, self.ending, self.refuse, self.requests = script, DoneEvent("stop"), False, []
 

@@ -16,7 +16,8 @@ Contract:
   the cache: every row was fed ``fed`` block positions, row i keeps block indices
   ``kept[i]`` (0 = the root, ascending). Rows of a ``RowsKVCache`` keep prefixes
   (``trim_rows``); a single request's cache (KVCache, QuantizedKVCache, WindowKVCache)
-  trims a kept prefix (``rollback.trim``) and compacts a tree path (``rollback.compact``).
+  trims a kept prefix (``rollback.trim``) and compacts a tree path (``rollback.compact``);
+  a ``recurrent.RecurrentCache`` (one row, a prefix) rewinds its last block.
   Anything else raises ``RollbackError``: never a silent no-op.
 - ``extract(i)`` returns row i as a ``KVCache`` holding exactly its kept positions.
 
@@ -33,6 +34,7 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from .recurrent import RecurrentCache
 from .rollback import RollbackError, compact, trim
 
 COMPACT_AT = 64  # holes (in the longest row) that trigger a compaction
@@ -147,6 +149,12 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
 
 def roll_back(cache: list[Any], fed: int, kept: list[list[int]]) -> None:
     """See the module docstring: one contract for every cache kind a verify step runs on."""
+    if isinstance(cache, RecurrentCache):
+        if len(kept) != 1 or kept[0] != list(range(len(kept[0]))):
+            raise RollbackError("recurrent layers keep a prefix of one row's block: hybrid "
+                                "requests run one at a time, with linear drafts")
+        cache.rewind(fed - len(kept[0]))
+        return
     if any(isinstance(c, RowsKVCache) for c in cache):
         if any(k != list(range(len(k))) for k in kept):
             raise RollbackError("batched rows keep prefixes of their blocks: trees are verified "

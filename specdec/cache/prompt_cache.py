@@ -15,7 +15,12 @@ Contract:
   approximate. After the call (finished, stopped, or closed early) ``settle`` trims the
   layers to hold exactly the prompt plus the emitted tokens (the last emitted token may
   not be fed yet); an error mid-generation empties the cache, since its contents are
-  then unknown. So a conversation reuses one cache turn after turn, with any drafter.
+  then unknown. A model with recurrent layers (``recurrent.RecurrentCache``) cannot go
+  back to an arbitrary earlier prefix: its cache is reused when the new prompt extends
+  the cached tokens exactly, or back to the end of its last prefill (a checkpoint of
+  the recurrent state, kept by reference) when the prompt shares that much; else it is
+  emptied and rebuilt (also when ``settle`` would have to trim,
+  e.g. after an EOS inside an accepted block); ``fork`` gives None and ``save`` refuses. So a conversation reuses one cache turn after turn, with any drafter.
 - ``fork(n)`` is a new cache holding the first ``n`` cached tokens, sharing the arrays
   (never the objects: a later update of one cache cannot reach the other), or None when
   a window layer no longer holds what ``n`` needs.
@@ -39,6 +44,7 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+from .recurrent import RecurrentCache
 from .rollback import RollbackError, WindowKVCache, make_cache, trim
 
 FORMAT = "specdec-prompt-cache-1"
@@ -84,15 +90,20 @@ class PromptCache:
     def reset(self) -> None:
         """Empty the cache (fresh layers)."""
         self.layers = make_cache(self._model, max_trim=self.max_draft_tokens + 1, kv_bits=self.kv_bits,
-                                 kv_group_size=self.kv_group_size)
+                                 kv_group_size=self.kv_group_size, recurrent=True)
         self.tokens = []
 
     @property
     def nbytes(self) -> int:
         return sum(getattr(c, "nbytes", 0) for c in self.layers)
 
+    def _held(self) -> set[int]:
+        if isinstance(self.layers, RecurrentCache):
+            return self.layers.positions()
+        return {c.offset for c in self.layers}
+
     def _check(self) -> None:
-        held = {c.offset for c in self.layers}
+        held = self._held()
         if held != {len(self.tokens)}:
             raise RuntimeError(f"prompt cache out of step: layers hold {sorted(held)} positions, "
                                f"tokens list {len(self.tokens)}")
@@ -111,6 +122,10 @@ class PromptCache:
         self._model = model
         self._check()
         keep = common_prefix(self.tokens, prompt_ids[:-1])
+        if isinstance(self.layers, RecurrentCache) and keep < len(self.tokens):
+            # a recurrent state cannot be trimmed: back to the last prefill's end if the
+            # prompt shares it, else rebuild (exact or none)
+            return self._restore_checkpoint(keep)
         try:
             trim(self.layers, len(self.tokens) - keep)
         except RollbackError:  # a window layer dropped the positions we would return to
@@ -119,16 +134,40 @@ class PromptCache:
         del self.tokens[keep:]
         return keep
 
+    def _restore_checkpoint(self, keep: int) -> int:
+        try:
+            at = self.layers.restore()
+        except RollbackError:
+            at = None
+        if at is None or at > keep:
+            self.reset()
+            return 0
+        del self.tokens[at:]
+        self._check()
+        return at
+
+    def checkpoint_at(self) -> int | None:
+        """Where a recurrent cache can come back to (None: anywhere, it trims)."""
+        if not isinstance(self.layers, RecurrentCache):
+            return None
+        return self.layers.checkpointed or 0
+
     def fed(self, tokens: Sequence[int]) -> None:
         """The caller fed ``tokens`` after the cached ones (the prefill)."""
         self.tokens.extend(int(t) for t in tokens)
         self._check()
+        if isinstance(self.layers, RecurrentCache):
+            self.layers.checkpoint()
 
     def settle(self, sequence: Sequence[int]) -> None:
         """After a call: hold exactly a prefix of ``sequence`` (prompt + emitted tokens)."""
-        held = self.layers[0].offset if self.layers else 0
+        held = max(self._held(), default=0)
         if held > len(sequence):
-            trim(self.layers, held - len(sequence))
+            try:
+                trim(self.layers, held - len(sequence))
+            except RollbackError:  # recurrent state past the sequence: exact or none
+                self.reset()
+                return
             held = len(sequence)
         self.tokens = [int(t) for t in sequence[:held]]
         self._check()
@@ -138,6 +177,8 @@ class PromptCache:
         self._check()
         if not 0 < n <= len(self.tokens):
             raise ValueError(f"cannot fork {n} of {len(self.tokens)} cached tokens")
+        if isinstance(self.layers, RecurrentCache):
+            return None  # a recurrent state holds no earlier prefix
         new = PromptCache.__new__(PromptCache)
         new.__dict__.update(self.__dict__)
         new.layers = [_restore(type(c).__name__, _shape(c), _held(c)) for c in self.layers]
@@ -154,6 +195,9 @@ class PromptCache:
         from ..drafters.persist import atomic_write
 
         self._check()
+        if isinstance(self.layers, RecurrentCache):
+            raise ValueError("saving the prompt cache of a model with recurrent layers is not "
+                             "supported yet: keep the PromptCache object in memory instead")
         if not self.tokens:
             raise ValueError("the prompt cache is empty: run a prompt through it before saving")
         arrays = dict(tree_flatten([_held(c) for c in self.layers]))
@@ -254,8 +298,9 @@ class PrefixStore:
         best = max(range(len(shared)), key=shared.__getitem__, default=None)
         if best is not None and shared[best] > 0:
             entry = self.entries[best]
-            if shared[best] == len(entry.tokens):
-                return self.entries.pop(best)
+            mark = entry.checkpoint_at()
+            if shared[best] == len(entry.tokens) or (mark is not None and 0 < mark <= shared[best]):
+                return self.entries.pop(best)  # a recurrent entry goes back to its checkpoint
             forked = entry.fork(shared[best])
             if forked is not None:
                 return forked

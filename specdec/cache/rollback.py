@@ -5,7 +5,9 @@ Contract:
   swaps every ``RotatingKVCache`` (sliding-window layers) for ``WindowKVCache``, which
   keeps the same attention window but can always roll back. With ``rollback=True`` any
   layer whose cache cannot roll back (e.g. ``ArraysCache`` of recurrent/hybrid models)
-  is refused up front with ``UnsupportedCacheError`` naming it.
+  is refused up front with ``UnsupportedCacheError`` naming it, unless ``recurrent=True``
+  and the model has recurrent layers: then the cache is a ``recurrent.RecurrentCache``,
+  whose ``trim`` rewinds within the last verify block (see ``recurrent``).
 - ``prefill(model, cache, tokens)`` fills a cache in chunks (the target's and a draft
   model's alike).
 - ``trim(cache, n)`` removes the last ``n`` positions from every layer and returns ``n``;
@@ -38,12 +40,11 @@ from mlx_lm.models.cache import (
 )
 
 
-class RollbackError(RuntimeError):
-    """A cache could not remove the requested positions."""
+from .errors import RollbackError, UnsupportedCacheError
+from .recurrent import RecurrentCache, has_recurrent, recurrent_layers
 
-
-class UnsupportedCacheError(ValueError):
-    """The model's cache kind cannot roll back, so speculation is impossible."""
+__all__ = ["RollbackError", "UnsupportedCacheError", "WindowKVCache", "make_cache", "prefill",
+           "trim", "compact", "RecurrentCache"]
 
 
 class WindowKVCache(_BaseCache):
@@ -171,9 +172,16 @@ def make_cache(
     rollback: bool = True,
     kv_bits: int | None = None,
     kv_group_size: int = 64,
+    recurrent: bool = False,
 ) -> list[Any]:
     """The model's mlx-lm cache, made rollback-capable (see module docstring)."""
     cache = make_prompt_cache(model)
+    hybrid = recurrent and has_recurrent(cache)
+    if hybrid:
+        if kv_bits is not None:
+            raise UnsupportedCacheError("a quantized KV cache (--kv-bits) is not supported on "
+                                        "models with recurrent layers: leave --kv-bits unset")
+        max_trim *= 2  # a rollback's kept tokens ride in front of the next block (recurrent)
     out = []
     for i, c in enumerate(cache):
         if isinstance(c, RotatingKVCache):
@@ -184,18 +192,21 @@ def make_cache(
             c = WindowKVCache(c.max_size, slack=max_trim)
         elif kv_bits is not None and type(c) is KVCache:
             c = QuantizedKVCache(group_size=kv_group_size, bits=kv_bits)
-        if rollback and not isinstance(c, ROLLBACK_KINDS):
+        if rollback and not isinstance(c, ROLLBACK_KINDS) and not (hybrid and has_recurrent([c])):
             raise UnsupportedCacheError(
                 f"layer {i} uses {type(c).__name__}, which cannot roll back rejected draft tokens; "
-                "speculative decoding is impossible for this model: use --draft-type none"
+                "speculative decoding is impossible here: use --draft-type none"
+                + (" (or make_cache(..., recurrent=True) for a hybrid model)" if has_recurrent([c]) else "")
             )
         out.append(c)
-    return out
+    return recurrent_layers(model, out) if hybrid else out
 
 
 def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
     """Run ``tokens`` through the model in chunks of ``step_size``, filling the cache (no
     logits kept; each chunk evaluated, so the graph stays bounded)."""
+    if isinstance(cache, RecurrentCache):
+        cache.settle()
     for i in range(0, len(tokens), step_size):
         model(mx.array(tokens[i : i + step_size])[None], cache=cache)
         mx.eval([c.state for c in cache])
@@ -205,6 +216,8 @@ def trim(cache: list[Any], n: int) -> int:
     """Remove the last ``n`` positions from every layer; returns ``n`` or raises RollbackError."""
     if n == 0:
         return 0
+    if isinstance(cache, RecurrentCache):
+        return cache.rewind(n)
     for i, c in enumerate(cache):  # check every layer first: never leave layers disagreeing
         if not isinstance(c, ROLLBACK_KINDS):
             raise RollbackError(f"layer {i}: {type(c).__name__} cannot roll back")
@@ -240,6 +253,8 @@ def compact(cache: list[Any], base_offset: int, keep: list[int]) -> int:
     ``base_offset`` and drop the rest; returns the new offset. Layers other than KVCache,
     QuantizedKVCache and WindowKVCache raise RollbackError (checked before any change)."""
     keep = list(keep)
+    if isinstance(cache, RecurrentCache):
+        cache.compact()  # raises: recurrent layers cannot branch
     for i, c in enumerate(cache):  # check every layer first: never leave layers disagreeing
         if not (type(c) in (KVCache, QuantizedKVCache) or isinstance(c, WindowKVCache)):
             raise RollbackError(f"layer {i}: {type(c).__name__} cannot compact a token tree")

@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 from mlx_lm.models.cache import KVCache
 
 from ..cache.batch_cache import RowsKVCache
+from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import make_cache
 from ..core.proposal import EMPTY, Proposal
 from ..core.sampling import Rng, SamplingParams
@@ -85,7 +86,11 @@ def batchable(model: Any, kv_bits: int | None) -> str | None:
     """None when the model's cache can be batched here, else why not."""
     if kv_bits is not None:
         return "a quantized KV cache (--kv-bits) has no batched rollback"
-    kinds = {type(c).__name__ for c in make_cache(model, rollback=False)}
+    layers = make_cache(model, rollback=False, recurrent=True)
+    if isinstance(layers, RecurrentCache):
+        return ("the model has recurrent layers (a hybrid): their states roll back one "
+                "request at a time")
+    kinds = {type(c).__name__ for c in layers}
     if kinds != {"KVCache"}:
         return f"the model's cache layers are {sorted(kinds)}; batching needs full-attention KVCache"
     return None
@@ -156,7 +161,7 @@ class Batch:
         return len(self.rows)
 
     def join(self, row: Row, layers: list[Any]) -> None:
-        held = {c.offset for c in layers}
+        held = layers.positions() if isinstance(layers, RecurrentCache) else {c.offset for c in layers}
         if held != {len(row.context) - 1}:
             raise ValueError(f"a joining row needs cache layers holding its context but the "
                              f"last token ({len(row.context) - 1}); got {sorted(held)}")

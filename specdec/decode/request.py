@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..cache.prompt_cache import PromptCache
+from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import make_cache, prefill
 from ..core.grammar import Grammar
 from ..core.processors import LogitsProcessor
@@ -109,9 +110,13 @@ class Request:
     def start(self) -> None:
         if self.prompt_cache is None:
             self._cache, reused = make_cache(self.model, max_trim=self.k + 1, rollback=self.speculative,
-                                             kv_bits=self.kv_bits, kv_group_size=self.kv_group_size), 0
+                                             kv_bits=self.kv_bits, kv_group_size=self.kv_group_size,
+                                             recurrent=True), 0
         else:
             reused = self.prompt_cache.reuse(self.model, self.prompt_ids, self.k, self.kv_bits)
+        if self.tree_budget and isinstance(self.layers, RecurrentCache):
+            raise ValueError("token trees (--draft-tree-budget) are not verified on models with "
+                             "recurrent layers: use linear drafts (--draft-tree-budget 0)")
         s = self.stats
         s.drafter, s.prompt_tokens, s.cached_tokens = self.drafter.name, len(self.prompt_ids), reused
         self.rng = None if self.sampling.greedy else Rng(self.sampling.seed)

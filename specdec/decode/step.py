@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..cache.batch_cache import roll_back
+from ..cache.recurrent import RecurrentCache
 from ..core.proposal import Proposal
 from ..core.processors import LogitsProcessor
 from ..core.sampling import Rng, SamplingParams, processed_probs
@@ -186,6 +187,13 @@ def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]],
     """Logits (B, L, V) of one forward over B blocks of equal length L (``[last] +
     drafts``, padded); ``parents`` makes the single block a token tree (``tree_attention``:
     row r sees the cache and its own ancestors, at position offset + depth)."""
+    if isinstance(cache, RecurrentCache):
+        if parents is not None or len(blocks) != 1:
+            raise ValueError("models with recurrent layers verify one request's linear draft "
+                             "at a time (no token trees, no batched rows)")
+        # the pre-block states a rollback returns to; the last rollback's kept tokens go first
+        fed = cache.begin(blocks[0])
+        return model(mx.array([fed]), cache=cache)[:, len(fed) - len(blocks[0]):]
     scope = tree_attention(model, cache, parents) if parents is not None else nullcontext()
     with scope:
         return model(mx.array(blocks), cache=cache)

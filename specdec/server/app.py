@@ -311,6 +311,7 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
         body = {"status": "ok" if worker.alive else "stopping", "model": cfg.model_id,
                 "context_length": worker.context_length, "queue_depth": len(worker.queue),
                 "queue_size": cfg.queue_size, "running": worker.busy,
+                "max_batch": worker.max_batch, "one_at_a_time": worker.one_at_a_time,
                 "memory": worker.memory.info()}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
 

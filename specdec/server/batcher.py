@@ -79,11 +79,10 @@ class Batcher:
         if self.decoding:
             try:
                 steps = self.batch.step(speculate=not self.prefilling)
+                for i in reversed(range(len(self.decoding))):
+                    self._deliver(i, steps[i])
             except Exception as e:  # noqa: BLE001 (a bug or a resource failure: fail the rows)
                 self._fail_all(e)
-                return
-            for i in reversed(range(len(self.decoding))):
-                self._deliver(i, steps[i])
 
     # -- admission and prefill -------------------------------------------------------------
 

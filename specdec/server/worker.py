@@ -21,6 +21,10 @@ Contract:
 - ``cancel(job)`` (client gone) frees its place at once: a queued job leaves the queue,
   a running one stops before its next token. Either way the tokens generated so far are
   committed to the shared memory.
+- Models with recurrent layers (hybrids) speculate one request at a time (their states
+  roll back per request: ``cache.recurrent``), said in the log and in ``/health``
+  (``one_at_a_time``); a model whose cache cannot roll back at all serves plain
+  decoding, said in one warning at startup.
 - Prefix cache: every request runs on a ``PromptCache`` from the ``PrefixStore``
   (``cfg.prompt_cache_bytes``; 0 turns it off): a request that starts like an earlier
   one (a conversation's next turn) prefills only what is new; ``usage`` reports the
@@ -43,6 +47,7 @@ import threading
 import time
 from typing import Any
 
+from ..drafters.base import NoDrafter
 from ..drafters.spec import DraftResources, build_drafter
 from .batcher import Batcher
 from .config import ServerConfig
@@ -66,6 +71,8 @@ class InferenceWorker:
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
         self.batcher: Batcher | None = None  # the scheduler (set once the model is loaded)
         self.max_batch = 1
+        self.one_at_a_time: str | None = None  # why requests do not batch (None: they do)
+        self.plain_only: str | None = None  # why no request speculates (None: they may)
         self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
@@ -148,7 +155,20 @@ class InferenceWorker:
         self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes if self.group is None else 0,
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
         self.max_draft_tokens = MAX_DRAFT_TOKENS
+        self.plain_only = self._cannot_speculate()
         self._setup_batching()
+
+    def _cannot_speculate(self) -> str | None:
+        """Why no request can speculate on this model (None: they can); such a model
+        serves plain decoding, said once at startup, rather than failing every request."""
+        from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
+
+        try:
+            make_cache(self.model, kv_bits=self.cfg.kv_bits, recurrent=True)
+        except (UnsupportedCacheError, RollbackError) as e:
+            log.warning("speculative decoding is off for this model, serving plain decoding: %s", e)
+            return str(e)
+        return None
 
     def _setup_batching(self) -> None:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
@@ -168,6 +188,7 @@ class InferenceWorker:
         if why is not None and want is None:
             log.info("requests run one at a time: %s", why)
         self.max_batch = 1 if why is not None else DEFAULT_MAX_BATCH if want is None else want
+        self.one_at_a_time = why  # said in /health
         cost = None
         if self.max_batch > 1:
             log.info("batching up to %d requests; measuring the verify cost curve (once per "
@@ -216,7 +237,10 @@ class InferenceWorker:
     def _loop(self) -> None:
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
         while not self._stopping:
-            self.batcher.run_once(tick)
+            try:
+                self.batcher.run_once(tick)
+            except Exception:  # noqa: BLE001 (outside any job's own handling: the thread survives)
+                log.exception("a scheduling round failed; the inference thread keeps serving")
             if self.group is not None and not self.busy:
                 self.model.watchdog.disarm()  # idle: no deadline until the next job
             self._maybe_save()
@@ -309,6 +333,8 @@ class InferenceWorker:
 
     def drafter_for(self, req: GenRequest) -> Any:
         """A fresh drafter for ``req`` (its grammar arrives when the request starts)."""
+        if self.plain_only is not None:
+            return NoDrafter()
         spec = req.speculation
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,

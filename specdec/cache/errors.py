@@ -1,0 +1,10 @@
+"""The cache package's checked errors (``rollback`` re-exports them; ``recurrent`` raises them
+too, and imports them from here so the two modules do not import each other)."""
+
+
+class RollbackError(RuntimeError):
+    """A cache could not remove the requested positions."""
+
+
+class UnsupportedCacheError(ValueError):
+    """The model's cache kind cannot roll back, so speculation is impossible."""

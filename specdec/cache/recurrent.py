@@ -1,0 +1,200 @@
+"""Rollback for models with recurrent state (hybrid and pure SSM models), model-agnostic.
+
+Contract:
+- ``RecurrentCache(model, layers)`` is the model's cache list (mlx-lm runs on it unchanged:
+  it is a ``list``) for a model whose layers include ``ArraysCache`` (a conv window, a
+  gated-delta or SSM state), directly or nested in ``CacheList``. ``recurrent(cache)``
+  says whether a cache list is one.
+- ``fed = begin(tokens)`` is called (by ``step.verify_forward``) right before a block of
+  one row goes through the model: it keeps a reference to every recurrent layer's
+  pre-block arrays (no copy: MLX arrays are immutable and mlx-lm's model files replace
+  cache entries, ``cache[i] = new``, rather than write into them) and returns what to
+  feed: the ``pending`` tokens of the last rollback, then the block (the caller drops
+  the pending rows' logits).
+- ``rewind(n)`` drops the last ``n`` fed positions: attention layers trim everything fed
+  since ``begin``, recurrent layers get their pre-block arrays back, and the kept tokens
+  become ``pending``: they ride in front of the next verify block, so a rollback costs a
+  few more rows in the next forward rather than a forward of its own. ``settle()`` feeds
+  them at once (lazily, no host sync) for anyone who needs the cache exact between
+  steps (``positions``, prefill, the prompt cache). ``rewind(0)`` (full acceptance) costs
+  nothing. ``rewind`` of more than the last block, or without ``begin``, raises
+  ``RollbackError``: never a silent no-op. Rows batched together and token trees are
+  refused (``RollbackError``): hybrid requests run one at a time, with linear drafts.
+- ``recurrent_layers(model, layers)`` builds one from a fresh mlx-lm cache; its recurrent
+  layers are ``CountedArraysCache`` (an ``ArraysCache`` with an ``offset``, counted by the
+  ``advance`` calls of mlx-lm's recurrent layers), so every layer's position is checked.
+  ``positions()`` is the set of every layer's offset (one value when they agree).
+- ``checkpoint()`` / ``restore()``: the prompt cache marks the end of each prefill and can
+  come back to it exactly (recurrent states cannot be trimmed to an arbitrary prefix).
+
+Why re-feed the whole model rather than re-run only the recurrent layers' recurrence:
+re-running a layer alone needs its input rows, which only a per-architecture hook can
+capture; re-feeding the kept tokens is exact for every mlx-lm model and its cost was
+measured (docs/how-it-works.md, "Hybrid models").
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
+
+from .errors import RollbackError
+
+
+def _leaves(layer: Any) -> Iterator[Any]:
+    """The cache objects of one layer (a ``CacheList`` holds several)."""
+    if isinstance(layer, CacheList):
+        for c in layer.caches:
+            yield from _leaves(c)
+    else:
+        yield layer
+
+
+def has_recurrent(layers: Sequence[Any]) -> bool:
+    return any(isinstance(c, ArraysCache) for layer in layers for c in _leaves(layer))
+
+
+class CountedArraysCache(ArraysCache):
+    """mlx-lm's ``ArraysCache`` that also counts the positions it has seen (``offset``,
+    as attention caches have): every mlx-lm recurrent layer calls ``advance(n)`` once per
+    forward of n tokens, so a recurrent layer's position is checked like any other."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.offset = 0
+
+    def advance(self, N: int) -> None:
+        super().advance(N)
+        self.offset += N
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.cache if a is not None)
+
+
+def _counted(layer: Any) -> Any:
+    if isinstance(layer, CacheList):
+        return CacheList(*(_counted(c) for c in layer.caches))
+    if type(layer) is ArraysCache:
+        if not layer.empty():
+            raise ValueError("recurrent layers are converted while empty (make_cache)")
+        return CountedArraysCache(len(layer.cache))
+    return layer
+
+
+def recurrent_layers(model: Any, layers: Sequence[Any]) -> "RecurrentCache":
+    """``layers`` (a fresh cache) as a ``RecurrentCache`` whose recurrent layers count."""
+    return RecurrentCache(model, [_counted(c) for c in layers])
+
+
+def recurrent(cache: Any) -> bool:
+    return isinstance(cache, RecurrentCache)
+
+
+class RecurrentCache(list):
+    """See the module docstring."""
+
+    def __init__(self, model: Any, layers: Sequence[Any]):
+        super().__init__(layers)
+        self.model = model
+        leaves = [c for layer in layers for c in _leaves(layer)]
+        self.states = [c for c in leaves if isinstance(c, ArraysCache)]
+        self.attention = [c for c in leaves if not isinstance(c, ArraysCache)]
+        for c in self.attention:
+            # a RotatingKVCache's trim is wrong after it wraps (rollback.WindowKVCache's docstring)
+            if not hasattr(c, "trim") or not c.is_trimmable() or isinstance(c, RotatingKVCache):
+                raise RollbackError(f"{type(c).__name__} beside recurrent layers cannot roll back")
+        self._snap: list[list[Any]] | None = None
+        self._fed: list[int] = []  # what went through the model since the snapshot
+        self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
+        self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
+
+    def positions(self) -> set[int]:
+        """The position counts of every layer (one value when they agree); settles first."""
+        self.settle()
+        return {getattr(c, "offset", None) for c in (*self.attention, *self.states)}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, the checkpoint's own recurrent arrays included (the prefix store's
+        budget counts them)."""
+        held = {id(a): a.nbytes for c in self.states for a in c.cache if a is not None}
+        if self._mark is not None:
+            held.update({id(a): a.nbytes for arrays in self._mark[1] for a in arrays if a is not None})
+        return sum(c.nbytes for c in self.attention) + sum(held.values())
+
+    def settle(self) -> None:
+        """Feed the pending kept tokens now (lazily: no host sync), so every layer holds
+        exactly the accepted positions; callers outside a verify step need this."""
+        if self.pending:
+            tokens, self.pending = self.pending, []
+            # logits unused and never evaluated: only the cache arrays are computed
+            self.model(mx.array(tokens)[None], cache=self)
+
+    def begin(self, tokens: Sequence[int]) -> list[int]:
+        """Before a verify forward of ``tokens``: snapshot, and return what to feed: the
+        pending kept tokens of the last rollback, then ``tokens`` (the caller drops the
+        logits of the pending ones)."""
+        for c in self.states:
+            if c.lengths is not None or c.left_padding is not None:
+                raise RollbackError("recurrent layers with batched rows cannot roll back: "
+                                    "hybrid requests run one at a time")
+        self._snap = [list(c.cache) for c in self.states]
+        self._fed, self.pending = self.pending + list(tokens), []
+        return self._fed
+
+    def rewind(self, n: int) -> int:
+        if n == 0:
+            self._snap, self._fed = None, []
+            return 0
+        if self.pending or self._snap is None or not 0 < n <= len(self._fed):
+            raise RollbackError(f"a recurrent cache rewinds only within its last verify block "
+                                f"({len(self._fed)} positions), not {n}: rebuild the cache")
+        fed, kept = len(self._fed), self._fed[: len(self._fed) - n]
+        for c in self.attention:  # checked first: never leave layers disagreeing
+            if fed > c.offset or (hasattr(c, "check_trim") and c.check_trim(fed)):
+                raise RollbackError(f"{type(c).__name__} cannot trim {fed} of {c.offset} positions")
+        for c in self.attention:
+            c.trim(fed)
+        for c, saved in zip(self.states, self._snap):
+            c.cache = list(saved)
+            c.offset -= fed
+        # the kept tokens ride in front of the next verify block (one forward, not two);
+        # ``settle`` feeds them for anyone who needs the cache before that
+        self._snap, self._fed, self.pending = None, [], kept
+        return n
+
+    def checkpoint(self) -> None:
+        """Remember the state here (references, no copy), so a later prompt that shares
+        the positions up to here but diverges after them can come back (``restore``): a
+        conversation's next turn repeats the last prompt, rarely the reply's exact tokens."""
+        (at,) = self.positions()
+        self._mark = (at, [list(c.cache) for c in self.states])
+
+    @property
+    def checkpointed(self) -> int | None:
+        """The position of the last ``checkpoint`` (None: none)."""
+        return self._mark[0] if self._mark is not None else None
+
+    def restore(self) -> int:
+        """Go back to the last ``checkpoint``; returns its position, or raises
+        ``RollbackError`` when there is none or an attention layer cannot trim that far."""
+        mark = self._mark
+        (at,) = self.positions()
+        if mark is None or mark[0] > at:
+            raise RollbackError("no checkpoint of the recurrent state to go back to")
+        for c in self.attention:  # checked first: never leave layers disagreeing
+            if hasattr(c, "check_trim"):
+                c.check_trim(at - mark[0])
+        for c in self.attention:
+            c.trim(at - mark[0])
+        for c, saved in zip(self.states, mark[1]):
+            c.cache, c.offset = list(saved), mark[0]
+        self._snap, self._fed = None, []
+        return mark[0]
+
+    def compact(self, *_: Any) -> None:
+        raise RollbackError("token trees are not verified on models with recurrent layers: "
+                            "use linear drafts (--draft-tree-budget 0)")
