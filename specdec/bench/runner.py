@@ -210,10 +210,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         if not plan.draft_model:
             raise ValueError("a 'model' config needs --draft-model")
         draft = load(plan.draft_model, dtype=plan.dtype)
-    workloads, skipped = _renderable(plan.workloads, tok, plan.model)
-    cases = [(fit_prompt(tok, w, n) if n else w, n) for w in workloads if not w.tools
-             for n in plan.prompt_tokens]
-    cases += [(w, None) for w in workloads if w.tools]  # a transcript runs as written
+    cases, skipped = _cases(plan, tok)
     k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
     context = max(len(c.encode(tok)) for c, _ in cases)
     cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=TREE_LENGTHS)
@@ -257,6 +254,15 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         peer.close()
     result.diagnoses = _diagnose(model, tok, plan, result, cost, draft)
     return result
+
+
+def _cases(plan: BenchPlan, tok: Any) -> tuple[list[tuple[Workload, int | None]], dict[str, str]]:
+    """(workload fitted to a prompt length, that length) for each case, and skip notes."""
+    workloads, skipped = _renderable(plan.workloads, tok, plan.model)
+    cases = [(fit_prompt(tok, w, n) if n else w, n) for w in workloads if not w.tools
+             for n in plan.prompt_tokens]
+    cases += [(w, None) for w in workloads if w.tools]  # a transcript runs as written
+    return cases, skipped
 
 
 def _renderable(workloads: Sequence[Workload], tok: Any,
