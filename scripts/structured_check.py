@@ -9,11 +9,16 @@ back to back in one process), and what the grammar costs plain decoding per toke
 (constrained vs unconstrained plain decoding of the same prompts, alternated).
 
     python scripts/structured_check.py --model qwen2.5-coder-0.5b --n 100 --max-tokens 96
+
+``--server URL`` checks validity through a running ``specdec serve`` instead: the N
+prompts greedy and sampled (T = 1, seed i) as concurrent chat requests with the schema as
+``response_format`` (the batcher serves them together), each answer parsed and validated.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import statistics
@@ -63,13 +68,40 @@ def run(model, tok, msgs, drafter, temp, seed, max_tokens, fmt=FORMAT):
     return r
 
 
+async def check_server(url: str, model: str, n: int, max_tokens: int) -> dict:
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=url.rstrip("/") + "/v1", api_key="unused", timeout=3600)
+    gate = asyncio.Semaphore(16)
+
+    async def one(i: int, msgs: list[dict], temp: float) -> tuple[bool, str]:
+        async with gate:
+            r = await client.chat.completions.create(
+                model=model, messages=msgs, response_format=FORMAT, max_tokens=max_tokens,
+                temperature=temp, seed=i if temp else None)
+        c = r.choices[0]
+        return valid(c.message.content or "") and c.finish_reason == "stop", c.message.content
+
+    jobs = [one(i, m, t) for t in (0.0, 1.0) for i, m in enumerate(prompts(n))]
+    t0 = time.perf_counter()
+    got = await asyncio.gather(*jobs)
+    bad = [text for ok, text in got if not ok]
+    return {"valid_greedy": sum(ok for ok, _ in got[:n]), "valid_sampled": sum(ok for ok, _ in got[n:]),
+            "n": n, "invalid": bad[:5], "seconds": round(time.perf_counter() - t0, 1),
+            "model": model, "server": url, "when": time.ctime()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--draft-type", default="grammar,suffix")
+    ap.add_argument("--server", help="check through this running specdec serve (its URL)")
     args = ap.parse_args()
+    if args.server:
+        print(json.dumps(asyncio.run(check_server(args.server, args.model, args.n, args.max_tokens))))
+        return
     model, tok = specdec.load(args.model)
     spec = DraftSpec(args.draft_type)
     counts = {"valid_greedy": 0, "valid_sampled": 0, "identical": 0, "finished": 0}
