@@ -152,3 +152,22 @@ def test_plain_draw_is_the_gumbel_argmax_of_its_key():
     for s in range(50):
         k = mx.random.key(s)
         assert mx.random.categorical(x, key=k).item() == mx.argmax(x + mx.random.gumbel(shape=(50,), key=k)).item()
+
+
+@pytest.mark.slow  # SmolLM2, 5 short generations (~10 s alone, more on a loaded machine)
+def test_library_seeded_text_is_the_same_for_every_drafter(smollm):
+    """``specdec.generate`` and ``stream_generate`` on SmolLM2: one text per seed whatever
+    the drafter (a text the answer copies, so drafts are accepted)."""
+    from specdec import generate, stream_generate
+
+    model, tok = smollm
+    prompt = "def area(w, h):\n    return w * h\n\n" * 4 + "def volume(w, h, d):\n"
+    kw = dict(max_tokens=24, temperature=0.7, top_p=0.95, seed=5, chat=False)
+    ref = generate(model, tok, prompt, drafter=None, **kw)
+    for drafter in ("ngram", "suffix"):
+        out = generate(model, tok, prompt, drafter=drafter, **kw)
+        assert out.tokens == ref.tokens, drafter
+        assert out.stats.accepted > 0, drafter
+    streamed = "".join(r.text for r in stream_generate(model, tok, prompt, drafter="ngram", **kw))
+    assert streamed == ref.text
+    assert generate(model, tok, prompt, drafter=None, **{**kw, "seed": 6}).tokens != ref.tokens
