@@ -93,6 +93,31 @@ def test_seeded_sampler_keys_rows_by_depth_and_counts_positions():
         sampler.keys.at(0)
 
 
+
+def test_a_coupled_draft_model_draws_with_the_targets_noise():
+    """A seeded request's draft model (``coupled``, as ``build_drafter`` makes it with a
+    seed) draws output position t with the target's key of t: a draft equal to the target
+    then has every draft accepted, and a near one far more than with its own keys; the
+    output is plain seeded sampling's either way."""
+    from test_draft_model import near_draft as near
+
+    model, params = cached_tiny("llama"), SamplingParams(temperature=0.8, seed=4)
+    rates = {}
+    for name, draft, coupled in (("same", near("llama", 0.0), True), ("near", near("llama"), True),
+                                 ("near, own keys", near("llama"), False)):
+        drafted = accepted = 0
+        for i in range(3):
+            prompt, stats = repetitive_prompt(i, 30), SpecStats()
+            ref, _ = run(model, prompt, params, max_tokens=32)
+            drafter = DraftModelDrafter(draft, temperature=0.8, seed=4, coupled=coupled)
+            out, _ = run(model, prompt, params, drafter, max_tokens=32, num_draft_tokens=4, stats=stats)
+            assert out == ref, name
+            drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+        rates[name] = accepted / drafted
+    assert rates["same"] == 1.0
+    assert rates["near"] > 3 * rates["near, own keys"], rates
+
+
 # ---- the distribution: chi-square over seeds against a brute-force oracle --------------
 LOGITS = np.log(np.array([0.30, 0.22, 0.16, 0.12, 0.09, 0.06, 0.03, 0.02], np.float64))
 ORACLE_PARAMS = [dict(temperature=1.0), dict(temperature=0.7, top_p=0.75),
