@@ -8,7 +8,10 @@ Contract:
   m > cost(L)/cost(1).
 - ``cost_curve_for(model, max_len)`` is ``verify_cost_curve`` measured once per model
   (``model_fingerprint``: architecture, weight dtype, device) and cached as JSON under
-  ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically.
+  ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically,
+  merged over the lengths cached before. ``cached_cost_curve(model, lengths)`` reads it
+  without measuring (None when a length is missing); ``store_cost_curve`` merges in a
+  curve measured elsewhere (``calibrate.Calibration``).
 - ``tree_overhead(model, lengths)`` returns {L: tree step / linear step}: whole greedy
   engine steps (``decode.step.verify_step`` over an (L-1)-node two-branch tree: the
   tree-masked forward with per-token RoPE, the one sync, the compaction; and over an
@@ -186,9 +189,13 @@ def _cached(name: str, measure: Callable[[], dict], cache_dir: str | Path | None
 
 def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
                   cache_dir: str | Path | None) -> dict[int, float]:
-    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want``."""
-    return _cached(name, measure, cache_dir,
-                   decode=lambda d: {int(k): v for k, v in d.items()},
+    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want``; what
+    is measured is merged over what was cached (a server's batch curve and a CLI's
+    ``auto`` curve share one file: neither erases the other's lengths)."""
+    decode = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731
+    path = _cache_path(name, cache_dir)
+    old = decode(json.loads(path.read_text())) if path.exists() else {}
+    return _cached(name, lambda: {**old, **measure()}, cache_dir, decode=decode,
                    complete=lambda curve: all(L in curve for L in want))
 
 
