@@ -13,6 +13,8 @@ Contract of ``Calibration(model, lengths, repeats=, context=, seed=)``:
   as ``measure.verify_cost_curve`` does) and returns True once every round is done;
 - ``curve`` is then {L: median seconds}; ``store()`` caches it
   (``measure.store_cost_curve``), so the next start of the same model has it at once;
+- ``estimate()`` is the curve from the rounds timed so far (None before the first
+  counted round ends): a provisional curve to price blocks with until ``curve``;
 - ``progress`` is the fraction of forwards done. Steps leave the model's own state alone
   (its cache is the calibration's).
 """
@@ -69,6 +71,13 @@ class Calibration:
             self.curve = {L: statistics.median(v) for L, v in self._times.items()}
             self._cache = None
         return self.curve is not None
+
+    def estimate(self) -> dict[int, float] | None:
+        if self.curve is not None:
+            return self.curve
+        if self._done < 2 * len(self.lengths):  # the warm-up round and one counted round
+            return None
+        return {L: statistics.median(v) for L, v in self._times.items()}
 
     def store(self) -> None:
         if self.curve is None:

@@ -23,6 +23,8 @@ def test_calibration_measures_every_length_a_forward_at_a_time_and_caches(tmp_pa
     while not cal.step():
         steps += 1
         assert 0 < cal.progress < 1
+        # a first estimate once the warm-up round and one counted round are done
+        assert (cal.estimate() is not None) == (steps >= 2 * 3)
     assert steps + 1 == cal.total == 3 * 3  # warm-up round + 2 repeats, every length
     assert sorted(cal.curve) == [1, 2, 5] and all(t > 0 for t in cal.curve.values())
     cal.store()

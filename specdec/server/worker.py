@@ -28,7 +28,8 @@ Contract:
 - Ready at once: ``start`` never measures. With batching and no cached verify cost
   curve for the model, batches draft linear blocks of each request's k (no block
   pricing) while a ``calibrate.Calibration`` measures the curve a forward at a time
-  whenever no job runs or waits; then the curve is cached and prices the blocks. The log
+  whenever no job runs or waits; after one round of every length its estimate prices the
+  blocks, and once done the curve is cached and prices them. The log
   says which.
 - The memory is saved every ``cfg.save_interval`` seconds when it changed (checked
   between jobs and while idle) and once more by ``stop()``.
@@ -209,14 +210,19 @@ class InferenceWorker:
         done, the batch prices its blocks with the curve (and the curve is cached)."""
         from ..decode.batch import curve_cost
 
-        t0 = time.monotonic()
+        cal, t0 = self.calibration, time.monotonic()
         while not self.busy and not len(self.queue) and time.monotonic() - t0 < budget_s:
-            if self.calibration.step():
-                self.calibration.store()
-                self.batcher.batch.cost = curve_cost(self.calibration.curve)
+            if cal.step():
+                cal.store()
+                self.batcher.batch.cost = curve_cost(cal.curve)
                 log.info("verify cost curve measured and cached: batches now price their blocks")
                 self.calibration = None
                 return
+            if self.batcher.batch.cost is None and cal.estimate() is not None:
+                # one round of every length: rough, but better than no pricing at all
+                self.batcher.batch.cost = curve_cost(cal.estimate())
+                log.info("verify cost curve: a first estimate prices batches (%.0f %% measured)",
+                         100 * cal.progress)
 
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
