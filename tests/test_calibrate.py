@@ -61,6 +61,7 @@ def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
         plain = specdec.generate(*real_model(MODEL), messages, drafter=None, max_tokens=16)
         assert r.choices[0].message.content == plain.text
         wait_for(lambda: "verify cost curve measured and cached" in s.log(), 600, "the calibration")
+        assert "a first estimate prices batches" in s.log()
     finally:
         s.stop()
     curves = [p for p in (tmp_path / "cost").glob("*.json")]
