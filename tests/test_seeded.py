@@ -37,7 +37,7 @@ def test_seeded_output_equals_plain_for_every_drafter(arch):
     """ngram, suffix (with a history that changes between requests), a draft model with
     its own sampling, and token trees around the plain output: every seeded run equals
     plain seeded sampling (``draft_type: none``) token for token."""
-    model, draft, logs = cached_tiny(arch), near_draft(arch), {}
+    model, draft, logs, trees = cached_tiny(arch), near_draft(arch), {}, []
     history = SuffixHistory()
     for i, kw in enumerate(PARAMS):
         params = SamplingParams(seed=11 + i, **kw)
@@ -51,6 +51,7 @@ def test_seeded_output_equals_plain_for_every_drafter(arch):
             "draft model": (DraftModelDrafter(draft, temperature=kw["temperature"], seed=3), {}),
             "tree": (TruthTreeDrafter(ref, TINY_VOCAB, seed=i), {"tree_budget": 8}),
         }
+        trees.append(drafters["tree"][0])
         for name, (drafter, extra) in drafters.items():
             out, log = run(model, prompt, params, drafter, num_draft_tokens=4, **extra)
             assert out == ref, (arch, name, kw)
@@ -59,6 +60,8 @@ def test_seeded_output_equals_plain_for_every_drafter(arch):
         history.add(ref)
     for name, runs in logs.items():
         assert_speculated(*runs, what=f"seeded {arch} {name}")
+    # trees really branched: steps accepted a non-first child (its row keyed by its depth)
+    assert sum(d.trees for d in trees) and sum(d.non_first for d in trees) and sum(d.misses for d in trees)
 
 
 def test_seeded_rows_in_a_batch_equal_plain_alone():
