@@ -36,7 +36,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None, help="seed of the request's generator")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the request's sampling: the same seed gives the same tokens "
+                        "whatever the drafter (and as --draft-type none)")
     p.add_argument("--repetition-penalty", type=float, default=1.0, help="1.0 = off")
     p.add_argument("--repetition-context-size", type=int, default=20)
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
@@ -104,7 +106,8 @@ def _summary(res: Any, base: Any | None, sampled: bool = False) -> dict:
     if base is not None:
         b = base.stats.decode_tokens_per_s
         out.update(
-            # sampled runs draw different random numbers: only the distribution is equal
+            # unseeded sampled runs draw different random numbers: only the distribution is
+            # equal; a seed pins the tokens (position-keyed sampling), so they must match
             parity=None if sampled else base.tokens == res.tokens,
             baseline_tokens_per_s=b,
             speedup=s.decode_tokens_per_s / b if b else None,
@@ -171,7 +174,7 @@ def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
         stats = r.stats
     _save_memory(cfg, prompt_cache)
     if args.json:
-        print(json.dumps(_summary(res, base, cfg.temp > 0)))
+        print(json.dumps(_summary(res, base, cfg.temp > 0 and cfg.seed is None)))
         return 0
     if args.verbose or args.compare:
         print("=" * 10, file=sys.stderr)
@@ -179,9 +182,9 @@ def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
             print(_stats_line("plain", base.stats), file=sys.stderr)
         print(_stats_line(stats.drafter, stats), file=sys.stderr)
     if base is not None:
-        summ = _summary(res, base, cfg.temp > 0)
+        summ = _summary(res, base, cfg.temp > 0 and cfg.seed is None)
         verdict = {True: "IDENTICAL", False: "DIFFERENT (run `specdec parity`)"}.get(
-            summ["parity"], "sampled (same distribution, different draws)"
+            summ["parity"], "sampled without --seed (same distribution, different draws)"
         )
         print(f"speedup {summ['speedup']:.2f}x   tokens {verdict}", file=sys.stderr)
     return 0

@@ -8,7 +8,10 @@ Contract:
   m > cost(L)/cost(1).
 - ``cost_curve_for(model, max_len)`` is ``verify_cost_curve`` measured once per model
   (``model_fingerprint``: architecture, weight dtype, device) and cached as JSON under
-  ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically.
+  ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically,
+  merged over the lengths cached before. ``cached_cost_curve(model, lengths)`` reads it
+  without measuring (None when a length is missing); ``store_cost_curve`` merges in a
+  curve measured elsewhere (``calibrate.Calibration``).
 - ``tree_overhead(model, lengths)`` returns {L: tree step / linear step}: whole greedy
   engine steps (``decode.step.verify_step`` over an (L-1)-node two-branch tree: the
   tree-masked forward with per-token RoPE, the one sync, the compaction; and over an
@@ -157,30 +160,42 @@ def model_fingerprint(model: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+def _cache_path(name: str, cache_dir: str | Path | None) -> Path:
+    root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+    return root / "cost" / f"{name}.json"
+
+
+def _store(path: Path, value: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+
+
 def _cached(name: str, measure: Callable[[], dict], cache_dir: str | Path | None,
             decode: Callable[[dict], dict] = dict,
             complete: Callable[[dict], bool] = bool) -> dict:
     """``measure()`` once per ``name`` (a JSON file under the cost cache), re-measured when
     the cached value (after ``decode``) is not ``complete``; written atomically."""
-    root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
-    path = root / "cost" / f"{name}.json"
+    path = _cache_path(name, cache_dir)
     if path.exists():
         value = decode(json.loads(path.read_text()))
         if complete(value):
             return value
     value = measure()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)  # atomic: concurrent processes never read half a file
+    _store(path, value)
     return value
 
 
 def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
                   cache_dir: str | Path | None) -> dict[int, float]:
-    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want``."""
-    return _cached(name, measure, cache_dir,
-                   decode=lambda d: {int(k): v for k, v in d.items()},
+    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want``; what
+    is measured is merged over what was cached (a server's batch curve and a CLI's
+    ``auto`` curve share one file: neither erases the other's lengths)."""
+    decode = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731
+    path = _cache_path(name, cache_dir)
+    old = decode(json.loads(path.read_text())) if path.exists() else {}
+    return _cached(name, lambda: {**old, **measure()}, cache_dir, decode=decode,
                    complete=lambda curve: all(L in curve for L in want))
 
 
@@ -190,6 +205,24 @@ def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None
     cached on disk."""
     return _cached_curve(model_fingerprint(model), [*range(1, max_len + 1), *extra],
                          lambda: verify_cost_curve(model, max_len, extra=extra), cache_dir)
+
+
+def cached_cost_curve(model: Any, lengths: list[int],
+                      cache_dir: str | Path | None = None) -> dict[int, float] | None:
+    """The model's cached verify cost curve when it holds every length in ``lengths``, else
+    None (measures nothing: see ``calibrate.Calibration``)."""
+    path = _cache_path(model_fingerprint(model), cache_dir)
+    if not path.exists():
+        return None
+    curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
+    return curve if all(L in curve for L in lengths) else None
+
+
+def store_cost_curve(model: Any, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
+    """Cache a verify cost curve measured elsewhere, merged over what is cached."""
+    path = _cache_path(model_fingerprint(model), cache_dir)
+    old = json.loads(path.read_text()) if path.exists() else {}
+    _store(path, {**old, **{str(L): t for L, t in curve.items()}})
 
 
 def tree_overhead_for(model: Any, lengths: tuple[int, ...],

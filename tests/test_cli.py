@@ -67,3 +67,17 @@ def test_chains_gate_adaptive_k_and_ngram_mod_memory(tmp_path):
     assert r.returncode == 2 and "--draft-model" in r.stderr
     r = specdec("generate", "--ngram-mod-file", str(table), "--prompt", "hi")  # ngram only
     assert r.returncode == 2 and "--ngram-mod-file has no effect" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_seed_pins_sampled_tokens_whatever_the_drafter():
+    """--compare with --temp and --seed: the speculative tokens equal plain decoding's."""
+    outs = []
+    for draft in ("ngram", "suffix"):
+        r = specdec("generate", "--compare", "--json", "--max-tokens", "32", "--temp", "0.8",
+                    "--seed", "3", "--draft-type", draft)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["parity"] is True, draft
+        outs.append(out["tokens"])
+    assert outs[0] == outs[1]

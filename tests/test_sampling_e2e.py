@@ -13,6 +13,9 @@ p(t1) p(t2 | t1) p(t3 | t1 t2), each factor the target's processed distribution
 (``sampling.processed_probs``: temperature, top-p) from one batched forward over every
 prefix.
 
+Requests without a seed take rejection sampling (exact in distribution); seeded ones
+take position-keyed draws (``step.SeededSampler``), checked here too.
+
 Power: a drafter that reports a q it did not draw from (greedy drafts, softmax q) feeds a
 wrong acceptance ratio through the real pipeline, and the same test must reject it; and
 plain sampling must be told apart from the joint at a nearby temperature.
@@ -21,6 +24,7 @@ plain sampling must be told apart from the joint at a nearby temperature.
 from __future__ import annotations
 
 import functools
+from unittest import mock
 
 import mlx.core as mx
 import numpy as np
@@ -33,7 +37,7 @@ from specdec.drafters.base import Proposal
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.ngram import NgramDrafter
 from specdec.engine import token_stream
-from specdec.core.sampling import SamplingParams, processed_probs
+from specdec.core.sampling import Rng, SamplingParams, processed_probs
 
 V = 8  # target vocabulary: 512 joint outcomes of 3 tokens
 PROMPT = [1, 2, 3, 1, 2]  # repeats, so the n-gram drafter proposes from the first step
@@ -70,14 +74,18 @@ def exact_joint(params: SamplingParams) -> np.ndarray:
     return first[:, None, None] * second[:, :, None] * third
 
 
-def sample_counts(params: SamplingParams, drafter, **kw) -> np.ndarray:
-    """Counts of the first 3 tokens over N requests, seeded 0..N-1 (drafter(seed) builds
-    the request's drafter, or None for plain decoding)."""
+def sample_counts(params: SamplingParams, drafter, seeded: bool = False, **kw) -> np.ndarray:
+    """Counts of the first 3 tokens over N requests 0..N-1 (drafter(i) builds request i's
+    drafter, or None for plain decoding). Unseeded requests (``seeded`` False) run
+    rejection sampling, the path of a request without a seed; their key stream is still
+    ``Rng(i)``'s (patched in), so every run is reproducible. Seeded requests (seed i) run
+    position-keyed sampling (``step.SeededSampler``)."""
     counts = np.zeros((V, V, V), np.int64)
     for seed in range(N):
-        sampling = SamplingParams(params.temperature, params.top_p, seed=seed)
-        toks = [e.token for e in token_stream(model(0), PROMPT, drafter=drafter(seed), max_tokens=3,
-                                               num_draft_tokens=K, sampling=sampling, **kw)]
+        sampling = SamplingParams(params.temperature, params.top_p, seed=seed if seeded else None)
+        with mock.patch("specdec.decode.request.Rng", lambda s, i=seed: Rng(i if s is None else s)):
+            toks = [e.token for e in token_stream(model(0), PROMPT, drafter=drafter(seed), max_tokens=3,
+                                                   num_draft_tokens=K, sampling=sampling, **kw)]
         assert len(toks) == 3 and all(0 <= t < V for t in toks), toks
         counts[tuple(toks)] += 1
     return counts
@@ -142,6 +150,15 @@ def test_speculative_sampling_emits_the_exact_joint_distribution(case):
     counts = sample_counts(params, drafter)
     p = chi2_pvalue(counts, exact_joint(params))
     assert p > PASS, f"{case}: first 3 tokens differ from plain sampling (p = {p:.2e})"
+
+
+@pytest.mark.parametrize("case", ["ngram"])  # the draft-model cases: test_seeded.py (= plain)
+def test_seeded_speculative_sampling_emits_the_exact_joint_distribution(case):
+    """Seeded requests (position-keyed draws, drafts accepted when equal to them) through
+    the engine: plain sampling's joint, a draft model's q playing no part."""
+    params, drafter = CASES[case]
+    p = chi2_pvalue(sample_counts(params, drafter, seeded=True), exact_joint(params))
+    assert p > PASS, f"seeded {case}: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
 @pytest.mark.parametrize("params", [T1, FILTERED], ids=["t1", "top-p"])

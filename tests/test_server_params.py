@@ -123,3 +123,29 @@ def test_every_request_gets_one_access_log_line(server):
         assert head in line and reason in line and re.search(r" \d+\.\d{3}s client=127\.0\.0\.1:", line), line
     assert "reason=" not in tail[3]
     assert httpx.get(server.base + "/health").status_code == 200
+
+
+def test_a_seed_pins_the_text_whatever_the_drafter_batched_or_alone(client):
+    """issue #24: the same seeded request gives one text, equal to ``draft_type: none``'s,
+    for every drafter, alone and as concurrent (batched) rows; the suffix history grows
+    between the requests (the drafts change, the text must not)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(draft_type):
+        r = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Repeat this code:\n" + ECHO}],
+            max_tokens=20, temperature=0.9, top_p=0.95, seed=11,
+            extra_body={"speculative": {"draft_type": draft_type}})
+        return r.choices[0].message.content, r.usage.model_extra["accepted_tokens"]
+
+    ref, _ = ask("none")
+    kinds = ["ngram", "suffix", "none"]
+    alone = [ask(d) for d in kinds]
+    with ThreadPoolExecutor(len(kinds)) as pool:
+        together = list(pool.map(ask, kinds))
+    assert [t for t, _ in alone + together] == [ref] * (2 * len(kinds))
+    assert sum(a for _, a in alone + together) > 0  # drafts were accepted
+    other = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Repeat this code:\n" + ECHO}],
+        max_tokens=20, temperature=0.9, top_p=0.95, seed=12)
+    assert other.choices[0].message.content != ref  # the seed matters

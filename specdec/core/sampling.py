@@ -17,6 +17,13 @@ Contract:
   tokens before that position), so every position of a verify block sees exactly the
   history plain decoding would have had there.
 - ``Rng`` is a per-request seeded generator (explicit mlx keys, never the global state).
+- ``PositionKeys(rng)`` keys output positions: ``at(t)`` is the t-th key of the chain
+  (the key plain decoding's t-th ``rng.next()`` draws token t with), a function of
+  (seed, t) alone. ``seeded_tokens(logits, params, keys)`` draws row r with ``keys[r]``
+  exactly as plain decoding draws (``categorical`` on the processed log-probabilities,
+  which mlx computes as the Gumbel-max argmax(log p + g), g from the key): the token at
+  output position t is then a function of (seed, t, the processed distribution there),
+  whatever was drafted before it.
 """
 
 from __future__ import annotations
@@ -113,3 +120,38 @@ class Rng:
     def next(self) -> mx.array:
         self._key, sub = mx.random.split(self._key)
         return sub
+
+
+class PositionKeys:
+    """The key of each output position of one seeded request (see the module docstring).
+
+    Keys are derived lazily from the request's ``Rng`` (t splits for position t, made once
+    and kept while the position may still be verified); ``release(t)`` forgets keys before
+    t, which the request has emitted for good."""
+
+    def __init__(self, rng: Rng):
+        self._rng, self._keys, self._base = rng, [], 0
+
+    def at(self, t: int) -> mx.array:
+        if t < self._base:
+            raise ValueError(f"the key of output position {t} was released (first kept: {self._base})")
+        while len(self._keys) <= t - self._base:
+            self._keys.append(self._rng.next())
+        return self._keys[t - self._base]
+
+    def release(self, t: int) -> None:
+        drop = max(0, min(t - self._base, len(self._keys)))
+        del self._keys[:drop]
+        self._base += drop
+
+
+def draw_token(logits: mx.array, params: SamplingParams, key: mx.array) -> mx.array:
+    """Plain sampling's draw from one row (V,) of logits with ``key``."""
+    return mx.random.categorical(mx.log(processed_probs(logits, params)), key=key)
+
+
+def seeded_tokens(logits: mx.array, params: SamplingParams, keys: list[mx.array]) -> mx.array:
+    """Row r's token drawn with ``keys[r]`` from the processed distribution of
+    ``logits[r]``, each row processed and drawn on its own exactly as plain decoding draws
+    one token (``draw_token``), so the same key and logits give the same token."""
+    return mx.stack([draw_token(logits[r], params, k) for r, k in enumerate(keys)])

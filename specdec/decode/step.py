@@ -13,9 +13,10 @@ step runs, in order:
 2. processing: each row's ``core.processors`` chain (penalties, logit bias, grammar
    masks), where block row r sees the context plus the draft tokens before it (a linear
    draft's prefix, a tree node's root path);
-3. decision on the device: the row's ``Sampler`` (greedy argmax, exact rejection
-   sampling linear or multi-candidate down a tree, or plain sampling for a row that
-   does not speculate);
+3. decision on the device: the row's ``Sampler`` (greedy argmax; with a seed, each
+   row's position-keyed draw, accepted like greedy's argmax; without one, exact
+   rejection sampling linear or multi-candidate down a tree, or plain sampling for a row
+   that does not speculate);
 4. one host sync for all rows (``mx.eval`` then ``tolist``);
 5. settle: each row's accepted path and emitted tokens (the accepted drafts plus one
    token of the target's);
@@ -42,7 +43,7 @@ from ..cache.batch_cache import roll_back
 from ..cache.recurrent import RecurrentCache
 from ..core.proposal import Proposal
 from ..core.processors import LogitsProcessor
-from ..core.sampling import Rng, SamplingParams, processed_probs
+from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
 from ..core.verify import greedy_accept, rejection_sample, settle, tree_rejection_sample, tree_settle
 from .tree_attention import tree_attention
@@ -122,8 +123,8 @@ class RejectionSampler(Sampler):
 
 
 class PlainSampler(Sampler):
-    """A row that does not speculate samples as plain decoding does (one key per token),
-    so a seeded request gives the same text batched or alone."""
+    """An unseeded row that does not speculate samples as plain decoding does (one key
+    per token)."""
 
     def __init__(self, params: SamplingParams, rng: Rng):
         self.params, self.rng = params, rng
@@ -137,16 +138,61 @@ class PlainSampler(Sampler):
         return [], [host[0][0]]
 
 
+class SeededSampler(Greedy):
+    """A seeded request: the token at output position t is plain sampling's draw with the
+    key of position t (``sampling.PositionKeys``), so a draft is accepted exactly when it
+    equals that draw, as greedy accepts a draft equal to the argmax. Block row r (a tree
+    node's row included) is drawn with the key of its depth below the root, counted from
+    the request's first output token: the output is plain seeded sampling's, token for
+    token, whatever was drafted, batched or alone. A draft's q plays no part.
+
+    The sampler counts the output positions itself (a row's sampler is made with the
+    row, before its first token), advancing by what each step emits."""
+
+    def __init__(self, params: SamplingParams, rng: Rng):
+        self.params, self.keys, self.position = params, PositionKeys(rng), 0
+
+    def decide(self, logits, proposal):
+        depths = [0] + node_depths(proposal)
+        keys = [self.keys.at(self.position + d) for d in depths]
+        return [seeded_tokens(logits, self.params, keys)]
+
+    def settle(self, proposal, host):
+        path, emitted = super().settle(proposal, host)
+        self.position += len(emitted)
+        self.keys.release(self.position)
+        return path, emitted
+
+
+def node_depths(proposal: Proposal) -> list[int]:
+    """Each node's depth below the root (1 for the root's children).
+
+    >>> node_depths(Proposal([5, 6, 8], parents=(-1, 0, 0))), node_depths(Proposal([1, 2]))
+    ([1, 2, 2], [1, 2])
+    """
+    if proposal.is_linear:
+        return list(range(1, len(proposal) + 1))
+    depth: list[int] = []
+    for p in proposal.parents:  # topological order: a parent's depth is known
+        depth.append(1 + (depth[p] if p >= 0 else 0))
+    return depth
+
+
 def pick_token(logits: mx.array, params: SamplingParams, rng: Rng | None) -> mx.array:
-    """Plain decoding's choice from one row of (processed) logits."""
+    """Plain decoding's choice from one row of (processed) logits: the t-th call of a
+    request draws with its Rng's t-th key, the key ``PositionKeys.at(t)`` gives."""
     if params.greedy:
         return mx.argmax(logits, axis=-1)
-    return mx.random.categorical(mx.log(processed_probs(logits, params)), key=rng.next())
+    return draw_token(logits, params, rng.next())
 
 
 def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> Sampler:
+    """Greedy; seeded (plain or speculative rows alike: position-keyed draws); unseeded
+    rejection sampling (exact in distribution) or plain sampling."""
     if params.greedy:
         return Greedy()
+    if params.seed is not None:
+        return SeededSampler(params, rng)
     return RejectionSampler(params, rng) if speculative else PlainSampler(params, rng)
 
 

@@ -44,7 +44,11 @@ Contract of ``DraftModelDrafter(draft_model, ...)`` (a ``Drafter``, ``name = "mo
   ``softmax(logits / T)`` with keys split from ``mx.random.key(seed)`` (never the global
   MLX random state, so runs are reproducible per seed), and the proposal's ``q`` is an
   ``mx.array`` of shape ``(len(draft), V)`` holding those distributions, for a rejection
-  sampler (``V`` is the draft's logits width, padded rows included).
+  sampler (``V`` is the draft's logits width, padded rows included). ``coupled`` (a
+  seeded request, whose target draws output position t with the t-th key of
+  ``Rng(seed)``, ``sampling.PositionKeys``): the draft token at output position t (counted
+  from ``begin``'s prompt) is drawn with that same key, so the draft and the target draw
+  with the same Gumbel noise and agree wherever their distributions are close.
 - Host syncs: one per proposal (the chain's ``tolist``), besides the target's one per
   verify step; prefilling a long stretch evaluates its cache chunk by chunk.
 """
@@ -57,6 +61,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
+from ..core.sampling import PositionKeys, Rng
 from ..core.vocab import vocab_size
 from .base import EMPTY, Drafter, Proposal
 
@@ -154,6 +159,7 @@ class DraftModelDrafter(Drafter):
         prefill_step_size: int = 512,
         branch_width: int = 3,
         branch_depths: int = 2,
+        coupled: bool = False,
     ):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -184,6 +190,14 @@ class DraftModelDrafter(Drafter):
         # trees are exact only under greedy drafting; without alternatives they are chains
         self.branches = self.temperature == 0 and branch_depths > 0 and branch_width >= 2
         # Randomness is explicit: a key we own and split, never MLX's global state.
+        if coupled and seed is None:
+            raise ValueError("a coupled draft model draws with a seeded request's keys: give the seed")
+        # coupled (a seeded request): the draft at output position t draws with the key the
+        # target draws position t with, so the two draws agree whenever the draft's
+        # distribution is close to the target's (Gumbel-max coupling)
+        self._coupled = seed if coupled and self.temperature > 0 else None
+        self._positions: PositionKeys | None = None
+        self._prompt_len = 0
         seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self._key = mx.random.key(seed)
         self._cache: list | None = None
@@ -208,6 +222,9 @@ class DraftModelDrafter(Drafter):
         calls this inside its prefill phase, so the draft's prompt pass counts as prefill,
         not decode; ``propose`` then only feeds what is new."""
         self._known = 0  # a new prompt: compare from its start
+        self._prompt_len = len(prompt_ids)
+        if self._coupled is not None:  # a new request: its output positions start at 0
+            self._positions = PositionKeys(Rng(self._coupled))
         keep = self._sync(prompt_ids, self.max_trim)
         missing = list(prompt_ids[keep:-1])
         prefill(self.model, self._cache, missing, self.prefill_step_size)
@@ -247,7 +264,8 @@ class DraftModelDrafter(Drafter):
         if key is None:
             return mx.argmax(logits, axis=-1), None
         scaled = logits.astype(mx.float32) / self.temperature
-        tok = mx.random.categorical(scaled, axis=-1, key=key)
+        # drawn on the row (V,), as the target draws: mlx's noise for a (1, V) draw differs
+        tok = mx.random.categorical(scaled[0], key=key)[None]
         return tok, mx.softmax(scaled, axis=-1)
 
     def _scores(self, logits: mx.array, tok: mx.array, top: bool) -> list[mx.array]:
@@ -261,16 +279,26 @@ class DraftModelDrafter(Drafter):
         idx = mx.argpartition(-lp, kth=b - 1)[:b]
         return [lp[tok], idx, lp[idx]]
 
-    def _chain(self, block: Sequence[int], k: int,
-               branch: int = 0) -> tuple[mx.array, mx.array | None, list[mx.array]]:
+    def _keys(self, k: int, position: int) -> list[mx.array | None] | None:
+        """Keys of the k draws (after a placeholder): the positions' keys when coupled,
+        else k fresh splits of the drafter's own key; None when greedy."""
+        if self._positions is not None:
+            self._positions.release(position)  # positions before the context are final
+            return [None] + [self._positions.at(position + i) for i in range(k)]
+        if self.temperature == 0:
+            return None
+        keys = mx.random.split(self._key, k + 1)
+        self._key = keys[0]
+        return keys
+
+    def _chain(self, block: Sequence[int], k: int, branch: int = 0,
+               position: int = 0) -> tuple[mx.array, mx.array | None, list[mx.array]]:
         """Feed ``block`` then draft ``k`` tokens, all lazily: no host sync in the loop.
         With ``branch`` > 0 (greedy) the third value holds, lazily, the chain tokens'
         log-probabilities (k,), and the top tokens and their log-probabilities at the
-        first ``branch`` depths (``_scores``), for ``propose_tree``; else it is empty."""
-        keys = None
-        if self.temperature > 0:
-            keys = mx.random.split(self._key, k + 1)
-            self._key = keys[0]
+        first ``branch`` depths (``_scores``), for ``propose_tree``; else it is empty.
+        ``position``: the output position of the first draft token (coupled keys)."""
+        keys = self._keys(k, position)
         y = mx.array(block)[None]
         toks, qs, scores = [], [], []
         for i in range(k):
@@ -326,7 +354,7 @@ class DraftModelDrafter(Drafter):
             # for every position and all but the last thrown away.
             head = len(missing) - 1 if len(missing) > _BLOCK else 0
             prefill(self.model, self._cache, missing[:head], self.prefill_step_size)
-            toks, q, extra = self._chain(missing[head:], k, branch)
+            toks, q, extra = self._chain(missing[head:], k, branch, len(context) - self._prompt_len)
             mx.eval(toks, *([q] if q is not None else []), *extra)  # the one host sync
             draft = toks.tolist()
             scores = [a.tolist() for a in extra]  # already on the host: no further sync

@@ -202,13 +202,15 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
         raise ValueError("draft type 'model' needs a loaded draft model: pass --draft-model")
     return DraftModelDrafter(res.draft[0], target_tokenizer=res.tokenizer,
                              draft_tokenizer=res.draft[1], temperature=temperature, seed=seed,
-                             max_trim=spec.num_draft_tokens + 1)
+                             max_trim=spec.num_draft_tokens + 1, coupled=seed is not None)
 
 
 def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
                   temperature: float = 0.0, seed: int | None = None) -> Drafter:
     """A fresh drafter for one request; ``temperature``/``seed`` drive a draft model's
-    own sampling (its q must match the request's sampler for exact rejection sampling)."""
+    own sampling (its q must match the request's sampler for exact rejection sampling;
+    with a seed it draws each output position with the request's key of that position,
+    coupled to the target's position-keyed draw)."""
     if not spec.speculative:
         return NoDrafter()
     res = resources or DraftResources()

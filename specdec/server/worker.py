@@ -29,6 +29,12 @@ Contract:
   (``cfg.prompt_cache_bytes``; 0 turns it off): a request that starts like an earlier
   one (a conversation's next turn) prefills only what is new; ``usage`` reports the
   reused tokens as ``prompt_tokens_details.cached_tokens``.
+- Ready at once: ``start`` never measures. With batching and no cached verify cost
+  curve for the model, batches draft linear blocks of each request's k (no block
+  pricing) while a ``calibrate.Calibration`` measures the curve a forward at a time
+  whenever no job runs or waits; after one round of every length its estimate prices the
+  blocks, and once done the curve is cached and prices them. The log
+  says which.
 - The memory is saved every ``cfg.save_interval`` seconds when it changed (checked
   between jobs and while idle) and once more by ``stop()``.
 - Distributed (``group`` given: rank 0 of ``specdec serve --distributed``): the model is
@@ -57,6 +63,11 @@ from .memory import SharedMemory
 
 log = logging.getLogger("specdec.server")
 DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
+# an unseen model's batch cost curve is measured in idle time (``calibrate``): repeats per
+# length, and the most seconds of calibration between two looks at the queue (a job that
+# arrives meanwhile waits at most that plus one forward)
+CALIBRATION_REPEATS = 5
+CALIBRATION_SLICE_S = 0.05
 
 
 class InferenceWorker:
@@ -82,6 +93,7 @@ class InferenceWorker:
         self._mean_job_s = 1.0  # moving average, for Retry-After
         self._last_save = time.monotonic()
         self._costs: dict[int, dict[int, float]] = {}
+        self.calibration: Any = None  # a calibrate.Calibration while the batch curve is unknown
         self._draft_costs: dict[str, dict[str, float]] = {}
         self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
 
@@ -191,10 +203,47 @@ class InferenceWorker:
         self.one_at_a_time = why  # said in /health
         cost = None
         if self.max_batch > 1:
-            log.info("batching up to %d requests; measuring the verify cost curve (once per "
-                     "model, cached)", self.max_batch)
-            cost = curve_cost(cost_curve_for(self.model, 16, extra=BATCH_COST_LENGTHS))
+            cost = self._batch_cost()
         self.batcher = Batcher(self, cost)
+
+    def _batch_cost(self) -> Any:
+        """The batch's cost from the cached verify curve; without one, None (batches draft
+        linear blocks of each request's k) and a ``Calibration`` measures it in idle time
+        (``_calibrate``): the server answers at once, whatever it has seen before."""
+        from ..calibrate import Calibration
+        from ..decode.batch import BATCH_COST_LENGTHS, curve_cost
+        from ..measure import cached_cost_curve
+
+        lengths = [*range(1, 17), *BATCH_COST_LENGTHS]
+        curve = cached_cost_curve(self.model, lengths)
+        if curve is not None:
+            log.info("batching up to %d requests, blocks priced by the cached verify cost curve",
+                     self.max_batch)
+            return curve_cost(curve)
+        self.calibration = Calibration(self.model, lengths, repeats=CALIBRATION_REPEATS)
+        log.info("batching up to %d requests; no verify cost curve cached for this model: "
+                 "batches draft linear blocks of each request's k until it is measured, "
+                 "%d forwards in idle time", self.max_batch, self.calibration.total)
+        return None
+
+    def _calibrate(self, budget_s: float = CALIBRATION_SLICE_S) -> None:
+        """Calibration forwards for up to ``budget_s`` while no job runs or waits; once
+        done, the batch prices its blocks with the curve (and the curve is cached)."""
+        from ..decode.batch import curve_cost
+
+        cal, t0 = self.calibration, time.monotonic()
+        while not self.busy and not len(self.queue) and time.monotonic() - t0 < budget_s:
+            if cal.step():
+                cal.store()
+                self.batcher.batch.cost = curve_cost(cal.curve)
+                log.info("verify cost curve measured and cached: batches now price their blocks")
+                self.calibration = None
+                return
+            if self.batcher.batch.cost is None and cal.estimate() is not None:
+                # one round of every length: rough, but better than no pricing at all
+                self.batcher.batch.cost = curve_cost(cal.estimate())
+                log.info("verify cost curve: a first estimate prices batches (%.0f %% measured)",
+                         100 * cal.progress)
 
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
@@ -238,7 +287,9 @@ class InferenceWorker:
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
         while not self._stopping:
             try:
-                self.batcher.run_once(tick)
+                self.batcher.run_once(0 if self.calibration is not None else tick)
+                if self.calibration is not None:
+                    self._calibrate()
             except Exception:  # noqa: BLE001 (outside any job's own handling: the thread survives)
                 log.exception("a scheduling round failed; the inference thread keeps serving")
             if self.group is not None and not self.busy:

@@ -1,0 +1,85 @@
+"""A verify cost curve measured one forward at a time, in a server's idle moments.
+
+Why: measuring a model's curve at once (``measure.cost_curve_for``: 1..16 plus lengths up
+to 128, 7 repeats) took about 12 minutes on an unseen 0.5B model on a shared machine, and
+a server that waits for it does not answer ``/health``. The server instead starts with no
+curve (its batches then draft linear blocks of each request's k, the safe default) and
+calls ``step`` between scheduling rounds while nothing runs.
+
+Contract of ``Calibration(model, lengths, repeats=, context=, seed=)``:
+- construction prefills a ``context``-token random cache (one prefill);
+- ``step()`` times one forward of the next block length (rounds over every length, so
+  machine noise hits every length alike; round 0 warms each shape up and is not counted,
+  as ``measure.verify_cost_curve`` does) and returns True once every round is done;
+- ``curve`` is then {L: median seconds}; ``store()`` caches it
+  (``measure.store_cost_curve``), so the next start of the same model has it at once;
+- ``estimate()`` is the curve from the rounds timed so far (None before the first
+  counted round ends): a provisional curve to price blocks with until ``curve``;
+- ``progress`` is the fraction of forwards done. Steps leave the model's own state alone
+  (its cache is the calibration's).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any, Sequence
+
+import mlx.core as mx
+
+from .cache.rollback import make_cache, prefill, trim
+from .core.vocab import vocab_size
+from .measure import store_cost_curve
+
+
+class Calibration:
+    """See the module docstring."""
+
+    def __init__(self, model: Any, lengths: Sequence[int], *, repeats: int = 5,
+                 context: int = 256, seed: int = 0):
+        self.model, self.lengths, self.repeats = model, sorted(set(lengths)), repeats
+        self._rng = random.Random(seed)
+        self._vocab = vocab_size(model)
+        self._cache = make_cache(model, max_trim=max(self.lengths) + 1)
+        prefill(model, self._cache, [self._rng.randrange(self._vocab) for _ in range(context - 1)])
+        self._times: dict[int, list[float]] = {L: [] for L in self.lengths}
+        self._done = 0  # forwards timed, warm-up round included
+        self.curve: dict[int, float] | None = None
+
+    @property
+    def total(self) -> int:
+        return (self.repeats + 1) * len(self.lengths)
+
+    @property
+    def progress(self) -> float:
+        return self._done / self.total
+
+    def step(self) -> bool:
+        if self.curve is not None:
+            return True
+        rnd, i = divmod(self._done, len(self.lengths))
+        L = self.lengths[i]
+        block = mx.array([[self._rng.randrange(self._vocab) for _ in range(L)]])
+        t0 = time.perf_counter()
+        mx.eval(mx.argmax(self.model(block, cache=self._cache)[0], axis=-1))
+        if rnd:  # round 0 warms up every shape
+            self._times[L].append(time.perf_counter() - t0)
+        trim(self._cache, L)
+        self._done += 1
+        if self._done == self.total:
+            self.curve = {L: statistics.median(v) for L, v in self._times.items()}
+            self._cache = None
+        return self.curve is not None
+
+    def estimate(self) -> dict[int, float] | None:
+        if self.curve is not None:
+            return self.curve
+        if self._done < 2 * len(self.lengths):  # the warm-up round and one counted round
+            return None
+        return {L: statistics.median(v) for L, v in self._times.items()}
+
+    def store(self) -> None:
+        if self.curve is None:
+            raise ValueError("the calibration is not finished")
+        store_cost_curve(self.model, self.curve)

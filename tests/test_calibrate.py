@@ -1,0 +1,68 @@
+"""Ready at once (issue #24 part 3): the verify cost curve of an unseen model is measured
+a forward at a time in idle moments (``calibrate.Calibration``), so ``specdec serve``
+answers ``/health`` within seconds and serves requests meanwhile, then caches the curve."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import cached_tiny
+
+from specdec.calibrate import Calibration
+from specdec.measure import cached_cost_curve, model_fingerprint, store_cost_curve
+
+
+def test_calibration_measures_every_length_a_forward_at_a_time_and_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    model = cached_tiny("llama")
+    assert cached_cost_curve(model, [1, 2, 5]) is None  # nothing cached: nothing measured
+    cal = Calibration(model, [5, 1, 2], repeats=2, context=32)
+    steps = 0
+    while not cal.step():
+        steps += 1
+        assert 0 < cal.progress < 1
+        # a first estimate once the warm-up round and one counted round are done
+        assert (cal.estimate() is not None) == (steps >= 2 * 3)
+    assert steps + 1 == cal.total == 3 * 3  # warm-up round + 2 repeats, every length
+    assert sorted(cal.curve) == [1, 2, 5] and all(t > 0 for t in cal.curve.values())
+    cal.store()
+    assert cached_cost_curve(model, [1, 2, 5]) == cal.curve
+    assert cached_cost_curve(model, [1, 2, 5, 8]) is None  # a length it lacks
+    store_cost_curve(model, {8: 1.0})  # merged over what is cached
+    assert cached_cost_curve(model, [1, 2, 5, 8]) == {**cal.curve, 8: 1.0}
+    assert (tmp_path / "cost" / f"{model_fingerprint(model)}.json").exists()
+
+
+@pytest.mark.slow  # a server process on a real model
+def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
+    """No cost curve cached (a fresh cache directory): /health is ok within 30 s of the
+    start, a request is answered while the curve is measured (greedy, equal to plain),
+    and the curve is then cached for the next start."""
+    import specdec
+    from conftest import real_model
+    from serverproc import MODEL, Server, wait_for
+
+    from specdec.loader.cache import cache_root
+
+    real_model(MODEL)  # converted into the user's cache once; linked below, costs not
+    for part in ("converted", "gguf"):
+        if (cache_root() / part).exists():
+            (tmp_path / part).symlink_to(cache_root() / part)
+    t0 = time.monotonic()
+    s = Server("--max-batch", "4", env={"SPECDEC_CACHE_DIR": str(tmp_path)}, start_timeout=120)
+    try:
+        ready = time.monotonic() - t0
+        assert ready <= 30, f"/health ok after {ready:.0f} s"
+        assert "until it is measured" in s.log()
+        messages = [{"role": "user", "content": "Count from 1 to 10."}]
+        r = s.openai().chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0)
+        plain = specdec.generate(*real_model(MODEL), messages, drafter=None, max_tokens=16)
+        assert r.choices[0].message.content == plain.text
+        wait_for(lambda: "verify cost curve measured and cached" in s.log(), 600, "the calibration")
+        assert "a first estimate prices batches" in s.log()
+    finally:
+        s.stop()
+    curves = [p for p in (tmp_path / "cost").glob("*.json")]
+    assert curves and all(json.loads(p.read_text()) for p in curves)
