@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .drafters.spec import (DEFAULT_GATE_THRESHOLD, DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec,
-                            parse_tree_budget)
+from .drafters.spec import DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec, parse_tree_budget
 from .loader.api import DTYPES  # one list of dtype names
 
 DRAFT_FIELDS = tuple(f.name for f in fields(DraftSpec))
@@ -38,9 +37,9 @@ def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = "ngram") ->
     p.add_argument("--ngram-mod-n", type=int, help="ngram-mod hashed n-gram length (default 4)")
     p.add_argument("--suffix-history", type=int, default=DEFAULT_SUFFIX_HISTORY,
                    help="suffix history tokens")
-    p.add_argument("--gate", action="store_true", help="skip drafting on non-repetitive prompts")
-    p.add_argument("--gate-threshold", type=float, default=DEFAULT_GATE_THRESHOLD,
-                   help="3-gram repetition score")
+    p.add_argument("--gate", action=argparse.BooleanOptionalAction, default=True,
+                   help="the cost gate (default on): draft only while drafting beats plain decoding "
+                        "on the measured verify cost, picking each step's k; --no-gate drafts k always")
     p.add_argument("--adaptive-k", action="store_true",
                    help="choose k per step from acceptance and the measured verify cost")
     p.add_argument("--draft-tree-budget", type=tree_budget_arg, default=0,

@@ -74,26 +74,30 @@ class GenerationResult:
 
 
 def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
-                    num_draft_tokens: int = 4, ngram_min: int = 1, ngram_max: int = 3,
-                    temperature: float = 0.0, seed: int | None = None) -> Drafter:
+                    model: Any = None, num_draft_tokens: int = 4, ngram_min: int = 1,
+                    ngram_max: int = 3, temperature: float = 0.0, seed: int | None = None) -> Drafter:
     """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
 
-    A string uses the process-wide ngram-mod table of this tokenizer (so library calls
-    share one memory, as a server does) and cannot name ``model`` (it needs a loaded
-    draft model: build a ``DraftModelDrafter`` or use ``prepare_resources``)."""
+    A spec or string is built with ``prepare_resources`` on ``model`` (the cost gate, on
+    by default, prices drafts on the model's verify cost curve, measured once and cached;
+    a spec naming ``draft_model`` loads it). A string uses the process-wide ngram-mod
+    table of this tokenizer (so library calls share one memory, as a server does)."""
     if drafter is None:
         return NoDrafter()
     if isinstance(drafter, str):
         drafter = DraftSpec(drafter, num_draft_tokens=num_draft_tokens, ngram_min=ngram_min,
                             ngram_max=ngram_max)
     if isinstance(drafter, DraftSpec):
-        from .drafters import ngram_mod_table, shared_ngram_mod_table
+        from .drafters import shared_ngram_mod_table
+        from .resources import prepare_resources
 
-        table = None
-        if drafter.uses("ngram-mod"):  # a file the spec names is loaded, never ignored
-            table = ngram_mod_table(drafter, tokenizer) if drafter.ngram_mod_file else \
-                shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
-        res = DraftResources(tokenizer=tokenizer, table=table)
+        table = None  # a file the spec names is loaded by prepare_resources, never ignored
+        if drafter.uses("ngram-mod") and not drafter.ngram_mod_file:
+            table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
+        if model is None and drafter.speculative and (drafter.gate or drafter.adaptive_k):
+            raise ValueError("the cost gate needs the target model (resolve_drafter(..., model=))")
+        res = prepare_resources(drafter, model, tokenizer, table=table) if model is not None \
+            else DraftResources(tokenizer=tokenizer, table=table)
         return build_drafter(drafter, res, temperature=temperature, seed=seed)
     if not isinstance(drafter, Drafter):
         raise TypeError(f"{drafter!r} is not a Drafter: subclass specdec.drafters.Drafter "
@@ -214,7 +218,7 @@ def stream_generate(
     k = num_draft_tokens if num_draft_tokens is not None else spec.num_draft_tokens if spec else 4
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     grammar = grammar_for(model, tokenizer, response_format)
-    drafter = resolve_drafter(drafter, tokenizer, num_draft_tokens=k, ngram_min=ngram_min,
+    drafter = resolve_drafter(drafter, tokenizer, model=model, num_draft_tokens=k, ngram_min=ngram_min,
                               ngram_max=ngram_max, temperature=temperature, seed=seed)
     step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
     sampling = SamplingParams(temperature, top_p, top_k, min_p, seed, repetition_penalty,

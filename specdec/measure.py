@@ -279,7 +279,7 @@ def _host_drafter(name: str) -> Drafter:
     """The drafter ``DraftSpec(name)`` builds, with a fresh table for ngram-mod."""
     from .drafters.ngram_mod import NgramModTable
 
-    return build_drafter(DraftSpec(name), DraftResources(table=NgramModTable()))
+    return build_drafter(DraftSpec(name, gate=False), DraftResources(table=NgramModTable()))
 
 
 def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,

@@ -18,15 +18,16 @@ def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str
                       history: Any = None) -> DraftResources:
     """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the
     ngram-mod table (from ``spec.ngram_mod_file`` if it exists, else a fresh one of the
-    spec's size and n, unless ``table`` is given), the cost curve for adaptive k and the
-    drafter's own cost for adaptive k or an automatic tree budget (both cached on disk)."""
+    spec's size and n, unless ``table`` is given), the cost curve for the cost gate and
+    adaptive k and the drafter's own cost for those or an automatic tree budget (both
+    measured once per model and cached on disk: a few seconds on first use)."""
     res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history)
     if spec.uses("model") and res.draft is None:
         res.draft = load(spec.draft_model, dtype=dtype)
     if spec.uses("ngram-mod") and res.table is None:
         res.table = ngram_mod_table(spec, tokenizer)
-    if spec.adaptive_k:
+    if spec.speculative and (spec.gate or spec.adaptive_k):
         res.cost = cost_curve_for(model, spec.num_draft_tokens + 1)
-    if spec.adaptive_k or spec.draft_tree_budget == "auto":
+    if spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto"):
         res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None)
     return res

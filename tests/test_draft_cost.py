@@ -138,13 +138,17 @@ def test_draft_cost_for_measures_a_draft_model_once_and_caches_it(tmp_path, monk
 def test_prepare_resources_measures_the_drafter_cost_for_adaptive_k(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     model = cached_tiny("llama")
-    spec = DraftSpec("suffix", num_draft_tokens=3, adaptive_k=True)
+    spec = DraftSpec("suffix", num_draft_tokens=3, adaptive_k=True, gate=False)
     res = prepare_resources(spec, model, None)
     assert res.draft_cost["fixed"] > 0 and res.draft_cost["per_token"] == 0.0
     drafter = build_drafter(spec, res)
     assert isinstance(drafter, AdaptiveKDrafter) and drafter.draft_cost == res.draft_cost
-    assert prepare_resources(DraftSpec("suffix"), model, None).draft_cost is None
-    assert build_drafter(DraftSpec("suffix")).draft_cost is None
+    assert prepare_resources(DraftSpec("suffix", gate=False), model, None).draft_cost is None
+    assert build_drafter(DraftSpec("suffix", gate=False)).draft_cost is None
+    # the cost gate (the default) is priced the same way: the curve and the drafter's cost
+    gated = prepare_resources(DraftSpec("suffix", num_draft_tokens=3), model, None)
+    assert sorted(gated.cost) == [1, 2, 3, 4] and gated.draft_cost == res.draft_cost
+    assert build_drafter(DraftSpec("suffix", num_draft_tokens=3), gated).draft_cost == res.draft_cost
 
 
 def test_draft_seconds_is_zero_for_no_draft():

@@ -68,7 +68,7 @@ def test_tree_drafts_keep_greedy_parity_and_accept_alternatives(arch):
 def test_spec_built_draft_model_trees_match_plain():
     # the DraftSpec path: build_drafter with a loaded (tiny) draft, a far draft (seed 7):
     # nearly every tree is rejected at its root, alternatives included
-    spec = DraftSpec("model", draft_model="tiny", num_draft_tokens=3, draft_tree_budget=5)
+    spec = DraftSpec("model", draft_model="tiny", num_draft_tokens=3, draft_tree_budget=5, gate=False)
     from conftest import tiny_model
 
     drafter = build_drafter(spec, DraftResources(draft=(tiny_model("llama", seed=7), None)))

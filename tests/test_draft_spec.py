@@ -17,7 +17,7 @@ from specdec.drafters import (DRAFT_TYPES, Drafter, DraftResources, DraftSpec, N
                               NoDrafter, Proposal, build_drafter)
 from specdec.drafters.adaptive import AdaptiveKDrafter
 from specdec.drafters.chain import ChainDrafter
-from specdec.drafters.gate import GatedDrafter
+from specdec.drafters.gate import CostGate
 from specdec.engine import token_stream
 from specdec.server.schemas import SpeculativeOptions, merge_speculative
 
@@ -37,12 +37,12 @@ def test_every_front_end_builds_the_same_spec(chain, k, n, gate, adaptive):
     parser = argparse.ArgumentParser()
     add_draft_flags(parser)
     argv = ["--draft-type", text, "--num-draft-tokens", str(k), "--ngram-min", str(n),
-            "--ngram-max", str(max(3, n))] + ["--gate"] * gate + ["--adaptive-k"] * adaptive
+            "--ngram-max", str(max(3, n))] + ["--no-gate"] * (not gate) + ["--adaptive-k"] * adaptive
     assert draft_spec_from_args(parser.parse_args(argv)) == lib
     opts = SpeculativeOptions(draft_type=text, num_draft_tokens=k, ngram_min=n,
                               ngram_max=max(3, n), gate=gate, adaptive_k=adaptive)
     assert merge_speculative(DraftSpec("suffix"), opts) == lib
-    bench = f"{text}:k={k}" + (f":n={n}" if n != 1 else "") + ":gate" * gate + ":adaptive" * adaptive
+    bench = f"{text}:k={k}" + (f":n={n}" if n != 1 else "") + ":nogate" * (not gate) + ":adaptive" * adaptive
     assert parse_config(bench).spec == lib
     assert parse_config(parse_config(bench).text) == parse_config(bench)
 
@@ -65,7 +65,6 @@ def test_bad_draft_types_are_refused_everywhere(bad, message):
 @pytest.mark.parametrize("kw, message", [
     (dict(num_draft_tokens=0), "--num-draft-tokens"),
     (dict(ngram_min=3, ngram_max=2), "--ngram-max"),
-    (dict(gate_threshold=1.5), "--gate-threshold"),
     (dict(ngram_mod_size=0), "--ngram-mod-size"),
     (dict(suffix_history=-1), "--suffix-history"),
 ])
@@ -95,7 +94,7 @@ def test_one_tree_budget_parser_behind_every_front_end():
 def test_bounds_are_checked_once_by_the_spec():
     """The server and the bench leave k and the n-gram bounds to ``DraftSpec``: the same
     rule and the same message (naming the request field or the bench option)."""
-    for kw in (dict(num_draft_tokens=0), dict(ngram_min=0), dict(gate_threshold=1.5)):
+    for kw in (dict(num_draft_tokens=0), dict(ngram_min=0)):
         opts = SpeculativeOptions(**kw)  # only JSON types and the server's caps here
         field = next(iter(kw))
         with pytest.raises(ValueError, match=rf"speculative\.{field}"):
@@ -112,7 +111,7 @@ def test_the_server_names_request_fields_in_its_errors():
 def test_unused_drafter_options_are_refused_at_the_cli():
     for spec, flag in ((DraftSpec("ngram", draft_model="x"), "--draft-model"),
                        (DraftSpec("ngram", ngram_mod_n=3), "--ngram-mod-n"),
-                       (DraftSpec("suffix", gate_threshold=0.5), "--gate-threshold")):
+                       (DraftSpec("ngram", suffix_history=5), "--suffix-history")):
         with pytest.raises(ValueError, match=flag):
             RunConfig(spec=spec).validate()
     with pytest.raises(ValueError, match="needs --draft-model"):
@@ -125,20 +124,25 @@ def test_unused_drafter_options_are_refused_at_the_cli():
 def test_build_drafter_builds_what_the_spec_says(smollm):
     _, tok = smollm
     assert isinstance(build_drafter(DraftSpec("none")), NoDrafter)
-    d = build_drafter(DraftSpec("ngram", ngram_min=2, ngram_max=4), DraftResources(tokenizer=tok))
+    d = build_drafter(DraftSpec("ngram", ngram_min=2, ngram_max=4, gate=False), DraftResources(tokenizer=tok))
     assert isinstance(d, NgramDrafter) and (d.n_min, d.n_max) == (2, 4)
     assert d.eos == frozenset(tok.eos_token_ids)
-    chain = build_drafter(DraftSpec("suffix,ngram-mod", ngram_mod_size=1024, ngram_mod_n=2),
+    chain = build_drafter(DraftSpec("suffix,ngram-mod", ngram_mod_size=1024, ngram_mod_n=2, gate=False),
                           DraftResources(tokenizer=tok))
     assert isinstance(chain, ChainDrafter) and chain.name == "suffix,ngram-mod"
     table = chain.drafters[1].table
     assert (table.size, table.n) == (1024, 2)
     cost = {L: 1.0 + 0.1 * L for L in range(1, 10)}
-    wrapped = build_drafter(DraftSpec("ngram", num_draft_tokens=8, gate=True, adaptive_k=True),
-                            DraftResources(tokenizer=tok, cost=cost))
-    assert isinstance(wrapped, GatedDrafter) and isinstance(wrapped.inner, AdaptiveKDrafter)
-    with pytest.raises(ValueError, match="cost curve"):
-        build_drafter(DraftSpec("ngram", adaptive_k=True), DraftResources(tokenizer=tok))
+    gated = build_drafter(DraftSpec("ngram", num_draft_tokens=8, adaptive_k=True),
+                          DraftResources(tokenizer=tok, cost=cost))
+    # the gate (the default) picks each step's k itself: it is adaptive k, and more
+    assert isinstance(gated, CostGate) and isinstance(gated.inner, NgramDrafter)
+    assert gated.name == "ngram" and gated.k_max == 8
+    adaptive = build_drafter(DraftSpec("ngram", gate=False, adaptive_k=True), DraftResources(tokenizer=tok, cost=cost))
+    assert type(adaptive) is AdaptiveKDrafter
+    for spec in (DraftSpec("ngram"), DraftSpec("ngram", gate=False, adaptive_k=True)):
+        with pytest.raises(ValueError, match="verify cost curve: build the drafter with specdec.prepare_resources"):
+            build_drafter(spec, DraftResources(tokenizer=tok))
     with pytest.raises(ValueError, match="draft model"):
         build_drafter(DraftSpec("model"), DraftResources(tokenizer=tok))
 
@@ -153,7 +157,7 @@ def test_ngram_mod_file_shape_must_match_the_flags(tmp_path, smollm):
     assert loaded.size == 512
     from specdec.engine import resolve_drafter  # the library path loads the file too
 
-    assert resolve_drafter(DraftSpec("ngram-mod", ngram_mod_file=path), tok).table.size == 512
+    assert resolve_drafter(DraftSpec("ngram-mod", ngram_mod_file=path, gate=False), tok).table.size == 512
     with pytest.raises(ValueError, match="size 512"):
         ngram_mod_table(DraftSpec("ngram-mod", ngram_mod_file=path, ngram_mod_size=1024), tok)
 
@@ -258,7 +262,7 @@ def test_the_drafter_interface_is_declared():
     for name, want in branches.items():
         d = build_drafter(DraftSpec(name), res)
         assert d.branches is want and d.draft_cost == (res.draft_cost if name != "none" else None)
-        for wrapped in (dict(gate=True), dict(adaptive_k=True), dict(gate=True, adaptive_k=True)):
+        for wrapped in (dict(gate=False), dict(gate=False, adaptive_k=True), dict(adaptive_k=True)):
             if name != "none":
                 assert build_drafter(DraftSpec(name, **wrapped), res).branches is want
     assert build_drafter(DraftSpec("ngram-mod,grammar"), res).branches  # merged: a trie
@@ -272,7 +276,7 @@ def test_the_drafter_interface_is_declared():
     ngram.draft_cost, costly.draft_cost = {"fixed": 1.0, "per_token": 0.0}, {"fixed": 2.0, "per_token": 0.5}
     assert ChainDrafter([ngram, costly]).draft_cost == {"fixed": 3.0, "per_token": 0.5}
     assert ChainDrafter([ngram, NgramDrafter()]).draft_cost is None  # one member unknown
-    assert GatedDrafter(costly).draft_cost == AdaptiveKDrafter(costly, cost, 4).draft_cost == costly.draft_cost
+    assert CostGate(costly, cost, 4).draft_cost == AdaptiveKDrafter(costly, cost, 4).draft_cost == costly.draft_cost
 
 
 def test_generate_refuses_objects_that_are_not_drafters(smollm):

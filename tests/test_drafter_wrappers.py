@@ -4,13 +4,11 @@ import random
 
 import pytest
 from conftest import assert_stats_speculated, cached_tiny
-from hypothesis import given
-from hypothesis import strategies as st
 
 from specdec.drafters import Drafter, NgramDrafter, NoDrafter, Proposal
 from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, expected_tokens
 from specdec.drafters.chain import ChainDrafter
-from specdec.drafters.gate import GatedDrafter, repetition_score
+from specdec.drafters.gate import CostGate
 from specdec.engine import token_stream
 from specdec.core.stats import SpecStats
 
@@ -36,40 +34,6 @@ def test_chain_first_nonempty_wins_and_keeps_stats():
     assert b.seen == [1] and a.seen == []
     assert chain.stats == {"a": {"won": 0, "drafted": 0, "accepted": 0},
                            "b": {"won": 1, "drafted": 2, "accepted": 1}}
-
-
-@given(st.lists(st.integers(0, 4), max_size=40))
-def test_repetition_score_matches_definition(tokens):
-    grams = [tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2)]
-    distinct = set(grams)
-    expected = sum(grams.count(g) >= 2 for g in distinct) / len(distinct) if distinct else 0.0
-    assert repetition_score(tokens) == expected
-
-
-def test_prompt_gate_turns_off_on_novel_prompts_unless_forced():
-    g = GatedDrafter(Fixed("f", [7]), min_score=0.1)
-    g.begin(list(range(50)))  # no repeated 3-gram
-    assert not g.enabled and not g.propose(list(range(50)), 4)
-    forced = GatedDrafter(Fixed("f", [7]), min_score=0.1, force=True)
-    forced.begin(list(range(50)))
-    assert forced.propose(list(range(50)), 4).tokens == (7,)
-
-
-def test_runtime_gate_turns_off_then_back_on_via_shadow_guesses():
-    inner = Fixed("f", [5, 5])
-    g = GatedDrafter(inner, min_score=0.0, min_acceptance=0.5, window=4, recheck_every=1)
-    ctx = [1, 2, 3, 1, 2, 3]
-    g.begin(ctx)
-    for _ in range(4):  # four fully rejected proposals: drafting turns off
-        assert g.propose(ctx, 2)
-        g.observe(0)
-        ctx = ctx + [9]
-    assert not g.enabled
-    for _ in range(4):  # shadow guesses [5, ...] would now have been right every time
-        assert not g.propose(ctx, 2)
-        ctx = ctx + [5]
-    g.propose(ctx, 2)
-    assert g.enabled
 
 
 def test_expected_tokens_and_best_k_against_brute_force():
@@ -116,7 +80,7 @@ def test_wrappers_keep_parity_on_tiny_models(arch):
     cost = {L: 1.0 + 0.15 * (L - 1) for L in range(1, 18)}
     drafters = [
         ChainDrafter([NoDrafter(), NgramDrafter(2, 3), NgramDrafter(1, 1)]),
-        GatedDrafter(NgramDrafter(1, 3), min_score=0.0, min_acceptance=0.9, window=3, recheck_every=2),
+        CostGate(NgramDrafter(1, 3), cost, k_max=16),
         AdaptiveKDrafter(NgramDrafter(1, 3), cost, k_max=16),
     ]
     for d in drafters:

@@ -82,7 +82,7 @@ def test_forced_full_acceptance_and_rejection_at_zero(arch):
 @pytest.mark.parametrize("arch", ["qwen3_next", "lfm2", "mamba2", "falcon_h1"])
 def test_parity_real_drafters(arch, draft_type):
     stats = SpecStats()
-    drafter = build_drafter(DraftSpec(draft_type, num_draft_tokens=6, ngram_min=1))
+    drafter = build_drafter(DraftSpec(draft_type, num_draft_tokens=6, ngram_min=1, gate=False))
     assert run(cached(arch), drafter=drafter, num_draft_tokens=6, stats=stats) == plain(arch)
     assert stats.drafted > 0
 
@@ -179,14 +179,14 @@ def test_rollback_is_checked():
 
 def test_trees_refused():
     with pytest.raises(ValueError, match="recurrent layers"):
-        run(cached("lfm2"), drafter=build_drafter(DraftSpec("ngram")), tree_budget=4)
+        run(cached("lfm2"), drafter=build_drafter(DraftSpec("ngram", gate=False)), tree_budget=4)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_next", "mamba2"])
 def test_prompt_cache_extends_restores_or_rebuilds(arch):
     model = cached(arch)
     pc = make_prompt_cache(model, max_draft_tokens=8)
-    drafter = lambda: build_drafter(DraftSpec("ngram", ngram_min=1))  # noqa: E731
+    drafter = lambda: build_drafter(DraftSpec("ngram", ngram_min=1, gate=False))  # noqa: E731
     first = run(model, drafter=drafter(), prompt_cache=pc, num_draft_tokens=4)
     assert first == plain(arch)
     reply = PROMPT + [5, 9] + first  # shares the prompt, not the reply: back to the checkpoint
@@ -217,7 +217,7 @@ def test_draft_model_and_ngram_mod_drafters():
     assert run(cached(arch), drafter=drafter, num_draft_tokens=6, stats=stats) == plain(arch)
     assert stats.drafted > 0
     table = NgramModTable(4096, 3)
-    mod = build_drafter(DraftSpec("ngram-mod", num_draft_tokens=6), DraftResources(table=table))
+    mod = build_drafter(DraftSpec("ngram-mod", num_draft_tokens=6, gate=False), DraftResources(table=table))
     assert run(cached(arch), drafter=mod, num_draft_tokens=6) == plain(arch)
     with pytest.raises(Exception, match="cannot roll back"):
         DraftModelDrafter(cached("qwen3_next"))

@@ -173,7 +173,7 @@ def test_gemma_conversation_past_its_window():
     ids = encode_prompt(tok, f"```python\n{src}\n```\n```python\n{src[:40]}", chat=False)
     assert 300 < len(ids) < 480
     pc = make_prompt_cache(model, max_draft_tokens=8)
-    drafter = build_drafter(DraftSpec("ngram", num_draft_tokens=8))
+    drafter = build_drafter(DraftSpec("ngram", num_draft_tokens=8, gate=False))
     first = generate(model, tok, ids, drafter=drafter, num_draft_tokens=8, max_tokens=170,
                      prompt_cache=pc)
     assert len(ids) + len(first.tokens) > 512

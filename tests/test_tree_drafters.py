@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from specdec.drafters import Drafter, NgramDrafter, Proposal, prompt_lookup
 from specdec.drafters.adaptive import AdaptiveKDrafter
 from specdec.drafters.chain import ChainDrafter
-from specdec.drafters.gate import GatedDrafter
+from specdec.drafters.gate import CostGate
 from specdec.drafters.ngram import all_match_continuations
 from specdec.drafters.suffix import SuffixDrafter, SuffixIndex
 from specdec.drafters.suffix_match import suffix_proposal
@@ -314,16 +314,17 @@ def test_chain_sends_a_sampled_tree_alone_or_leaves_it_out():
 
 def test_gate_forwards_trees_and_rates_them_by_depth():
     bushy = merge_paths([[1, 2], [3, 4], [5, 6], [7, 8]], 8, 2)  # 8 nodes, depth 2
-    g = GatedDrafter(TreeFixed("t", bushy), min_score=0.0, min_acceptance=0.5, window=4)
+    cost = {L: 1.0 + 0.12 * (L - 1) for L in range(1, 6)}
+    g = CostGate(TreeFixed("t", bushy), cost, k_max=4)
     g.begin([0])
     for _ in range(6):  # the whole depth accepted: 100 %, though only 2 of 8 nodes
         assert g.propose_tree([0], 4, 8) == bushy
         g.observe(2)
-    assert g.enabled
-    for _ in range(4):
-        g.propose_tree([0], 4, 8)
-        g.observe(0)
-    assert not g.enabled and not g.propose_tree([0], 4, 8)
+    assert not g.paused
+    for _ in range(6):
+        if g.propose_tree([0], 4, 8):
+            g.observe(0)
+    assert g.paused and not g.propose_tree([0], 4, 8)
 
 
 def test_adaptive_caps_the_tree_depth_at_its_k():

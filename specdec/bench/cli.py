@@ -69,7 +69,8 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--num-draft-tokens", type=_ints, help="sweep: k values, e.g. 2,4,8")
     p.add_argument("--ngram-min", type=_ints, help="sweep: n_min values for ngram, e.g. 1,2,3")
     p.add_argument("--adaptive-k", action="store_true", help="sweep: add adaptive-k variants")
-    p.add_argument("--gate", action="store_true", help="sweep: add gated variants")
+    p.add_argument("--gate", action="store_true",
+                   help="sweep: add ungated variants (nogate) beside the gated default")
     p.add_argument("--prompt-tokens", type=_ints, help="fit prompts to these lengths, e.g. 600,800")
     p.add_argument("--runs", type=int, help="measured runs per config and case (after 1 warm-up)")
     p.add_argument("--max-tokens", "-m", type=int, help="tokens per turn")

@@ -4,7 +4,8 @@ Contract: ``parse_config("ngram:k=4:n=2")`` → ``BenchConfig``, a ``DraftSpec``
 bench-only ``warm`` flag. A spec is a draft type (or a comma chain such as
 ``ngram,suffix``) followed by ``:``-separated options: ``k=K`` (draft length, default 4),
 ``n=N`` (n-gram minimum for ``ngram``; the maximum is max(3, N)), ``adaptive`` (choose k
-per step, K is the maximum), ``gate`` (skip drafting on non-repetitive prompts),
+per step, K is the maximum, without the gate), ``nogate`` (draft k at every step: the
+cost gate, on by default as everywhere, drafts only while it beats plain decoding),
 ``mod-size=S`` / ``mod-n=N`` (the ngram-mod table's slots and hashed n-gram length),
 ``tree=N`` / ``tree=auto`` (verify token trees of at most N nodes per step) and
 ``warm`` (ngram-mod starts from a table built earlier, e.g. by another model). ``none``
@@ -13,8 +14,8 @@ is plain decoding, the baseline. ``sweep(types, ks, ns, ...)`` is the cartesian 
 index, an ngram-mod table, a suffix history) leaks from one measured run into the next:
 each run measures the same cold start (a ``warm`` run starts from the same saved table).
 
-    >>> parse_config("ngram:k=8:n=2:adaptive").label
-    'ngram k=8 n=2 adaptive'
+    >>> parse_config("ngram:k=8:n=2:adaptive:nogate").label
+    'ngram k=8 n=2 adaptive nogate'
     >>> parse_config("ngram-mod:k=4:mod-n=6").spec.ngram_mod_n
     6
     >>> parse_config("suffix:k=8:tree=16").label, parse_config("suffix:tree=auto").text
@@ -29,7 +30,7 @@ from typing import Any, Iterable, Mapping
 from ..drafters.spec import (DraftResources, DraftSpec, build_drafter, ngram_mod_table,
                              parse_tree_budget)
 
-_FLAGS = ("adaptive", "gate", "warm")
+_FLAGS = ("adaptive", "nogate", "warm")
 _NUMBERS = {"k": "num_draft_tokens", "n": "ngram_min", "mod-size": "ngram_mod_size",
             "mod-n": "ngram_mod_n"}
 
@@ -64,7 +65,7 @@ class BenchConfig:
         out += [("mod-size", str(s.ngram_mod_size))] if s.ngram_mod_size else []
         out += [("mod-n", str(s.ngram_mod_n))] if s.ngram_mod_n else []
         out += [("tree", str(s.draft_tree_budget))] if s.draft_tree_budget else []
-        flags = (("adaptive", s.adaptive_k), ("gate", s.gate), ("warm", self.warm))
+        flags = (("adaptive", s.adaptive_k), ("nogate", not s.gate), ("warm", self.warm))
         return out + [(name, "") for name, on in flags if on]
 
     @property
@@ -85,7 +86,7 @@ class BenchConfig:
                 draft_cost: Mapping[str, float] | None = None) -> Any:
         """A fresh drafter for one run (``None`` for the baseline).
 
-        ``cost``: the verify cost curve (needed by ``adaptive``); ``draft``: (model,
+        ``cost``: the verify cost curve (needed by the gate and ``adaptive``); ``draft``: (model,
         tokenizer) for the ``model`` type; ``draft_cost``: the drafter's measured cost per
         proposal (``measure.draft_cost_for``; adaptive k and ``tree=auto`` count it); ``table``: the file of a saved ngram-mod table, loaded
         afresh for every run of a ``warm`` config (the cross-model warm-start experiment)."""
@@ -99,7 +100,7 @@ class BenchConfig:
             res.table = ngram_mod_table(spec, tokenizer, load_file=self.warm)
         if self.spec.uses("model") and draft is None:
             raise ValueError(f"config {self.text} needs a draft model: pass --draft-model")
-        if self.spec.adaptive_k and cost is None:
+        if (self.spec.adaptive_k or self.spec.gate) and cost is None:
             raise ValueError(f"config {self.text} needs the verify cost curve")
         return build_drafter(self.spec, res)
 
@@ -113,14 +114,17 @@ def parse_config(text: str) -> BenchConfig:
             key, _, value = opt.partition("=")
             if key in _FLAGS and not value:
                 warm |= key == "warm"
-                kw[{"adaptive": "adaptive_k"}.get(key, key)] = True
+                if key == "nogate":
+                    kw["gate"] = False
+                else:
+                    kw[{"adaptive": "adaptive_k"}.get(key, key)] = True
             elif key in _NUMBERS and value.isascii() and value.isdigit():
                 kw[_NUMBERS[key]] = int(value)  # DraftSpec checks the bounds
             elif key == "tree" and (budget := _tree_budget(value)) is not None:
                 kw["draft_tree_budget"] = budget
             else:
                 raise ValueError(f"bad option {opt!r} (use k=K, n=N, mod-size=S, mod-n=N, "
-                                 "tree=N|auto, adaptive, gate, warm)")
+                                 "tree=N|auto, adaptive, nogate, warm)")
         kw.pop("warm", None)
         if "ngram_min" in kw:
             kw["ngram_max"] = max(3, kw["ngram_min"])
@@ -144,7 +148,8 @@ def _tree_budget(value: str) -> int | str | None:
 
 def sweep(types: Iterable[str], ks: Iterable[int], ns: Iterable[int] = (1,), *,
           adaptive: bool = False, gate: bool = False) -> list[BenchConfig]:
-    """Every draft type × k × n (n only varies ``ngram``), plus adaptive/gate variants."""
+    """Every draft type × k × n (n only varies ``ngram``), plus adaptive/ungated variants
+    (``gate``: each type's smallest k without the gate, beside the gated default)."""
     out: list[BenchConfig] = []
     ks = list(ks)
     for t in types:
@@ -154,5 +159,5 @@ def sweep(types: Iterable[str], ks: Iterable[int], ns: Iterable[int] = (1,), *,
         if adaptive:
             out.append(parse_config(f"{t}:k={max(ks)}:adaptive"))
         if gate:
-            out.append(parse_config(f"{t}:k={min(ks)}:gate"))
+            out.append(parse_config(f"{t}:k={min(ks)}:nogate"))
     return list(dict.fromkeys(out))

@@ -35,10 +35,11 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {
     "default": Profile(
-        "every class at two prompt lengths; ngram at k=4 and 8, suffix, ngram-mod, the "
-        "gate, token trees beside their linear configs, the oracle; all peers (the README's run)",
+        "every class at two prompt lengths; ngram at k=4 and 8, suffix, ngram-mod (all "
+        "gated, the default), ngram without the gate, token trees beside their linear configs, "
+        "the oracle; all peers (the README's run)",
         workloads=(*ECHO_SET, "open_story"),
-        configs=("ngram:k=4", "ngram:k=8", "suffix:k=4", "ngram-mod:k=4", "ngram:k=4:gate",
+        configs=("ngram:k=4", "ngram:k=8", "suffix:k=4", "ngram-mod:k=4", "ngram:k=4:nogate",
                  "ngram:k=4:tree=16", "suffix:k=4:tree=auto"),
         prompt_tokens=(300, 600), runs=3, max_tokens=64,
         peers=("hf-transformers", "llama.cpp", "mlx-lm")),

@@ -26,6 +26,7 @@ class SpecStats:
     drafted: int = 0
     accepted: int = 0
     verify_steps: int = 0
+    draft_steps: int = 0  # steps that verified a draft (the rest decoded one plain token)
     fed_tokens: int = 0
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
@@ -37,6 +38,7 @@ class SpecStats:
         """One verify step; per-position counts go by draft depth (a tree drafts several
         nodes per position: ``depth`` is its depth, None for a linear draft)."""
         self.verify_steps += 1
+        self.draft_steps += drafted > 0
         self.drafted += drafted
         self.accepted += accepted
         self.fed_tokens += fed

@@ -198,7 +198,7 @@ class Batch:
         """One verify step over every row; ``speculate=False`` makes every row a one-token
         step (the server does so while prompts wait for prefill: each decode step delays
         them all by its full duration)."""
-        rows = self.rows
+        rows, t_start = self.rows, time.perf_counter()
         drafts = [self._propose(r) if speculate else (EMPTY, EMPTY) for r in rows]
         props = [p for _, p in drafts]
         if len(rows) > 1 and self.cost is not None:
@@ -213,6 +213,8 @@ class Batch:
             seen = (time.perf_counter() - t0) / self.cost(len(rows) * L)
             key = (len(rows).bit_length(), L)
             self.ratio[key] = seen if key not in self.ratio else 0.8 * self.ratio[key] + 0.2 * seen
+        if len(rows) == 1:  # a single stream: the drafter (the cost gate) learns what a step costs
+            rows[0].drafter.step_time(L, time.perf_counter() - t_start)
         for r, (full, _), p, s in zip(rows, drafts, props, steps):
             self._observe(r, full, p, s)
         return steps

@@ -1,9 +1,14 @@
 """Plain decoding: one token per target forward, pipelined.
 
-Contract: ``plain_steps(model, cache, context, params, rng, diagnostics, top_logprobs)``
-yields one ``step.Step`` (one token) per forward, the cache holding ``context[:-1]`` on
-entry. The forward of token t+1 is queued before waiting for token t, as mlx-lm's loop
-does, so the host never stalls the device; the penalties' window therefore lives on the device
+Contract: ``plain_steps(model, cache, context, params, rng, diagnostics, top_logprobs,
+until=None)`` yields one ``step.Step`` (one token) per forward, the cache holding
+``context[:-1]`` on entry. The forward of token t+1 is queued before waiting for token t,
+as mlx-lm's loop does, so the host never stalls the device; ``rng`` is anything whose
+``next()`` gives the key of the next output position (a request's ``Rng``, or a seeded
+row's ``step.SeededSampler``). ``until()``, when given, is asked before each forward is
+queued: once it is true the token already computed is yielded unfed and the generator
+ends, the cache holding the context but that last token again (a single stream then
+goes back to speculating: ``request.Request``); the penalties' window therefore lives on the device
 and only processors that need no host state run here (``pipelined``: the penalties and
 the logit bias of ``core.processors``). This is the reference every speculative path must reproduce, and
 the path a request without a drafter runs when it decodes alone.
@@ -11,7 +16,7 @@ the path a request without a drafter runs when it decodes alone.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
@@ -28,6 +33,7 @@ def plain_steps(
     rng: Rng | None,
     diagnostics: bool,
     top_logprobs: int = 0,
+    until: Callable[[], bool] | None = None,
 ) -> Iterator[Step]:
     procs = processors_for(params)
     if not all(p.pipelined for p in procs):
@@ -51,13 +57,19 @@ def plain_steps(
         out = [y, logits[y] - lse] + ([top2_margin(logits)] if diagnostics else [])
         return out + (top_entries(logits - lse, top_logprobs) if top_logprobs else [])
 
+    def step(arrays: list[mx.array]) -> Step:
+        vals = [a.tolist() for a in arrays]  # waits for this token only
+        margins = [vals[2]] if diagnostics else None
+        top = [sorted_top(*vals[-2:])] if top_logprobs else None
+        return Step([vals[0]], 0, 0, 1, [vals[1]], margins, top)
+
     cur = forward(mx.array([context[-1]]))
     mx.async_eval(*cur)
     while True:
+        if until is not None and until():
+            yield step(cur)  # computed, not fed: the cache holds everything before it
+            return
         nxt = forward(cur[0])  # queued on the still-unevaluated token
         mx.async_eval(*nxt)
-        vals = [a.tolist() for a in cur]  # waits for this step only
-        margins = [vals[2]] if diagnostics else None
-        top = [sorted_top(*vals[-2:])] if top_logprobs else None
-        yield Step([vals[0]], 0, 0, 1, [vals[1]], margins, top)
+        yield step(cur)
         cur = nxt

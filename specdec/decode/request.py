@@ -20,7 +20,11 @@ Contract of ``Request(model, prompt_ids, ...)`` (arguments validated at construc
 - ``run()`` is the single-stream driver: start, prefill, then a batch of one (speculative:
   ``batch.Batch``, whose step is ``step.verify_step``) or pipelined plain decoding
   (``plain.plain_steps``), yielding each emitted token, settling on the way out (finished,
-  closed early, or failed).
+  closed early, or failed). While the drafter is ``paused`` (the cost gate found that
+  drafting does not pay) a speculative request decodes plain and pipelined too, telling
+  the drafter each token (``watch``) and each step's time (``step_time``), and goes back to
+  verify steps when it resumes; it cannot where a logits processor needs the host between
+  tokens (a grammar), and then takes one-token verify steps.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..cache.prompt_cache import PromptCache
 from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import make_cache, prefill
 from ..core.grammar import Grammar
-from ..core.processors import LogitsProcessor
+from ..core.processors import LogitsProcessor, processors_for
 from ..core.sampling import Rng, SamplingParams
 from ..core.stats import SpecStats
 from ..core.text import TextOut
@@ -41,7 +45,7 @@ from ..drafters.base import Drafter, NoDrafter
 from ..policy.tree_shape import TreeShaper
 from .batch import Batch, Row
 from .plain import plain_steps
-from .step import Step
+from .step import SeededSampler, Step
 
 
 @dataclass
@@ -189,10 +193,33 @@ class Request:
             yield from plain_steps(self.model, self.layers, self.prompt_ids, self.sampling, self.rng,
                                    self.diagnostics, self.top_logprobs)
             return
-        batch = Batch(self.model)
-        batch.join(self.row(), self.layers)
+        batch, row = Batch(self.model), self.row()
+        batch.join(row, self.layers)
+        pausable = not self.processors and all(p.pipelined for p in processors_for(self.sampling))
         while True:
             yield batch.step()[0]
+            if pausable and self.drafter.paused:
+                layers = batch.leave(0)
+                yield from self._plain_stretch(row, layers)
+                batch.join(row, layers)
+
+    def _plain_stretch(self, row: Row, layers: list[Any]) -> Iterator[Step]:
+        """Pipelined plain steps while the drafter is paused; the cache then holds the
+        row's context but its last token again, ready for the next verify step."""
+        if isinstance(layers, RecurrentCache):
+            layers.settle()  # the last rollback's kept tokens, before plain forwards
+        keys = row.sampler if isinstance(row.sampler, SeededSampler) else self.rng
+        plain = plain_steps(self.model, layers, row.context, self.sampling, keys, self.diagnostics,
+                            self.top_logprobs, until=lambda: not self.drafter.paused)
+        while True:
+            t0 = time.perf_counter()
+            step = next(plain, None)
+            if step is None:
+                return
+            self.drafter.step_time(0, time.perf_counter() - t0)
+            row.context.extend(step.tokens)
+            yield step
+            self.drafter.watch(row.context)
 
     def run(self) -> Iterator[Emitted]:
         """Emitted tokens until the request finishes; call after ``start`` and ``prefill``."""

@@ -163,6 +163,14 @@ class SeededSampler(Greedy):
         self.keys.release(self.position)
         return path, emitted
 
+    def next(self) -> mx.array:
+        """The key of the next output position, taken by plain decoding (a paused row's
+        pipelined stretch draws each token with its position's key, as here)."""
+        key = self.keys.at(self.position)
+        self.position += 1
+        self.keys.release(self.position)
+        return key
+
 
 def node_depths(proposal: Proposal) -> list[int]:
     """Each node's depth below the root (1 for the root's children).

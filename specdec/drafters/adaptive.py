@@ -51,9 +51,16 @@ def draft_seconds(draft_cost: Mapping[str, float] | None, k: int) -> float:
 
 
 def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int,
-           draft_cost: Mapping[str, float] | None = None) -> int:
+           draft_cost: Mapping[str, float] | None = None, *, scale: float = 1.0,
+           plain: float | None = None, hit: float = 1.0) -> int:
     """The k in 0..k_max maximising expected tokens per second (ties: the smaller k),
     the proposal's own cost (``draft_seconds``) counted beside the verify cost.
+
+    ``scale`` multiplies every verify step's predicted cost (what a step really takes over
+    the curve's forward); ``plain`` is the seconds of a k = 0 step (None: a one-token
+    verify step, ``cost[1] * scale``; the cost gate passes a pipelined plain token's);
+    ``hit`` is the fraction of steps where the drafter finds anything to propose (a step
+    without a proposal emits one token for a one-token verify).
 
     >>> c = {1: 1.0, 2: 1.1, 3: 1.2, 4: 1.3, 5: 1.4}
     >>> best_k([0.9] * 4, c, 4)
@@ -66,9 +73,22 @@ def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int,
 
     >>> best_k([0.9] * 4, c, 4, {"fixed": 0.1, "per_token": 0.5})
     3
+
+    Drafts accepted half the time pay for k = 1 (1.5 / 1.1), unless the drafter finds a
+    proposal in only a fifth of the steps and a verify step costs 1.25x a plain token:
+    (0.2 * 1.5 + 0.8) / (1.25 * (0.2 * 1.1 + 0.8 * 1.0)) = 0.86 < 1.
+
+    >>> best_k([0.5], c, 1), best_k([0.5], c, 1, scale=1.25, plain=1.0, hit=0.2)
+    (1, 0)
     """
-    rates = [expected_tokens(accept, k) / (cost[k + 1] + draft_seconds(draft_cost, k))
-             for k in range(0, k_max + 1)]
+    def rate(k: int) -> float:
+        if k == 0:
+            return 1.0 / (plain if plain is not None else cost[1] * scale)
+        gain = hit * expected_tokens(accept, k) + (1.0 - hit)
+        verify = scale * (hit * cost[k + 1] + (1.0 - hit) * cost[1])
+        return gain / (verify + draft_seconds(draft_cost, k))
+
+    rates = [rate(k) for k in range(0, k_max + 1)]
     return max(range(len(rates)), key=lambda k: (rates[k], -k))
 
 
@@ -91,12 +111,15 @@ class AdaptiveKDrafter(Drafter):
     def branches(self) -> bool:
         return self.inner.branches
 
+    prior = 2.0  # pseudo-counts pulling a slot's estimate towards the slot before it
+
     def acceptance(self) -> list[float]:
         """Per-slot estimates; a slot with little evidence leans on the slot before it
-        (2 pseudo-counts), so slots never yet tested do not pin k at its first value."""
-        out, prev = [], 0.5
+        (``prior`` pseudo-counts; 0.5 before slot 1), so slots never yet tested do not pin
+        k at its first value."""
+        out, prev, w = [], 0.5, self.prior
         for a, t in zip(self._accepted, self._tested):
-            prev = (a + 2.0 * prev) / (t + 2.0)
+            prev = (a + w * prev) / (t + w)
             out.append(prev)
         return out
 
@@ -130,12 +153,16 @@ class AdaptiveKDrafter(Drafter):
         if not self._proposed:
             return
         self.inner.observe(num_accepted)
-        tested = min(num_accepted + 1, self._proposed)  # slots after a rejection were untested
+        self._record(self._proposed, num_accepted)
+        self._proposed = 0
+
+    def _record(self, proposed: int, accepted: int) -> None:
+        """Decay every slot's counts, then count a draft of ``proposed`` tokens of which
+        the first ``accepted`` were accepted (slots after a rejection were untested)."""
         for i in range(self.k_max):
             self._tested[i] *= self.decay
             self._accepted[i] *= self.decay
-        for i in range(tested):
+        for i in range(min(accepted + 1, proposed, self.k_max)):
             self._tested[i] += 1.0
-            self._accepted[i] += float(i < num_accepted)
-        self._proposed = 0
+            self._accepted[i] += float(i < accepted)
 

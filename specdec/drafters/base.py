@@ -22,6 +22,14 @@ one-branch tree) of ``min(k, budget)`` tokens; ``propose`` is unchanged for ever
 ``constrain(grammar)`` hands every drafter the request's grammar before ``begin`` (the
 ``grammar`` drafter drafts what it forces; wrappers pass it on).
 
+Pausing (the cost gate, ``gate.CostGate``): ``paused`` (bool, default False) says the
+drafter proposes nothing for now, so a single stream may decode plain and pipelined (as
+fast as plain decoding) instead of one verify step per token; while it does, the engine
+calls ``watch(context)`` after every emitted token (the gate scores shadow guesses there)
+until ``paused`` turns False. ``step_time(block, seconds)`` tells the drafter how long a
+single stream's step took: a verify step of ``block`` tokens (drafting included), or
+``block == 0`` for one pipelined plain token (the gate learns the real cost of each from it).
+
 ``Drafter`` is an abstract base class: ``propose`` is abstract; ``begin``/``observe``/
 ``constrain`` are no-ops, so wrappers (chain, gate, adaptive k) call them unconditionally.
 
@@ -83,6 +91,18 @@ class Drafter(ABC):
     def constrain(self, grammar: Any) -> None:
         """The request's ``core.grammar.Grammar`` (None: unconstrained), given before
         ``begin``; the ``grammar`` drafter drafts what it forces, wrappers pass it on."""
+
+    @property
+    def paused(self) -> bool:
+        """True while the drafter would propose nothing (module doc: pausing)."""
+        return False
+
+    def watch(self, context: Sequence[int]) -> None:
+        """One token was emitted by plain decoding while ``paused``."""
+
+    def step_time(self, block: int, seconds: float) -> None:
+        """A single stream's step took ``seconds``: a verify step of ``block`` tokens, or
+        (``block == 0``) one pipelined plain token."""
 
 
 class NoDrafter(Drafter):

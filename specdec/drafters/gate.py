@@ -1,76 +1,112 @@
-"""Deciding when to draft: a prompt gate and a runtime gate around any drafter.
+"""The cost gate: draft only while drafting beats plain decoding, on this model and machine.
 
-Contract of ``GatedDrafter(inner, ...)`` (itself a Drafter):
-- Prompt gate: at the start of a request (``begin(prompt_ids)``) it scores the prompt
-  with ``repetition_score``; below ``min_score`` speculation is off for the request
-  unless ``force``.
-- Runtime gate: after ``window`` proposals it turns drafting off when their acceptance
-  rate is below ``min_acceptance``. While off it *shadow-drafts* every ``recheck_every``
-  steps — asks the inner drafter for a guess without submitting it — and compares the
-  guess with the token the target then emitted; when the recent shadow guesses would
-  have been accepted at ``min_acceptance`` or more, drafting turns back on.
-Off means ``propose`` returns [] and the engine runs a plain step: output never changes.
-``propose_tree`` is gated alike (off: empty; shadow guesses stay linear); a tree's
-acceptance rate is the accepted path length over the tree's depth (its longest path).
-Capabilities (``branches``, ``draft_cost``) are the inner drafter's.
+Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (a Drafter; the default
+wrapper of every drafter ``DraftSpec`` builds, ``gate=True``):
+- Before each proposal it prices every draft length k = 0..k_max (``adaptive.best_k``):
+  k tokens are worth ``hit * E[tokens | k] + (1 - hit)`` tokens for a verify step of
+  k + 1 tokens plus the proposal's own cost, against one token for a plain token's cost.
+  ``E`` comes from the recent per-slot acceptance (decayed counts, as adaptive k keeps
+  them) kept apart by what the last draft did: acceptance is bursty (a quote, then new
+  text), so after a rejected draft the estimate is what followed rejections before, and
+  a gate that has seen runs of rejections pauses after the first; ``hit`` from how often the inner drafter finds anything to propose, the costs
+  from the model's measured verify cost curve ``cost`` ({L: seconds}, 1..k_max + 1), the
+  drafter's own measured ``draft_cost`` and what steps really take (``step_time``: the
+  observed / predicted ratio of verify steps, and a pipelined plain token's cost relative
+  to a one-token verify step, so per-step host work, a longer context and this machine's
+  load are priced too). No threshold is
+  set by hand: a draft is proposed exactly when its expected tokens per second beat
+  plain decoding's, and then of the best length k*.
+- k* = 0 pauses it (``paused``): it proposes nothing, so a single stream decodes plain
+  and pipelined, as fast as plain decoding, and calls ``watch`` after every token. While
+  paused it keeps *shadow* guesses: every ``interval`` tokens it asks the inner drafter
+  for a guess without submitting it and, once the tokens arrive, counts how much of it
+  plain decoding emitted, exactly as verification would have accepted it (greedy: equal
+  tokens; sampled: a deterministic draft is accepted with the probability that plain
+  sampling draws it). When a shadow guess comes true and the estimates then say drafting
+  pays, it resumes (never on a drift of the timing estimates alone, which would flap). The
+  interval keeps shadow drafting under ``SHADOW_SHARE`` of plain decoding's time (a host
+  drafter: every token; a draft model: every few tokens).
+- Within a batch of several rows (the server) each row's gate decides for its row alone
+  (its verify steps priced by the curve); the batch then prices the block of all rows.
+Output never changes: a paused step is a plain step.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Sequence
+import math
+from typing import Mapping, Sequence
 
+from .adaptive import AdaptiveKDrafter, best_k, draft_seconds
 from .base import EMPTY, Drafter, Proposal
 
-
-def repetition_score(tokens: Sequence[int], n: int = 3) -> float:
-    """Distinct n-grams seen at least twice / distinct n-grams (0 when there are none).
-
-    >>> repetition_score([1, 2, 3, 1, 2, 3, 9])   # 3-grams 123 231 312 123 239
-    0.25
-    """
-    seen: dict[tuple[int, ...], int] = {}
-    for i in range(len(tokens) - n + 1):
-        g = tuple(tokens[i : i + n])
-        seen[g] = seen.get(g, 0) + 1
-    return sum(c >= 2 for c in seen.values()) / len(seen) if seen else 0.0
+SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
+RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
+RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) moves it this far at most
 
 
-class GatedDrafter(Drafter):
-    def __init__(
-        self,
-        inner: Drafter,
-        *,
-        min_score: float = 0.02,
-        force: bool = False,
-        min_acceptance: float = 0.2,
-        window: int = 16,
-        recheck_every: int = 8,
-    ):
-        self.inner, self.name = inner, inner.name
-        self.draft_cost = inner.draft_cost
-        self.min_score, self.force = min_score, force
-        self.min_acceptance, self.window, self.recheck_every = min_acceptance, window, recheck_every
-        self._reset()
+class CostGate(AdaptiveKDrafter):
+    prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
+    def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int,
+                 draft_cost: Mapping[str, float] | None = None, decay: float = 0.95,
+                 timed: bool = True):
+        super().__init__(inner, cost, k_max, decay, draft_cost)
+        self.timed = timed  # learn from step_time (False: the curve alone prices steps)
+        self.name = inner.name  # the gate changes when, never what: stats keep the drafter's name
+        self.scale = 1.0  # verify step: observed / predicted seconds
+        # a pipelined plain token over a one-token verify step, both as observed (the
+        # machine's load moves both alike; this keeps their ratio, learnt while paused)
+        self.plain_ratio = 1.0
+        self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
+        self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
+        # per-slot counts after a rejected (0) and after an accepted (1) first draft token
+        self._slots = {s: ([0.0] * k_max, [0.0] * k_max) for s in (0, 1)}
+        self._state = 1
+        self._paused = False
+        self._k = k_max
+        self._guess: tuple[int, list[int]] | None = None  # (context length, shadow guess)
+        self._since_guess = 0
+        self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
 
     @property
-    def branches(self) -> bool:
-        return self.inner.branches
-
-    def _reset(self) -> None:
-        self.enabled = True
-        self.prompt_score: float | None = None
-        self._recent: deque[float] = deque(maxlen=self.window)  # per-proposal acceptance
-        self._shadow: deque[float] = deque(maxlen=self.window)
-        self._shadow_guess: tuple[int, list[int]] | None = None  # (position, guess)
-        self._steps_off = 0
-        self._proposed = 0
+    def paused(self) -> bool:
+        return self._paused
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        self._reset()
-        self.prompt_score = repetition_score(prompt_ids)
-        self.enabled = self.force or self.prompt_score >= self.min_score
-        self.inner.begin(prompt_ids)
+        self._guess, self._paused = None, False
+        super().begin(prompt_ids)
+
+    def acceptance(self) -> list[float]:
+        self._tested, self._accepted = self._slots[self._state]
+        return super().acceptance()
+
+    def _record(self, proposed: int, accepted: int) -> None:
+        self._tested, self._accepted = self._slots[self._state]
+        super()._record(proposed, accepted)
+        self._state = int(accepted > 0)
+
+    @property
+    def hit(self) -> float:
+        return self._hits / self._asks
+
+    def best(self, k: int) -> int:
+        """The draft length that maximises expected tokens per second now (0: plain)."""
+        return best_k(self.acceptance(), self.cost, min(k, self.k_max), self.draft_cost,
+                      scale=self.scale, plain=self.plain_seconds(), hit=self.hit)
+
+    def plain_seconds(self) -> float:
+        """What a pipelined plain token costs now."""
+        return self.cost[1] * self.scale * self.plain_ratio
+
+    def _choose(self, k: int) -> int:
+        self._k = k
+        kk = min(k, self.best(k))
+        self.chosen.append(kk)
+        self._paused = kk == 0
+        return kk
+
+    def _asked(self, proposal: Proposal) -> None:
+        self._hits = self.decay * self._hits + float(bool(proposal))
+        self._asks = self.decay * self._asks + 1.0
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         return self._gated(context, k, None)
@@ -79,38 +115,71 @@ class GatedDrafter(Drafter):
         return self._gated(context, k, budget)
 
     def _gated(self, context: Sequence[int], k: int, budget: int | None) -> Proposal:
-        self._score_shadow(context)
-        if self.enabled:
-            if budget is None:
-                proposal = self.inner.propose(context, k)
-            else:
-                proposal = self.inner.propose_tree(context, k, budget)
-            self._proposed = proposal.depth  # = len for a linear proposal
-            return proposal
-        self._steps_off += 1
-        if self._steps_off % self.recheck_every == 0:
-            self._shadow_guess = (len(context), list(self.inner.propose(context, k).tokens))
-        return EMPTY
-
-    def _score_shadow(self, context: Sequence[int]) -> None:
-        if self._shadow_guess is None:
-            return
-        pos, guess = self._shadow_guess
-        self._shadow_guess = None
-        if guess and len(context) > pos:
-            self._shadow.append(float(context[pos] == guess[0]))
-            if len(self._shadow) >= min(4, self.window) and sum(self._shadow) / len(self._shadow) >= self.min_acceptance:
-                self.enabled, self._recent = True, deque(maxlen=self.window)
-
-    def constrain(self, grammar):
-        self.inner.constrain(grammar)
+        self._score(context)
+        kk = self._choose(k)
+        if not kk:
+            self._shadow(context)
+            return EMPTY
+        if budget is None:
+            proposal = self.inner.propose(context, kk)
+        else:
+            proposal = self.inner.propose_tree(context, kk, budget)
+        self._asked(proposal)
+        self._proposed = proposal.depth  # = len for a linear proposal
+        return proposal
 
     def observe(self, num_accepted: int) -> None:
-        if not self.enabled or not self._proposed:
+        super().observe(num_accepted)
+        self._paused = self.best(self._k) == 0  # so a single stream pauses at once
+
+    def watch(self, context: Sequence[int]) -> None:
+        self._score(context)
+        self._shadow(context)
+        # resume on evidence: after a shadow guess that plain decoding bore out, and only
+        # if drafting then pays (a drift of the step-time estimates alone never flips it)
+        self._paused = self._state == 0 or self.best(self._k) == 0
+
+    def interval(self) -> int:
+        """Tokens between shadow guesses: a guess costs at most ``SHADOW_SHARE`` of the
+        plain decoding it watches."""
+        guess = draft_seconds(self.draft_cost, self._k)
+        return max(1, math.ceil(guess / (SHADOW_SHARE * self.plain_seconds())))
+
+    def _shadow(self, context: Sequence[int]) -> None:
+        self.paused_tokens += 1
+        self._since_guess += 1
+        if self._guess is not None or self._since_guess < self.interval():
             return
-        self.inner.observe(num_accepted)
-        self._recent.append(num_accepted / self._proposed)
-        if len(self._recent) == self.window and sum(self._recent) / self.window < self.min_acceptance:
-            if not self.force:
-                self.enabled, self._shadow, self._steps_off = False, deque(maxlen=self.window), 0
-        self._proposed = 0
+        self._since_guess = 0
+        guess = list(self.inner.propose(context, self._k).tokens)
+        self._asked(guess)
+        if guess:
+            self._guess = (len(context), guess)
+
+    def _score(self, context: Sequence[int]) -> None:
+        """Count the pending shadow guess once the context shows its fate: the tokens
+        plain decoding emitted agree with a prefix of it, as verification would accept."""
+        if self._guess is None:
+            return
+        start, guess = self._guess
+        seen = list(context[start:start + len(guess)])
+        agreed = next((i for i, (a, b) in enumerate(zip(seen, guess)) if a != b), len(seen))
+        if agreed == len(seen) < len(guess):
+            return  # every token so far agrees: wait for the rest
+        self._guess = None
+        self._record(len(guess), agreed)
+
+    def step_time(self, block: int, seconds: float) -> None:
+        if not self.timed or (block not in self.cost and block != 0):
+            return  # a tree longer than the curve: not priced here
+        if block not in self._timed:
+            self._timed.add(block)  # a shape's first run compiles and warms up
+            return
+        lo, hi = RATIO_CLIP
+        if block == 0:
+            seen = min(max(seconds / (self.cost[1] * self.scale), lo), hi)
+            self.plain_ratio += RATIO_WEIGHT * (seen - self.plain_ratio)
+        else:
+            predicted = self.cost[block] + draft_seconds(self.draft_cost, block - 1)
+            seen = min(max(seconds / predicted, lo), hi)
+            self.scale += RATIO_WEIGHT * (seen - self.scale)

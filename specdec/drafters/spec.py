@@ -3,7 +3,7 @@
 Contract:
 - ``DraftSpec`` holds everything that selects and shapes a drafter: the draft types (one
   name or a chain such as ``"ngram,suffix"``: the first non-empty proposal wins), the
-  draft length k, the n-gram bounds, the gate and its threshold, adaptive k, the
+  draft length k, the n-gram bounds, the cost gate (on by default), adaptive k, the
   ngram-mod table's file, size and n, the suffix history size and the draft model's
   name. Constructing one validates it (``ValueError`` naming the flag to change), so a
   ``DraftSpec`` that exists is valid. The CLI (``RunConfig``), the server's
@@ -15,8 +15,9 @@ Contract:
   ``draft_tree_budget="auto"``). ``specdec.resources.prepare_resources`` loads what a
   spec asks for (it sits above measurement: drafters never measure or load models).
 - ``build_drafter(spec, resources, temperature=, seed=)`` returns a fresh drafter for
-  one request (``NoDrafter`` for ``"none"``), wrapped in adaptive k and the gate as the
-  spec says.
+  one request (``NoDrafter`` for ``"none"``), wrapped as the spec says: in the cost gate
+  (``gate.CostGate``, the default: it also picks each step's k, so it subsumes adaptive
+  k), else in adaptive k when asked. Both need the verify cost curve in the resources.
 - ``parse_tree_budget(value)`` is the one reader of a draft tree budget (the CLI flag, the
   server's field, the bench's ``tree=`` option, ``DraftSpec`` and the engine call it).
 
@@ -36,7 +37,6 @@ from .base import Drafter, NoDrafter
 
 DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar")
 DEFAULT_SUFFIX_HISTORY = 32768
-DEFAULT_GATE_THRESHOLD = 0.02
 
 
 def parse_draft_types(text: str) -> tuple[str, ...]:
@@ -78,8 +78,7 @@ class DraftSpec:
     num_draft_tokens: int = 4
     ngram_min: int = 1
     ngram_max: int = 3
-    gate: bool = False
-    gate_threshold: float = DEFAULT_GATE_THRESHOLD
+    gate: bool = True  # draft only while it beats plain decoding (drafters.gate.CostGate)
     adaptive_k: bool = False
     ngram_mod_file: str | None = None
     ngram_mod_size: int | None = None  # None: the table's default (2**18 slots)
@@ -99,8 +98,6 @@ class DraftSpec:
                 raise ValueError(f"{_flag(name)} must be an integer >= 1, got {value!r}")
         if self.ngram_max < self.ngram_min:
             raise ValueError(f"--ngram-max ({self.ngram_max}) must be >= --ngram-min ({self.ngram_min})")
-        if not 0 <= self.gate_threshold <= 1:
-            raise ValueError(f"--gate-threshold must be in [0, 1], got {self.gate_threshold}")
         if self.suffix_history < 0:
             raise ValueError(f"--suffix-history must be >= 0, got {self.suffix_history}")
         parse_tree_budget(self.draft_tree_budget, text=False)  # a typed field: parsed already
@@ -129,11 +126,10 @@ class DraftSpec:
             ("--ngram-mod-size", self.ngram_mod_size, self.uses("ngram-mod")),
             ("--ngram-mod-n", self.ngram_mod_n, self.uses("ngram-mod")),
             ("--suffix-history", self.suffix_history != DEFAULT_SUFFIX_HISTORY, self.uses("suffix")),
-            ("--gate-threshold", self.gate_threshold != DEFAULT_GATE_THRESHOLD, self.gate),
         ) if set_ and not used]
         if unused:
-            raise ValueError(f"{', '.join(unused)} has no effect with --draft-type {self.draft_type}"
-                             f"{'' if self.gate else ' and without --gate'}: drop it or add that drafter")
+            raise ValueError(f"{', '.join(unused)} has no effect with --draft-type {self.draft_type}: "
+                             "drop it or add that drafter")
         if self.uses("model") and not self.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
 
@@ -154,7 +150,7 @@ class DraftResources:
     draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)
     table: Any = None  # NgramModTable shared by ngram-mod drafters
     history: Any = None  # SuffixHistory shared by suffix drafters
-    cost: Mapping[int, float] | None = None  # verify cost curve, for adaptive k
+    cost: Mapping[int, float] | None = None  # verify cost curve, for the gate and adaptive k
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
 
 
@@ -223,16 +219,16 @@ def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
         from .chain import ChainDrafter
 
         drafter = ChainDrafter(members)
-    if spec.adaptive_k:
+    if spec.gate or spec.adaptive_k:
         from .adaptive import AdaptiveKDrafter
+        from .gate import CostGate
 
         if res.cost is None:
-            raise ValueError("adaptive k needs the verify cost curve: use specdec.prepare_resources")
-        drafter = AdaptiveKDrafter(drafter, res.cost, spec.num_draft_tokens,
-                                   draft_cost=res.draft_cost)
-    if spec.gate:
-        from .gate import GatedDrafter
-
-        drafter = GatedDrafter(drafter, min_score=spec.gate_threshold)
+            what = "the cost gate (on by default; gate=False / --no-gate turns it off)" \
+                if spec.gate else "adaptive k"
+            raise ValueError(f"{what} needs the model's verify cost curve: build the drafter "
+                             "with specdec.prepare_resources(spec, model, tokenizer)")
+        wrap = CostGate if spec.gate else AdaptiveKDrafter
+        drafter = wrap(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost)
     drafter.draft_cost = dict(res.draft_cost) if res.draft_cost else None  # for the tree shaper
     return drafter

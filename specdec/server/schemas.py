@@ -58,8 +58,8 @@ class SpeculativeOptions(_Strict):
     num_draft_tokens: int | None = Field(None, le=MAX_DRAFT_TOKENS, description=">= 1")
     ngram_min: int | None = Field(None, le=64, description=">= 1")
     ngram_max: int | None = Field(None, le=64, description=">= ngram_min")
-    gate: bool | None = None
-    gate_threshold: float | None = Field(None, description="in [0, 1]")
+    gate: bool | None = Field(None, description="the cost gate: draft only while it beats plain "
+                              "decoding (default on)")
     adaptive_k: bool | None = None
     draft_tree_budget: int | Literal["auto"] | None = Field(
         None, description="max token-tree nodes per step (0 = linear), or 'auto'")

@@ -29,12 +29,13 @@ Contract:
   (``cfg.prompt_cache_bytes``; 0 turns it off): a request that starts like an earlier
   one (a conversation's next turn) prefills only what is new; ``usage`` reports the
   reused tokens as ``prompt_tokens_details.cached_tokens``.
-- Ready at once: ``start`` never measures. With batching and no cached verify cost
-  curve for the model, batches draft linear blocks of each request's k (no block
-  pricing) while a ``calibrate.Calibration`` measures the curve a forward at a time
-  whenever no job runs or waits; after one round of every length its estimate prices the
-  blocks, and once done the curve is cached and prices them. The log
-  says which.
+- Ready at once: ``start`` never measures. The verify cost curve prices batches' blocks
+  and each request's cost gate (``drafters.gate``, on by default). With no curve cached
+  for the model, batches draft linear blocks of each request's k (no block pricing) and
+  requests draft without the gate, while a ``calibrate.Calibration`` measures the curve a
+  forward at a time whenever no job runs or waits; after one round of every length its
+  estimate prices both, and once done the curve is cached. A sharded or hybrid target is
+  not calibrated here (its cached curve, or none). The log says which.
 - The memory is saved every ``cfg.save_interval`` seconds when it changed (checked
   between jobs and while idle) and once more by ``stop()``.
 - Distributed (``group`` given: rank 0 of ``specdec serve --distributed``): the model is
@@ -93,7 +94,9 @@ class InferenceWorker:
         self._mean_job_s = 1.0  # moving average, for Retry-After
         self._last_save = time.monotonic()
         self._costs: dict[int, dict[int, float]] = {}
-        self.calibration: Any = None  # a calibrate.Calibration while the batch curve is unknown
+        self.curve: dict[int, float] | None = None  # the verify cost curve, once known
+        self._gate_off_said = False
+        self.calibration: Any = None  # a calibrate.Calibration while the curve is unknown
         self._draft_costs: dict[str, dict[str, float]] = {}
         self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
 
@@ -184,10 +187,8 @@ class InferenceWorker:
 
     def _setup_batching(self) -> None:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
-        else 1, said in the log), measure the batch cost curve once per model (cached on
-        disk) when batching, and make the batcher."""
-        from ..decode.batch import BATCH_COST_LENGTHS, batchable, curve_cost
-        from ..measure import cost_curve_for
+        else 1, said in the log), make the batcher and find the verify cost curve."""
+        from ..decode.batch import batchable
 
         why = batchable(self.model, self.cfg.kv_bits)
         if self.group is not None:
@@ -201,49 +202,63 @@ class InferenceWorker:
             log.info("requests run one at a time: %s", why)
         self.max_batch = 1 if why is not None else DEFAULT_MAX_BATCH if want is None else want
         self.one_at_a_time = why  # said in /health
-        cost = None
-        if self.max_batch > 1:
-            cost = self._batch_cost()
-        self.batcher = Batcher(self, cost)
+        self.batcher = Batcher(self, None)
+        self._find_curve()
 
-    def _batch_cost(self) -> Any:
-        """The batch's cost from the cached verify curve; without one, None (batches draft
-        linear blocks of each request's k) and a ``Calibration`` measures it in idle time
-        (``_calibrate``): the server answers at once, whatever it has seen before."""
+    def _find_curve(self) -> None:
+        """The verify cost curve from the cache; without one a ``Calibration`` measures it
+        in idle time (``_calibrate``): the server answers at once, whatever it has seen."""
         from ..calibrate import Calibration
-        from ..decode.batch import BATCH_COST_LENGTHS, curve_cost
+        from ..decode.batch import BATCH_COST_LENGTHS
         from ..measure import cached_cost_curve
 
-        lengths = [*range(1, 17), *BATCH_COST_LENGTHS]
+        lengths = [*range(1, 17), *(BATCH_COST_LENGTHS if self.max_batch > 1 else ())]
         curve = cached_cost_curve(self.model, lengths)
         if curve is not None:
-            log.info("batching up to %d requests, blocks priced by the cached verify cost curve",
-                     self.max_batch)
-            return curve_cost(curve)
+            self._use_curve(curve)
+            log.info("batching up to %d requests; blocks and cost gates priced by the cached "
+                     "verify cost curve", self.max_batch)
+            return
+        if self.group is not None or self.plain_only is not None or self._recurrent():
+            log.info("no verify cost curve cached for this model and none is measured here (a "
+                     "sharded or hybrid target): requests draft without the cost gate")
+            return
         self.calibration = Calibration(self.model, lengths, repeats=CALIBRATION_REPEATS)
         log.info("batching up to %d requests; no verify cost curve cached for this model: "
-                 "batches draft linear blocks of each request's k until it is measured, "
-                 "%d forwards in idle time", self.max_batch, self.calibration.total)
-        return None
+                 "batches draft linear blocks of each request's k and requests draft without "
+                 "the cost gate until it is measured, %d forwards in idle time",
+                 self.max_batch, self.calibration.total)
+
+    def _recurrent(self) -> bool:
+        from ..cache.recurrent import RecurrentCache
+        from ..cache.rollback import make_cache
+
+        return isinstance(make_cache(self.model, rollback=False, recurrent=True), RecurrentCache)
+
+    def _use_curve(self, curve: dict[int, float]) -> None:
+        from ..decode.batch import curve_cost
+
+        self.curve = curve
+        if self.max_batch > 1:
+            self.batcher.batch.cost = curve_cost(curve)
 
     def _calibrate(self, budget_s: float = CALIBRATION_SLICE_S) -> None:
         """Calibration forwards for up to ``budget_s`` while no job runs or waits; once
         done, the batch prices its blocks with the curve (and the curve is cached)."""
-        from ..decode.batch import curve_cost
-
         cal, t0 = self.calibration, time.monotonic()
         while not self.busy and not len(self.queue) and time.monotonic() - t0 < budget_s:
             if cal.step():
                 cal.store()
-                self.batcher.batch.cost = curve_cost(cal.curve)
-                log.info("verify cost curve measured and cached: batches now price their blocks")
+                self._use_curve(cal.curve)
+                log.info("verify cost curve measured and cached: batches and cost gates now "
+                         "price their drafts")
                 self.calibration = None
                 return
-            if self.batcher.batch.cost is None and cal.estimate() is not None:
+            if self.curve is None and cal.estimate() is not None:
                 # one round of every length: rough, but better than no pricing at all
-                self.batcher.batch.cost = curve_cost(cal.estimate())
-                log.info("verify cost curve: a first estimate prices batches (%.0f %% measured)",
-                         100 * cal.progress)
+                self._use_curve(cal.estimate())
+                log.info("verify cost curve: a first estimate prices batches and cost gates "
+                         "(%.0f %% measured)", 100 * cal.progress)
 
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
@@ -369,6 +384,7 @@ class InferenceWorker:
             "total_tokens": n_prompt + s.generated_tokens, "drafted_tokens": s.drafted,
             "accepted_tokens": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
             "mean_acceptance_length": round(s.mean_acceptance_length, 4),
+            "decode_steps": s.verify_steps, "draft_steps": s.draft_steps,
             "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
         }
         timings = {
@@ -387,13 +403,29 @@ class InferenceWorker:
         if self.plain_only is not None:
             return NoDrafter()
         spec = req.speculation
+        if spec.speculative and spec.gate and self.curve is None:
+            if not self._gate_off_said:
+                log.info("the cost gate is off until the verify cost curve is known: requests "
+                         "draft k tokens at every step")
+                self._gate_off_said = True
+            spec = spec.with_options(gate=False)
+        k = spec.num_draft_tokens
+        cost = self._gate_curve(k + 1) if spec.speculative and spec.gate else \
+            self._cost_curve(k + 1) if spec.adaptive_k else None
+        priced = spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto")
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,
-            history=self.memory.history,
-            cost=self._cost_curve(spec.num_draft_tokens + 1) if spec.adaptive_k else None,
-            draft_cost=self._draft_cost(spec.draft_type)
-            if spec.adaptive_k or spec.draft_tree_budget == "auto" else None)
+            history=self.memory.history, cost=cost,
+            draft_cost=self._draft_cost(spec.draft_type) if priced else None)
         return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
+
+    def _gate_curve(self, max_len: int) -> dict[int, float]:
+        """The known verify curve at every length 1..max_len (between and beyond the
+        measured lengths: ``batch.curve_cost``'s interpolation)."""
+        from ..decode.batch import curve_cost
+
+        cost = curve_cost(self.curve)
+        return {L: self.curve.get(L) or cost(L) for L in range(1, max_len + 1)}
 
     def _draft_cost(self, draft_type: str) -> dict[str, float]:
         if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)
