@@ -198,3 +198,41 @@ def test_seeded_sampling_through_paused_stretches_equals_plain_seeded_sampling()
     out, stats, gate = gated_run(model, prompt, ref + [0] * 8, sampling=params)
     assert out == ref
     assert stats.accepted > 10 and gate.paused_tokens > 10
+
+
+def test_each_batched_row_is_gated_on_its_own():
+    """Two rows in one batch (the server's path): the row whose drafts keep failing
+    pauses and proposes nothing more, the other keeps drafting; both equal plain."""
+    from specdec.decode.batch import Batch
+    from specdec.decode.request import Request
+
+    model = cached_tiny("llama")
+    one = cost_curve_for(model, 5)[1]
+    cost = {L: one * c for L, c in CPU.items()}
+    prompts = [[random.Random(s).randrange(64) for _ in range(20)] for s in (7, 8)]
+    refs = [[e.token for e in token_stream(model, p, max_tokens=48)] for p in prompts]
+    gates, reqs = [], []
+    for p, ref, right in zip(prompts, refs, (True, False)):
+        drafter = Phased(p, ref + [0] * 8, 1000, 64)  # one phase longer than the output
+        if not right:  # the same proposals, every token shifted: every draft rejected
+            drafter.ref = [(t + 1) % 64 for t in drafter.ref]
+        gate = CostGate(drafter, cost, k_max=4, timed=False)
+        req = Request(model, p, drafter=gate, max_tokens=48, num_draft_tokens=4)
+        req.start()
+        assert req.prefill()
+        gates.append(gate)
+        reqs.append(req)
+    batch, out = Batch(model, None, learn=False), [[], []]
+    for req in reqs:
+        batch.join(req.row(), req.layers)
+    while batch.rows:
+        steps = batch.step()
+        for j in reversed(range(len(batch.rows))):
+            i = reqs.index(next(r for r in reqs if r.row() is batch.rows[j]))
+            out[i] += [e.token for e in reqs[i].feed(steps[j])]
+            if reqs[i].finish_reason:
+                batch.leave(j)
+    assert out == refs
+    good, bad = reqs[0].stats, reqs[1].stats
+    assert gates[1].paused_tokens > 10 and bad.draft_steps < good.draft_steps
+    assert good.accepted > 30 and gates[0].paused_tokens == 0
