@@ -61,6 +61,10 @@ def assert_usage(u, completion_tokens=None):
     if extra["drafted_tokens"]:
         assert extra["acceptance_rate"] == pytest.approx(extra["accepted_tokens"] / extra["drafted_tokens"], abs=1e-4)
     assert extra["mean_acceptance_length"] >= 1.0
+    # every step emits >= 1 token; the steps that verified a draft drafted >= 1 each
+    assert extra["draft_steps"] <= min(extra["decode_steps"], extra["drafted_tokens"])
+    assert (extra["draft_steps"] > 0) == (extra["drafted_tokens"] > 0)
+    assert extra["decode_steps"] <= u.completion_tokens + 1
     if completion_tokens is not None:
         assert u.completion_tokens == completion_tokens
 
