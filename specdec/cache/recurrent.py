@@ -30,7 +30,7 @@ Contract:
 Why re-feed the whole model rather than re-run only the recurrent layers' recurrence:
 re-running a layer alone needs its input rows, which only a per-architecture hook can
 capture; re-feeding the kept tokens is exact for every mlx-lm model and its cost was
-measured (docs/how-it-works.md, "Hybrid models").
+measured (``scripts/hybrid_rollback_cost.py``; docs/how-it-works.md, "Hybrid models").
 """
 
 from __future__ import annotations
