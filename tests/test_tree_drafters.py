@@ -317,6 +317,8 @@ def test_gate_forwards_trees_and_rates_them_by_depth():
     cost = {L: 1.0 + 0.12 * (L - 1) for L in range(1, 6)}
     g = CostGate(TreeFixed("t", bushy), cost, k_max=4)
     g.begin([0])
+    assert not g.propose_tree([0], 4, 8)  # paused until a shadow guess comes true
+    g.watch([0, 1])
     for _ in range(6):  # the whole depth accepted: 100 %, though only 2 of 8 nodes
         assert g.propose_tree([0], 4, 8) == bushy
         g.observe(2)

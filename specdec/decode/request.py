@@ -197,11 +197,11 @@ class Request:
         batch.join(row, self.layers)
         pausable = not self.processors and all(p.pipelined for p in processors_for(self.sampling))
         while True:
-            yield batch.step()[0]
-            if pausable and self.drafter.paused:
+            if pausable and self.drafter.paused:  # a paused drafter may start so (the gate)
                 layers = batch.leave(0)
                 yield from self._plain_stretch(row, layers)
                 batch.join(row, layers)
+            yield batch.step()[0]
 
     def _plain_stretch(self, row: Row, layers: list[Any]) -> Iterator[Step]:
         """Pipelined plain steps while the drafter is paused; the cache then holds the

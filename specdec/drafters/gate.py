@@ -16,6 +16,8 @@ wrapper of every drafter ``DraftSpec`` builds, ``gate=True``):
   load are priced too). No threshold is
   set by hand: a draft is proposed exactly when its expected tokens per second beat
   plain decoding's, and then of the best length k*.
+- It starts paused when its shadow guesses are free (a host drafter: see below), so it
+  drafts only once the context shows the drafter right; a costly drafter starts drafting.
 - k* = 0 pauses it (``paused``): it proposes nothing, so a single stream decodes plain
   and pipelined, as fast as plain decoding, and calls ``watch`` after every token. While
   paused it keeps *shadow* guesses: every ``interval`` tokens it asks the inner drafter
@@ -46,6 +48,7 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 
 class CostGate(AdaptiveKDrafter):
     prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
+
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int,
                  draft_cost: Mapping[str, float] | None = None, decay: float = 0.95,
                  timed: bool = True):
@@ -60,27 +63,35 @@ class CostGate(AdaptiveKDrafter):
         self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
         # per-slot counts after a rejected (0) and after an accepted (1) first draft token
         self._slots = {s: ([0.0] * k_max, [0.0] * k_max) for s in (0, 1)}
-        self._state = 1
-        self._paused = False
         self._k = k_max
-        self._guess: tuple[int, list[int]] | None = None  # (context length, shadow guess)
-        self._since_guess = 0
+        # the pending shadow guess: (context length, guess, the state it was made in)
+        self._guess: tuple[int, list[int], int] | None = None
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
+        self._start()
 
     @property
     def paused(self) -> bool:
         return self._paused
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        self._guess, self._paused = None, False
+        self._start()
         super().begin(prompt_ids)
+
+    def _start(self) -> None:
+        """Evidence first where it is free: a host drafter starts paused and drafts once a
+        shadow guess comes true (a prompt with nothing to copy then costs nothing); a
+        costly drafter's cheapest probe is a verify step, so it starts drafting."""
+        self._guess, self._since_guess = None, 0
+        self._paused = self.interval() == 1
+        self._state = 0 if self._paused else 1
 
     def acceptance(self) -> list[float]:
         self._tested, self._accepted = self._slots[self._state]
         return super().acceptance()
 
-    def _record(self, proposed: int, accepted: int) -> None:
-        self._tested, self._accepted = self._slots[self._state]
+    def _record(self, proposed: int, accepted: int, state: int | None = None) -> None:
+        """Count a draft made after a rejection (state 0) or an acceptance (1)."""
+        self._tested, self._accepted = self._slots[self._state if state is None else state]
         super()._record(proposed, accepted)
         self._state = int(accepted > 0)
 
@@ -116,6 +127,11 @@ class CostGate(AdaptiveKDrafter):
 
     def _gated(self, context: Sequence[int], k: int, budget: int | None) -> Proposal:
         self._score(context)
+        if self._paused and self._state == 0:  # resume on evidence only (see ``watch``)
+            self._k = k
+            self._shadow(context)
+            return EMPTY
+        self._score(context, final=True)  # drafting now: verification takes over the guess
         kk = self._choose(k)
         if not kk:
             self._shadow(context)
@@ -154,20 +170,25 @@ class CostGate(AdaptiveKDrafter):
         guess = list(self.inner.propose(context, self._k).tokens)
         self._asked(guess)
         if guess:
-            self._guess = (len(context), guess)
+            self._guess = (len(context), guess, self._state)
 
-    def _score(self, context: Sequence[int]) -> None:
+    def _score(self, context: Sequence[int], final: bool = False) -> None:
         """Count the pending shadow guess once the context shows its fate: the tokens
-        plain decoding emitted agree with a prefix of it, as verification would accept."""
+        plain decoding emitted agree with a prefix of it, as verification would accept.
+        While every token so far agrees, the state is already 'accepted' (the evidence a
+        paused gate resumes on); ``final`` counts what has been seen of it and drops it."""
         if self._guess is None:
             return
-        start, guess = self._guess
+        start, guess, state = self._guess
         seen = list(context[start:start + len(guess)])
         agreed = next((i for i, (a, b) in enumerate(zip(seen, guess)) if a != b), len(seen))
-        if agreed == len(seen) < len(guess):
+        if agreed == len(seen) < len(guess) and not final:
+            self._state = max(self._state, int(agreed > 0))
             return  # every token so far agrees: wait for the rest
         self._guess = None
-        self._record(len(guess), agreed)
+        proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
+        if proposed:
+            self._record(proposed, agreed, state)
 
     def step_time(self, block: int, seconds: float) -> None:
         if not self.timed or (block not in self.cost and block != 0):
