@@ -24,12 +24,13 @@ DRAFT_FIELDS = tuple(f.name for f in fields(DraftSpec))
 KV_BITS = (2, 3, 4, 6, 8)
 
 
-def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = "ngram") -> None:
-    """The drafter flags (one per ``DraftSpec`` field), shared with ``specdec serve``."""
+def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = DraftSpec.draft_type) -> None:
+    """The drafter flags (one per ``DraftSpec`` field, its defaults), shared with ``specdec serve``."""
     p.add_argument("--draft-type", default=draft_type,
                    help=f"one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix,model")
     p.add_argument("--draft-model", help="draft model for --draft-type model (same tokenizer)")
-    p.add_argument("--num-draft-tokens", type=int, default=4, help="draft length k")
+    p.add_argument("--num-draft-tokens", type=int, default=DraftSpec.num_draft_tokens,
+                   help="draft length k (the most; the cost gate picks each step's)")
     p.add_argument("--ngram-min", type=int, default=1)
     p.add_argument("--ngram-max", type=int, default=3)
     p.add_argument("--ngram-mod-file", help="load the ngram-mod table from / save it to this file")

@@ -182,7 +182,7 @@ def stream_generate(
     tokenizer: Any,
     prompt: str | Sequence[int] | Sequence[dict],
     *,
-    drafter: Drafter | DraftSpec | str | None = "ngram",
+    drafter: Drafter | DraftSpec | str | None = DraftSpec.draft_type,
     max_tokens: int = 256,
     num_draft_tokens: int | None = None,
     ngram_min: int = 1,
@@ -212,10 +212,11 @@ def stream_generate(
 ) -> Iterator[GenerationResponse]:
     """Generate from ``prompt``, speculating with ``drafter``; see the module doc for the
     drafter, ``response_format``, ``prompt_cache`` and ``draft_tree_budget`` (None: the
-    ``DraftSpec``'s, else 0; ``num_draft_tokens`` likewise, else 4)."""
+    ``DraftSpec``'s, else 0; ``num_draft_tokens`` likewise, else ``DraftSpec``'s default)."""
     spec = drafter if isinstance(drafter, DraftSpec) else None
     tree = draft_tree_budget if draft_tree_budget is not None else spec.draft_tree_budget if spec else 0
-    k = num_draft_tokens if num_draft_tokens is not None else spec.num_draft_tokens if spec else 4
+    k = num_draft_tokens if num_draft_tokens is not None else \
+        spec.num_draft_tokens if spec else DraftSpec.num_draft_tokens
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     grammar = grammar_for(model, tokenizer, response_format)
     drafter = resolve_drafter(drafter, tokenizer, model=model, num_draft_tokens=k, ngram_min=ngram_min,

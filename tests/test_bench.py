@@ -106,7 +106,7 @@ def test_config_specs_parse_and_label():
     assert parse_config(c.text) == c and c.label == "ngram k=8 n=2 adaptive"
     assert parse_config("ngram,suffix:k=2:nogate").draft_type == "ngram,suffix"
     assert not parse_config("ngram:nogate").spec.gate and parse_config("ngram").spec.gate
-    assert parse_config("ngram:nogate").label == "ngram k=4 nogate"
+    assert parse_config("ngram:nogate").label == "ngram k=8 nogate"  # the default k
     assert parse_config("none").baseline
     for bad in ("nope", "ngram:k=0", "ngram:x=1", "none:k=2", "ngram:warm", "ngram,none", "ngram:gate"):
         with pytest.raises(ValueError):

@@ -2,7 +2,7 @@
 
 Contract: ``parse_config("ngram:k=4:n=2")`` → ``BenchConfig``, a ``DraftSpec`` plus the
 bench-only ``warm`` flag. A spec is a draft type (or a comma chain such as
-``ngram,suffix``) followed by ``:``-separated options: ``k=K`` (draft length, default 4),
+``ngram,suffix``) followed by ``:``-separated options: ``k=K`` (draft length, default 8),
 ``n=N`` (n-gram minimum for ``ngram``; the maximum is max(3, N)), ``adaptive`` (choose k
 per step, K is the maximum, without the gate), ``nogate`` (draft k at every step: the
 cost gate, on by default as everywhere, drafts only while it beats plain decoding),
@@ -19,7 +19,7 @@ each run measures the same cold start (a ``warm`` run starts from the same saved
     >>> parse_config("ngram-mod:k=4:mod-n=6").spec.ngram_mod_n
     6
     >>> parse_config("suffix:k=8:tree=16").label, parse_config("suffix:tree=auto").text
-    ('suffix k=8 tree=16', 'suffix:k=4:tree=auto')
+    ('suffix k=8 tree=16', 'suffix:k=8:tree=auto')
 """
 
 from __future__ import annotations
