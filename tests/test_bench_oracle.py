@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from specdec.bench.oracle import OracleDrafter, replay_bound
 from specdec.policy.tree_shape import cost_at
+from specdec.drafters.spec import DraftSpec
 from specdec.engine import generate
 from specdec.prompts import parity_prompts
 from specdec.core.text import encode_prompt
@@ -45,7 +46,9 @@ def test_linear_replay_reproduces_the_engines_steps_and_the_oracle_accepts_every
     plain = plain_reference("smollm2-135m", prompt, 96)
     assert len(plain.tokens) == 96  # no EOS: the replay and the engine see the same end
     ids = encode_prompt(tok, prompt)
-    ngram = generate(model, tok, prompt, drafter="ngram", max_tokens=96, num_draft_tokens=4)
+    # the gate off: the replay models a drafter that drafts at every step
+    ngram = generate(model, tok, prompt, drafter=DraftSpec("ngram", num_draft_tokens=4, gate=False),
+                     max_tokens=96)
     assert ngram.tokens == plain.tokens
     bound = replay_bound(ids, plain.tokens, 4, {1: 1.0, 5: 1.0})
     assert bound["linear"]["steps"] == len(ngram.steps)

@@ -35,7 +35,9 @@ def pair_run(smollm, tmp_path_factory):
                                 + "\nRename w to width and h to height. Reply with the code."}))
     args = _parse("--profile", "quick", "--model", MODEL, "--draft-model", MODEL,
                   "--workload", str(path),
-                  "--config", "model:k=2", "--config", "model:k=4", "--config", "ngram,model:k=2",
+                  # nogate: drafting for itself never pays, so the gate would (rightly) not draft
+                  "--config", "model:k=2:nogate", "--config", "model:k=4:nogate",
+                  "--config", "ngram,model:k=2:nogate",
                   "--peers", "mlx-lm", "--peer-k", "2,4", "--runs", "1", "--max-tokens", "16",
                   "--no-warmup")
     plan, _, _ = build_plan(args)
@@ -65,24 +67,25 @@ def test_peer_k_list_runs_the_peer_once_per_k_and_each_equals_its_plain(pair_run
 def test_pair_table_lines_up_ours_and_mlx_lm_per_k(pair_run, tmp_path):
     summary = build_summary(pair_run)
     rows = {r["config"]: r for r in pair_table(summary)}
-    assert list(rows) == ["plain", "model k=2", "model k=4", "ngram,model k=2"]
+    assert list(rows) == ["plain", "model k=2 nogate", "model k=4 nogate", "ngram,model k=2 nogate"]
     by = {(r["config"], r["source"]): r for r in summary["rows"]}
     for k in (2, 4):
-        row, ours, peer = rows[f"model k={k}"], by[(f"model k={k}", "specdec")], by[(f"{PEER} k={k}", "mlx-lm")]
+        row, ours, peer = rows[f"model k={k} nogate"], by[(f"model k={k} nogate", "specdec")], by[(f"{PEER} k={k}", "mlx-lm")]
         assert row["k"] == k and row["ours"]["cases"] == 1
         assert row["ours"]["tok_s"] == pytest.approx(ours["tok_s"])
         assert row["ours"]["speedup"] == pytest.approx(ours["speedup"])
         assert row["ours"]["mal"] == pytest.approx(ours["mal"]) and ours["mal"] > 1.5  # self-draft
         assert row["peer"]["speedup"] == pytest.approx(peer["speedup"])
         assert row["oracle"] == pytest.approx(by[(f"oracle k={k}", "specdec")]["speedup"])
-    assert rows["ngram,model k=2"]["peer"] is None and rows["ngram,model k=2"]["k"] == 2
+    assert rows["ngram,model k=2 nogate"]["peer"] is None and rows["ngram,model k=2 nogate"]["k"] == 2
     assert rows["plain"]["peer"]["tok_s"] == pytest.approx(by[("mlx-lm: plain", "mlx-lm")]["tok_s"])
     report = write_report(pair_run, tmp_path, plots=False).read_text()
     assert "1 measured runs per case (no warm-up)" in report
     section = report.split("## Pair table")[1].split("\n## ")[0]
     table = [ln for ln in section.splitlines() if ln.startswith("| ")]
     assert len(table) == 1 + 4  # the header, plain, k=2, k=4, the chain
-    assert table[2].startswith("| model k=2 | ") and f"{by[('model k=2', 'specdec')]['speedup']:.2f}×" in table[2]
+    assert table[2].startswith("| model k=2 nogate | ")
+    assert f"{by[('model k=2 nogate', 'specdec')]['speedup']:.2f}×" in table[2]
     assert f"{by[(f'{PEER} k=4', 'mlx-lm')]['speedup']:.2f}×" in table[3]
 
 

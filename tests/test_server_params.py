@@ -42,8 +42,9 @@ def tokens(choice, chat):
 def test_penalties_and_logit_bias_are_exact_under_speculation(client, chat):
     """Greedy with presence and frequency penalties and a logit bias: the speculative
     answer equals ``draft_type: none`` token for token (log-probabilities too)."""
-    def ask(draft_type=None, **kw):
-        extra = {"speculative": {"draft_type": draft_type}} if draft_type else None
+    def ask(draft_type="suffix", gate=False, **kw):
+        # the gate off: the penalties must hold where tokens really are drafted and verified
+        extra = {"speculative": {"draft_type": draft_type, "gate": gate}}
         if chat:
             return client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": "Repeat this code:\n" + ECHO}],
@@ -54,7 +55,7 @@ def test_penalties_and_logit_bias_are_exact_under_speculation(client, chat):
     spec, plain = ask(**PENALTIES), ask("none", **PENALTIES)
     assert tokens(spec.choices[0], chat) == tokens(plain.choices[0], chat)
     assert spec.usage.model_extra["accepted_tokens"] > 0
-    assert tokens(spec.choices[0], chat) != tokens(ask().choices[0], chat)  # they do act
+    assert tokens(spec.choices[0], chat) != tokens(ask(gate=True).choices[0], chat)  # they do act
 
 
 def test_ignored_parameters_change_nothing(client):

@@ -48,7 +48,7 @@ def headline(summary: dict) -> dict:
                     engine_eff=analysis.geomean(d["eff"])) for c, d in out.items()}
 
 
-_MODEL_K = re.compile(r"^model k=(\d+)$")  # a linear draft-model config of ours
+_MODEL_K = re.compile(r"^model k=(\d+)(?: nogate)?$")  # a linear draft-model config of ours
 _K_SUFFIX = re.compile(r" k=(\d+)$")  # a peer's speculative label ends with its k
 PAIR_PEER = "mlx-lm"
 
