@@ -13,8 +13,9 @@ from mlx_lm.models.cache import KVCache
 from specdec.decode.batch import Batch, batchable, choose_block, curve_cost
 from specdec.drafters import NgramDrafter, NoDrafter
 from specdec.drafters.suffix import SuffixDrafter
-from specdec.decode.request import Request
+from specdec.decode.request import Request, prefill_together
 from specdec.engine import token_stream
+from specdec.cache.prompt_cache import make_prompt_cache
 from specdec.cache.batch_cache import RowsKVCache, trim_rows
 from specdec.cache.rollback import RollbackError, make_cache
 from specdec.core.sampling import SamplingParams
@@ -29,39 +30,57 @@ def alone(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
                                           num_draft_tokens=k, sampling=params)]
 
 
-def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
-    """A prefilled request's (row, cache layers, request, stats), through the lifecycle the
-    server uses (``decode.request.Request``)."""
+def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4, prefill=True, cache=None):
+    """A started request's (row, cache layers, request, stats), through the lifecycle the
+    server uses (``decode.request.Request``), prefilled unless ``prefill`` is False."""
     req = Request(model, prompt, drafter=DRAFTERS[kind](), max_tokens=max_tokens,
-                  num_draft_tokens=k, sampling=params)
+                  num_draft_tokens=k, sampling=params, prompt_cache=cache)
     req.start()
-    assert req.prefill()
+    assert not prefill or req.prefill()
     return req.row(), req.layers, req, req.stats
 
 
-def run_batch(model, requests, cost):
-    """Decode ``requests`` [(join step, prompt, kind, max_tokens, params)] in one Batch;
-    returns each request's tokens and the block lengths of the steps with several rows."""
+def join_all(model, batch, joining, together):
+    """Start ``joining`` [(prompt, kind, max_tokens, params, prompt cache)] and join them:
+    one at a time, or prefilled in one batched forward (``prefill_together``) when
+    ``together``; returns their requests."""
+    started = [start(model, *j[:4], prefill=not together, cache=j[4]) for j in joining]
+    reqs = [s[2] for s in started]
+    if together:
+        batch.join_rows([r.row() for r in reqs], prefill_together(model, reqs))
+    else:
+        for row, layers, _, _ in started:
+            batch.join(row, layers)
+    return reqs
+
+
+def run_batch(model, requests, cost, together=False, caches=None):
+    """Decode ``requests`` [(join step, prompt, kind, max_tokens, params)] in one Batch
+    (request i with prompt cache ``caches[i]`` when given); returns each request's tokens
+    and the block lengths of the steps with several rows. Rows a step finishes leave
+    together (``leave_rows``)."""
     batch, pending = Batch(model, cost, learn=False), sorted(enumerate(requests), key=lambda r: r[1][0])
     out, live, blocks, step = {}, [], [], 0
     while pending or live:
+        joining = []
         while pending and pending[0][1][0] <= step:
-            i, (_, prompt, kind, n, params) = pending.pop(0)
-            row, layers, emitter, stats = start(model, prompt, kind, n, params)
-            batch.join(row, layers)
-            live.append((i, emitter, stats))
-            out[i] = []
+            joining.append(pending.pop(0))
+        if joining:
+            reqs = join_all(model, batch, [(*r[1:], caches[i] if caches else None) for i, r in joining],
+                            together and len(joining) > 1)
+            live += [(i, req) for (i, _), req in zip(joining, reqs)]
+            out.update({i: [] for i, _ in joining})
         if live:
             steps = batch.step()
             if len(steps) > 1:
                 blocks.append(max(s.fed for s in steps))
-            for j in reversed(range(len(live))):
-                toks = live[j][1].feed(steps[j])
-                out[live[j][0]] += [e.token for e in toks]
-                if live[j][1].finish_reason:
-                    held = batch.leave(j)
-                    assert [c.offset for c in held] == [len(requests[live[j][0]][1]) + len(out[live[j][0]]) - 1] * len(held)
-                    live.pop(j)
+            for (i, req), s in zip(live, steps):
+                out[i] += [e.token for e in req.feed(s)]
+            done = [j for j, (_, req) in enumerate(live) if req.finish_reason]
+            for j, held in zip(done, batch.leave_rows(done)):
+                i = live[j][0]
+                assert [c.offset for c in held] == [len(requests[i][1]) + len(out[i]) - 1] * len(held)
+            live = [x for j, x in enumerate(live) if j not in done]
         step += 1
     return [out[i] for i in range(len(requests))], blocks
 
@@ -84,6 +103,28 @@ def test_mixed_batch_equals_each_request_alone(arch, cost):
     for (_, prompt, _, m, _), toks in zip(reqs, got):
         assert toks == alone(model, prompt, "none", m)
     assert (max(blocks) > 1) if cost == "flat" else (set(blocks) == {1})
+
+
+TOGETHER = [(0, 0, 40, "ngram", 30), (0, 1, 25, "suffix", 24), (0, 2, 33, "none", 20),
+            (3, 3, 50, "ngram", 28), (3, 4, 12, "suffix", 16), (3, 5, 40, "none", 12)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_rows_prefilled_together_equal_each_request_alone(arch):
+    """Requests arriving together are prefilled in one batched forward (right-padded
+    prompts of different lengths, one with a reused prefix from a prompt cache) and join
+    at once, also into a running batch: every row's tokens equal plain decoding alone."""
+    model = cached_tiny(arch)
+    reqs = [(j, repetitive_prompt(s, n), kind, m, SamplingParams()) for j, s, n, kind, m in TOGETHER]
+    cached = make_prompt_cache(model)
+    for _ in token_stream(model, reqs[3][1][:30], max_tokens=1, prompt_cache=cached):
+        pass  # the cache now holds a 30-token prefix of request 3's prompt
+    caches = [None, None, None, cached, None, None]
+    got, blocks = run_batch(model, reqs, lambda n: 1.0, together=True, caches=caches)
+    for (_, prompt, _, m, _), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, "none", m)
+    assert max(blocks) > 1
+    assert cached.tokens[:30] == reqs[3][1][:30]  # handed back holding the row
 
 
 def test_seeded_sampling_under_batching_reproduces_alone():

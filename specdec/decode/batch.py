@@ -169,29 +169,61 @@ class Batch:
             self.cache = layers
             self.rows.append(row)
             return
-        if any(r.tree_budget for r in (*self.rows, row)):
-            raise ValueError("token trees (a draft tree budget) are verified one request at a time")
-        if any(type(c) not in (KVCache, RowsKVCache) for c in (*self.cache, *layers)):
+        self._check_batchable([row])
+        if any(type(c) is not KVCache for c in layers):
             kinds = sorted({type(c).__name__ for c in (*self.cache, *layers)})
+            raise ValueError(f"cannot batch cache layers {kinds}: batching needs full-attention KVCache")
+        self._add([row], [RowsKVCache.from_kv(m) for m in layers])
+
+    def join_rows(self, rows: list[Row], layers: list[RowsKVCache]) -> None:
+        """Add several rows at once, their cache one ``RowsKVCache`` per layer whose row i
+        holds exactly ``rows[i].context[:-1]`` (``batch_cache.prefill_rows``): one copy of
+        the batch cache for all of them."""
+        want = [len(r.context) - 1 for r in rows]
+        for c in layers:
+            held = [c._idx - p - h for p, h in zip(c.pads, c.holes)] if isinstance(c, RowsKVCache) else None
+            if held != want:
+                raise ValueError(f"joining rows need batch cache layers holding each row's context "
+                                 f"but the last token ({want}); got {held}")
+        if self.cache is None:
+            self._check_batchable(rows)
+            self.cache, self.rows = layers, list(rows)
+            return
+        self._add(rows, layers)
+
+    def _check_batchable(self, new: Sequence[Row]) -> None:
+        if len(self.rows) + len(new) > 1 and any(r.tree_budget for r in (*self.rows, *new)):
+            raise ValueError("token trees (a draft tree budget) are verified one request at a time")
+
+    def _add(self, rows: Sequence[Row], layers: list[RowsKVCache]) -> None:
+        self._check_batchable(rows)
+        if any(type(c) not in (KVCache, RowsKVCache) for c in self.cache):
+            kinds = sorted({type(c).__name__ for c in self.cache})
             raise ValueError(f"cannot batch cache layers {kinds}: batching needs full-attention KVCache")
         if not isinstance(self.cache[0], RowsKVCache):
             self.cache = [RowsKVCache.from_kv(c) for c in self.cache]
         for c, m in zip(self.cache, layers):
-            c.extend(RowsKVCache.from_kv(m))  # right-aligns both: the shorter side gets left padding
-        self.rows.append(row)
+            c.extend(m)  # right-aligns both: the shorter side gets left padding
+        self.rows.extend(rows)
 
     def leave(self, i: int) -> list[Any]:
+        return self.leave_rows([i])[0]
+
+    def leave_rows(self, indices: Sequence[int]) -> list[list[Any]]:
+        """Remove rows ``indices`` (one copy of the batch cache for all of them); returns
+        each one's cache layers, in the order asked, holding exactly its ``context[:-1]``."""
         if not isinstance(self.cache[0], RowsKVCache):  # a lone row's own layers
-            out = self.cache
+            out = [self.cache]
         else:
-            out = [c.extract(i) for c in self.cache]
-        del self.rows[i]
+            out = [[c.extract(i) for c in self.cache] for i in indices]
+        gone = set(indices)
+        keep = [j for j in range(len(self.rows)) if j not in gone]
+        self.rows = [self.rows[j] for j in keep]
         if not self.rows:
             self.cache = None
-            return out
-        keep = [j for j in range(len(self.rows) + 1) if j != i]
-        for c in self.cache:
-            c.filter(keep)  # also drops the padding every remaining row shares
+        else:
+            for c in self.cache:
+                c.filter(keep)  # also drops the padding every remaining row shares
         return out
 
     def step(self, speculate: bool = True) -> list[Step]:
