@@ -5,13 +5,15 @@ per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
 
 import mlx.core as mx
 import pytest
-from conftest import cached_tiny, repetitive_prompt
+from conftest import TINY_VOCAB, cached_tiny, repetitive_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
 from specdec.decode.batch import Batch, batchable, choose_block, curve_cost
+from specdec.core.proposal import Proposal
 from specdec.drafters import NgramDrafter, NoDrafter
+from specdec.drafters.base import Drafter
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.decode.request import Request, prefill_together
 from specdec.engine import token_stream
@@ -125,6 +127,34 @@ def test_rows_prefilled_together_equal_each_request_alone(arch):
         assert toks == alone(model, prompt, "none", m)
     assert max(blocks) > 1
     assert cached.tokens[:30] == reqs[3][1][:30]  # handed back holding the row
+
+
+class Scripted(Drafter):
+    """Proposes the next token of a known continuation (``right``) or a wrong one."""
+    name = "scripted"
+
+    def __init__(self, prompt, continuation, right):
+        self.n, self.cont, self.right = len(prompt), continuation, right
+
+    def propose(self, context, k):
+        tok = self.cont[len(context) - self.n]
+        return Proposal([tok if self.right else (tok + 1) % TINY_VOCAB])
+
+
+def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
+    """With blocks priced out (every step plain), a row whose drafts would have been
+    accepted is seen to have high acceptance, one whose drafts would not, low."""
+    model = cached_tiny("llama")
+    batch = Batch(model, float, learn=False)
+    prompts = [repetitive_prompt(s, 20) for s in (30, 31)]
+    for p, right in zip(prompts, (True, False)):
+        req = Request(model, p, drafter=Scripted(p, alone(model, p, "none", 12), right), max_tokens=12)
+        req.start()
+        req.prefill()
+        batch.join(req.row(), req.layers)
+    for _ in range(10):
+        assert [s.fed for s in batch.step()] == [1, 1]
+    assert batch.rows[0].alpha > 0.9 and batch.rows[1].alpha < 0.1
 
 
 def test_seeded_sampling_under_batching_reproduces_alone():

@@ -23,7 +23,12 @@ Contract:
   proposal (the output is the same).
 - Block length: one row drafts as it would alone. With several rows, L maximises the
   expected emitted tokens of all rows over the cost of a B x L block (``choose_block``),
-  so a full batch speculates only as far as that pays and L = 1 is plain batching. The
+  so a full batch speculates only as far as that pays and L = 1 is plain batching: a
+  block is chosen only when its predicted cost per emitted token is below plain
+  batching's. Each row's acceptance estimate (``Row.alpha``) learns from every step it
+  drafts, verified or not: a draft cut from a plain step is compared with the token the
+  step emitted there (what verifying it would have accepted), so the estimate follows
+  the row's text while the batch decodes plainly. The
   cost is the verify cost curve (one sequence, a 256-token context) corrected online
   (``learn``): each block length keeps, per batch size class, a running ratio of the
   step times it took to what the curve predicted, because a batch's rows attend over longer, padded contexts than
@@ -281,6 +286,8 @@ class Batch:
         if proposal:
             row.drafter.observe(step.accepted)
             row.alpha = 0.8 * row.alpha + 0.2 * step.accepted / len(proposal)
+        elif full:  # drafted but cut to nothing (a plain step): would its first draft have held?
+            row.alpha = 0.8 * row.alpha + 0.2 * (full.tokens[0] == step.tokens[0])
         if row.shaper and full:
             row.shaper.update(full.tokens, full.parents, step.tokens)
         for proc in row.processors:
