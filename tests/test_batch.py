@@ -5,7 +5,7 @@ per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
 
 import mlx.core as mx
 import pytest
-from conftest import TINY_VOCAB, cached_tiny, repetitive_prompt
+from conftest import TINY_VOCAB, cached_tiny, real_model, repetitive_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
@@ -21,6 +21,7 @@ from specdec.cache.prompt_cache import make_prompt_cache
 from specdec.cache.batch_cache import RowsKVCache, trim_rows
 from specdec.cache.rollback import RollbackError, make_cache
 from specdec.core.sampling import SamplingParams
+from specdec.prompts import short_questions
 
 
 DRAFTERS = {"none": NoDrafter, "ngram": lambda: NgramDrafter(1, 3), "suffix": SuffixDrafter}
@@ -127,6 +128,21 @@ def test_rows_prefilled_together_equal_each_request_alone(arch):
         assert toks == alone(model, prompt, "none", m)
     assert max(blocks) > 1
     assert cached.tokens[:30] == reqs[3][1][:30]  # handed back holding the row
+
+
+@pytest.mark.slow
+def test_real_questions_prefilled_together_equal_each_alone():
+    """SmolLM2-135M fp32: eight short chat questions (prompts of different lengths)
+    prefilled in one batched forward, then decoded in one batch, plain rows and suffix
+    rows (a flat cost: rows speculate): each row's tokens equal plain decoding alone."""
+    model, tok = real_model("smollm2-135m")
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+               for q in short_questions(8)]
+    reqs = [(0, p, "suffix" if i % 2 else "none", 24, SamplingParams()) for i, p in enumerate(prompts)]
+    got, blocks = run_batch(model, reqs, lambda n: 1.0, together=True)
+    for (_, prompt, _, m, _), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, "none", m)
+    assert len({len(p) for p in prompts}) > 1 and max(blocks) > 1
 
 
 class Scripted(Drafter):
