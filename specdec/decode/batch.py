@@ -13,8 +13,12 @@ Contract:
   per-row rollback), which needs full-attention ``KVCache`` layers:
   ``batchable(model, kv_bits)`` says why a model cannot batch (None when it can).
 - ``join(row, layers)`` adds a row whose cache layers hold exactly ``row.context[:-1]``;
-  ``leave(i)`` removes row i and returns its cache layers holding exactly what it held
-  (``row.context[:-1]``), for the prompt cache or the prefix store.
+  ``join_rows(rows, layers)`` adds several at once from one batch cache
+  (``batch_cache.prefill_rows``: prompts prefilled together). ``leave(i)`` removes row
+  i and returns its cache layers holding exactly what it held (``row.context[:-1]``),
+  copied out of the batch, for the prompt cache or the prefix store; ``leave_rows``
+  removes several. Each join and leave of a batched cache copies it once (mlx-lm's
+  ``extend``/``filter``), so rows arriving or finishing together go together.
 - ``step()`` drafts for every row, runs ``step.verify_step`` (one forward, one host
   sync, each row verified and rolled back by its own amount: the output of each row is
   what it would be alone) and observes: the drafter and the tree shaper learn from what
@@ -41,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
 from ..cache.batch_cache import RowsKVCache
@@ -221,6 +226,9 @@ class Batch:
             out = [self.cache]
         else:
             out = [[c.extract(i) for c in self.cache] for i in indices]
+            # copied now: a lazy slice would keep the whole batch buffer alive, one more
+            # buffer per leaving row, until someone evaluated it
+            mx.eval([c.state for layers in out for c in layers])
         gone = set(indices)
         keep = [j for j in range(len(self.rows)) if j not in gone]
         self.rows = [self.rows[j] for j in keep]
