@@ -25,8 +25,8 @@ Contract:
   layers (``KVCache``, empty or holding a reused prefix) become one row of a new
   ``RowsKVCache``, the tokens still to feed go in right-padded to the longest (a row's
   real tokens never attend to its padding, which comes after them), and each row then
-  keeps exactly its own (``trim_rows``: the padding becomes holes). Returns the layers;
-  row i holds its layers' positions plus ``tokens[i]``.
+  keeps exactly its own (``trim_rows``, then ``compact``: no holes are left). Returns the
+  layers; row i holds its layers' positions plus ``tokens[i]``.
 
 Why holes rather than shifting rows right: a shift moves every key of every shifted row
 (a full-buffer gather per layer per step, ~200 ms at 8 rows here); a hole is one slice
@@ -172,6 +172,8 @@ def prefill_rows(model: Any, layers: list[list[Any]], tokens: list[list[int]],
         mx.eval([c.state for c in cache])
     if width:
         trim_rows(cache, width, [len(t) for t in tokens])
+        for c in cache:
+            c.compact()  # no holes: decode steps keep the plain masks
     return cache
 
 

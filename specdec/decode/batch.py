@@ -50,7 +50,7 @@ from mlx_lm.models.cache import KVCache
 
 from ..cache.batch_cache import RowsKVCache
 from ..cache.recurrent import RecurrentCache
-from ..cache.rollback import make_cache
+from ..cache.rollback import make_cache, trim
 from ..core.proposal import EMPTY, Proposal
 from ..core.sampling import Rng, SamplingParams
 from ..core.trees import cut, first_branch, prune_tree
@@ -58,7 +58,7 @@ from ..core.vocab import vocab_size
 from ..drafters.base import Drafter, NoDrafter
 from ..policy.tree_shape import TreeShaper
 from ..core.processors import LogitsProcessor, processors_for
-from .step import Sampler, Step, Verify, sampler_for, verify_step
+from .step import Greedy, Sampler, Step, Verify, land_plain_step, queue_plain_step, sampler_for, verify_step
 
 # lengths of the verify cost curve past 16 that price a batch's block (B rows x L)
 BATCH_COST_LENGTHS = (24, 32, 48, 64, 96, 128)
@@ -166,9 +166,15 @@ class Batch:
         self.vocab = vocab if vocab is not None else vocab_size(model)
         self.rows: list[Row] = []
         self.cache: list[Any] | None = None
+        self._inflight: InFlight | None = None  # a plain step queued, not yet read
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def queued(self) -> bool:
+        """Whether a pipelined plain step is queued on the device (see ``step``)."""
+        return self._inflight is not None
 
     def join(self, row: Row, layers: list[Any]) -> None:
         held = layers.positions() if isinstance(layers, RecurrentCache) else {c.offset for c in layers}
@@ -222,15 +228,17 @@ class Batch:
     def leave_rows(self, indices: Sequence[int]) -> list[list[Any]]:
         """Remove rows ``indices`` (one copy of the batch cache for all of them); returns
         each one's cache layers, in the order asked, holding exactly its ``context[:-1]``."""
-        if not isinstance(self.cache[0], RowsKVCache):  # a lone row's own layers
-            out = [self.cache]
-        else:
-            out = [[c.extract(i) for c in self.cache] for i in indices]
-            # copied now: a lazy slice would keep the whole batch buffer alive, one more
-            # buffer per leaving row, until someone evaluated it
-            mx.eval([c.state for layers in out for c in layers])
+        lone = not isinstance(self.cache[0], RowsKVCache)  # a lone row's own layers
+        out = [self.cache] if lone else [[c.extract(i) for c in self.cache] for i in indices]
         gone = set(indices)
         keep = [j for j in range(len(self.rows)) if j not in gone]
+        if self._inflight is not None:  # the queued step fed them one token more
+            for i, layers in zip(indices, out):
+                if i < self._inflight.covers:
+                    trim(layers, 1)
+            self._inflight = self._inflight.kept([j for j in keep if j < self._inflight.covers])
+        if not lone:  # copied now: a lazy slice would keep the whole batch buffer alive
+            mx.eval([c.state for layers in out for c in layers])
         self.rows = [self.rows[j] for j in keep]
         if not self.rows:
             self.cache = None
@@ -242,7 +250,18 @@ class Batch:
     def step(self, speculate: bool = True) -> list[Step]:
         """One verify step over every row; ``speculate=False`` makes every row a one-token
         step (the server does so while prompts wait for prefill: each decode step delays
-        them all by its full duration)."""
+        them all by its full duration).
+
+        When every row decodes plainly and greedily this step (``_pipelines``), the step
+        is pipelined as ``plain.plain_steps`` is: the next step is queued on the device
+        before this one is read. Rows that joined while a step was queued (the last
+        rows) get their first Step from the next call: the list is then shorter than
+        the batch."""
+        if self._pipelines(speculate):
+            return self._pipelined()
+        if self._inflight is not None:  # the queued plain step is this call's step
+            cur, self._inflight = self._inflight, None
+            return self._land(cur)
         rows, t_start = self.rows, time.perf_counter()
         drafts = [self._propose(r) if speculate else (EMPTY, EMPTY) for r in rows]
         props = [p for _, p in drafts]
@@ -262,6 +281,44 @@ class Batch:
             rows[0].drafter.step_time(L, time.perf_counter() - t_start)
         for r, (full, _), p, s in zip(rows, drafts, props, steps):
             self._observe(r, full, p, s)
+        return steps
+
+    def _pipelines(self, speculate: bool) -> bool:
+        """Whether this step is plain for every row and the next may be queued before it
+        is read: each row greedy with nothing beyond the argmax to compute, full-attention
+        layers, and no row drafting (none asked, or blocks priced out: ``choose_block``
+        keeps L = 1 even for every row's longest draft)."""
+        rows = self.rows
+        if not rows or not all(map(_plain_row, rows)) or isinstance(self.cache, RecurrentCache) \
+                or any(type(c) not in (KVCache, RowsKVCache) for c in self.cache):
+            return False
+        drafts = [min(r.k, r.budget[0] - 1) if speculate and r.speculative else 0 for r in rows]
+        if max(drafts) < 1:
+            return True
+        if len(rows) == 1 or self.cost is None:
+            return False
+        return choose_block(drafts, [r.alpha for r in rows], self._cost(len(rows))) == 1
+
+    def _pipelined(self) -> list[Step]:
+        """Queue the next plain step (after the one already queued, or after this one),
+        then read this one."""
+        rows, cur = self.rows, self._inflight
+        if cur is None:
+            cur = InFlight(queue_plain_step(self.model, self.cache, _last_tokens(rows)), len(rows))
+        feed = cur.arrays[0]
+        if cur.covers < len(rows):  # rows that joined since it was queued: fed from the host
+            feed = mx.concatenate([feed, _last_tokens(rows[cur.covers:])])
+        self._inflight = InFlight(queue_plain_step(self.model, self.cache, feed), len(rows))
+        return self._land(cur)
+
+    def _land(self, cur: "InFlight") -> list[Step]:
+        """Read a queued plain step of the first ``cur.covers`` rows and observe it (a
+        drafting row's first draft against the emitted token: ``_observe``)."""
+        rows = self.rows[: cur.covers]
+        steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
+        for r, s in zip(rows, steps):
+            full = draft_for_step(r.drafter, r.context, min(1, r.budget[0] - 1)) if r.speculative else EMPTY
+            self._observe(r, full, EMPTY, s)
         return steps
 
     def _cost(self, rows: int) -> Callable[[int], float]:
@@ -319,3 +376,28 @@ def draft_for_step(drafter: Drafter, context: Sequence[int], k: int,
                              "budget (--draft-tree-budget) to verify trees")
         return prune_tree(proposal, k, tree_budget)
     return proposal.truncated(k)
+
+
+@dataclass
+class InFlight:
+    """A plain step queued for the first ``covers`` rows of a batch: device arrays
+    [argmax (covers, 1), its logprob (covers, 1)] (``step.queue_plain_step``)."""
+
+    arrays: list[Any]
+    covers: int
+
+    def kept(self, rows: list[int]) -> "InFlight | None":
+        """The step for rows ``rows`` of it only (None: none)."""
+        if not rows:
+            return None
+        index = mx.array(rows)
+        return InFlight([a[index] for a in self.arrays], len(rows))
+
+
+def _plain_row(row: Row) -> bool:
+    return (type(row.sampler) is Greedy and not row.processors and not row.top_logprobs
+            and not row.diagnostics and not row.tree_budget)
+
+
+def _last_tokens(rows: Sequence[Row]) -> mx.array:
+    return mx.array([[r.context[-1]] for r in rows], dtype=mx.int32)

@@ -31,7 +31,10 @@ step runs, in order:
 
 The caller (``batch.Batch``) drafts before and observes after. Plain decoding without
 drafts has its own pipelined loop (``plain.plain_steps``), which never waits on the host
-between tokens.
+between tokens; a batch whose rows all decode plainly and greedily pipelines the same way
+(``queue_plain_step``: the step's forward and argmax queued on the device, its input
+the previous step's argmax still on the device; ``land_plain_step`` reads it: the same
+tokens and logprobs ``verify_step`` gives those rows).
 """
 
 from __future__ import annotations
@@ -239,11 +242,12 @@ def in_vocab(draft: Sequence[int], vocab: int | None) -> list[int]:
     return [t if t < vocab else 0 for t in draft]
 
 
-def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]],
+def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]] | mx.array,
                    parents: Sequence[int] | None = None) -> mx.array:
     """Logits (B, L, V) of one forward over B blocks of equal length L (``[last] +
-    drafts``, padded); ``parents`` makes the single block a token tree (``tree_attention``:
-    row r sees the cache and its own ancestors, at position offset + depth)."""
+    drafts``, padded; host lists, or a device array for a pipelined plain step);
+    ``parents`` makes the single block a token tree (``tree_attention``: row r sees the
+    cache and its own ancestors, at position offset + depth)."""
     if isinstance(cache, RecurrentCache):
         if parents is not None or len(blocks) != 1:
             raise ValueError("models with recurrent layers verify one request's linear draft "
@@ -253,7 +257,7 @@ def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]],
         return model(mx.array([fed]), cache=cache)[:, len(fed) - len(blocks[0]):]
     scope = tree_attention(model, cache, parents) if parents is not None else nullcontext()
     with scope:
-        return model(mx.array(blocks), cache=cache)
+        return model(blocks if isinstance(blocks, mx.array) else mx.array(blocks), cache=cache)
 
 
 def top_entries(logp: mx.array, n: int) -> list[mx.array]:
@@ -373,3 +377,18 @@ def verify_step(model: Any, cache: list, rows: Sequence[Verify], *,
     done = [_finish(r, lps[0], decided, extras) for r, (lps, decided, extras) in zip(rows, host)]
     roll_back(cache, L, [kept for _, kept in done])
     return [s for s, _ in done]
+
+
+def queue_plain_step(model: Any, cache: list, tokens: mx.array) -> list[mx.array]:
+    """One plain greedy step of every row, queued without waiting: ``tokens`` (B, 1) in
+    (host ids or the previous step's argmax), [argmax (B, 1), its logprob (B, 1)] out,
+    their evaluation started (``mx.async_eval``)."""
+    arrays = _greedy_arrays(verify_forward(model, cache, tokens), ())
+    mx.async_eval(*arrays)
+    return arrays
+
+
+def land_plain_step(arrays: list[mx.array], rows: Sequence[Verify]) -> list[Step]:
+    """The rows' Steps of a queued plain step (waits for it: the step's one sync)."""
+    host = _greedy_host([a.tolist() for a in arrays], rows)
+    return [_finish(r, lps[0], decided, extras)[0] for r, (lps, decided, extras) in zip(rows, host)]

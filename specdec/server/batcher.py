@@ -87,7 +87,9 @@ class Batcher:
         if self.decoding:
             try:
                 steps = self.batch.step(speculate=not self.prefilling)
-                self._finish([i for i in range(len(self.decoding)) if self._deliver(i, steps[i])])
+                # rows that joined while a pipelined step was queued (the last ones) may
+                # have no Step yet: theirs comes with the next
+                self._finish([i for i in range(len(steps)) if self._deliver(i, steps[i])])
             except Exception as e:  # noqa: BLE001 (a bug or a resource failure: fail the rows)
                 self._fail_all(e)
 
