@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import mlx.core as mx
+from mlx_lm.generate import generation_stream
 from mlx_lm.models.cache import KVCache
 
 from ..cache.batch_cache import RowsKVCache
@@ -256,7 +257,12 @@ class Batch:
         is pipelined as ``plain.plain_steps`` is: the next step is queued on the device
         before this one is read. Rows that joined while a step was queued (the last
         rows) get their first Step from the next call: the list is then shorter than
-        the batch."""
+        the batch. The step's work runs on mlx-lm's ``generation_stream``, as mlx-lm's
+        generators do (measured a few per cent faster on CPU than the default stream)."""
+        with mx.stream(generation_stream):
+            return self._step(speculate)
+
+    def _step(self, speculate: bool) -> list[Step]:
         if self._pipelines(speculate):
             return self._pipelined()
         if self._inflight is not None:  # the queued plain step is this call's step
