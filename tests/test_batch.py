@@ -201,6 +201,38 @@ def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
     assert batch.rows[0].alpha > 0.9 and batch.rows[1].alpha < 0.1
 
 
+def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
+    """Rows whose cost gates are paused (drafts that never hold) decode in pipelined
+    plain steps, each gate watching every token it emits (its shadow guesses), as a
+    single stream's plain stretch does; the tokens equal each request alone."""
+    from specdec.drafters.gate import CostGate
+    from specdec.measure import cost_curve_for
+
+    model = cached_tiny("llama")
+    cost = cost_curve_for(model, 5)
+    prompts = [repetitive_prompt(s, 24) for s in (50, 51)]
+    want = [alone(model, p, "none", 16) for p in prompts]
+    batch, reqs, gates = Batch(model, curve_cost(cost), learn=False), [], []
+    for p, w in zip(prompts, want):
+        gates.append(CostGate(Scripted(p, w + [0] * 8, False), cost, k_max=4, timed=False))
+        req = Request(model, p, drafter=gates[-1], max_tokens=16, num_draft_tokens=4)
+        req.start()
+        req.prefill()
+        batch.join(req.row(), req.layers)
+        reqs.append(req)
+    got, live, queued = [[], []], [0, 1], []
+    while live:
+        steps = batch.step()
+        queued.append(batch.queued)
+        for i, s in zip(live, steps):
+            got[i] += [e.token for e in reqs[i].feed(s)]
+        done = [j for j, i in enumerate(live) if reqs[i].finish_reason]
+        batch.leave_rows(done)
+        live = [i for j, i in enumerate(live) if j not in done]
+    assert got == want
+    assert all(queued[:-1]) and all(g.paused and g.paused_tokens >= 15 for g in gates)
+
+
 def test_seeded_sampling_under_batching_reproduces_alone():
     """A seeded sampled row draws the same tokens in a batch as alone (same drafter
     kind and state), for a speculative and a plain row."""

@@ -298,7 +298,7 @@ class Batch:
         if not rows or not all(map(_plain_row, rows)) or isinstance(self.cache, RecurrentCache) \
                 or any(type(c) not in (KVCache, RowsKVCache) for c in self.cache):
             return False
-        drafts = [min(r.k, r.budget[0] - 1) if speculate and r.speculative else 0 for r in rows]
+        drafts = [min(r.k, r.budget[0] - 1) if speculate and _drafts(r) else 0 for r in rows]
         if max(drafts) < 1:
             return True
         if len(rows) == 1 or self.cost is None:
@@ -307,24 +307,34 @@ class Batch:
 
     def _pipelined(self) -> list[Step]:
         """Queue the next plain step (after the one already queued, or after this one),
-        then read this one."""
-        rows, cur = self.rows, self._inflight
+        then read this one (a lone row's drafter learns what the plain token cost, as a
+        single stream's does)."""
+        rows, cur, t0 = self.rows, self._inflight, time.perf_counter()
         if cur is None:
             cur = InFlight(queue_plain_step(self.model, self.cache, _last_tokens(rows)), len(rows))
         feed = cur.arrays[0]
         if cur.covers < len(rows):  # rows that joined since it was queued: fed from the host
             feed = mx.concatenate([feed, _last_tokens(rows[cur.covers:])])
         self._inflight = InFlight(queue_plain_step(self.model, self.cache, feed), len(rows))
-        return self._land(cur)
+        steps = self._land(cur)
+        if len(rows) == 1 and cur.covers == 1:
+            rows[0].drafter.step_time(0, time.perf_counter() - t0)
+        return steps
 
     def _land(self, cur: "InFlight") -> list[Step]:
-        """Read a queued plain step of the first ``cur.covers`` rows and observe it (a
-        drafting row's first draft against the emitted token: ``_observe``)."""
+        """Read a queued plain step of the first ``cur.covers`` rows and observe it: a
+        paused drafter watches the token (as in a single stream's plain stretch), another
+        drafter's proposal is made and cut as a plain verify step would (its first draft
+        against the emitted token: ``_observe``)."""
         rows = self.rows[: cur.covers]
         steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
         for r, s in zip(rows, steps):
-            full = draft_for_step(r.drafter, r.context, min(1, r.budget[0] - 1)) if r.speculative else EMPTY
+            watch = r.speculative and r.drafter.paused
+            full = draft_for_step(r.drafter, r.context, min(r.k, r.budget[0] - 1)) \
+                if r.speculative and not watch else EMPTY
             self._observe(r, full, EMPTY, s)
+            if watch:
+                r.drafter.watch(r.context)
         return steps
 
     def _cost(self, rows: int) -> Callable[[int], float]:
@@ -398,6 +408,11 @@ class InFlight:
             return None
         index = mx.array(rows)
         return InFlight([a[index] for a in self.arrays], len(rows))
+
+
+def _drafts(row: Row) -> bool:
+    """Whether the row's drafter may propose this step (a paused cost gate will not)."""
+    return row.speculative and not row.drafter.paused
 
 
 def _plain_row(row: Row) -> bool:
