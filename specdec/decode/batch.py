@@ -79,6 +79,7 @@ class Row:
     shaper: TreeShaper | None = None  # "auto": each step's node count
     extra: Sequence[LogitsProcessor] = ()  # beyond what params ask for (a grammar)
     alpha: float = 0.5  # running estimate of the per-token acceptance probability
+    drafted: int | None = None  # the length of the drafter's last proposal (None: none yet)
     sampler: Sampler = field(init=False)
     processors: list[LogitsProcessor] = field(init=False)
 
@@ -292,13 +293,14 @@ class Batch:
     def _pipelines(self, speculate: bool) -> bool:
         """Whether this step is plain for every row and the next may be queued before it
         is read: each row greedy with nothing beyond the argmax to compute, full-attention
-        layers, and no row drafting (none asked, or blocks priced out: ``choose_block``
-        keeps L = 1 even for every row's longest draft)."""
+        layers, and no row drafting (none asked, a paused cost gate, or blocks priced out:
+        ``choose_block`` keeps L = 1 for drafts as long as each row's last proposal)."""
         rows = self.rows
         if not rows or not all(map(_plain_row, rows)) or isinstance(self.cache, RecurrentCache) \
                 or any(type(c) not in (KVCache, RowsKVCache) for c in self.cache):
             return False
-        drafts = [min(r.k, r.budget[0] - 1) if speculate and _drafts(r) else 0 for r in rows]
+        drafts = [min(r.k if r.drafted is None else r.drafted, r.budget[0] - 1)
+                  if speculate and _drafts(r) else 0 for r in rows]
         if max(drafts) < 1:
             return True
         if len(rows) == 1 or self.cost is None:
@@ -364,6 +366,8 @@ class Batch:
 
     @staticmethod
     def _observe(row: Row, full: Proposal, proposal: Proposal, step: Step) -> None:
+        if row.speculative:
+            row.drafted = len(full.tokens)
         if proposal:
             row.drafter.observe(step.accepted)
             row.alpha = 0.8 * row.alpha + 0.2 * step.accepted / len(proposal)
