@@ -4,6 +4,7 @@
     python scripts/serve_load.py --peer none            # ours only
     python scripts/serve_load.py --clients 1,4 --load-max-tokens 16 --max-tokens 32   # quick check
     python scripts/serve_load.py --workload decode --clients 8,32 --turns off   # decode-heavy
+    python scripts/serve_load.py --workload decode --clients 8,32 --turns off --repeat 3
 
 Both servers load the same directory: the mlx-lm model our loader converts the GGUF of
 ``--model`` into (float32 safetensors under $SPECDEC_CACHE_DIR); ours runs with
@@ -36,7 +37,9 @@ cache, default flags). Every request is a streamed chat completion, greedy, same
 0. (``--single on``, off by default) our drafters alternated on the textwrap code edit
    through one server, as in the README's serve section: suffix (cold), plain, ngram, then
    each again (suffix now warm). Decode tok/s = (tokens - 1) / (last - first token time).
-Ratios ours / mlx_lm are printed for every row. Prints one JSON object per measurement,
+Ratios ours / mlx_lm are printed for every row; with ``--repeat N`` the load rows run N
+times (each run all servers side by side, a fresh server per row) and the throughput
+ratios of each run and their median are printed too. Prints one JSON object per measurement,
 then Markdown tables; ``--out`` writes everything as one JSON file.
 """
 
@@ -260,14 +263,18 @@ def _same(ours: list[str], peer: list[str]) -> str:
     return f"{sum(a == b for a, b in zip(ours, peer))}/{len(peer)}"
 
 
+def _row_name(r: dict) -> str:
+    return f"{r['clients']}" + (f" (run {r['rep'] + 1})" if r.get("reps", 1) > 1 else "")
+
+
 def load_tables(loads: list[dict]) -> list[str]:
-    peer = {r["clients"]: r for r in loads if r["server"] == "mlx_lm"}
+    peer = {(r["clients"], r.get("rep", 0)): r for r in loads if r["server"] == "mlx_lm"}
     lines = ["| clients | server | requests | throughput tok/s | p50 / p95 latency s "
              "| p50 / p95 TTFT s | outputs = mlx_lm |", "|---|---|---|---|---|---|---|"]
     for r in loads:
-        p = peer.get(r["clients"])
+        p = peer.get((r["clients"], r.get("rep", 0)))
         same = _same(r["texts"], p["texts"]) if p and p is not r else "–"
-        lines.append(f"| {r['clients']} | {r['server']} | {r['requests']} | "
+        lines.append(f"| {_row_name(r)} | {r['server']} | {r['requests']} | "
                      f"{r['throughput_tok_s']:.1f} | {r['p50_latency_s']:.2f} / "
                      f"{r['p95_latency_s']:.2f} | {r['p50_ttft_s']:.2f} / {r['p95_ttft_s']:.2f} "
                      f"| {same} |")
@@ -277,11 +284,19 @@ def load_tables(loads: list[dict]) -> list[str]:
     lines += ["", "ours / mlx_lm (throughput: higher is better; latency, TTFT: lower is better)",
               "", "| clients | server | throughput | p50 latency | p95 latency | p50 TTFT "
               "| p95 TTFT |", "|---|---|---|---|---|---|---|"]
+    ratios: dict[tuple[int, str], list[float]] = {}
     for r in loads:
-        if r["server"] != "mlx_lm" and r["clients"] in peer:
-            p = peer[r["clients"]]
-            ratios = " | ".join(f"{r[k] / p[k]:.2f}×" if p[k] else "–" for k in keys)
-            lines.append(f"| {r['clients']} | {r['server']} | {ratios} |")
+        p = peer.get((r["clients"], r.get("rep", 0)))
+        if r["server"] != "mlx_lm" and p is not None:
+            cells = " | ".join(f"{r[k] / p[k]:.2f}×" if p[k] else "–" for k in keys)
+            lines.append(f"| {_row_name(r)} | {r['server']} | {cells} |")
+            ratios.setdefault((r["clients"], r["server"]), []).append(
+                r["throughput_tok_s"] / p["throughput_tok_s"])
+    if max(r.get("reps", 1) for r in loads) > 1:
+        lines += ["", "throughput ours / mlx_lm over the runs (each run: both servers side by side)",
+                  "", "| clients | server | median | each run |", "|---|---|---|---|"]
+        lines += [f"| {c} | {srv} | {statistics.median(v):.2f}× | "
+                  f"{', '.join(f'{x:.2f}' for x in v)} |" for (c, srv), v in ratios.items()]
     return lines
 
 
@@ -324,6 +339,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128, help="completion length of each turn")
     ap.add_argument("--turns", choices=("on", "off"), default="on", help="the conversation")
     ap.add_argument("--max-batch", type=int, help="passed to `specdec serve` only when given")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the load rows this many times (each run: every server side by "
+                         "side); ratios per run and their median")
     ap.add_argument("--single", choices=("on", "off"), default="off",
                     help="first, our drafters alternated on one prompt (ours only)")
     ap.add_argument("--out", help="write every measurement as one JSON file")
@@ -337,12 +355,14 @@ def main() -> None:
         with running(specs[0]) as srv:
             servers[srv["label"]] = srv["openblas"]
             single = single_client(srv, args.max_tokens)
-    for clients in [int(c) for c in args.clients.split(",") if c]:
-        for spec in specs:
-            with running(spec) as srv:
-                servers[srv["label"]] = srv["openblas"]
-                loads.append(concurrent(srv, clients, args.load_max_tokens,
-                                        load_prompts(args.workload)))
+    for rep in range(args.repeat):
+        for clients in [int(c) for c in args.clients.split(",") if c]:
+            for spec in specs:
+                with running(spec) as srv:
+                    servers[srv["label"]] = srv["openblas"]
+                    loads.append({**concurrent(srv, clients, args.load_max_tokens,
+                                               load_prompts(args.workload)),
+                                  "rep": rep, "reps": args.repeat})
     if args.turns == "on":
         for spec in specs:
             with running(spec) as srv:
@@ -350,7 +370,7 @@ def main() -> None:
                 turns.append(conversation(srv, args.max_tokens))
     config = {"model": args.model, "model_dir": str(model_dir), "dtype": "float32",
               "workload": args.workload,
-              "load_max_tokens": args.load_max_tokens, "turn_max_tokens": args.max_tokens,
+              "load_max_tokens": args.load_max_tokens, "repeat": args.repeat, "turn_max_tokens": args.max_tokens,
               "max_batch": args.max_batch, "openblas_mapped": servers}
     print(json.dumps({"config": config}))
     if args.out:
