@@ -1,21 +1,24 @@
 """In-process batched decode: our ``decode.batch.Batch`` beside mlx-lm's ``BatchGenerator``.
 
     python scripts/batch_decode.py                          # B = 8 and 32, 64 steps, 2 reps
-    python scripts/batch_decode.py --batch 8 --profile "ours plain"   # cProfile one config
+    python scripts/batch_decode.py --batch 8 --profile "ours default"   # cProfile one config
 
 Same model object (``specdec.load``, fp32 on CPU), same B prompts (chat-templated
-``specdec.prompts.short_questions``), greedy. Each config prefills its B rows untimed,
-then times ``--steps`` decode steps of the full batch (no row leaves; EOS is ignored, so
-every step emits at least one token per row): tokens/s of the decode loop alone. Configs
+``specdec.prompts.short_questions``), greedy. Each config prefills its B rows and runs
+one decode step untimed (a pipelined loop then has its next step in flight, as
+``BatchGenerator`` has after its prefill), then times ``--steps`` decode steps of the
+full batch (no row leaves; EOS is ignored, so every step emits at least one token per
+row): tokens/s of the decode loop alone. Configs
 (alternated within each repetition, so a busy machine slows them alike):
 
 - ``mlx_lm``: ``BatchGenerator.next()`` (its pipelined ``GenerationBatch``);
 - ``ours plain``: ``Batch.step()`` over rows without a drafter;
-- ``ours suffix``: the server's default drafting (``grammar,suffix``, k = 4, one shared
-  suffix history), blocks priced by the cached verify cost curve as the server does.
+- ``ours default``: the server's default drafting (``DraftSpec()``: suffix drafting up to
+  k = 8 under the cost gate, one shared suffix history), blocks priced by the cached
+  verify cost curve as the server does.
 
 Prints one JSON line per measurement and a table of medians; the first ``--check``
-tokens of every row of ``ours plain`` and ``ours suffix`` are compared with mlx_lm's.
+tokens of every row of ``ours plain`` and ``ours default`` are compared with mlx_lm's.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from specdec import load
 from specdec.core.sampling import SamplingParams
 from specdec.decode.batch import BATCH_COST_LENGTHS, Batch, curve_cost
 from specdec.decode.request import Request
-from specdec.drafters.spec import DraftResources, DraftSpec, build_drafter
+from specdec.drafters.spec import DraftSpec, build_drafter
 from specdec.drafters.suffix import SuffixHistory
 from specdec.measure import cost_curve_for
 from specdec.prompts import short_questions
+from specdec.resources import prepare_resources
 
 
 def prompts_for(tokenizer, b: int) -> list[list[int]]:
@@ -53,6 +57,8 @@ def run_mlx(model, prompts, steps, profile=None):
     while len(gen._generation_batch) < len(prompts):  # prefill (untimed)
         for r in gen.next()[1]:
             out[r.uid].append(r.token)
+    for r in gen.next()[1]:  # one untimed step: the timed ones start with one in flight
+        out[r.uid].append(r.token)
     t0 = time.perf_counter()
     with profile or _nothing():
         for _ in range(steps):
@@ -64,8 +70,7 @@ def run_mlx(model, prompts, steps, profile=None):
 
 
 def run_ours(model, tokenizer, prompts, steps, spec, cost, profile=None):
-    history = SuffixHistory(1 << 20)
-    res = DraftResources(tokenizer=tokenizer, history=history)
+    res = prepare_resources(spec, model, tokenizer, history=SuffixHistory(1 << 20))
     batch, reqs = Batch(model, cost), []
     for p in prompts:
         req = Request(model, p, drafter=build_drafter(spec, res), max_tokens=10**6,
@@ -74,7 +79,7 @@ def run_ours(model, tokenizer, prompts, steps, spec, cost, profile=None):
         req.prefill()
         batch.join(req.row(), req.layers)
         reqs.append(req)
-    out = [[] for _ in prompts]
+    out = [list(s.tokens) for s in batch.step()]  # untimed, as mlx_lm's first step
     emitted, t0 = 0, time.perf_counter()
     with profile or _nothing():
         for _ in range(steps):
@@ -99,14 +104,14 @@ def main() -> None:
     ap.add_argument("--batch", default="8,32")
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--configs", default="mlx_lm,ours plain,ours suffix")
+    ap.add_argument("--configs", default="mlx_lm,ours plain,ours default")
     ap.add_argument("--check", type=int, default=32, help="tokens per row compared with mlx_lm")
     ap.add_argument("--profile", help="cProfile this config (first repetition of each B)")
     ap.add_argument("--out", help="write the measurements as JSON")
     args = ap.parse_args()
     model, tokenizer = load(args.model, dtype="float32")
     cost = curve_cost(cost_curve_for(model, 16, extra=BATCH_COST_LENGTHS))
-    specs = {"ours plain": DraftSpec("none"), "ours suffix": DraftSpec("grammar,suffix", num_draft_tokens=4)}
+    specs = {"ours plain": DraftSpec("none"), "ours default": DraftSpec()}
     configs = args.configs.split(",")
     rows = []
     for b in [int(x) for x in args.batch.split(",")]:
