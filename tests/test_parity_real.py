@@ -15,6 +15,7 @@ from conftest import assert_speculated, plain_reference, real_model, requires_mo
 from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
 
+from specdec.drafters import DraftSpec
 from specdec.engine import generate
 from specdec.core.sampling import Rng
 from specdec.prompts import parity_prompts
@@ -41,9 +42,14 @@ def mlx_lm_tokens(name, prompt_ids, max_tokens, sampler=None):
     return out
 
 
-def spec(name, prompt, max_tokens=MAX_TOKENS, **kw):
+def spec(name, prompt, max_tokens=MAX_TOKENS, drafter="ngram", **kw):
+    """Speculative decoding that drafts at every step (the cost gate off), so acceptance,
+    rejection and rollback are all exercised; the gate's own paths: tests/test_gate.py."""
     model, tok = real_model(name)
-    return generate(model, tok, prompt, max_tokens=max_tokens, **kw)
+    n = {key: kw.pop(key) for key in ("ngram_min", "ngram_max") if key in kw}
+    n.setdefault("ngram_max", max(3, n.get("ngram_min", 1)))
+    draft = DraftSpec(drafter, num_draft_tokens=kw.get("num_draft_tokens", 4), gate=False, **n)
+    return generate(model, tok, prompt, max_tokens=max_tokens, drafter=draft, **kw)
 
 
 def random_ids_prompt(n=120, seed=0):
@@ -67,6 +73,19 @@ def test_smollm_parity_varied_prompts(name, k, n_min):
         assert 0 < out.stats.accepted == out.stats.drafted
     else:
         assert_speculated(out.steps, what=name)
+
+
+def test_smollm_default_gated_parity():
+    """The defaults (suffix up to k = 8 under the cost gate): identical tokens, and across
+    a quoting, an open-ended and a reciting prompt it both drafts and decodes plain."""
+    model, tok = real_model("smollm2-135m")
+    drafted = plain = 0
+    for name in ("demo_colorsys", "open_story", "passage_zen"):
+        out = generate(model, tok, PROMPTS[name], max_tokens=MAX_TOKENS)
+        assert out.tokens == reference("smollm2-135m", PROMPTS[name]).tokens, name
+        drafted += out.stats.draft_steps
+        plain += out.stats.verify_steps - out.stats.draft_steps
+    assert drafted > 0 and plain > 0, (drafted, plain)
 
 
 @pytest.mark.parametrize("name", ["demo_colorsys", "json_records", "passage_zen"])

@@ -191,11 +191,15 @@ def test_library_seeded_text_is_the_same_for_every_drafter(smollm):
     model, tok = smollm
     prompt = "def area(w, h):\n    return w * h\n\n" * 4 + "def volume(w, h, d):\n"
     kw = dict(max_tokens=24, temperature=0.7, top_p=0.95, seed=5, chat=False)
+    from specdec import DraftSpec
+
     ref = generate(model, tok, prompt, drafter=None, **kw)
-    for drafter in ("ngram", "suffix"):
-        out = generate(model, tok, prompt, drafter=drafter, **kw)
+    for drafter in ("ngram", "suffix"):  # drafting every step (ungated), so drafts are verified
+        out = generate(model, tok, prompt, drafter=DraftSpec(drafter, num_draft_tokens=4, gate=False), **kw)
         assert out.tokens == ref.tokens, drafter
         assert out.stats.accepted > 0, drafter
+    # the defaults (suffix under the cost gate: plain stretches and drafts) give the same text
+    assert generate(model, tok, prompt, **kw).tokens == ref.tokens
     streamed = "".join(r.text for r in stream_generate(model, tok, prompt, drafter="ngram", **kw))
     assert streamed == ref.text
     assert generate(model, tok, prompt, drafter=None, **{**kw, "seed": 6}).tokens != ref.tokens
