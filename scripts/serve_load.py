@@ -3,6 +3,8 @@
     python scripts/serve_load.py                        # ours (suffix, plain) and mlx_lm.server
     python scripts/serve_load.py --peer none            # ours only
     python scripts/serve_load.py --clients 1,4 --load-max-tokens 16 --max-tokens 32   # quick check
+    python scripts/serve_load.py --workload decode --clients 8,32 --turns off   # decode-heavy
+    python scripts/serve_load.py --workload decode --clients 8,32 --turns off --repeat 3
 
 Both servers load the same directory: the mlx-lm model our loader converts the GGUF of
 ``--model`` into (float32 safetensors under $SPECDEC_CACHE_DIR); ours runs with
@@ -12,14 +14,20 @@ JSON records whether each process really mapped it). Servers run one at a time, 
 measurement gets a freshly started server (one warm-up request first), so no prompt cache
 or suffix history carries over between rows; the three servers are interleaved per row.
 
-Servers: ``ours suffix`` (`specdec serve`, its default speculation), ``ours plain``
+Servers: ``ours suffix`` (`specdec serve --draft-type suffix`; ``ours default``, with no
+drafter flag, under ``--workload decode``), ``ours plain``
 (``--draft-type none``) and ``mlx_lm`` (`mlx_lm.server` with its own batching and prompt
 cache, default flags). Every request is a streamed chat completion, greedy, same
 ``max_tokens``, same prompts.
 
 1. Load: for each N in ``--clients``, N clients start together and each streams
    requests back to back until max(N, 8) requests are done (so one client still gives 8
-   samples); prompts cycle through ``specdec.prompts.parity_prompts()``. Reported:
+   samples). ``--workload prompt`` (the default, prompt-heavy): prompts cycle through
+   ``specdec.prompts.parity_prompts()`` (150-700 tokens each), ``--load-max-tokens``
+   (default 48) new tokens. ``--workload decode`` (decode-heavy): 64 distinct short
+   questions (``specdec.prompts.short_questions``, 42-46 prompt tokens with the chat
+   template), 128 new tokens unless ``--load-max-tokens`` says otherwise; ours then runs
+   with its default flags (``ours default``: grammar,suffix drafting). Reported:
    throughput (completion tokens / wall), p50/p95 end-to-end latency and TTFT, and how
    many outputs equal mlx_lm.server's for the same request.
 2. Conversation (``--turns on``): turn 1 is a ~680-token code edit
@@ -29,7 +37,9 @@ cache, default flags). Every request is a streamed chat completion, greedy, same
 0. (``--single on``, off by default) our drafters alternated on the textwrap code edit
    through one server, as in the README's serve section: suffix (cold), plain, ngram, then
    each again (suffix now warm). Decode tok/s = (tokens - 1) / (last - first token time).
-Ratios ours / mlx_lm are printed for every row. Prints one JSON object per measurement,
+Ratios ours / mlx_lm are printed for every row; with ``--repeat N`` the load rows run N
+times (each run all servers side by side, a fresh server per row) and the throughput
+ratios of each run and their median are printed too. Prints one JSON object per measurement,
 then Markdown tables; ``--out`` writes everything as one JSON file.
 """
 
@@ -51,7 +61,7 @@ from pathlib import Path
 import httpx
 
 from specdec.backend import preload_env
-from specdec.prompts import code_edit_prompt, parity_prompts
+from specdec.prompts import code_edit_prompt, parity_prompts, short_questions
 
 MIN_REQUESTS = 8  # per load row: a single client still gives this many samples
 TURN1 = ("statistics", "linear_regression",
@@ -109,9 +119,12 @@ def _p95(sorted_values: list[float]) -> float:
     return sorted_values[min(len(sorted_values) - 1, round(0.95 * (len(sorted_values) - 1)))]
 
 
-def concurrent(srv: dict, clients: int, max_tokens: int) -> dict:
+def load_prompts(workload: str) -> list[str]:
+    return list(parity_prompts().values()) if workload == "prompt" else short_questions(64)
+
+
+def concurrent(srv: dict, clients: int, max_tokens: int, prompts: list[str]) -> dict:
     """``clients`` closed-loop clients share max(clients, MIN_REQUESTS) requests."""
-    prompts = list(parity_prompts().values())
     total = max(clients, MIN_REQUESTS)
     results: dict[int, dict] = {}
     lock = threading.Lock()
@@ -169,8 +182,9 @@ def server_specs(args, model_dir: Path) -> list[dict]:
             "float32", "--queue-size", "128", "--log-level", "warning"]
     if args.max_batch is not None:
         ours += ["--max-batch", str(args.max_batch)]
-    specs = [{"label": "ours suffix", "argv": ours + ["--draft-type", "suffix"],
-              "model_field": args.model},
+    # decode-heavy: ours as a user starts it (grammar,suffix); prompt-heavy: suffix, as before
+    spec = ("ours default", []) if args.workload == "decode" else ("ours suffix", ["--draft-type", "suffix"])
+    specs = [{"label": spec[0], "argv": ours + spec[1], "model_field": args.model},
              {"label": "ours plain", "argv": ours + ["--draft-type", "none"],
               "model_field": args.model}]
     if args.peer == "mlx_lm":
@@ -249,14 +263,18 @@ def _same(ours: list[str], peer: list[str]) -> str:
     return f"{sum(a == b for a, b in zip(ours, peer))}/{len(peer)}"
 
 
+def _row_name(r: dict) -> str:
+    return f"{r['clients']}" + (f" (run {r['rep'] + 1})" if r.get("reps", 1) > 1 else "")
+
+
 def load_tables(loads: list[dict]) -> list[str]:
-    peer = {r["clients"]: r for r in loads if r["server"] == "mlx_lm"}
+    peer = {(r["clients"], r.get("rep", 0)): r for r in loads if r["server"] == "mlx_lm"}
     lines = ["| clients | server | requests | throughput tok/s | p50 / p95 latency s "
              "| p50 / p95 TTFT s | outputs = mlx_lm |", "|---|---|---|---|---|---|---|"]
     for r in loads:
-        p = peer.get(r["clients"])
+        p = peer.get((r["clients"], r.get("rep", 0)))
         same = _same(r["texts"], p["texts"]) if p and p is not r else "–"
-        lines.append(f"| {r['clients']} | {r['server']} | {r['requests']} | "
+        lines.append(f"| {_row_name(r)} | {r['server']} | {r['requests']} | "
                      f"{r['throughput_tok_s']:.1f} | {r['p50_latency_s']:.2f} / "
                      f"{r['p95_latency_s']:.2f} | {r['p50_ttft_s']:.2f} / {r['p95_ttft_s']:.2f} "
                      f"| {same} |")
@@ -266,11 +284,19 @@ def load_tables(loads: list[dict]) -> list[str]:
     lines += ["", "ours / mlx_lm (throughput: higher is better; latency, TTFT: lower is better)",
               "", "| clients | server | throughput | p50 latency | p95 latency | p50 TTFT "
               "| p95 TTFT |", "|---|---|---|---|---|---|---|"]
+    ratios: dict[tuple[int, str], list[float]] = {}
     for r in loads:
-        if r["server"] != "mlx_lm" and r["clients"] in peer:
-            p = peer[r["clients"]]
-            ratios = " | ".join(f"{r[k] / p[k]:.2f}×" if p[k] else "–" for k in keys)
-            lines.append(f"| {r['clients']} | {r['server']} | {ratios} |")
+        p = peer.get((r["clients"], r.get("rep", 0)))
+        if r["server"] != "mlx_lm" and p is not None:
+            cells = " | ".join(f"{r[k] / p[k]:.2f}×" if p[k] else "–" for k in keys)
+            lines.append(f"| {_row_name(r)} | {r['server']} | {cells} |")
+            ratios.setdefault((r["clients"], r["server"]), []).append(
+                r["throughput_tok_s"] / p["throughput_tok_s"])
+    if max(r.get("reps", 1) for r in loads) > 1:
+        lines += ["", "throughput ours / mlx_lm over the runs (each run: both servers side by side)",
+                  "", "| clients | server | median | each run |", "|---|---|---|---|"]
+        lines += [f"| {c} | {srv} | {statistics.median(v):.2f}× | "
+                  f"{', '.join(f'{x:.2f}' for x in v)} |" for (c, srv), v in ratios.items()]
     return lines
 
 
@@ -305,14 +331,23 @@ def main() -> None:
     ap.add_argument("--peer", choices=("mlx_lm", "none"), default="mlx_lm",
                     help="also measure mlx_lm.server (default) or only ours")
     ap.add_argument("--clients", default="1,8,32", help="concurrent clients per load row ('' skips)")
-    ap.add_argument("--load-max-tokens", type=int, default=48, help="completion length under load")
+    ap.add_argument("--workload", choices=("prompt", "decode"), default="prompt",
+                    help="load rows: prompt-heavy (the parity prompts) or decode-heavy "
+                         "(short questions, 128 new tokens)")
+    ap.add_argument("--load-max-tokens", type=int,
+                    help="completion length under load (default 48; 128 with --workload decode)")
     ap.add_argument("--max-tokens", type=int, default=128, help="completion length of each turn")
     ap.add_argument("--turns", choices=("on", "off"), default="on", help="the conversation")
     ap.add_argument("--max-batch", type=int, help="passed to `specdec serve` only when given")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the load rows this many times (each run: every server side by "
+                         "side); ratios per run and their median")
     ap.add_argument("--single", choices=("on", "off"), default="off",
                     help="first, our drafters alternated on one prompt (ours only)")
     ap.add_argument("--out", help="write every measurement as one JSON file")
     args = ap.parse_args()
+    if args.load_max_tokens is None:
+        args.load_max_tokens = 128 if args.workload == "decode" else 48
     model_dir = converted_dir(args.model)
     specs = server_specs(args, model_dir)
     loads, turns, single, servers = [], [], [], {}
@@ -320,18 +355,22 @@ def main() -> None:
         with running(specs[0]) as srv:
             servers[srv["label"]] = srv["openblas"]
             single = single_client(srv, args.max_tokens)
-    for clients in [int(c) for c in args.clients.split(",") if c]:
-        for spec in specs:
-            with running(spec) as srv:
-                servers[srv["label"]] = srv["openblas"]
-                loads.append(concurrent(srv, clients, args.load_max_tokens))
+    for rep in range(args.repeat):
+        for clients in [int(c) for c in args.clients.split(",") if c]:
+            for spec in specs:
+                with running(spec) as srv:
+                    servers[srv["label"]] = srv["openblas"]
+                    loads.append({**concurrent(srv, clients, args.load_max_tokens,
+                                               load_prompts(args.workload)),
+                                  "rep": rep, "reps": args.repeat})
     if args.turns == "on":
         for spec in specs:
             with running(spec) as srv:
                 servers[srv["label"]] = srv["openblas"]
                 turns.append(conversation(srv, args.max_tokens))
     config = {"model": args.model, "model_dir": str(model_dir), "dtype": "float32",
-              "load_max_tokens": args.load_max_tokens, "turn_max_tokens": args.max_tokens,
+              "workload": args.workload,
+              "load_max_tokens": args.load_max_tokens, "repeat": args.repeat, "turn_max_tokens": args.max_tokens,
               "max_batch": args.max_batch, "openblas_mapped": servers}
     print(json.dumps({"config": config}))
     if args.out:

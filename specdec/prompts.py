@@ -8,6 +8,8 @@ plus an instruction whose answer quotes that material. Nothing is downloaded.
 - ``code_edit_prompt(module, func, instruction)``, ``json_prompt(n)``,
   ``passage_prompt(module)``: one prompt of each workload class.
 - ``parity_prompts()``: a varied named set for the parity tests.
+- ``short_questions(n)``: ``n`` distinct short open questions about standard-library
+  modules, nothing to quote: the decode-heavy load of ``scripts/serve_load.py``.
 - ``agent_transcript(task)``: an agent's tool loop up to the call the model writes next
   (OpenAI messages and tools): ``"write_file"`` has read a real source file through
   ``read_file`` and must write it back edited; ``"update_record"`` has fetched a package
@@ -106,6 +108,31 @@ def parity_prompts() -> dict[str, str]:
         "open_story": "Write a short story about a lighthouse keeper.",
         "open_arith": "What is 17 times 23? Explain step by step.",
     }
+
+
+QUESTION_FORMS = (
+    "What is Python's {} module for? Answer in a short paragraph.",
+    "Explain to a beginner how to use the {} module, with an example.",
+    "Write a short story about a programmer who learns the {} module.",
+    "List three mistakes people often make with Python's {} module.",
+)
+QUESTION_MODULES = ("argparse", "asyncio", "collections", "csv", "datetime", "functools",
+                    "heapq", "itertools", "json", "logging", "pathlib", "random", "re",
+                    "sqlite3", "statistics", "threading")
+
+
+def short_questions(n: int = 64) -> list[str]:
+    """``n`` distinct short questions (each form about each module; at most 64), in an
+    order where consecutive questions differ in both.
+
+    >>> short_questions(2)
+    ["What is Python's argparse module for? Answer in a short paragraph.", 'Explain to a beginner how to use the asyncio module, with an example.']
+    """
+    pairs = [(i % len(QUESTION_FORMS), (i + i // len(QUESTION_MODULES)) % len(QUESTION_MODULES))
+             for i in range(len(QUESTION_FORMS) * len(QUESTION_MODULES))]
+    if not 0 < n <= len(pairs):
+        raise ValueError(f"short_questions: n must be in 1..{len(pairs)}, got {n}")
+    return [QUESTION_FORMS[f].format(QUESTION_MODULES[m]) for f, m in pairs[:n]]
 
 
 def zen_text() -> str:

@@ -5,19 +5,23 @@ per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
 
 import mlx.core as mx
 import pytest
-from conftest import cached_tiny, repetitive_prompt
+from conftest import TINY_VOCAB, cached_tiny, real_model, repetitive_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
 from specdec.decode.batch import Batch, batchable, choose_block, curve_cost
+from specdec.core.proposal import Proposal
 from specdec.drafters import NgramDrafter, NoDrafter
+from specdec.drafters.base import Drafter
 from specdec.drafters.suffix import SuffixDrafter
-from specdec.decode.request import Request
+from specdec.decode.request import Request, prefill_together
 from specdec.engine import token_stream
+from specdec.cache.prompt_cache import make_prompt_cache
 from specdec.cache.batch_cache import RowsKVCache, trim_rows
 from specdec.cache.rollback import RollbackError, make_cache
 from specdec.core.sampling import SamplingParams
+from specdec.prompts import short_questions
 
 
 DRAFTERS = {"none": NoDrafter, "ngram": lambda: NgramDrafter(1, 3), "suffix": SuffixDrafter}
@@ -29,39 +33,57 @@ def alone(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
                                           num_draft_tokens=k, sampling=params)]
 
 
-def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
-    """A prefilled request's (row, cache layers, request, stats), through the lifecycle the
-    server uses (``decode.request.Request``)."""
+def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4, prefill=True, cache=None):
+    """A started request's (row, cache layers, request, stats), through the lifecycle the
+    server uses (``decode.request.Request``), prefilled unless ``prefill`` is False."""
     req = Request(model, prompt, drafter=DRAFTERS[kind](), max_tokens=max_tokens,
-                  num_draft_tokens=k, sampling=params)
+                  num_draft_tokens=k, sampling=params, prompt_cache=cache)
     req.start()
-    assert req.prefill()
+    assert not prefill or req.prefill()
     return req.row(), req.layers, req, req.stats
 
 
-def run_batch(model, requests, cost):
-    """Decode ``requests`` [(join step, prompt, kind, max_tokens, params)] in one Batch;
-    returns each request's tokens and the block lengths of the steps with several rows."""
+def join_all(model, batch, joining, together):
+    """Start ``joining`` [(prompt, kind, max_tokens, params, prompt cache)] and join them:
+    one at a time, or prefilled in one batched forward (``prefill_together``) when
+    ``together``; returns their requests."""
+    started = [start(model, *j[:4], prefill=not together, cache=j[4]) for j in joining]
+    reqs = [s[2] for s in started]
+    if together:
+        batch.join_rows([r.row() for r in reqs], prefill_together(model, reqs))
+    else:
+        for row, layers, _, _ in started:
+            batch.join(row, layers)
+    return reqs
+
+
+def run_batch(model, requests, cost, together=False, caches=None):
+    """Decode ``requests`` [(join step, prompt, kind, max_tokens, params)] in one Batch
+    (request i with prompt cache ``caches[i]`` when given); returns each request's tokens
+    and the block lengths of the steps with several rows. Rows a step finishes leave
+    together (``leave_rows``)."""
     batch, pending = Batch(model, cost, learn=False), sorted(enumerate(requests), key=lambda r: r[1][0])
     out, live, blocks, step = {}, [], [], 0
     while pending or live:
+        joining = []
         while pending and pending[0][1][0] <= step:
-            i, (_, prompt, kind, n, params) = pending.pop(0)
-            row, layers, emitter, stats = start(model, prompt, kind, n, params)
-            batch.join(row, layers)
-            live.append((i, emitter, stats))
-            out[i] = []
+            joining.append(pending.pop(0))
+        if joining:
+            reqs = join_all(model, batch, [(*r[1:], caches[i] if caches else None) for i, r in joining],
+                            together and len(joining) > 1)
+            live += [(i, req) for (i, _), req in zip(joining, reqs)]
+            out.update({i: [] for i, _ in joining})
         if live:
             steps = batch.step()
             if len(steps) > 1:
                 blocks.append(max(s.fed for s in steps))
-            for j in reversed(range(len(live))):
-                toks = live[j][1].feed(steps[j])
-                out[live[j][0]] += [e.token for e in toks]
-                if live[j][1].finish_reason:
-                    held = batch.leave(j)
-                    assert [c.offset for c in held] == [len(requests[live[j][0]][1]) + len(out[live[j][0]]) - 1] * len(held)
-                    live.pop(j)
+            for (i, req), s in zip(live, steps):
+                out[i] += [e.token for e in req.feed(s)]
+            done = [j for j, (_, req) in enumerate(live) if req.finish_reason]
+            for j, held in zip(done, batch.leave_rows(done)):
+                i = live[j][0]
+                assert [c.offset for c in held] == [len(requests[i][1]) + len(out[i]) - 1] * len(held)
+            live = [x for j, x in enumerate(live) if j not in done]
         step += 1
     return [out[i] for i in range(len(requests))], blocks
 
@@ -84,6 +106,131 @@ def test_mixed_batch_equals_each_request_alone(arch, cost):
     for (_, prompt, _, m, _), toks in zip(reqs, got):
         assert toks == alone(model, prompt, "none", m)
     assert (max(blocks) > 1) if cost == "flat" else (set(blocks) == {1})
+
+
+TOGETHER = [(0, 0, 40, "ngram", 30), (0, 1, 25, "suffix", 24), (0, 2, 33, "none", 20),
+            (3, 3, 50, "ngram", 28), (3, 4, 12, "suffix", 16), (3, 5, 40, "none", 12)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_rows_prefilled_together_equal_each_request_alone(arch):
+    """Requests arriving together are prefilled in one batched forward (right-padded
+    prompts of different lengths, one with a reused prefix from a prompt cache) and join
+    at once, also into a running batch: every row's tokens equal plain decoding alone."""
+    model = cached_tiny(arch)
+    reqs = [(j, repetitive_prompt(s, n), kind, m, SamplingParams()) for j, s, n, kind, m in TOGETHER]
+    cached = make_prompt_cache(model)
+    for _ in token_stream(model, reqs[3][1][:30], max_tokens=1, prompt_cache=cached):
+        pass  # the cache now holds a 30-token prefix of request 3's prompt
+    caches = [None, None, None, cached, None, None]
+    got, blocks = run_batch(model, reqs, lambda n: 1.0, together=True, caches=caches)
+    for (_, prompt, _, m, _), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, "none", m)
+    assert max(blocks) > 1
+    assert cached.tokens[:30] == reqs[3][1][:30]  # handed back holding the row
+
+
+@pytest.mark.slow
+def test_real_questions_prefilled_together_equal_each_alone():
+    """SmolLM2-135M fp32: eight short chat questions (prompts of different lengths)
+    prefilled in one batched forward, then decoded in one batch, plain rows and suffix
+    rows (a flat cost: rows speculate): each row's tokens equal plain decoding alone."""
+    model, tok = real_model("smollm2-135m")
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)
+               for q in short_questions(8)]
+    reqs = [(0, p, "suffix" if i % 2 else "none", 24, SamplingParams()) for i, p in enumerate(prompts)]
+    got, blocks = run_batch(model, reqs, lambda n: 1.0, together=True)
+    for (_, prompt, _, m, _), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, "none", m)
+    assert len({len(p) for p in prompts}) > 1 and max(blocks) > 1
+
+
+def test_plain_rows_pipeline_and_join_and_leave_exactly():
+    """Plain greedy rows: the next step is queued before one is read; a row leaving then
+    gets back exactly its context but the last token, and a row joining gets its first
+    token from the call after (the earlier rows keep theirs coming): all tokens equal
+    each request alone."""
+    model = cached_tiny("qwen2")
+    prompts = [repetitive_prompt(s, n) for s, n in ((40, 30), (41, 22), (42, 35))]
+    want = [alone(model, p, "none", 10) for p in prompts]
+    batch, got, sizes = Batch(model, float, learn=False), [[], [], []], []
+    join_all(model, batch, [(p, "none", 10, SamplingParams(), None) for p in prompts[:2]], True)
+    for n in range(8):
+        if n == 3:
+            join_all(model, batch, [(prompts[2], "none", 10, SamplingParams(), None)], False)
+        steps = batch.step()
+        sizes.append(len(steps))
+        for i, s in enumerate(steps):
+            got[i] += s.tokens
+        assert batch.queued
+    held = batch.leave(0)
+    for _ in range(2):  # the others go on after it left
+        for i, s in zip((1, 2), batch.step()):
+            got[i] += s.tokens
+    assert sizes == [2, 2, 2, 2, 3, 3, 3, 3]  # the joining row's first token: one call later
+    assert held[0].offset == len(prompts[0]) + len(got[0]) - 1
+    assert [g == w[: len(g)] for g, w in zip(got, want)] == [True] * 3
+    assert [len(g) for g in got] == [8, 10, 6]
+
+
+class Scripted(Drafter):
+    """Proposes the next token of a known continuation (``right``) or a wrong one."""
+    name = "scripted"
+
+    def __init__(self, prompt, continuation, right):
+        self.n, self.cont, self.right = len(prompt), continuation, right
+
+    def propose(self, context, k):
+        tok = self.cont[len(context) - self.n]
+        return Proposal([tok if self.right else (tok + 1) % TINY_VOCAB])
+
+
+def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
+    """With blocks priced out (every step plain), a row whose drafts would have been
+    accepted is seen to have high acceptance, one whose drafts would not, low."""
+    model = cached_tiny("llama")
+    batch = Batch(model, float, learn=False)
+    prompts = [repetitive_prompt(s, 20) for s in (30, 31)]
+    for p, right in zip(prompts, (True, False)):
+        req = Request(model, p, drafter=Scripted(p, alone(model, p, "none", 12), right), max_tokens=12)
+        req.start()
+        req.prefill()
+        batch.join(req.row(), req.layers)
+    for _ in range(10):
+        assert [s.fed for s in batch.step()] == [1, 1]
+    assert batch.rows[0].alpha > 0.9 and batch.rows[1].alpha < 0.1
+
+
+def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
+    """Rows whose cost gates are paused (drafts that never hold) decode in pipelined
+    plain steps, each gate watching every token it emits (its shadow guesses), as a
+    single stream's plain stretch does; the tokens equal each request alone."""
+    from specdec.drafters.gate import CostGate
+    from specdec.measure import cost_curve_for
+
+    model = cached_tiny("llama")
+    cost = cost_curve_for(model, 5)
+    prompts = [repetitive_prompt(s, 24) for s in (50, 51)]
+    want = [alone(model, p, "none", 16) for p in prompts]
+    batch, reqs, gates = Batch(model, curve_cost(cost), learn=False), [], []
+    for p, w in zip(prompts, want):
+        gates.append(CostGate(Scripted(p, w + [0] * 8, False), cost, k_max=4, timed=False))
+        req = Request(model, p, drafter=gates[-1], max_tokens=16, num_draft_tokens=4)
+        req.start()
+        req.prefill()
+        batch.join(req.row(), req.layers)
+        reqs.append(req)
+    got, live, queued = [[], []], [0, 1], []
+    while live:
+        steps = batch.step()
+        queued.append(batch.queued)
+        for i, s in zip(live, steps):
+            got[i] += [e.token for e in reqs[i].feed(s)]
+        done = [j for j, i in enumerate(live) if reqs[i].finish_reason]
+        batch.leave_rows(done)
+        live = [i for j, i in enumerate(live) if j not in done]
+    assert got == want
+    assert all(queued[:-1]) and all(g.paused and g.paused_tokens >= 15 for g in gates)
 
 
 def test_seeded_sampling_under_batching_reproduces_alone():

@@ -14,7 +14,7 @@ from conftest import real_model
 from serverproc import LONG, MODEL, Server, raw_request, wait_for
 
 from specdec import generate
-from specdec.prompts import parity_prompts
+from specdec.prompts import parity_prompts, short_questions
 
 pytestmark = pytest.mark.slow  # a server process on a real model
 
@@ -85,6 +85,22 @@ def test_mixed_batch_equals_each_request_alone(server):
     assert sum(got[n]["usage"]["accepted_tokens"] for n in cases) > 0  # rows speculated
     assert server.metric("specdec_requests_cancelled_total") == cancelled + 1
     wait_for(lambda: server.health()["running"] == 0, timeout=20, what="an idle server")
+
+
+def test_short_requests_arriving_together_equal_each_alone(server):
+    """Short questions sent at once (prefilled together when they arrive within one
+    scheduling round, with their shared system prompt from the prefix cache): each
+    answer equals plain decoding alone."""
+    cases = [(user(q), 24, {"draft_type": d}) for q, d in zip(short_questions(3), ("none", "suffix", "ngram"))]
+    got = {}
+    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, chat(server, *cases[i])))
+               for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    for i, (msgs, n, _) in enumerate(cases):
+        assert got[i]["choices"][0]["message"]["content"] == plain(msgs, n), i
 
 
 def test_full_batch_and_full_queue_answer_503(server):

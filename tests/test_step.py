@@ -82,3 +82,25 @@ def test_a_sampled_row_without_its_key_stream_is_refused():
     with pytest.raises(ValueError, match="Rng"):
         Row([1, 2], NoDrafter(), 4, SamplingParams(temperature=0.5), [4])
     assert TINY_VOCAB > 9  # the forced token is in the tiny vocabulary
+
+
+def test_greedy_rows_decided_together_equal_rows_decided_one_by_one():
+    """Greedy rows without extras are decided in one set of batched ops; the same rows
+    with diagnostics on (each decided alone) get the same tokens and logprobs, drafts
+    accepted, rejected, absent and out of the vocabulary alike."""
+    from specdec.cache.batch_cache import prefill_rows
+
+    model = cached_tiny("llama")
+    contexts = [repetitive_prompt(s, n) for s, n in ((6, 20), (7, 14), (8, 25))]
+    greedy = [s.tokens for s in verify_step(model, prefilled(model, contexts[0]), [
+        Verify(contexts[0], Proposal([]), Greedy())])]
+    drafts = [greedy[0] + [3, 4], [TINY_VOCAB + 5, 1], []]  # accepted then rejected; OOV; none
+    steps = {}
+    for diagnostics in (False, True):
+        cache = prefill_rows(model, [make_cache(model) for _ in contexts], [c[:-1] for c in contexts])
+        steps[diagnostics] = verify_step(model, cache, [
+            Verify(c, Proposal(d), Greedy(), diagnostics=diagnostics) for c, d in zip(contexts, drafts)],
+            vocab=TINY_VOCAB)
+    for a, b in zip(steps[False], steps[True]):
+        assert (a.tokens, a.accepted, a.logprobs) == (b.tokens, b.accepted, b.logprobs)
+    assert steps[False][0].accepted >= 1 and steps[False][1].accepted == 0

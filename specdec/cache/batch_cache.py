@@ -20,6 +20,13 @@ Contract:
   a ``recurrent.RecurrentCache`` (one row, a prefix) rewinds its last block.
   Anything else raises ``RollbackError``: never a silent no-op.
 - ``extract(i)`` returns row i as a ``KVCache`` holding exactly its kept positions.
+- ``prefill_rows(model, layers, tokens)``: several requests' prompts in one batched
+  forward (as mlx-lm's ``BatchGenerator`` prefills arriving prompts): each request's
+  layers (``KVCache``, empty or holding a reused prefix) become one row of a new
+  ``RowsKVCache``, the tokens still to feed go in right-padded to the longest (a row's
+  real tokens never attend to its padding, which comes after them), and each row then
+  keeps exactly its own (``trim_rows``, then ``compact``: no holes are left). Returns the
+  layers; row i holds its layers' positions plus ``tokens[i]``.
 
 Why holes rather than shifting rows right: a shift moves every key of every shifted row
 (a full-buffer gather per layer per step, ~200 ms at 8 rows here); a hole is one slice
@@ -145,6 +152,29 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
             c.punch(c.size() - most, keep, most)
         if max(c.holes) >= COMPACT_AT:
             c.compact()
+
+
+def prefill_rows(model: Any, layers: list[list[Any]], tokens: list[list[int]],
+                 step_size: int = 512) -> list[RowsKVCache]:
+    """See the module docstring."""
+    if len(layers) != len(tokens) or not layers:
+        raise ValueError("prefill_rows needs one list of cache layers per token list")
+    if any(type(c) is not KVCache for row in layers for c in row):
+        raise ValueError("a batched prefill needs full-attention KVCache layers")
+    cache = [RowsKVCache.from_kv(c) for c in layers[0]]
+    for row in layers[1:]:
+        for c, m in zip(cache, row):
+            c.extend(RowsKVCache.from_kv(m))
+    width = max(map(len, tokens))
+    block = mx.array([list(t) + [0] * (width - len(t)) for t in tokens])
+    for i in range(0, width, step_size):
+        model(block[:, i : i + step_size], cache=cache)
+        mx.eval([c.state for c in cache])
+    if width:
+        trim_rows(cache, width, [len(t) for t in tokens])
+        for c in cache:
+            c.compact()  # no holes: decode steps keep the plain masks
+    return cache
 
 
 def roll_back(cache: list[Any], fed: int, kept: list[list[int]]) -> None:

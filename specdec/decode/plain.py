@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
+from mlx_lm.generate import generation_stream
 
 from ..core.processors import WindowProcessor, processors_for
 from ..core.sampling import Rng, SamplingParams
@@ -63,13 +64,15 @@ def plain_steps(
         top = [sorted_top(*vals[-2:])] if top_logprobs else None
         return Step([vals[0]], 0, 0, 1, [vals[1]], margins, top)
 
-    cur = forward(mx.array([context[-1]]))
-    mx.async_eval(*cur)
+    with mx.stream(generation_stream):  # as mlx-lm's generate_step (not across the yields)
+        cur = forward(mx.array([context[-1]]))
+        mx.async_eval(*cur)
     while True:
         if until is not None and until():
             yield step(cur)  # computed, not fed: the cache holds everything before it
             return
-        nxt = forward(cur[0])  # queued on the still-unevaluated token
-        mx.async_eval(*nxt)
+        with mx.stream(generation_stream):
+            nxt = forward(cur[0])  # queued on the still-unevaluated token
+            mx.async_eval(*nxt)
         yield step(cur)
         cur = nxt

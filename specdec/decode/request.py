@@ -9,6 +9,11 @@ Contract of ``Request(model, prompt_ids, ...)`` (arguments validated at construc
   first decode step feeds it).
 - ``prefill(chunk=None)`` feeds up to ``chunk`` of them (None: all) and returns True once
   none are left; ``row()`` is then the request's ``batch.Row`` and ``layers`` its cache.
+  ``prefill_together(model, requests)`` instead feeds several started requests' prompts
+  in one batched forward (``batch_cache.prefill_rows``) and returns the batch cache
+  (``batch.Batch.join_rows``): each request's row starts from its ``layers`` (a reused
+  prefix included), which it gets back, holding its row, when it leaves the batch
+  (``finish(ok, layers)``).
 - ``feed(step)`` turns one ``step.Step`` into ``Emitted`` tokens: the step is recorded in
   the stats (and ``step_log``); EOS ends the output (not emitted), as do ``max_tokens``
   and, with a ``TextOut`` (``text``), a stop string, so a stop inside an accepted block
@@ -33,6 +38,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+from ..cache.batch_cache import RowsKVCache, prefill_rows
 from ..cache.prompt_cache import PromptCache
 from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import make_cache, prefill
@@ -238,3 +244,14 @@ class Request:
             raise
         finally:
             self.finish(ok)
+
+
+def prefill_together(model: Any, requests: Sequence[Request]) -> list[RowsKVCache]:
+    """See the module docstring."""
+    layers = prefill_rows(model, [r.layers for r in requests], [r.pending for r in requests],
+                          requests[0].prefill_step_size)
+    now = time.perf_counter()
+    for r in requests:
+        r.pending = []
+        r.stats.prefill_s = now - r.t0
+    return layers

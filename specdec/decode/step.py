@@ -16,8 +16,11 @@ step runs, in order:
 3. decision on the device: the row's ``Sampler`` (greedy argmax; with a seed, each
    row's position-keyed draw, accepted like greedy's argmax; without one, exact
    rejection sampling linear or multi-candidate down a tree, or plain sampling for a row
-   that does not speculate);
-4. one host sync for all rows (``mx.eval`` then ``tolist``);
+   that does not speculate). Greedy rows with nothing beyond the argmax to compute (no
+   processors, top logprobs or diagnostics; a linear draft) are decided together, in
+   one set of batched ops over their block rows (``_greedy_arrays``): the same values,
+   without B separate graphs;
+4. one host sync for all rows (``mx.eval`` then ``tolist``: ``_decide``);
 5. settle: each row's accepted path and emitted tokens (the accepted drafts plus one
    token of the target's);
 6. rollback: ``batch_cache.roll_back`` keeps each row's root and accepted path and drops
@@ -28,7 +31,10 @@ step runs, in order:
 
 The caller (``batch.Batch``) drafts before and observes after. Plain decoding without
 drafts has its own pipelined loop (``plain.plain_steps``), which never waits on the host
-between tokens.
+between tokens; a batch whose rows all decode plainly and greedily pipelines the same way
+(``queue_plain_step``: the step's forward and argmax queued on the device, its input
+the previous step's argmax still on the device; ``land_plain_step`` reads it: the same
+tokens and logprobs ``verify_step`` gives those rows).
 """
 
 from __future__ import annotations
@@ -236,11 +242,12 @@ def in_vocab(draft: Sequence[int], vocab: int | None) -> list[int]:
     return [t if t < vocab else 0 for t in draft]
 
 
-def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]],
+def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]] | mx.array,
                    parents: Sequence[int] | None = None) -> mx.array:
     """Logits (B, L, V) of one forward over B blocks of equal length L (``[last] +
-    drafts``, padded); ``parents`` makes the single block a token tree (``tree_attention``:
-    row r sees the cache and its own ancestors, at position offset + depth)."""
+    drafts``, padded; host lists, or a device array for a pipelined plain step);
+    ``parents`` makes the single block a token tree (``tree_attention``: row r sees the
+    cache and its own ancestors, at position offset + depth)."""
     if isinstance(cache, RecurrentCache):
         if parents is not None or len(blocks) != 1:
             raise ValueError("models with recurrent layers verify one request's linear draft "
@@ -250,7 +257,7 @@ def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]],
         return model(mx.array([fed]), cache=cache)[:, len(fed) - len(blocks[0]):]
     scope = tree_attention(model, cache, parents) if parents is not None else nullcontext()
     with scope:
-        return model(mx.array(blocks), cache=cache)
+        return model(blocks if isinstance(blocks, mx.array) else mx.array(blocks), cache=cache)
 
 
 def top_entries(logp: mx.array, n: int) -> list[mx.array]:
@@ -290,6 +297,57 @@ def _row_arrays(logits: mx.array, row: Verify) -> tuple[list[mx.array], list[mx.
     return [lp_fix], decided, extras
 
 
+def plain_greedy(row: Verify) -> bool:
+    """Whether a row needs nothing beyond the argmax and logprobs (``_greedy_arrays``)."""
+    return (type(row.sampler) is Greedy and not row.processors and not row.top_logprobs
+            and not row.diagnostics and row.proposal.is_linear)
+
+
+def _greedy_arrays(logits: mx.array, rows: Sequence[Verify]) -> list[mx.array]:
+    """For greedy rows (``plain_greedy``) of a block (B', L, V): the argmax of every block
+    row, the logprob of each, and each draft token's logprob at the row before it; the
+    same values ``_row_arrays`` gives one row at a time."""
+    L = logits.shape[1]
+    fix = mx.argmax(logits, axis=-1).astype(mx.int32)
+    lse = mx.logsumexp(logits, axis=-1)
+    lp_fix = mx.take_along_axis(logits, fix[..., None], axis=-1)[..., 0] - lse
+    if L == 1:
+        return [fix, lp_fix]
+    cand = mx.minimum(mx.array([[*r.proposal.tokens] + [0] * (L - 1 - len(r.proposal)) for r in rows],
+                               dtype=mx.int32), logits.shape[-1] - 1)
+    lp_draft = mx.take_along_axis(logits[:, :-1], cand[..., None], axis=-1)[..., 0] - lse[:, :-1]
+    return [fix, lp_fix, lp_draft]
+
+
+def _greedy_host(host: list[list], rows: Sequence[Verify]) -> list[tuple[list, list, list]]:
+    """``_greedy_arrays``' host copies as each row's (logprobs, decided, extras)."""
+    out = []
+    for i, r in enumerate(rows):
+        n = len(r.proposal)
+        drafts = host[2][i][:n] if n else []
+        out.append(([drafts + host[1][i][: n + 1]], [host[0][i][: n + 1]], []))
+    return out
+
+
+def _decide(logits: mx.array, rows: Sequence[Verify]) -> list[tuple[list, list, list]]:
+    """Every row's (logprobs, sampler arrays, extras) as host lists, after one sync:
+    greedy rows together (``_greedy_arrays``) when there are several, the others one by
+    one (``_row_arrays``)."""
+    fast = [i for i, r in enumerate(rows) if plain_greedy(r)]
+    fast = fast if len(fast) > 1 else []
+    rest = sorted(set(range(len(rows))) - set(fast))
+    picked = logits if len(fast) == len(rows) else logits[mx.array(fast)] if fast else None
+    batched = _greedy_arrays(picked, [rows[i] for i in fast]) if fast else []
+    arrays = [_row_arrays(logits[i, : 1 + len(rows[i].proposal)], rows[i]) for i in rest]
+    mx.eval(*batched, *(a for row in arrays for part in row for a in part))
+    host: list[Any] = [None] * len(rows)
+    for i, h in zip(fast, _greedy_host([a.tolist() for a in batched], [rows[i] for i in fast])):
+        host[i] = h
+    for i, row in zip(rest, arrays):
+        host[i] = [[a.tolist() for a in part] for part in row]
+    return host
+
+
 def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[list]) -> tuple[Step, list[int]]:
     """(the row's Step, the block indices its cache keeps)."""
     p, n = row.proposal, len(row.proposal.tokens)
@@ -315,9 +373,22 @@ def verify_step(model: Any, cache: list, rows: Sequence[Verify], *,
     blocks = [[r.context[-1], *in_vocab(r.proposal.tokens, vocab)] + [0] * (L - 1 - len(r.proposal))
               for r in rows]
     logits = verify_forward(model, cache, blocks, trees[0].proposal.parents if trees else None)
-    arrays = [_row_arrays(logits[i, : 1 + len(r.proposal)], r) for i, r in enumerate(rows)]
-    mx.eval(*(a for row in arrays for part in row for a in part))
-    host = [[[a.tolist() for a in part] for part in row] for row in arrays]  # the one sync
+    host = _decide(logits, rows)
     done = [_finish(r, lps[0], decided, extras) for r, (lps, decided, extras) in zip(rows, host)]
     roll_back(cache, L, [kept for _, kept in done])
     return [s for s, _ in done]
+
+
+def queue_plain_step(model: Any, cache: list, tokens: mx.array) -> list[mx.array]:
+    """One plain greedy step of every row, queued without waiting: ``tokens`` (B, 1) in
+    (host ids or the previous step's argmax), [argmax (B, 1), its logprob (B, 1)] out,
+    their evaluation started (``mx.async_eval``)."""
+    arrays = _greedy_arrays(verify_forward(model, cache, tokens), ())
+    mx.async_eval(*arrays)
+    return arrays
+
+
+def land_plain_step(arrays: list[mx.array], rows: Sequence[Verify]) -> list[Step]:
+    """The rows' Steps of a queued plain step (waits for it: the step's one sync)."""
+    host = _greedy_host([a.tolist() for a in arrays], rows)
+    return [_finish(r, lps[0], decided, extras)[0] for r, (lps, decided, extras) in zip(rows, host)]

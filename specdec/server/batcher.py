@@ -4,14 +4,18 @@ Contract (run on the inference thread only, by ``InferenceWorker``; ``--max-batc
 a batch of one, where any model and every feature runs: sliding windows, a quantized KV
 cache, token trees, a sharded target):
 - ``Batcher(worker, cost).run_once(tick)`` is one scheduling round: admit queued jobs while
-  fewer than ``max_batch`` run; prefill one chunk (``CHUNK`` tokens) of the oldest job
-  still prefilling (so the running ones keep decoding while a long prompt arrives); run
+  fewer than ``max_batch`` run; prefill up to ``CHUNK`` tokens (so the running ones keep
+  decoding while long prompts arrive): the oldest jobs still prefilling whose prompts
+  fit together, in one batched forward that joins them to the batch at once
+  (``request.prefill_together``, as mlx-lm's ``BatchGenerator`` prefills arriving
+  prompts), else one chunk of the oldest job's prompt; run
   one batched decode step (``specdec.decode.batch.Batch``) over the rows that are prefilled,
   without drafts while prompts wait for their prefill (a longer step would delay every
   one of them; measured at 32 clients: speculating then cost 5-7 % of throughput and
   half again of the p95 time to first token);
   send each row's tokens to its client; finish rows at EOS, max tokens, a stop string or
-  a cancel at once. With nothing to do it waits up to ``tick`` seconds for a job.
+  a cancel at once (the rows a step finishes leave the batch together: one copy of its
+  cache). With nothing to do it waits up to ``tick`` seconds for a job.
 - Each job is a ``decode.request.Request`` (the library's lifecycle): a ``PromptCache``
   from the prefix store when it is on, so a conversation's next turn prefills only what
   is new, and when the job finishes its cache (exactly prompt + emitted tokens) goes back
@@ -31,7 +35,7 @@ from typing import Any
 
 from ..core.text import TextOut
 from ..decode.batch import Batch
-from ..decode.request import Request
+from ..decode.request import Request, prefill_together
 from ..engine import grammar_for, tree_policy
 from .events import DoneEvent
 
@@ -75,12 +79,17 @@ class Batcher:
         self._admit(tick)
         self._drop_cancelled()
         if self.prefilling:
-            self._prefill_chunk(self.prefilling[0])
+            group = self._prefill_group()
+            if len(group) > 1:
+                self._prefill_together(group)
+            else:
+                self._prefill_chunk(group[0])
         if self.decoding:
             try:
                 steps = self.batch.step(speculate=not self.prefilling)
-                for i in reversed(range(len(self.decoding))):
-                    self._deliver(i, steps[i])
+                # rows that joined while a pipelined step was queued (the last ones) may
+                # have no Step yet: theirs comes with the next
+                self._finish([i for i in range(len(steps)) if self._deliver(i, steps[i])])
             except Exception as e:  # noqa: BLE001 (a bug or a resource failure: fail the rows)
                 self._fail_all(e)
 
@@ -118,6 +127,33 @@ class Batcher:
         req.start()
         return Active(job, req, started)
 
+    def _prefill_group(self) -> list[Active]:
+        """The oldest prefilling jobs whose prompts, padded to the longest, take at most
+        ``CHUNK`` tokens (at least the oldest job)."""
+        group, longest = self.prefilling[:1], len(self.prefilling[0].req.pending)
+        if self.w.max_batch == 1:
+            return group
+        for a in self.prefilling[1:]:
+            longest = max(longest, len(a.req.pending))
+            if longest * (len(group) + 1) > CHUNK:
+                break
+            group.append(a)
+        return group
+
+    def _prefill_together(self, group: list[Active]) -> None:
+        """Prefill ``group`` in one batched forward and join it to the batch; a failure
+        fails the group's jobs and leaves the batch as it was."""
+        for a in group:
+            self.prefilling.remove(a)
+        try:
+            layers = prefill_together(self.w.model, [a.req for a in group])
+            self.batch.join_rows([a.req.row() for a in group], layers)
+        except Exception as e:  # noqa: BLE001 (these jobs' failure; the batch is untouched)
+            for a in group:
+                self._failed(a, e)
+            return
+        self.decoding.extend(group)
+
     def _prefill_chunk(self, a: Active) -> None:
         try:
             if not a.req.prefill(CHUNK):
@@ -133,21 +169,30 @@ class Batcher:
 
     # -- decoding -------------------------------------------------------------------------
 
-    def _deliver(self, i: int, step: Any) -> None:
+    def _deliver(self, i: int, step: Any) -> bool:
+        """Send row i's tokens; whether its request is finished."""
         a = self.decoding[i]
         for e in a.req.feed(step):
             now = time.perf_counter()
             self.w.metrics.on_token(a.last is None, now - (a.job.submitted if a.last is None else a.last))
             a.last = now
             self.w.send_token(a.job, e.text, e)
-        if a.req.finish_reason:
-            self._finish(i)
+        return bool(a.req.finish_reason)
 
-    def _finish(self, i: int) -> None:
-        a = self.decoding.pop(i)
-        self._settle(a, self.batch.leave(i))
-        a.job.state = "finished"
-        a.job.emit(self.w.done_event(a.job, a.req, a.started))
+    def _finish(self, done: list[int]) -> None:
+        for a, layers in self._leave(done):
+            self._settle(a, layers)
+            a.job.state = "finished"
+            a.job.emit(self.w.done_event(a.job, a.req, a.started))
+
+    def _leave(self, rows: list[int]) -> list[tuple[Active, list[Any]]]:
+        """Rows ``rows`` leave the batch together: each job with its cache layers."""
+        if not rows:
+            return []
+        out = list(zip([self.decoding[i] for i in rows], self.batch.leave_rows(rows)))
+        gone = set(rows)
+        self.decoding = [a for i, a in enumerate(self.decoding) if i not in gone]
+        return out
 
     def _settle(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
         """The job's tokens go to the shared memory and its cache to the prefix store."""
@@ -159,12 +204,10 @@ class Batcher:
             self.w.metrics.on_prefix_store(self.w.prefixes)
 
     def _drop_cancelled(self) -> None:
-        for i in reversed(range(len(self.decoding))):
-            a = self.decoding[i]
-            if a.job.cancelled.is_set():
-                self.decoding.pop(i)
-                self._settle(a, self.batch.leave(i))
-                self._cancelled(a.job)
+        gone = [i for i, a in enumerate(self.decoding) if a.job.cancelled.is_set()]
+        for a, layers in self._leave(gone):
+            self._settle(a, layers)
+            self._cancelled(a.job)
         for a in [a for a in self.prefilling if a.job.cancelled.is_set()]:
             self.prefilling.remove(a)
             self._settle(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
