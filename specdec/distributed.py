@@ -176,6 +176,9 @@ class LeaderModel:
 
     def __init__(self, model: Any, group: Any, watchdog: Watchdog | None = None):
         self.model, self.group, self.watchdog = model, group, watchdog
+        # every collective of rank 0 on one stream, in program order, as the followers run
+        # them: a caller's stream (mlx-lm's generation_stream) would reorder them
+        self.stream = mx.default_stream(mx.default_device())
         self._cache: list | None = None  # the cache the followers mirror
         self.forwards = 0
 
@@ -199,11 +202,12 @@ class LeaderModel:
             self.watchdog.beat()
         header = [OP_FORWARD, int(new), int(cache is not None), offset, inputs.size,
                   *_cache_shape(cache if new else None)]
-        tokens = _broadcast_tokens(self.group, header, inputs).reshape(inputs.shape)
-        out = self.model(tokens.astype(inputs.dtype), cache=cache)
-        # the followers evaluate the whole forward, so the leader must too, even where the
-        # caller keeps only the cache (prefill): else the last layer's collectives differ
-        mx.async_eval(out)
+        with mx.stream(self.stream):
+            tokens = _broadcast_tokens(self.group, header, inputs).reshape(inputs.shape)
+            out = self.model(tokens.astype(inputs.dtype), cache=cache)
+            # the followers evaluate the whole forward, so the leader must too, even where
+            # the caller keeps only the cache (prefill): else the last layer's collectives differ
+            mx.async_eval(out)
         self.forwards += 1
         if self.watchdog is not None:
             self.watchdog.beat()
@@ -211,7 +215,8 @@ class LeaderModel:
 
     def stop(self) -> None:
         """Tell the followers to exit (call once, when no more forwards will come)."""
-        mx.eval(_broadcast_tokens(self.group, [OP_STOP, 0, 0, 0, 0, 0, 0, 0], None))
+        with mx.stream(self.stream):
+            mx.eval(_broadcast_tokens(self.group, [OP_STOP, 0, 0, 0, 0, 0, 0, 0], None))
 
 
 def follow(model: Any, group: Any) -> int:

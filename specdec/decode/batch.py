@@ -299,7 +299,11 @@ class Batch:
         if not rows or not all(map(_plain_row, rows)) or isinstance(self.cache, RecurrentCache) \
                 or any(type(c) not in (KVCache, RowsKVCache) for c in self.cache):
             return False
-        drafts = [min(r.k if r.drafted is None else r.drafted, r.budget[0] - 1)
+        # a batch judges by each row's last proposal (so a row with nothing to copy does
+        # not hold it off the pipelined path); a lone row asks its drafter every step, as
+        # a single stream does (its cost gate pauses it instead)
+        lone = len(rows) == 1
+        drafts = [min(r.k if r.drafted is None or lone else r.drafted, r.budget[0] - 1)
                   if speculate and _drafts(r) else 0 for r in rows]
         if max(drafts) < 1:
             return True
