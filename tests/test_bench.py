@@ -189,11 +189,12 @@ def test_bench_reports_a_broken_rollback_with_its_diagnosis(monkeypatch):
     real_trim = steps.trim
     monkeypatch.setattr(steps, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
     plan = _small_plan()
-    plan.workloads = plan.workloads[:1]
+    # the gate off: every step drafts, so a rejection (and the broken trim) comes at once
+    plan.workloads, plan.configs = plan.workloads[:1], [parse_config("ngram:k=4:nogate")]
     result = run_plan(plan)
     rows = analysis.parity([r.to_dict() for r in result.records])
     bad = [r for r in rows if r["mismatches"]]
-    assert bad and all(r["config"] == "ngram k=4" for r in bad)
+    assert bad and all(r["config"] == "ngram k=4 nogate" for r in bad)
     assert result.diagnoses and result.diagnoses[0]["verdict"].startswith("logic bug")
 
 
