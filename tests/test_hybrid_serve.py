@@ -1,6 +1,6 @@
 """A hybrid model (tiny random-weight qwen3_next directory, ``hybrid_tiny.save_dir``) through
-the real ``specdec generate --compare`` and ``specdec serve`` with default flags (issue #25):
-parity with accepted drafts, concurrent requests answered exactly as plain decoding
+the real ``specdec generate --compare`` (drafting every step) and ``specdec serve`` with default
+flags (issue #25): parity with accepted drafts, concurrent requests answered exactly as plain decoding
 answers them, a conversation's second turn served from the prefix cache, and /health
 saying that hybrid requests run one at a time."""
 
@@ -31,7 +31,9 @@ def test_generate_compare_reports_parity(model_dir, tmp_path, arch, draft_type):
     path = model_dir if arch == "qwen3_next" else save_dir(arch, tmp_path / arch)
     r = subprocess.run([sys.executable, "-m", "specdec", "generate", "--model", str(path),
                         "--prompt", "abc abc abc abc abc abc", "--max-tokens", "32", "--compare",
-                        "--json", "--draft-type", draft_type],
+                        # the gate off: its timed choices on a tiny model are host noise, and
+                        # the test is that drafts are accepted and rolled back exactly
+                        "--json", "--draft-type", draft_type, "--no-gate"],
                        capture_output=True, text=True, env=preload_env(), timeout=300)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -178,9 +178,9 @@ def test_gemma_conversation_past_its_window():
                      prompt_cache=pc)
     assert len(ids) + len(first.tokens) > 512
     nxt = ids + first.tokens + encode_prompt(tok, "\n\n# Rename it again:\n", chat=False)
-    reused = generate(model, tok, nxt, drafter="ngram", num_draft_tokens=8, max_tokens=40,
-                      prompt_cache=pc)
-    fresh = generate(model, tok, nxt, drafter="ngram", num_draft_tokens=8, max_tokens=40)
+    ungated = DraftSpec("ngram", num_draft_tokens=8, gate=False)  # drafts every step
+    reused = generate(model, tok, nxt, drafter=ungated, max_tokens=40, prompt_cache=pc)
+    fresh = generate(model, tok, nxt, drafter=ungated, max_tokens=40)
     assert reused.tokens == fresh.tokens
     assert reused.stats.cached_tokens >= len(ids) + len(first.tokens) - 1
     assert reused.stats.accepted > 0
