@@ -210,9 +210,11 @@ def test_a_diverging_warm_config_is_diagnosed_with_its_warm_table(monkeypatch, t
     real_trim = steps.trim
     monkeypatch.setattr(steps, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
     plan = _small_plan(warm_table=str(tmp_path / "warm.ngm"))
-    plan.workloads, plan.configs = plan.workloads[:1], [parse_config("ngram,ngram-mod:k=4:warm")]
+    # the gate off: every step drafts, so a rejection (and the broken trim) comes at once
+    plan.workloads = plan.workloads[:1]
+    plan.configs = [parse_config("ngram,ngram-mod:k=4:warm:nogate")]
     result = run_plan(plan)
-    assert result.diagnoses and result.diagnoses[0]["config"] == "ngram,ngram-mod k=4 warm"
+    assert result.diagnoses and result.diagnoses[0]["config"] == "ngram,ngram-mod k=4 nogate warm"
     assert result.diagnoses[0]["verdict"].startswith("logic bug")
 
 

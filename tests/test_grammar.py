@@ -121,6 +121,23 @@ def test_the_grammar_drafter_proposes_forced_tokens_and_they_are_accepted():
     assert sum(a for _, a in log) >= len(forced) - 1  # the structure came from drafts
 
 
+def test_a_paused_cost_gate_still_drafts_the_forced_tokens():
+    """Forced tokens skip the gate's pricing: on a curve where no guess pays (a verify
+    step of L tokens costs L plain ones) the gate never drafts ngram's guesses, yet the
+    grammar's structure still comes from accepted drafts, and the output is plain's."""
+    from specdec.drafters.gate import CostGate
+
+    model = cached_tiny("llama")
+    ref, _ = run(model, prompt(7))
+    steep = {L: float(L) for L in range(1, 6)}
+    gate = CostGate(ChainDrafter([GrammarDrafter(), NgramDrafter(1, 3)]), steep, 4, timed=False)
+    out, log = run(model, prompt(7), gate, num_draft_tokens=4)
+    assert out == ref
+    assert sum(a for _, a in log) >= len(grammar().forced(8)) - 1
+    assert not any(gate.chosen) and gate.paused  # no guess submitted; forced drafts not counted
+    assert gate.inner.stats["grammar"]["accepted"] == sum(a for _, a in log)
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.data())
 def test_masks_equal_a_fresh_matcher_per_position(data):

@@ -64,10 +64,14 @@ def test_serve_defaults_concurrent_and_multi_turn(server):
                           speculative={"draft_type": "none"})["choices"][0]["message"]["content"]
                  for p in PROMPTS}
         jobs = [PROMPTS[i % len(PROMPTS)] for i in range(32)]
+        # every other request with the gate off: those draft at every step, so drafts are
+        # verified and rolled back whatever the gate's timed choices make of the others
+        ungated = [{"speculative": {"gate": False}} if i % 2 else {} for i in range(32)]
         with ThreadPoolExecutor(32) as pool:
-            got = list(pool.map(lambda p: _chat(http, model, [{"role": "user", "content": p}]), jobs))
+            got = list(pool.map(lambda p, kw: _chat(http, model, [{"role": "user", "content": p}], **kw),
+                                jobs, ungated))
         assert [g["choices"][0]["message"]["content"] for g in got] == [plain[p] for p in jobs]
-        assert sum(g["usage"]["drafted_tokens"] for g in got) > 0
+        assert sum(g["usage"]["drafted_tokens"] for g in got[1::2]) > 0
         first = got[0]["choices"][0]["message"]["content"]
         turn2 = [{"role": "user", "content": jobs[0]}, {"role": "assistant", "content": first},
                  {"role": "user", "content": "again"}]

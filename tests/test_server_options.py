@@ -19,8 +19,9 @@ N_TOKENS = 48
 
 @pytest.fixture(scope="module")
 def server():
+    # the gate off: every step drafts, so speculation surely runs on the quantized cache
     s = Server("--draft-type", "ngram-mod", "--kv-bits", "4", "--ngram-mod-size", "4096",
-               "--ngram-mod-n", "3")
+               "--ngram-mod-n", "3", "--no-gate")
     yield s
     s.stop()
 

@@ -132,15 +132,17 @@ def test_a_seed_pins_the_text_whatever_the_drafter_batched_or_alone(client):
     between the requests (the drafts change, the text must not)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def ask(draft_type):
+    def ask(kind):
+        # "ngram"/"suffix" with the gate off (drafts verified at every step), "default" as
+        # the server's default drafting (gated) and "none"
+        spec = {"default": {}, "none": {"draft_type": "none"}}.get(kind, {"draft_type": kind, "gate": False})
         r = client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "Repeat this code:\n" + ECHO}],
-            max_tokens=20, temperature=0.9, top_p=0.95, seed=11,
-            extra_body={"speculative": {"draft_type": draft_type}})
+            max_tokens=20, temperature=0.9, top_p=0.95, seed=11, extra_body={"speculative": spec})
         return r.choices[0].message.content, r.usage.model_extra["accepted_tokens"]
 
     ref, _ = ask("none")
-    kinds = ["ngram", "suffix", "none"]
+    kinds = ["ngram", "suffix", "default", "none"]
     alone = [ask(d) for d in kinds]
     with ThreadPoolExecutor(len(kinds)) as pool:
         together = list(pool.map(ask, kinds))

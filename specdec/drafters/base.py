@@ -20,7 +20,10 @@ them, siblings best first (see ``trie``). The default is the linear proposal (a
 one-branch tree) of ``min(k, budget)`` tokens; ``propose`` is unchanged for every drafter.
 
 ``constrain(grammar)`` hands every drafter the request's grammar before ``begin`` (the
-``grammar`` drafter drafts what it forces; wrappers pass it on).
+``grammar`` drafter drafts what it forces; wrappers pass it on). ``forced(context, k)`` is
+``propose`` restricted to the tokens the request's grammar forces (EMPTY by default; the
+``grammar`` drafter and a chain holding it answer): drafts that are all but certain, which
+the cost gate submits without pricing them, paused or not.
 
 Pausing (the cost gate, ``gate.CostGate``): ``paused`` (bool, default False) says the
 drafter proposes nothing for now, so a single stream may decode plain and pipelined (as
@@ -75,6 +78,10 @@ class Drafter(ABC):
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Start a request whose prompt is ``prompt_ids``."""
+
+    def forced(self, context: Sequence[int], k: int) -> Proposal:
+        """Up to ``k`` tokens the request's grammar forces next (module doc); none here."""
+        return EMPTY
 
     @abstractmethod
     def propose(self, context: Sequence[int], k: int) -> Proposal:

@@ -2,7 +2,8 @@
 
 Contract: ``ChainDrafter([d1, d2, ...])`` asks each drafter in order and returns the first
 non-empty ``Proposal`` whole (its ``q`` included, so exact rejection sampling sees the
-distribution that actually produced the draft); ``observe`` goes to the drafter that
+distribution that actually produced the draft); ``forced`` is the first member's forced
+tokens, proposed the same way; ``observe`` goes to the drafter that
 proposed, and every member keeps its own counts in ``stats`` (steps won, tokens
 drafted, tokens accepted). ``begin`` reaches every member.
 
@@ -64,12 +65,24 @@ class ChainDrafter(Drafter):
         for d in self.drafters:
             proposal = d.propose(context, k)
             if proposal:
-                self._winner = d
-                s = self.stats[d.name]
-                s["won"] += 1
-                s["drafted"] += len(proposal)
-                return proposal
+                return self._won(d, proposal)
         return EMPTY
+
+    def forced(self, context: Sequence[int], k: int) -> Proposal:
+        """The first member's forced tokens, proposed as ``propose`` would (observed by it)."""
+        for d in self.drafters:
+            proposal = d.forced(context, k)
+            if proposal:
+                self._settle(context)
+                return self._won(d, proposal)
+        return EMPTY
+
+    def _won(self, d: Drafter, proposal: Proposal) -> Proposal:
+        self._winner = d
+        s = self.stats[d.name]
+        s["won"] += 1
+        s["drafted"] += len(proposal)
+        return proposal
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         self._settle(context)

@@ -28,6 +28,11 @@ wrapper of every drafter ``DraftSpec`` builds, ``gate=True``):
   pays, it resumes (never on a drift of the timing estimates alone, which would flap). The
   interval keeps shadow drafting under ``SHADOW_SHARE`` of plain decoding's time (a host
   drafter: every token; a draft model: every few tokens).
+- Tokens the request's grammar forces (``inner.forced``: a chain holding the ``grammar``
+  drafter) are proposed whenever there are any, paused or not, unpriced and uncounted in
+  the estimates: the grammar admits nothing else there, so a verify step of them yields
+  them all (unless the model splits that text into other tokens), which beats plain
+  decoding on any cost curve.
 - Within a batch of several rows (the server) each row's gate decides for its row alone
   (its verify steps priced by the curve); the batch then prices the block of all rows.
 Output never changes: a paused step is a plain step.
@@ -66,6 +71,7 @@ class CostGate(AdaptiveKDrafter):
         self._k = k_max
         # the pending shadow guess: (context length, guess, the state it was made in)
         self._guess: tuple[int, list[int], int] | None = None
+        self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._start()
 
@@ -127,6 +133,10 @@ class CostGate(AdaptiveKDrafter):
 
     def _gated(self, context: Sequence[int], k: int, budget: int | None) -> Proposal:
         self._score(context)
+        forced = self.inner.forced(context, k)
+        self._forced = bool(forced)
+        if forced:  # all but certain: worth a verify step on any curve, paused or not
+            return forced
         if self._paused and self._state == 0:  # resume on evidence only (see ``watch``)
             self._k = k
             self._shadow(context)
@@ -145,6 +155,10 @@ class CostGate(AdaptiveKDrafter):
         return proposal
 
     def observe(self, num_accepted: int) -> None:
+        if self._forced:  # forced tokens say nothing of the drafter's guesses: not counted
+            self._forced = False
+            self.inner.observe(num_accepted)
+            return
         super().observe(num_accepted)
         self._paused = self.best(self._k) == 0  # so a single stream pauses at once
 
