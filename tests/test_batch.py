@@ -267,8 +267,9 @@ def test_choose_block_prefers_speculation_only_where_it_pays():
        st.lists(st.integers(1, 5), min_size=1, max_size=4), st.data())
 def test_rows_cache_equals_brute_force(lengths, blocks, data):
     """Rows of different lengths join, then take blocks and keep a random prefix of each
-    (``trim_rows``): every row's unmasked keys equal exactly what it kept, in order, its
-    RoPE offset counts them, and ``extract`` returns them as a KVCache."""
+    (``trim_rows``), rows leaving on the way (``extract`` then ``filter``, holes and all):
+    every row's unmasked keys equal exactly what it kept, in order, its RoPE offset counts
+    them, and ``extract`` returns them as a KVCache."""
     B, tag = len(lengths), iter(range(1, 10_000))
     rows = [[float(next(tag)) for _ in range(n)] for n in lengths]
     cache = None
@@ -279,6 +280,11 @@ def test_rows_cache_equals_brute_force(lengths, blocks, data):
             kv.update_and_fetch(a, a)
         one = RowsKVCache.from_kv(kv)
         cache = one if cache is None else (cache.extend(one) or cache)
+    def extracted(i):
+        got = cache.extract(i)
+        assert got.offset == len(rows[i])
+        assert (got.keys[0, 0, :, 0].tolist() if rows[i] else []) == rows[i]
+
     for fed in blocks:
         new = [[float(next(tag)) for _ in range(fed)] for _ in range(B)]
         keep = [data.draw(st.integers(0, fed)) for _ in range(B)]
@@ -293,10 +299,16 @@ def test_rows_cache_equals_brute_force(lengths, blocks, data):
         trim_rows([cache], fed, keep)
         rows = [rows[i] + new[i][: keep[i]] for i in range(B)]
         assert cache.offset.tolist() == [len(r) for r in rows]
+        leaving = data.draw(st.sets(st.integers(0, B - 1), max_size=B - 1)) if B > 1 else set()
+        for i in leaving:
+            extracted(i)
+        if leaving:
+            stay = [i for i in range(B) if i not in leaving]
+            cache.filter(stay)
+            rows, B = [rows[i] for i in stay], len(stay)
+            assert cache.offset.tolist() == [len(r) for r in rows]
     for i in reversed(range(B)):
-        got = cache.extract(i)
-        assert got.offset == len(rows[i])
-        assert (got.keys[0, 0, :, 0].tolist() if rows[i] else []) == rows[i]
+        extracted(i)
 
 
 def test_trim_rows_refuses_what_it_cannot_do():

@@ -5,8 +5,10 @@ Contract:
   mask from ``make_mask``, so mlx-lm model classes run on it unmodified) that can also
   hold *holes*: slots a row rolled back while other rows kept theirs. A hole is masked
   out of attention and not counted in the row's RoPE offset, so a row sees exactly the
-  keys it would see alone. ``compact()`` squeezes the holes out (one gather); it runs at
-  joins, at leaves, and once holes take ``COMPACT_AT`` slots.
+  keys it would see alone. ``compact()`` squeezes the holes out (one gather of the whole
+  buffer); it runs at joins and once holes take ``COMPACT_AT`` slots. Rows leave with
+  their holes: ``filter`` keeps the other rows' holes, ``extract`` squeezes out only the
+  leaving row's.
 - With no padding and no holes (one row, or rows of equal length that agreed) the mask is
   what ``KVCache`` gives (None for one query, else "causal"), so a lone request runs as
   fast as on a ``KVCache``.
@@ -113,12 +115,16 @@ class RowsKVCache(BatchKVCache):
         self._idx, self.valid, self.holes = width, None, [0] * len(kept)
 
     def filter(self, batch_indices: Any) -> None:
-        self.compact()
+        """Keep rows ``batch_indices`` with their holes (no compaction: one gather of the
+        kept rows, as mlx-lm's filter; compacting first cost more than a decode step)."""
         keep = batch_indices.tolist() if isinstance(batch_indices, mx.array) else list(batch_indices)
-        super().filter(mx.array(keep))
-        low = min(self.pads[i] for i in keep)
+        index = mx.array(keep)
+        low = min(self.pads[i] for i in keep)  # the padding every kept row shares goes
+        holes = [self.holes[i] for i in keep]
+        valid = self.valid[index, low:] if self.valid is not None and any(holes) else None
+        super().filter(index)
         self.pads = [self.pads[i] - low for i in keep]
-        self.holes = [0] * len(keep)
+        self.valid, self.holes = valid, holes
 
     def extend(self, other: "RowsKVCache") -> None:
         self.compact()
@@ -130,8 +136,18 @@ class RowsKVCache(BatchKVCache):
         self.holes = [0] * len(self.pads)
 
     def extract(self, idx: int) -> KVCache:
-        self.compact()
-        return super().extract(idx)
+        """Row ``idx`` as a ``KVCache`` of exactly its kept positions (its own holes
+        squeezed out; the other rows untouched)."""
+        if not self.holes[idx]:
+            return super().extract(idx)
+        start = self.pads[idx]
+        flags = self.valid[idx, start : self._idx].tolist()
+        index = mx.array([start + j for j, ok in enumerate(flags) if ok], mx.int32)
+        cache = KVCache()
+        cache.keys = mx.contiguous(self.keys[idx : idx + 1, :, index])
+        cache.values = mx.contiguous(self.values[idx : idx + 1, :, index])
+        cache.offset = cache.keys.shape[2]
+        return cache
 
 
 def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
