@@ -267,18 +267,22 @@ def test_choose_block_prefers_speculation_only_where_it_pays():
        st.lists(st.integers(1, 5), min_size=1, max_size=4), st.data())
 def test_rows_cache_equals_brute_force(lengths, blocks, data):
     """Rows of different lengths join, then take blocks and keep a random prefix of each
-    (``trim_rows``), rows leaving on the way (``extract`` then ``filter``, holes and all):
+    (``trim_rows``), rows leaving and joining on the way (``extract`` then ``filter``,
+    ``extend``; holes and all):
     every row's unmasked keys equal exactly what it kept, in order, its RoPE offset counts
     them, and ``extract`` returns them as a KVCache."""
     B, tag = len(lengths), iter(range(1, 10_000))
     rows = [[float(next(tag)) for _ in range(n)] for n in lengths]
     cache = None
-    for r in rows:
+    def kv_of(r):
         kv = KVCache()
         if r:
             a = mx.array(r).reshape(1, 1, len(r), 1)
             kv.update_and_fetch(a, a)
-        one = RowsKVCache.from_kv(kv)
+        return kv
+
+    for r in rows:
+        one = RowsKVCache.from_kv(kv_of(r))
         cache = one if cache is None else (cache.extend(one) or cache)
     def extracted(i):
         got = cache.extract(i)
@@ -307,6 +311,10 @@ def test_rows_cache_equals_brute_force(lengths, blocks, data):
             cache.filter(stay)
             rows, B = [rows[i] for i in stay], len(stay)
             assert cache.offset.tolist() == [len(r) for r in rows]
+        for n in data.draw(st.lists(st.integers(0, 9), max_size=2)):  # rows join the holes
+            rows.append([float(next(tag)) for _ in range(n)])
+            cache.extend(RowsKVCache.from_kv(kv_of(rows[-1])))
+            B += 1
     for i in reversed(range(B)):
         extracted(i)
 

@@ -6,9 +6,9 @@ Contract:
   hold *holes*: slots a row rolled back while other rows kept theirs. A hole is masked
   out of attention and not counted in the row's RoPE offset, so a row sees exactly the
   keys it would see alone. ``compact()`` squeezes the holes out (one gather of the whole
-  buffer); it runs at joins and once holes take ``COMPACT_AT`` slots. Rows leave with
-  their holes: ``filter`` keeps the other rows' holes, ``extract`` squeezes out only the
-  leaving row's.
+  buffer); it runs once holes take ``COMPACT_AT`` slots. Rows join and leave with
+  their holes: ``extend`` and ``filter`` move the hole flags with the rows, ``extract``
+  squeezes out only the leaving row's.
 - With no padding and no holes (one row, or rows of equal length that agreed) the mask is
   what ``KVCache`` gives (None for one query, else "causal"), so a lone request runs as
   fast as on a ``KVCache``.
@@ -127,13 +127,18 @@ class RowsKVCache(BatchKVCache):
         self.valid, self.holes = valid, holes
 
     def extend(self, other: "RowsKVCache") -> None:
-        self.compact()
-        other.compact()
+        """Join ``other``'s rows, holes and all (mlx-lm's extend right-aligns both buffers
+        at the longer ``_idx``; the hole flags move with them, so nothing is compacted)."""
         mine, theirs = self._idx, other._idx
+        flags = [(c.valid[:, :c._idx] if c.valid is not None else None, len(c.pads), c._idx)
+                 for c in (self, other)] if self.valid is not None or other.valid is not None else None
         super().extend(other)
         top = max(mine, theirs)
+        if flags is not None:
+            width = self.keys.shape[2]
+            self.valid = mx.concatenate([_aligned(v, n, top - idx, idx, width) for v, n, idx in flags])
         self.pads = [p + top - mine for p in self.pads] + [p + top - theirs for p in other.pads]
-        self.holes = [0] * len(self.pads)
+        self.holes = self.holes + other.holes
 
     def extract(self, idx: int) -> KVCache:
         """Row ``idx`` as a ``KVCache`` of exactly its kept positions (its own holes
@@ -148,6 +153,16 @@ class RowsKVCache(BatchKVCache):
         cache.values = mx.contiguous(self.values[idx : idx + 1, :, index])
         cache.offset = cache.keys.shape[2]
         return cache
+
+
+def _aligned(valid: Any, rows: int, left: int, held: int, width: int) -> mx.array:
+    """Hole flags ``valid`` ((rows, held), None: no holes) shifted ``left`` slots right in
+    a buffer ``width`` slots wide; padding and free slots are flagged valid (the padding
+    is masked by ``left_padding``)."""
+    valid = mx.ones((rows, held), mx.bool_) if valid is None else valid
+    parts = [mx.ones((rows, left), mx.bool_), valid[:, : width - left],
+             mx.ones((rows, max(width - left - held, 0)), mx.bool_)]
+    return mx.concatenate(parts, axis=1)
 
 
 def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
