@@ -117,6 +117,8 @@ def test_the_grammar_drafter_proposes_forced_tokens_and_they_are_accepted():
     g = grammar()
     forced = g.forced(8)
     assert tiny_tokenizer().decode(forced).startswith('{"')
+    g.accept(forced[:1])  # the output moved: what is forced moves with it
+    assert len(forced) > 1 and g.forced(8)[: len(forced) - 1] == forced[1:]
     out, log = run(model, prompt(7), with_drafter_grammar=True, num_draft_tokens=6)
     assert sum(a for _, a in log) >= len(forced) - 1  # the structure came from drafts
 

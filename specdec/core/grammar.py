@@ -101,6 +101,9 @@ class Grammar(LogitsProcessor):
         if self.matcher.is_error():
             raise ValueError(f"grammar: {self.matcher.get_error()}")
         self.words = (vocab + 31) // 32
+        # the forced tokens at the current output: asked several times a step (the cost
+        # gate, then the chain's grammar drafter, a shadow guess); only ``accept`` moves it
+        self._ff: list[int] | None = None
 
     def _fill(self, out: np.ndarray, row: int) -> None:
         self.matcher.unsafe_compute_mask_ptr(out[row].ctypes.data, self.words * 4)
@@ -135,6 +138,7 @@ class Grammar(LogitsProcessor):
         return mx.where(allowed, logits, mx.array(-float("inf"), dtype=logits.dtype))
 
     def accept(self, tokens: Sequence[int]) -> None:
+        self._ff = None
         for t in tokens:
             if self.matcher.is_stopped():
                 return  # the grammar ended (EOS): what follows is not output
@@ -146,4 +150,6 @@ class Grammar(LogitsProcessor):
         """Up to ``k`` next tokens the grammar allows alone."""
         if k < 1 or self.matcher.is_stopped():
             return []
-        return list(self.matcher.compute_ff_tokens())[:k]
+        if self._ff is None:
+            self._ff = list(self.matcher.compute_ff_tokens())
+        return self._ff[:k]
