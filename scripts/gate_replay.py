@@ -4,6 +4,7 @@ one verify cost curve, so the comparison is free of this machine's noise.
     python scripts/gate_replay.py                         # SmolLM2, this CPU's curve shape
     python scripts/gate_replay.py --model qwen2.5-coder-0.5b --max-tokens 96
     python scripts/gate_replay.py --slope 0.01            # a flat (Metal/CUDA-like) curve
+    python scripts/gate_replay.py --only "suffix k=8"     # the default alone
 
 Each workload's first turn (prompt fitted to ``--prompt-tokens``, greedy) is decoded once
 plainly and once per candidate; every candidate's tokens must equal plain decoding's. A
@@ -74,12 +75,19 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--slope", type=float, default=0.1, help="cost(L) = 1 + slope (L - 1)")
     ap.add_argument("--overhead", type=float, default=0.05, help="a verify step's host work, x cost(1)")
+    ap.add_argument("--only", help="comma-separated candidate labels to run (default: all)")
     ap.add_argument("--out", help="write the speedups as JSON")
     args = ap.parse_args()
     model, tok = load(args.model)
     eos = frozenset(tok.eos_token_ids)
     curve = {L: 1.0 + args.slope * (L - 1) for L in range(1, 34)}
     cands = candidates(eos, curve)
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - set(cands))
+        if unknown:
+            raise SystemExit(f"unknown candidates {unknown}; choose from {sorted(cands)}")
+        cands = {label: cands[label] for label in wanted}
     rows = {}
     for w in builtin_workloads():
         if w.tools or w.response_format:

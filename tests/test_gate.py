@@ -32,7 +32,7 @@ class Fixed(Drafter):
 
 def settle(gate, rate):
     """Acceptance estimates settled at ``rate`` for every slot, whatever the last draft did."""
-    gate._slots = {state: ([1e6] * 4, [rate * 1e6] * 4) for state in (0, 1)}
+    gate._slots = {state: ([1e6] * 4, [rate * 1e6] * 4) for state in (0, 1, 2)}
     return gate
 
 
@@ -79,6 +79,28 @@ def test_gate_pauses_within_a_few_failed_steps():
         failed += 1
     assert not gate.propose([1, 2, 3, 5], 4)  # paused: nothing to verify
     assert gate.chosen[-failed:] == sorted(gate.chosen[-failed:], reverse=True)
+
+
+def test_a_run_of_rejections_pauses_even_after_misses_that_were_followed_by_hits():
+    """A quote with slips (each miss followed by hits: what follows one miss looks good),
+    then new text where every draft fails: the gate tells a run of misses from one miss
+    and pauses within a few (with one state for every miss: 31 rejected drafts here)."""
+    gate = CostGate(Fixed([5, 5, 5, 5]), CPU, k_max=4)
+    gate.begin([1, 2, 3])
+    gate.propose([1, 2, 3], 4)
+    ctx = [1, 2, 3, 5]
+    gate.watch(ctx)  # evidence: it drafts
+    for _ in range(10):
+        for accepted in (3, 3, 0):
+            assert gate.propose(ctx, 4), "paused while most drafts were accepted"
+            gate.observe(accepted)
+    assert not gate.paused  # a miss after a quote's hits: the next draft is still worth it
+    failed = 0
+    while not gate.paused:
+        assert failed < 12, "still drafting after 12 fully rejected steps in a row"
+        assert gate.propose(ctx, 4)
+        gate.observe(0)
+        failed += 1
 
 
 def test_gate_resumes_when_shadow_guesses_come_true():

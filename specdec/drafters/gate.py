@@ -6,16 +6,20 @@ wrapper of every drafter ``DraftSpec`` builds, ``gate=True``):
   k tokens are worth ``hit * E[tokens | k] + (1 - hit)`` tokens for a verify step of
   k + 1 tokens plus the proposal's own cost, against one token for a plain token's cost.
   ``E`` comes from the recent per-slot acceptance (decayed counts, as adaptive k keeps
-  them) kept apart by what the last draft did: acceptance is bursty (a quote, then new
-  text), so after a rejected draft the estimate is what followed rejections before, and
-  a gate that has seen runs of rejections pauses after the first; ``hit`` from how often the inner drafter finds anything to propose, the costs
-  from the model's measured verify cost curve ``cost`` ({L: seconds}, 1..k_max + 1), the
-  drafter's own measured ``draft_cost`` and what steps really take (``step_time``: the
-  observed / predicted ratio of verify steps, and a pipelined plain token's cost relative
-  to a one-token verify step, so per-step host work, a longer context and this machine's
-  load are priced too). No threshold is
-  set by hand: a draft is proposed exactly when its expected tokens per second beat
-  plain decoding's, and then of the best length k*.
+  them) kept apart by what the last drafts did: after an accepted one, after one
+  rejection, after a run of two or more. Acceptance is bursty (a quote with slips, then
+  new text): a miss inside a quote is followed by hits, a quote's end by more misses, so
+  a first miss is priced by what followed first misses before, and the second in a row
+  by what followed runs, leaning on the first-miss estimate until runs have shown their
+  own (with one state for every miss, a quote's slips kept a gate drafting through 31
+  failed drafts of new text: ``test_gate``); ``hit`` from how often
+  the inner drafter finds anything to propose, the costs from the model's measured
+  verify cost curve ``cost`` ({L: seconds}, 1..k_max + 1), the drafter's own measured
+  ``draft_cost`` and what steps really take (``step_time``: the observed / predicted
+  ratio of verify steps, and a pipelined plain token's cost relative to a one-token
+  verify step, so per-step host work, a longer context and this machine's load are
+  priced too). No threshold is set by hand: a draft is proposed exactly when its
+  expected tokens per second beat plain decoding's, and then of the best length k*.
 - It starts paused when its shadow guesses are free (a host drafter: see below), so it
   drafts only once the context shows the drafter right; a costly drafter starts drafting.
 - k* = 0 pauses it (``paused``): it proposes nothing, so a single stream decodes plain
@@ -48,6 +52,7 @@ from .base import EMPTY, Drafter, Proposal
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
+REJECTED, ACCEPTED, RUN = 0, 1, 2  # what the last drafts did (``_slots``)
 RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) moves it this far at most
 
 
@@ -66,8 +71,9 @@ class CostGate(AdaptiveKDrafter):
         self.plain_ratio = 1.0
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
         self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
-        # per-slot counts after a rejected (0) and after an accepted (1) first draft token
-        self._slots = {s: ([0.0] * k_max, [0.0] * k_max) for s in (0, 1)}
+        # per-slot counts by what the drafts before did: REJECTED once, ACCEPTED, or a
+        # RUN of rejections (a second miss in a row says more than the first: a quote ends)
+        self._slots = {s: ([0.0] * k_max, [0.0] * k_max) for s in (REJECTED, ACCEPTED, RUN)}
         self._k = k_max
         # the pending shadow guess: (context length, guess, the state it was made in)
         self._guess: tuple[int, list[int], int] | None = None
@@ -89,17 +95,28 @@ class CostGate(AdaptiveKDrafter):
         costly drafter's cheapest probe is a verify step, so it starts drafting."""
         self._guess, self._since_guess = None, 0
         self._paused = self.interval() == 1
-        self._state = 0 if self._paused else 1
+        self._state = REJECTED if self._paused else ACCEPTED
 
     def acceptance(self) -> list[float]:
-        self._tested, self._accepted = self._slots[self._state]
+        if self._state != RUN:
+            self._tested, self._accepted = self._slots[self._state]
+            return super().acceptance()
+        # a run leans on what followed single misses until runs have shown their own
+        toward = self._slot_estimates(REJECTED)
+        tested, accepted = self._slots[RUN]
+        return [(a + self.prior * p) / (t + self.prior) for a, t, p in zip(accepted, tested, toward)]
+
+    def _slot_estimates(self, state: int) -> list[float]:
+        self._tested, self._accepted = self._slots[state]
         return super().acceptance()
 
     def _record(self, proposed: int, accepted: int, state: int | None = None) -> None:
-        """Count a draft made after a rejection (state 0) or an acceptance (1)."""
-        self._tested, self._accepted = self._slots[self._state if state is None else state]
+        """Count a draft in the state it was made in (``state``: a shadow guess's; None:
+        now), then move on: ACCEPTED, or REJECTED for a first miss and RUN after that."""
+        made = self._state if state is None else state
+        self._tested, self._accepted = self._slots[made]
         super()._record(proposed, accepted)
-        self._state = int(accepted > 0)
+        self._state = ACCEPTED if accepted else (REJECTED if made == ACCEPTED else RUN)
 
     @property
     def hit(self) -> float:
@@ -137,7 +154,7 @@ class CostGate(AdaptiveKDrafter):
         self._forced = bool(forced)
         if forced:  # all but certain: worth a verify step on any curve, paused or not
             return forced
-        if self._paused and self._state == 0:  # resume on evidence only (see ``watch``)
+        if self._paused and self._state != ACCEPTED:  # resume on evidence only (``watch``)
             self._k = k
             self._shadow(context)
             return EMPTY
@@ -167,7 +184,7 @@ class CostGate(AdaptiveKDrafter):
         self._shadow(context)
         # resume on evidence: after a shadow guess that plain decoding bore out, and only
         # if drafting then pays (a drift of the step-time estimates alone never flips it)
-        self._paused = self._state == 0 or self.best(self._k) == 0
+        self._paused = self._state != ACCEPTED or self.best(self._k) == 0
 
     def interval(self) -> int:
         """Tokens between shadow guesses: a guess costs at most ``SHADOW_SHARE`` of the
@@ -197,7 +214,8 @@ class CostGate(AdaptiveKDrafter):
         seen = list(context[start:start + len(guess)])
         agreed = next((i for i, (a, b) in enumerate(zip(seen, guess)) if a != b), len(seen))
         if agreed == len(seen) < len(guess) and not final:
-            self._state = max(self._state, int(agreed > 0))
+            if agreed:
+                self._state = ACCEPTED
             return  # every token so far agrees: wait for the rest
         self._guess = None
         proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
