@@ -57,33 +57,42 @@ def join_all(model, batch, joining, together):
     return reqs
 
 
-def run_batch(model, requests, cost, together=False, caches=None):
+def run_batch(model, requests, cost, together=False, caches=None, parked=None):
     """Decode ``requests`` [(join step, prompt, kind, max_tokens, params)] in one Batch
     (request i with prompt cache ``caches[i]`` when given); returns each request's tokens
     and the block lengths of the steps with several rows. Rows a step finishes leave
-    together (``leave_rows``)."""
+    together (``leave_rows``), or park (``park_rows``, as the server) when ``parked`` is
+    a list: it gets the number of parked slots after each step."""
     batch, pending = Batch(model, cost, learn=False), sorted(enumerate(requests), key=lambda r: r[1][0])
     out, live, blocks, step = {}, [], [], 0
-    while pending or live:
+    while pending or any(live):
         joining = []
         while pending and pending[0][1][0] <= step:
             joining.append(pending.pop(0))
         if joining:
             reqs = join_all(model, batch, [(*r[1:], caches[i] if caches else None) for i, r in joining],
                             together and len(joining) > 1)
+            if not any(r.parked for r in batch.rows[:len(live)]):  # a join lets parked rows go
+                live = [x for x in live if x is not None]
             live += [(i, req) for (i, _), req in zip(joining, reqs)]
             out.update({i: [] for i, _ in joining})
-        if live:
+        if any(live):
             steps = batch.step()
             if len(steps) > 1:
                 blocks.append(max(s.fed for s in steps))
-            for (i, req), s in zip(live, steps):
-                out[i] += [e.token for e in req.feed(s)]
-            done = [j for j, (_, req) in enumerate(live) if req.finish_reason]
-            for j, held in zip(done, batch.leave_rows(done)):
+            for x, s in zip(live, steps):
+                if x is not None:
+                    out[x[0]] += [e.token for e in x[1].feed(s)]
+            done = [j for j, x in enumerate(live) if x is not None and x[1].finish_reason]
+            held, gone = batch.park_rows(done) if parked is not None else (batch.leave_rows(done), done)
+            for j, layers in zip(done, held):
                 i = live[j][0]
-                assert [c.offset for c in held] == [len(requests[i][1]) + len(out[i]) - 1] * len(held)
-            live = [x for j, x in enumerate(live) if j not in done]
+                assert [c.offset for c in layers] == [len(requests[i][1]) + len(out[i]) - 1] * len(layers)
+                live[j] = None
+            live = [x for j, x in enumerate(live) if j not in set(gone)]
+            assert len(live) == len(batch.rows)
+            if parked is not None:
+                parked.append(sum(r.parked for r in batch.rows))
         step += 1
     return [out[i] for i in range(len(requests))], blocks
 
@@ -106,6 +115,27 @@ def test_mixed_batch_equals_each_request_alone(arch, cost):
     for (_, prompt, _, m, _), toks in zip(reqs, got):
         assert toks == alone(model, prompt, "none", m)
     assert (max(blocks) > 1) if cost == "flat" else (set(blocks) == {1})
+
+
+PARKING = [(0, s, 20 + 3 * s, kind, 6 + 3 * s) for s, kind in
+           enumerate(["ngram", "suffix", "none", "ngram", "suffix", "none", "ngram", "suffix"])] \
+    + [(14, 8, 30, "suffix", 12)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_parked_rows_leave_together_and_change_no_output(arch):
+    """Eight rows finishing on different steps, as the server runs them (``park_rows``):
+    each finished row's cache is handed back exact at once, its slot stays parked until
+    a quarter of the batch can leave in one copy (or a row joins, step 14), and every
+    row's tokens equal plain decoding alone."""
+    model = cached_tiny(arch)
+    reqs = [(j, repetitive_prompt(s, n), kind, m, SamplingParams()) for j, s, n, kind, m in PARKING]
+    parked = []
+    got, blocks = run_batch(model, reqs, lambda n: 1.0, parked=parked)
+    for (_, prompt, _, m, _), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, "none", m)
+    assert max(blocks) > 1 and max(parked) >= 1  # rows speculated, and slots were parked
+    assert len([n for n in parked if n]) > 2  # parked slots rode along for several steps
 
 
 TOGETHER = [(0, 0, 40, "ngram", 30), (0, 1, 25, "suffix", 24), (0, 2, 33, "none", 20),

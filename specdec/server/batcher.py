@@ -14,8 +14,11 @@ cache, token trees, a sharded target):
   one of them; measured at 32 clients: speculating then cost 5-7 % of throughput and
   half again of the p95 time to first token);
   send each row's tokens to its client; finish rows at EOS, max tokens, a stop string or
-  a cancel at once (the rows a step finishes leave the batch together: one copy of its
-  cache). With nothing to do it waits up to ``tick`` seconds for a job.
+  a cancel at once: the client gets its answer and the prefix store its cache, while the
+  row's slot stays parked (``Batch.park_rows``) until a quarter of the batch can leave in
+  one copy of the batch cache (rows finish on different steps when they speculate, and
+  each leave copies every other row). With nothing to do it waits up to ``tick`` seconds
+  for a job.
 - Each job is a ``decode.request.Request`` (the library's lifecycle): a ``PromptCache``
   from the prefix store when it is on, so a conversation's next turn prefills only what
   is new, and when the job finishes its cache (exactly prompt + emitted tokens) goes back
@@ -59,15 +62,20 @@ class Batcher:
     def __init__(self, worker: Any, cost: Any):
         self.w = worker
         self.batch = Batch(worker.model, cost)
-        self.decoding: list[Active] = []  # in batch row order
+        # in batch row order; None: a finished row's slot, parked (``Batch.park_rows``)
+        self.decoding: list[Active | None] = []
         self.prefilling: list[Active] = []
 
     def __len__(self) -> int:
-        return len(self.decoding) + len(self.prefilling)
+        return len(self.running) + len(self.prefilling)
+
+    @property
+    def running(self) -> list[Active]:
+        return [a for a in self.decoding if a is not None]
 
     def cancel_all(self) -> None:
         """Mark every admitted job cancelled (any thread); ``close`` then ends them."""
-        for a in self.decoding + self.prefilling:
+        for a in self.running + self.prefilling:
             a.job.cancelled.set()
 
     def close(self) -> None:
@@ -84,7 +92,7 @@ class Batcher:
                 self._prefill_together(group)
             else:
                 self._prefill_chunk(group[0])
-        if self.decoding:
+        if self.running:
             try:
                 steps = self.batch.step(speculate=not self.prefilling)
                 # rows that joined while a pipelined step was queued (the last ones) may
@@ -149,9 +157,11 @@ class Batcher:
             layers = prefill_together(self.w.model, [a.req for a in group])
             self.batch.join_rows([a.req.row() for a in group], layers)
         except Exception as e:  # noqa: BLE001 (these jobs' failure; the batch is untouched)
+            self._synced()
             for a in group:
                 self._failed(a, e)
             return
+        self._synced()
         self.decoding.extend(group)
 
     def _prefill_chunk(self, a: Active) -> None:
@@ -161,17 +171,26 @@ class Batcher:
             self.prefilling.remove(a)
             self.batch.join(a.req.row(), a.req.layers)
         except Exception as e:  # noqa: BLE001 (this job's failure; the batch is untouched)
+            self._synced()
             if a in self.prefilling:
                 self.prefilling.remove(a)
             self._failed(a, e)
             return
+        self._synced()
         self.decoding.append(a)
+
+    def _synced(self) -> None:
+        """Drop the parked slots the batch let go of (a join lets them all leave first)."""
+        if None in self.decoding and not any(r.parked for r in self.batch.rows):
+            self.decoding = self.running
 
     # -- decoding -------------------------------------------------------------------------
 
     def _deliver(self, i: int, step: Any) -> bool:
         """Send row i's tokens; whether its request is finished."""
         a = self.decoding[i]
+        if a is None:  # parked: its request has its answer
+            return False
         for e in a.req.feed(step):
             now = time.perf_counter()
             self.w.metrics.on_token(a.last is None, now - (a.job.submitted if a.last is None else a.last))
@@ -189,10 +208,13 @@ class Batcher:
         """Rows ``rows`` leave the batch together: each job with its cache layers."""
         if not rows:
             return []
-        out = list(zip([self.decoding[i] for i in rows], self.batch.leave_rows(rows)))
-        gone = set(rows)
+        out = [self.decoding[i] for i in rows]
+        layers, gone = self.batch.park_rows(rows)
+        for i in rows:
+            self.decoding[i] = None
+        gone = set(gone)
         self.decoding = [a for i, a in enumerate(self.decoding) if i not in gone]
-        return out
+        return list(zip(out, layers))
 
     def _settle(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
         """The job's tokens go to the shared memory and its cache to the prefix store."""
@@ -204,7 +226,7 @@ class Batcher:
             self.w.metrics.on_prefix_store(self.w.prefixes)
 
     def _drop_cancelled(self) -> None:
-        gone = [i for i, a in enumerate(self.decoding) if a.job.cancelled.is_set()]
+        gone = [i for i, a in enumerate(self.decoding) if a is not None and a.job.cancelled.is_set()]
         for a, layers in self._leave(gone):
             self._settle(a, layers)
             self._cancelled(a.job)
@@ -228,11 +250,11 @@ class Batcher:
     @property
     def jobs(self) -> list[Any]:
         """The admitted jobs (prefilling or decoding)."""
-        return [a.job for a in self.decoding + self.prefilling]
+        return [a.job for a in self.running + self.prefilling]
 
     def _fail_all(self, e: BaseException) -> None:
-        log.exception("a batched step failed: failing its %d requests", len(self.decoding))
-        for a in self.decoding:
+        log.exception("a batched step failed: failing its %d requests", len(self.running))
+        for a in self.running:
             self._failed(a, e)
         self.decoding = []
         self.batch = Batch(self.w.model, self.batch.cost)
