@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
-from specdec.decode.batch import Batch, batchable, choose_block, curve_cost
+from specdec.decode.batch import PARK_STEPS, Batch, batchable, choose_block, curve_cost
 from specdec.core.proposal import Proposal
 from specdec.drafters import NgramDrafter, NoDrafter
 from specdec.drafters.base import Drafter
@@ -78,6 +78,8 @@ def run_batch(model, requests, cost, together=False, caches=None, parked=None):
             out.update({i: [] for i, _ in joining})
         if any(live):
             steps = batch.step()
+            if None in live and not any(r.parked for r in batch.rows):  # left before the step
+                live = [x for x in live if x is not None]
             if len(steps) > 1:
                 blocks.append(max(s.fed for s in steps))
             for x, s in zip(live, steps):
@@ -136,6 +138,22 @@ def test_parked_rows_leave_together_and_change_no_output(arch):
         assert toks == alone(model, prompt, "none", m)
     assert max(blocks) > 1 and max(parked) >= 1  # rows speculated, and slots were parked
     assert len([n for n in parked if n]) > 2  # parked slots rode along for several steps
+
+
+def test_a_parked_row_leaves_once_it_has_cost_about_a_gather():
+    """One of six rows finishes early (a sixth of the batch: under the quarter that
+    leaves at once): its slot rides along for PARK_STEPS steps' worth of rows (12 steps
+    here), then leaves while the others decode on, outputs unchanged."""
+    model = cached_tiny("llama")
+    reqs = [(0, repetitive_prompt(s, 20 + s), "none" if s else "ngram", 4 if s == 0 else 40,
+             SamplingParams()) for s in range(6)]
+    parked = []
+    got, _ = run_batch(model, reqs, lambda n: 1.0, parked=parked)
+    for (_, prompt, _, m, _), toks in zip(reqs, got):
+        assert toks == alone(model, prompt, "none", m)
+    rode = [n for n in parked if n]
+    assert rode and len(rode) <= PARK_STEPS * 6 and parked[parked.index(1) + len(rode)] == 0
+    assert len(parked) > parked.index(1) + len(rode) + 10  # the others decoded on after it left
 
 
 TOGETHER = [(0, 0, 40, "ngram", 30), (0, 1, 25, "suffix", 24), (0, 2, 33, "none", 20),

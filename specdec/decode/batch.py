@@ -20,7 +20,8 @@ Contract:
   removes several. Each join and leave of a batched cache copies it once (mlx-lm's
   ``extend``/``filter``), so rows arriving or finishing together go together;
   ``park_rows`` (the server's) copies finished rows out at once but keeps their slots,
-  parked, until a quarter of the batch can leave in one copy (or a row joins).
+  parked, until a quarter of the batch can leave in one copy, a row joins, or they have
+  cost ``PARK_STEPS`` steps' worth of rows (about what their gather costs).
 - ``step()`` drafts for every row, runs ``step.verify_step`` (one forward, one host
   sync, each row verified and rolled back by its own amount: the output of each row is
   what it would be alone) and observes: the drafter and the tree shaper learn from what
@@ -65,6 +66,9 @@ from .step import Greedy, Sampler, Step, Verify, land_plain_step, queue_plain_st
 
 # lengths of the verify cost curve past 16 that price a batch's block (B rows x L)
 BATCH_COST_LENGTHS = (24, 32, 48, 64, 96, 128)
+# parked rows leave once they have cost this many steps' worth of rows: their gather
+# costs 1-2 steps at 32 rows x 576 tokens (scripts/batch_leave_cost.py)
+PARK_STEPS = 2.0
 
 
 @dataclass
@@ -172,6 +176,7 @@ class Batch:
         self.rows: list[Row] = []
         self.cache: list[Any] | None = None
         self._inflight: InFlight | None = None  # a plain step queued, not yet read
+        self._parked_cost = 0.0  # steps' worth of rows the parked slots have taken so far
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -218,9 +223,7 @@ class Batch:
 
     def _add(self, rows: Sequence[Row], layers: list[RowsKVCache]) -> None:
         self._check_batchable(rows)
-        parked = [j for j, r in enumerate(self.rows) if r.parked]
-        if parked:  # the join copies the batch cache anyway: parked rows leave first
-            self._drop(parked)
+        self._unpark()  # the join copies the batch cache anyway: parked rows leave first
         if any(type(c) not in (KVCache, RowsKVCache) for c in self.cache):
             kinds = sorted({type(c).__name__ for c in self.cache})
             raise ValueError(f"cannot batch cache layers {kinds}: batching needs full-attention KVCache")
@@ -245,8 +248,9 @@ class Batch:
         returns their cache layers (as ``leave_rows``) and the row indices that left the
         batch now. A batched row's layers are copied out at once, but its slot stays,
         ``parked`` (a greedy one-token row whose output nobody reads), until parked rows
-        are a quarter of the batch, a row joins or no other row is left; then they all
-        leave in one copy. Why: each leave copies every remaining row's cache (0.3-0.5 s
+        are a quarter of the batch, a row joins, no other row is left or they have ridden
+        along for ``PARK_STEPS`` steps' worth of rows (``step``); then they all leave in
+        one copy. Why: each leave copies every remaining row's cache (0.3-0.5 s
         at 32 rows of 576 tokens, more than a step: ``scripts/batch_leave_cost.py``), and
         speculative rows finish on different steps; a parked row costs one row of a step."""
         out = self._extract(indices)
@@ -258,8 +262,15 @@ class Batch:
         parked = [j for j, r in enumerate(self.rows) if r.parked]
         if 4 * len(parked) < len(self.rows):
             return out, []
-        self._drop(parked)
-        return out, parked
+        return out, self._unpark()
+
+    def _unpark(self) -> list[int]:
+        """Every parked row leaves (one copy of the batch cache); returns their indices."""
+        parked = [j for j, r in enumerate(self.rows) if r.parked]
+        if parked:
+            self._drop(parked)
+        self._parked_cost = 0.0
+        return parked
 
     def _extract(self, indices: Sequence[int]) -> list[list[Any]]:
         lone = not isinstance(self.cache[0], RowsKVCache)  # a lone row's own layers
@@ -294,7 +305,14 @@ class Batch:
         before this one is read. Rows that joined while a step was queued (the last
         rows) get their first Step from the next call: the list is then shorter than
         the batch. The step's work runs on mlx-lm's ``generation_stream``, as mlx-lm's
-        generators do (measured a few per cent faster on CPU than the default stream)."""
+        generators do (measured a few per cent faster on CPU than the default stream).
+        Parked rows that have ridden along for ``PARK_STEPS`` steps' worth of rows leave
+        first (the rows then are the batch's rows after it)."""
+        parked = sum(r.parked for r in self.rows)
+        if parked:
+            self._parked_cost += parked / len(self.rows)
+            if self._parked_cost >= PARK_STEPS:
+                self._unpark()
         with mx.stream(generation_stream):
             return self._step(speculate)
 

@@ -16,7 +16,8 @@ cache, token trees, a sharded target):
   send each row's tokens to its client; finish rows at EOS, max tokens, a stop string or
   a cancel at once: the client gets its answer and the prefix store its cache, while the
   row's slot stays parked (``Batch.park_rows``) until a quarter of the batch can leave in
-  one copy of the batch cache (rows finish on different steps when they speculate, and
+  one copy of the batch cache, or the parked slots have cost about what that copy would
+  (rows finish on different steps when they speculate, and
   each leave copies every other row). With nothing to do it waits up to ``tick`` seconds
   for a job.
 - Each job is a ``decode.request.Request`` (the library's lifecycle): a ``PromptCache``
@@ -95,6 +96,7 @@ class Batcher:
         if self.running:
             try:
                 steps = self.batch.step(speculate=not self.prefilling)
+                self._synced()  # parked rows that rode along long enough left first
                 # rows that joined while a pipelined step was queued (the last ones) may
                 # have no Step yet: theirs comes with the next
                 self._finish([i for i in range(len(steps)) if self._deliver(i, steps[i])])
@@ -180,7 +182,8 @@ class Batcher:
         self.decoding.append(a)
 
     def _synced(self) -> None:
-        """Drop the parked slots the batch let go of (a join lets them all leave first)."""
+        """Drop the parked slots the batch let go of (all at once: on a join, a step or
+        enough parked)."""
         if None in self.decoding and not any(r.parked for r in self.batch.rows):
             self.decoding = self.running
 
