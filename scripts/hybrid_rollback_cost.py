@@ -5,31 +5,41 @@ three sizes (``SIZES``: gated-delta linear-attention layers with full attention 
 (tiny) or 4th layer, as Qwen3-Next; dense MLPs in place of its experts), prefills a
 ``--context``-token prompt through specdec's cache (``make_cache(..., recurrent=True)``,
 ``prefill``), and times, for k = ``--k`` drafts (a k+1-token verify block), interleaved in
-rounds (round 0 a warm-up; medians over the rest):
+rounds (round 0 a warm-up; medians over the rest), the two ways ``RecurrentCache.rewind``
+can rebuild the recurrent states after a rejection that keeps j tokens (the root and
+j - 1 accepted drafts):
 
 - ``plain``: one decode step, one token through the model on the same cache (argmax);
+- ``accept``: a verify step of k drafts that accepts them all (nothing to roll back);
+- ``replay j`` (the default kind): the same block with the j-th draft wrong; the rewind
+  re-runs each recurrent layer on its j kept input rows (``cache/replay.py``) and the
+  timing includes evaluating every cache array, so the replay is inside it; rollback
+  cost = replay j - accept (paired per round, median);
+- ``rewind j``: the replay alone, with nothing else in the timing: the same block's forward
+  evaluated first (untimed), then ``rewind`` and the evaluation of every cache array
+  (timed): the direct cost, free of the paired difference's noise (two steps' jitter on a
+  shared machine is larger than the replay);
 - ``full j``: a verify step after a step that accepted everything it drafted and emitted
   j tokens (no pending tokens);
-- ``kept j``: the same verify step after a rejection that kept j tokens (root + j - 1
-  accepted drafts): ``RecurrentCache.rewind`` left them ``pending`` and they ride in front
-  of this block; rollback cost = kept j - full j (paired per round, median);
-- ``eager j``: the alternative, ``settle()`` feeding the kept tokens in a forward of their
-  own, then the verify step; cost = eager j - full j.
+- ``kept j`` (the ``refeed`` kind, deferred): the same verify step after a rejection that
+  kept j tokens, which ``rewind`` left ``pending`` to ride in front of this block;
+  rollback cost = kept j - full j;
+- ``eager j``: the refeed kind with ``settle()`` feeding the kept tokens in a forward of
+  their own, then the verify step; cost = eager j - full j.
 
 Every measured step is specdec's own ``decode.step.verify_step`` (a ``Greedy`` sampler,
-drafts = the model's greedy continuation, so each measured step accepts all k; the
-rollback of the step before runs through ``batch_cache.roll_back``); the timing ends
-after ``mx.eval`` of the step's outputs and of every cache array, so each forward it
-caused is inside it. The setup step before each measurement is untimed; the cache goes
-back to the prefilled state between measurements (``RecurrentCache.restore``). Within a
-(round, j), full, kept and eager run the same block at the same position: they differ
-only by the pending tokens.
+drafts from the model's greedy continuation; the rollback runs through
+``batch_cache.roll_back``); the timing ends after ``mx.eval`` of the step's outputs and of
+every cache array, so each forward it caused is inside it. Setup steps are untimed; the
+cache goes back to the prefilled state between measurements (``RecurrentCache.restore``).
+Within a (round, j), full, kept and eager run the same block at the same position: they
+differ only by the pending tokens; replay and accept run the same block too.
 
     python scripts/hybrid_rollback_cost.py [--sizes tiny,h512,h1024] [--rounds 8] [--out F]
 
-Prints a table (rollback and eager re-feed cost as % of the k+1-token verify step and of
-one plain decode step, per size and j, then per size the pooled figures: the deferred
-cost per kept token and the eager cost whatever j, medians over every (round, j), which a
+Prints a table (each kind's rollback cost as % of the k+1-token verify step and of one
+plain decode step, per size and j, then per size the pooled figures: the deferred re-feed
+per kept token and the eager re-feed whatever j, medians over every (round, j), which a
 shared machine moves far less than one j's median); ``--out`` writes the JSON of
 ``measure`` per size (with the raw times, the context and the greedy truth).
 ``measure(model, ...)`` is importable (``tests/test_hybrid_rollback_cost.py``).
@@ -127,12 +137,17 @@ def bench(model: Any, context_len: int = 256, k: int = 8, most_kept: int = 5, se
     return Bench(model, cache, context, truth, k)
 
 
+_REFEED = ("full", "kept", "eager")
+
+
 def _setup(b: Bench, variant: str, j: int) -> None:
-    """Untimed: from the checkpoint, the step before the measured one. ``full``: draft the
-    j - 1 true tokens (all accepted, j emitted); ``kept``/``eager``: draft k tokens, the
-    j-th wrong (j - 1 accepted, j emitted, j kept pending)."""
+    """Untimed: from the checkpoint, the step before the measured one (none for plain,
+    accept and replay). ``full``: draft the j - 1 true tokens (all accepted, j emitted);
+    ``kept``/``eager``: draft k tokens, the j-th wrong (j - 1 accepted, j emitted, j kept
+    pending: the refeed kind)."""
     b.cache.restore()
-    if variant == "plain":
+    b.cache.kind = "refeed" if variant in _REFEED else "replay"
+    if variant not in _REFEED:
         return
     good = b.truth[: j - 1]
     wrong = (b.truth[j - 1] + 1) % b.vocab
@@ -153,6 +168,28 @@ def _timed(b: Bench, variant: str, j: int) -> tuple[float, Step | None]:
         y = mx.argmax(b.model(mx.array([b.context[-1:]]), cache=b.cache)[0, -1])
         mx.eval(y, b.arrays())
         return time.perf_counter() - t0, None
+    if variant == "rewind":
+        fed = b.context[-1:] + b.truth[: j - 1] + [(b.truth[j - 1] + 1) % b.vocab] + b.truth[j : b.k]
+        b.cache.begin(fed)
+        mx.eval(b.model(mx.array([fed]), cache=b.cache), b.arrays())
+        t0 = time.perf_counter()
+        b.cache.rewind(len(fed) - j)
+        mx.eval(b.arrays())
+        t = time.perf_counter() - t0
+        if b.cache.pending or b.cache.last_rollback != "replay":
+            raise RuntimeError(f"rewind j={j}: the rollback was {b.cache.last_rollback}")
+        return t, None
+    if variant in ("accept", "replay"):
+        draft = list(b.truth[: b.k])
+        if variant == "replay":
+            draft[j - 1] = (draft[j - 1] + 1) % b.vocab
+        t0 = time.perf_counter()
+        s = b.step(0, draft)
+        mx.eval(b.arrays())
+        t = time.perf_counter() - t0
+        if variant == "replay" and (b.cache.pending or b.cache.last_rollback != "replay"):
+            raise RuntimeError(f"replay j={j}: the rollback was {b.cache.last_rollback}")
+        return t, s
     t0 = time.perf_counter()
     if variant == "eager":
         b.cache.settle()  # the kept tokens in a forward of their own, before the block
@@ -163,41 +200,51 @@ def _timed(b: Bench, variant: str, j: int) -> tuple[float, Step | None]:
 
 def _variants(kept: list[int], r: int) -> list[tuple[str, int]]:
     """Round r's order: rotated each round, so no variant always runs first after a setup."""
-    order = [("plain", 0)] + [(v, j) for j in kept for v in ("full", "kept", "eager")]
+    order = [("plain", 0), ("accept", 0)]
+    order += [(v, j) for j in kept for v in ("rewind", "replay", *_REFEED)]
     r %= len(order)
     return order[r:] + order[:r]
+
+
+def _paired(times: dict[str, list[float]], what: str, base: str) -> list[float]:
+    return [a - f for a, f in zip(times[what], times[base])]
 
 
 def _summary(times: dict[str, list[float]], kept: list[int]) -> dict:
     med = {key: statistics.median(ts) for key, ts in times.items()}
     plain, rows = med["plain 0"], []
     for j in kept:
-        step = med[f"full {j}"]
-        for what in ("kept", "eager"):
-            pairs = [a - f for a, f in zip(times[f"{what} {j}"], times[f"full {j}"])]
-            rows.append({"j": j, "how": "deferred" if what == "kept" else "eager",
-                         "cost_ms": statistics.median(pairs) * 1e3,
-                         "pct_verify_step": 100 * statistics.median(pairs) / step,
-                         "pct_decode_step": 100 * statistics.median(pairs) / plain})
+        alone = med[f"rewind {j}"]
+        rows.append({"j": j, "how": "replay alone", "cost_ms": alone * 1e3,
+                     "pct_verify_step": 100 * alone / med["accept 0"], "pct_decode_step": 100 * alone / plain})
+        for what, how, base in (("replay", "replay", "accept 0"), ("kept", "deferred", f"full {j}"),
+                                ("eager", "eager", f"full {j}")):
+            cost = statistics.median(_paired(times, f"{what} {j}", base))
+            rows.append({"j": j, "how": how, "cost_ms": cost * 1e3,
+                         "pct_verify_step": 100 * cost / med[base],
+                         "pct_decode_step": 100 * cost / plain})
     # robust numbers per size, pooled over every (round, j): one j's median of a few
     # paired differences swings by tens of points on a shared machine, the pool far less
-    per = [(a - f) / j for j in kept for a, f in zip(times[f"kept {j}"], times[f"full {j}"])]
-    eager = [a - f for j in kept for a, f in zip(times[f"eager {j}"], times[f"full {j}"])]
-    verify = statistics.median(med[f"full {j}"] for j in kept)
+    per = [d / j for j in kept for d in _paired(times, f"kept {j}", f"full {j}")]
+    eager = [d for j in kept for d in _paired(times, f"eager {j}", f"full {j}")]
+    replay = [d / j for j in kept for d in _paired(times, f"replay {j}", "accept 0")]
+    verify = med["accept 0"]
     pooled = {name: {"cost_ms": statistics.median(xs) * 1e3,
                      "pct_verify_step": 100 * statistics.median(xs) / verify,
                      "pct_decode_step": 100 * statistics.median(xs) / plain}
-              for name, xs in (("deferred_per_kept_token", per), ("eager_any_j", eager))}
+              for name, xs in (("deferred_per_kept_token", per), ("eager_any_j", eager),
+                               ("replay_per_kept_token", replay))}
     return {"median_ms": {key: t * 1e3 for key, t in med.items()}, "costs": rows, **pooled}
 
 
-def measure(model: Any, *, rounds: int = 8, k: int = 8, kept: tuple[int, ...] = (1, 2, 3, 4, 5),
+def measure(model: Any, *, rounds: int = 8, k: int = 8, kept: tuple[int, ...] = (1, 2, 4, 6, 8),
             context_len: int = 256, seed: int = 0, states: dict | None = None) -> dict:
     """Run the measurement (module docstring) on ``model``: ``rounds`` + 1 rounds, the
     first a warm-up. Returns raw times (s), medians (ms) and per-j costs; every measured
     step's emitted tokens (``tokens``: the same for full, kept and eager at each j, or the
-    rollback is not exact). ``states``, when given, receives each variant's cache arrays
-    after its last measured step (before the cache goes back)."""
+    rollback is not exact; replay's are the j kept tokens). ``states``, when given,
+    receives each variant's cache arrays after its last measured step (before the cache
+    goes back)."""
     kept = list(kept)
     b = bench(model, context_len, k, max(kept), seed)
     times: dict[str, list[float]] = {f"{v} {j}": [] for v, j in _variants(kept, 0)}
@@ -213,24 +260,26 @@ def measure(model: Any, *, rounds: int = 8, k: int = 8, kept: tuple[int, ...] = 
             if states is not None:
                 states[f"{v} {j}"] = b.arrays()
     b.cache.restore()
+    b.cache.kind = "replay"
     return {"k": k, "context_len": context_len, "rounds": rounds, "times_s": times,
             "tokens": tokens, "context": b.context, "truth": b.truth, **_summary(times, kept)}
 
 
 def table(results: dict[str, dict]) -> str:
     """The printed table: one line per size and j."""
-    head = (f"{'size':>6} {'j':>2} {'plain ms':>9} {'verify ms':>9} | {'deferred % verify':>17} "
-            f"{'% decode':>8} | {'eager % verify':>14} {'% decode':>8}")
+    hows = ("replay alone", "replay", "deferred", "eager")
+    head = (f"{'size':>6} {'j':>2} {'plain ms':>9} {'verify ms':>9} | "
+            + " | ".join(f"{h + ' % verify':>21} {'% decode':>8}" for h in hows))
     lines = [head, "-" * len(head)]
     for size, res in results.items():
         rows = {(c["j"], c["how"]): c for c in res["costs"]}
         for j in sorted({c["j"] for c in res["costs"]}):
-            d, e = rows[j, "deferred"], rows[j, "eager"]
+            cells = " | ".join(f"{rows[j, h]['pct_verify_step']:>21.1f} {rows[j, h]['pct_decode_step']:>8.1f}"
+                               for h in hows)
             lines.append(f"{size:>6} {j:>2} {res['median_ms']['plain 0']:>9.2f} "
-                         f"{res['median_ms'][f'full {j}']:>9.2f} | {d['pct_verify_step']:>17.1f} "
-                         f"{d['pct_decode_step']:>8.1f} | {e['pct_verify_step']:>14.1f} "
-                         f"{e['pct_decode_step']:>8.1f}")
-        for name, what in (("deferred_per_kept_token", "deferred, per kept token"),
+                         f"{res['median_ms']['accept 0']:>9.2f} | {cells}")
+        for name, what in (("replay_per_kept_token", "replay, per kept token"),
+                           ("deferred_per_kept_token", "deferred re-feed, per kept token"),
                            ("eager_any_j", "eager re-feed, j = any")):
             p = res[name]
             lines.append(f"{size:>6} pooled over j ({what}): {p['pct_verify_step']:.1f} % of the "
@@ -243,7 +292,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--rounds", type=int, default=8, help="measured rounds (plus one warm-up)")
     ap.add_argument("--k", type=int, default=8)
-    ap.add_argument("--kept", default="1,2,3,4,5")
+    ap.add_argument("--kept", default="1,2,4,6,8")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out")

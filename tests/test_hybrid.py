@@ -13,6 +13,7 @@ import pytest
 from hybrid_tiny import ARCHS, VOCAB, cached
 from mlx_lm.models.cache import ArraysCache
 
+from specdec.cache import replay
 from specdec.cache.prompt_cache import make_prompt_cache
 from specdec.cache.recurrent import RecurrentCache
 from specdec.cache.rollback import RollbackError, make_cache, prefill, trim
@@ -128,15 +129,22 @@ def _arrays(cache):
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("accept", [0, 2, 5])
-def test_restored_state_equals_feeding_the_kept_tokens(arch, accept):
+@pytest.mark.parametrize("kind", ["replay", "refeed"])
+def test_restored_state_equals_feeding_the_kept_tokens(arch, accept, kind):
     """After a verify step that keeps ``accept`` drafts, every layer's arrays equal those of
-    a cache fed the prompt and then the kept tokens one at a time."""
+    a cache fed the prompt and then the kept tokens one at a time, whichever way the
+    rewind rebuilt the recurrent states: ``replay`` (the default: each recurrent layer
+    rerun on its kept rows, nothing left pending) or ``refeed`` (the kept tokens pending)."""
     model, truth = cached(arch), plain(arch)
     draft = list(truth[:accept]) + [(truth[accept] + 1) % VOCAB] + [1, 2]
     cache = make_cache(model, recurrent=True)
+    assert cache.kind == "replay"
+    cache.kind = kind
     prefill(model, cache, PROMPT[:-1])
     step = verify_step(model, cache, [Verify(list(PROMPT), Proposal(draft), Greedy())])[0]
     assert step.accepted == accept and step.tokens == truth[: accept + 1]
+    assert cache.last_rollback == kind
+    assert len(cache.pending) == (0 if kind == "replay" else accept + 1)
     ref = make_cache(model, recurrent=True)
     prefill(model, ref, PROMPT[:-1])
     for t in [PROMPT[-1], *truth[:accept]]:
@@ -163,6 +171,23 @@ def test_negative_control_trimming_only_attention_diverges(monkeypatch):
         return n
 
     monkeypatch.setattr(RecurrentCache, "rewind", attention_only)
+    out = run(cached(arch), drafter=Oracle(truth, len(PROMPT), miss=1), num_draft_tokens=4)
+    assert out != truth
+
+
+@pytest.mark.parametrize("arch", ["qwen3_next", "mamba2"])
+def test_negative_control_a_replay_that_skips_the_kept_rows_diverges(monkeypatch, arch):
+    """The replay must run the recurrent layers on the kept rows: giving them back their
+    pre-block state and nothing more (the kept tokens lost from the recurrent state, the
+    positions still agreeing) must change the output."""
+    truth = plain(arch)
+
+    def lost(call, fed, kept, memo):  # positions advance as a rerun would, the state does not
+        for a in (*call.args, *call.kwargs.values()):
+            if isinstance(a, ArraysCache):
+                a.offset += kept
+
+    monkeypatch.setattr(replay, "rerun", lost)
     out = run(cached(arch), drafter=Oracle(truth, len(PROMPT), miss=1), num_draft_tokens=4)
     assert out != truth
 

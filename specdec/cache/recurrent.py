@@ -8,15 +8,21 @@ Contract:
 - ``fed = begin(tokens)`` is called (by ``step.verify_forward``) right before a block of
   one row goes through the model: it keeps a reference to every recurrent layer's
   pre-block arrays (no copy: MLX arrays are immutable and mlx-lm's model files replace
-  cache entries, ``cache[i] = new``, rather than write into them) and returns what to
-  feed: the ``pending`` tokens of the last rollback, then the block (the caller drops
-  the pending rows' logits).
-- ``rewind(n)`` drops the last ``n`` fed positions: attention layers trim everything fed
-  since ``begin``, recurrent layers get their pre-block arrays back, and the kept tokens
-  become ``pending``: they ride in front of the next verify block, so a rollback costs a
-  few more rows in the next forward rather than a forward of its own. ``settle()`` feeds
-  them at once (lazily, no host sync) for anyone who needs the cache exact between
-  steps (``positions``, prefill, the prompt cache). ``rewind(0)`` (full acceptance) costs
+  cache entries, ``cache[i] = new``, rather than write into them), and returns what to
+  feed: the ``pending`` tokens of the last re-feed rollback (none under ``replay``), then
+  the block (the caller drops the pending rows' logits).
+- ``rewind(n)`` drops the last ``n`` fed positions. Attention layers trim; recurrent layers
+  get their pre-block arrays back and are rebuilt one of two ways (``kind``):
+  ``"replay"`` (the default): each recurrent layer runs again on its kept input rows,
+  recorded during the block (``replay``: the layer's in-projections and, on mlx-lm's CPU
+  gated-delta path, every position's state are reused from the block, so a rollback costs
+  a few small ops per layer), and the attention layers keep the kept positions;
+  ``"refeed"`` (or when a layer could not be recorded: a recurrent layer that
+  no module received as an argument, or one written twice in a block): attention trims
+  the whole block and the kept tokens become ``pending``: they ride in front of the next
+  verify block. ``last_rollback`` says which ran. ``settle()`` feeds pending tokens at
+  once (lazily, no host sync) for anyone who needs the cache exact between steps
+  (``positions``, prefill, the prompt cache). ``rewind(0)`` (full acceptance) costs
   nothing. ``rewind`` of more than the last block, or without ``begin``, raises
   ``RollbackError``: never a silent no-op. Rows batched together and token trees are
   refused (``RollbackError``): hybrid requests run one at a time, with linear drafts.
@@ -27,10 +33,10 @@ Contract:
 - ``checkpoint()`` / ``restore()``: the prompt cache marks the end of each prefill and can
   come back to it exactly (recurrent states cannot be trimmed to an arbitrary prefix).
 
-Why re-feed the whole model rather than re-run only the recurrent layers' recurrence:
-re-running a layer alone needs its input rows, which only a per-architecture hook can
-capture; re-feeding the kept tokens is exact for every mlx-lm model and its cost was
-measured (``scripts/hybrid_rollback_cost.py``; docs/how-it-works.md, "Hybrid models").
+Why replay by default: measured (``scripts/hybrid_rollback_cost.py``; docs/how-it-works.md,
+"Hybrid models"), a replay costs a few percent of a decode step whatever the number of
+kept tokens, where a re-feed pays every kept token's row through every weight of the model.
+The re-feed stays for models whose recurrent layers cannot be recorded.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any, Iterator, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
 
+from . import replay
 from .errors import RollbackError
 
 
@@ -64,10 +71,13 @@ class CountedArraysCache(ArraysCache):
     def __init__(self, size: int):
         super().__init__(size)
         self.offset = 0
+        self.calls: list[replay.Call | None] | None = None  # recorded while a block runs
 
     def advance(self, N: int) -> None:
         super().advance(N)
         self.offset += N
+        if self.calls is not None and len(self.calls) < 2:  # in a verify block: who wrote it
+            self.calls.append(replay.caller_of(self))
 
     @property
     def nbytes(self) -> int:
@@ -86,6 +96,7 @@ def _counted(layer: Any) -> Any:
 
 def recurrent_layers(model: Any, layers: Sequence[Any]) -> "RecurrentCache":
     """``layers`` (a fresh cache) as a ``RecurrentCache`` whose recurrent layers count."""
+    replay.watch(model)
     return RecurrentCache(model, [_counted(c) for c in layers])
 
 
@@ -110,6 +121,8 @@ class RecurrentCache(list):
         self._fed: list[int] = []  # what went through the model since the snapshot
         self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
         self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
+        self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (module docstring)
+        self.last_rollback: str | None = None  # how the last partial rewind did it
 
     def positions(self) -> set[int]:
         """The position counts of every layer (one value when they agree); settles first."""
@@ -128,6 +141,7 @@ class RecurrentCache(list):
     def settle(self) -> None:
         """Feed the pending kept tokens now (lazily: no host sync), so every layer holds
         exactly the accepted positions; callers outside a verify step need this."""
+        replay.stop()  # a block's memo never outlives it (nothing to roll back after this)
         if self.pending:
             tokens, self.pending = self.pending, []
             # logits unused and never evaluated: only the cache arrays are computed
@@ -135,35 +149,61 @@ class RecurrentCache(list):
 
     def begin(self, tokens: Sequence[int]) -> list[int]:
         """Before a verify forward of ``tokens``: snapshot, and return what to feed: the
-        pending kept tokens of the last rollback, then ``tokens`` (the caller drops the
-        logits of the pending ones)."""
+        pending kept tokens of the last re-feed rollback, then ``tokens`` (the caller drops
+        the logits of the pending ones)."""
         for c in self.states:
             if c.lengths is not None or c.left_padding is not None:
                 raise RollbackError("recurrent layers with batched rows cannot roll back: "
                                     "hybrid requests run one at a time")
         self._snap = [list(c.cache) for c in self.states]
         self._fed, self.pending = self.pending + list(tokens), []
+        for c in self.states:
+            c.calls = [] if self.kind == "replay" else None
+        if self.kind == "replay":
+            replay.record()
         return self._fed
 
+    def _replayable(self) -> bool:
+        """Every recurrent layer was written exactly once in the block, by a module that got
+        its cache as an argument (``replay.caller_of``)."""
+        return all(c.calls is not None and len(c.calls) == 1 and c.calls[0] is not None
+                   for c in self.states)
+
     def rewind(self, n: int) -> int:
+        replayable = self._replayable()
+        calls = [c.calls[0] if replayable else None for c in self.states]
+        memo = replay.stop()
+        for c in self.states:
+            c.calls = None
         if n == 0:
             self._snap, self._fed = None, []
             return 0
         if self.pending or self._snap is None or not 0 < n <= len(self._fed):
             raise RollbackError(f"a recurrent cache rewinds only within its last verify block "
                                 f"({len(self._fed)} positions), not {n}: rebuild the cache")
-        fed, kept = len(self._fed), self._fed[: len(self._fed) - n]
+        fed, kept = len(self._fed), len(self._fed) - n
+        # replay keeps the attention layers' kept positions; a re-feed computes them again
+        cut = n if replayable else fed
         for c in self.attention:  # checked first: never leave layers disagreeing
-            if fed > c.offset or (hasattr(c, "check_trim") and c.check_trim(fed)):
-                raise RollbackError(f"{type(c).__name__} cannot trim {fed} of {c.offset} positions")
+            if cut > c.offset or (hasattr(c, "check_trim") and c.check_trim(cut)):
+                raise RollbackError(f"{type(c).__name__} cannot trim {cut} of {c.offset} positions")
         for c in self.attention:
-            c.trim(fed)
+            c.trim(cut)
         for c, saved in zip(self.states, self._snap):
             c.cache = list(saved)
             c.offset -= fed
-        # the kept tokens ride in front of the next verify block (one forward, not two);
-        # ``settle`` feeds them for anyone who needs the cache before that
-        self._snap, self._fed, self.pending = None, [], kept
+        if replayable:
+            # each recurrent layer runs again on its kept input rows (lazily): its state
+            # after exactly the kept positions, and ``advance`` puts its offset there
+            for call in calls:
+                if kept:
+                    replay.rerun(call, fed, kept, memo)
+            self.pending, self.last_rollback = [], "replay"
+        else:
+            # the kept tokens ride in front of the next verify block (one forward, not
+            # two); ``settle`` feeds them for anyone who needs the cache before that
+            self.pending, self.last_rollback = self._fed[:kept], "refeed"
+        self._snap, self._fed = None, []
         return n
 
     def checkpoint(self) -> None:
@@ -191,7 +231,7 @@ class RecurrentCache(list):
         for c in self.attention:
             c.trim(at - mark[0])
         for c, saved in zip(self.states, mark[1]):
-            c.cache, c.offset = list(saved), mark[0]
+            c.cache, c.offset, c.calls = list(saved), mark[0], None
         self._snap, self._fed = None, []
         return mark[0]
 
