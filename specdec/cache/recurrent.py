@@ -11,6 +11,8 @@ Contract:
   cache entries, ``cache[i] = new``, rather than write into them), and returns what to
   feed: the ``pending`` tokens of the last re-feed rollback (none under ``replay``), then
   the block (the caller drops the pending rows' logits).
+- ``end_block()`` is called right after the block's forward is built: what the layers
+  recorded during it is kept for ``rewind`` and nothing later is recorded.
 - ``rewind(n)`` drops the last ``n`` fed positions. Attention layers trim; recurrent layers
   get their pre-block arrays back and are rebuilt one of two ways (``kind``):
   ``"replay"`` (the default): each recurrent layer runs again on its kept input rows,
@@ -122,6 +124,8 @@ class RecurrentCache(list):
         self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
         self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
         self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (module docstring)
+        self._calls: list | None = None  # per recurrent layer, who wrote it in the block
+        self._memo: dict = {}  # what the block's modules remembered (``replay.stop``)
         self.last_rollback: str | None = None  # how the last partial rewind did it
 
     def positions(self) -> set[int]:
@@ -157,24 +161,33 @@ class RecurrentCache(list):
                                     "hybrid requests run one at a time")
         self._snap = [list(c.cache) for c in self.states]
         self._fed, self.pending = self.pending + list(tokens), []
+        self._calls, self._memo = None, {}
         for c in self.states:
             c.calls = [] if self.kind == "replay" else None
         if self.kind == "replay":
             replay.record()
         return self._fed
 
+    def end_block(self) -> None:
+        """Right after the block's forward was built (the caller of ``begin``): what the
+        layers recorded is kept for ``rewind``, and nothing after the block is recorded."""
+        self._calls = [c.calls for c in self.states]
+        self._memo = replay.stop()
+        for c in self.states:
+            c.calls = None
+
     def _replayable(self) -> bool:
         """Every recurrent layer was written exactly once in the block, by a module that got
         its cache as an argument (``replay.caller_of``)."""
-        return all(c.calls is not None and len(c.calls) == 1 and c.calls[0] is not None
-                   for c in self.states)
+        return len(self._calls) == len(self.states) and all(
+            calls is not None and len(calls) == 1 and calls[0] is not None for calls in self._calls)
 
     def rewind(self, n: int) -> int:
+        if self._calls is None:  # the block's caller did not end it: it ends here
+            self.end_block()
         replayable = self._replayable()
-        calls = [c.calls[0] if replayable else None for c in self.states]
-        memo = replay.stop()
-        for c in self.states:
-            c.calls = None
+        calls = [c[0] if replayable else None for c in self._calls]
+        memo, self._calls, self._memo = self._memo, None, {}
         if n == 0:
             self._snap, self._fed = None, []
             return 0
@@ -232,6 +245,8 @@ class RecurrentCache(list):
             c.trim(at - mark[0])
         for c, saved in zip(self.states, mark[1]):
             c.cache, c.offset, c.calls = list(saved), mark[0], None
+        self._calls, self._memo = None, {}
+        replay.stop()
         self._snap, self._fed = None, []
         return mark[0]
 
