@@ -103,6 +103,28 @@ def test_short_requests_arriving_together_equal_each_alone(server):
         assert got[i]["choices"][0]["message"]["content"] == plain(msgs, n), i
 
 
+def test_prompts_arriving_together_share_a_prefill(server):
+    """Requests that arrive together and start with the same long document: the first to
+    finish its prefill hands a fork of its cache to the others still waiting (the prefix
+    store only hears of a cache when its request finishes), so they report hundreds of
+    cached prompt tokens; every answer still equals plain decoding alone."""
+    doc = P["code_textwrap_doc"]
+    cases = [(user(doc), 16, {"draft_type": "none"}), (user(doc), 16, {"draft_type": "suffix"}),
+             (user(doc + " Keep each comment short."), 16, {"draft_type": "suffix"})]
+    got = {}
+    threads = [threading.Thread(target=lambda i=i: got.__setitem__(i, chat(server, *cases[i])))
+               for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    for i, (msgs, n, _) in enumerate(cases):
+        assert got[i]["choices"][0]["message"]["content"] == plain(msgs, n), i
+    cached = sorted(got[i]["usage"]["prompt_tokens_details"]["cached_tokens"] for i in got)
+    prompt = got[0]["usage"]["prompt_tokens"]
+    assert prompt > 300 and cached[-1] > prompt - 20 and cached[-2] > prompt - 40, (cached, prompt)
+
+
 def test_full_batch_and_full_queue_answer_503(server):
     socks = [raw_request(server.port, LONG) for _ in range(3)]
     wait_for(lambda: server.health()["running"] == 3, what="3 running rows")

@@ -7,6 +7,8 @@ Contract of ``Request(model, prompt_ids, ...)`` (arguments validated at construc
   None) and ``begin`` (inside the prefill phase, so a draft model's prompt
   pass counts as prefill) and the prompt tokens still to feed (all but the last: the
   first decode step feeds it).
+- ``adopt(cache)``, between ``start`` and the first ``prefill``: a prompt cache sharing
+  more of the prompt replaces the request's own (returned), and less is left to feed.
 - ``prefill(chunk=None)`` feeds up to ``chunk`` of them (None: all) and returns True once
   none are left; ``row()`` is then the request's ``batch.Row`` and ``layers`` its cache.
   ``prefill_together(model, requests)`` instead feeds several started requests' prompts
@@ -124,6 +126,20 @@ class Request:
                                              recurrent=True), 0
         else:
             reused = self.prompt_cache.reuse(self.model, self.prompt_ids, self.k, self.kv_bits)
+        self._start(reused)
+
+    def adopt(self, cache: PromptCache) -> PromptCache:
+        """Before any of the prompt was fed: take ``cache`` (a prompt cache that shares more
+        of this prompt than ours, e.g. a fork of a twin request's just prefilled cache) in
+        place of ours, which is returned; the prompt tokens still to feed shrink to match."""
+        if self.prompt_cache is None or self.prompt_cache.tokens != list(self.prompt_ids[: self.stats.cached_tokens]):
+            raise ValueError("a request adopts a prompt cache only before its prefill, with one")
+        old, self.prompt_cache = self.prompt_cache, cache
+        reused = cache.reuse(self.model, self.prompt_ids, self.k, self.kv_bits)
+        self.stats.cached_tokens, self.pending = reused, self.prompt_ids[reused:-1]
+        return old
+
+    def _start(self, reused: int) -> None:
         if self.tree_budget and isinstance(self.layers, RecurrentCache):
             raise ValueError("token trees (--draft-tree-budget) are not verified on models with "
                              "recurrent layers: use linear drafts (--draft-tree-budget 0)")
