@@ -3,7 +3,8 @@
 Why: measuring a model's curve at once (``measure.cost_curve_for``: 1..16 plus lengths up
 to 128, 7 repeats) took about 12 minutes on an unseen 0.5B model on a shared machine, and
 a server that waits for it does not answer ``/health``. The server instead starts with no
-curve (its batches then draft linear blocks of each request's k, the safe default) and
+curve (its batches of several requests then decode plain, a lone request drafts each
+step ungated) and
 calls ``step`` between scheduling rounds while nothing runs.
 
 Contract of ``Calibration(model, lengths, repeats=, context=, seed=)``:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
-from specdec.decode.batch import PARK_STEPS, Batch, batchable, choose_block, curve_cost
+from specdec.decode.batch import PARK_STEPS, Batch, batchable, choose_block, curve_cost, unknown_cost
 from specdec.core.proposal import Proposal
 from specdec.drafters import NgramDrafter, NoDrafter
 from specdec.drafters.base import Drafter
@@ -109,11 +109,12 @@ MIXED = [  # (join step, prompt seed, prompt length, drafter, max tokens)
 @pytest.mark.parametrize("cost", ["flat", "steep"])
 def test_mixed_batch_equals_each_request_alone(arch, cost):
     """Greedy: every row's tokens equal plain decoding alone, with rows joining mid-run
-    and leaving when done; a flat cost makes rows speculate (blocks > 1), a steep one
-    makes the batch decode plainly (blocks of 1)."""
+    and leaving when done; a flat cost makes rows speculate (blocks > 1), a steep one (the
+    server's price while no curve is known, ``unknown_cost``) makes the batch decode
+    plainly (blocks of 1)."""
     model = cached_tiny(arch)
     reqs = [(j, repetitive_prompt(s, n), kind, m, SamplingParams()) for j, s, n, kind, m in MIXED]
-    got, blocks = run_batch(model, reqs, (lambda n: 1.0) if cost == "flat" else float)
+    got, blocks = run_batch(model, reqs, (lambda n: 1.0) if cost == "flat" else unknown_cost)
     for (_, prompt, _, m, _), toks in zip(reqs, got):
         assert toks == alone(model, prompt, "none", m)
     assert (max(blocks) > 1) if cost == "flat" else (set(blocks) == {1})

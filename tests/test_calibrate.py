@@ -56,6 +56,7 @@ def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
         ready = time.monotonic() - t0
         assert ready <= 30, f"/health ok after {ready:.0f} s"
         assert "until it is measured" in s.log()
+        assert "batches of several requests decode plain" in s.log()  # unpriced, they lost
         messages = [{"role": "user", "content": "Count from 1 to 10."}]
         r = s.openai().chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0)
         plain = specdec.generate(*real_model(MODEL), messages, drafter=None, max_tokens=16)

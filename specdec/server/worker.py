@@ -31,8 +31,9 @@ Contract:
   reused tokens as ``prompt_tokens_details.cached_tokens``.
 - Ready at once: ``start`` never measures. The verify cost curve prices batches' blocks
   and each request's cost gate (``drafters.gate``, on by default). With no curve cached
-  for the model, batches draft linear blocks of each request's k (no block pricing) and
-  requests draft without the gate, while a ``calibrate.Calibration`` measures the curve a
+  for the model, batches of several requests decode plain (``batch.unknown_cost``: an
+  unpriced batch drafting every row's k lost to plain at 32 rows) and a lone request
+  drafts without the gate, while a ``calibrate.Calibration`` measures the curve a
   forward at a time whenever no job runs or waits; after one round of every length its
   estimate prices both, and once done the curve is cached. A sharded or hybrid target is
   not calibrated here (its cached curve, or none). The log says which.
@@ -209,7 +210,7 @@ class InferenceWorker:
         """The verify cost curve from the cache; without one a ``Calibration`` measures it
         in idle time (``_calibrate``): the server answers at once, whatever it has seen."""
         from ..calibrate import Calibration
-        from ..decode.batch import BATCH_COST_LENGTHS
+        from ..decode.batch import BATCH_COST_LENGTHS, unknown_cost
         from ..measure import cached_cost_curve
 
         lengths = [*range(1, 17), *(BATCH_COST_LENGTHS if self.max_batch > 1 else ())]
@@ -224,8 +225,9 @@ class InferenceWorker:
                      "sharded or hybrid target): requests draft without the cost gate")
             return
         self.calibration = Calibration(self.model, lengths, repeats=CALIBRATION_REPEATS)
+        self.batcher.batch.cost = unknown_cost  # several rows decode plain until it is known
         log.info("batching up to %d requests; no verify cost curve cached for this model: "
-                 "batches draft linear blocks of each request's k and requests draft without "
+                 "batches of several requests decode plain and a lone request drafts without "
                  "the cost gate until it is measured, %d forwards in idle time",
                  self.max_batch, self.calibration.total)
 
@@ -241,6 +243,7 @@ class InferenceWorker:
         self.curve = curve
         if self.max_batch > 1:
             self.batcher.batch.cost = curve_cost(curve)
+            self.batcher.batch.ratio = {}  # ratios learnt against another price mean nothing here
 
     def _calibrate(self, budget_s: float = CALIBRATION_SLICE_S) -> None:
         """Calibration forwards for up to ``budget_s`` while no job runs or waits; once
