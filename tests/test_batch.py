@@ -395,3 +395,47 @@ def test_a_step_without_speculation_feeds_one_token_per_row():
     steps = batch.step(speculate=False)
     assert [s.fed for s in steps] == [1, 1]
     assert [s.tokens for s in steps] == [alone(model, p, "none", 1) for p in prompts]
+
+
+class CountingSuffix(SuffixDrafter):
+    """A suffix drafter that counts its proposals (the host work a batch step asks for)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proposals = 0
+
+    def propose(self, context, k):
+        self.proposals += 1
+        return super().propose(context, k)
+
+
+@pytest.mark.parametrize("cost", ["flat", "unknown"])
+def test_a_batch_where_no_block_can_pay_asks_no_drafter(cost):
+    """Where even drafts all accepted could not pay at the batch's size (the server's price
+    while no curve is known), a batch step asks no drafter: the proposals would only feed an
+    acceptance estimate that no step can use. A lone row asks again; output unchanged."""
+    model = cached_tiny("llama")
+    prompts = [repetitive_prompt(s, 30) for s in range(3)]
+    reqs = [Request(model, p, drafter=CountingSuffix(), max_tokens=m, num_draft_tokens=4)
+            for p, m in zip(prompts, (12, 12, 20))]
+    for r in reqs:
+        r.start()
+        assert r.prefill()
+    batch = Batch(model, (lambda n: 1.0) if cost == "flat" else unknown_cost, learn=False)
+    for r in reqs:
+        batch.join(r.row(), r.layers)
+    out, live, asked = {i: [] for i in range(3)}, list(range(3)), []
+    while live:
+        before = sum(r.drafter.proposals for r in reqs)
+        steps = batch.step()
+        asked.append((len(live), sum(r.drafter.proposals for r in reqs) - before))
+        for i, s in zip(live, steps):
+            out[i] += [e.token for e in reqs[i].feed(s)]
+        done = [j for j, i in enumerate(live) if reqs[i].finish_reason]
+        batch.leave_rows(done)
+        live = [i for j, i in enumerate(live) if j not in done]
+    for i, p in enumerate(prompts):
+        assert out[i] == alone(model, p, "none", (12, 12, 20)[i])
+    several = [n for rows, n in asked if rows > 1]
+    assert (sum(several) == 0) if cost == "unknown" else (sum(several) > 0)
+    assert any(n > 0 for rows, n in asked if rows == 1)  # the lone row drafts again

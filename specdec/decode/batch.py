@@ -335,6 +335,7 @@ class Batch:
             cur, self._inflight = self._inflight, None
             return self._land(cur)
         rows, t_start = self.rows, time.perf_counter()
+        speculate = speculate and not self._hopeless(rows)
         drafts = [self._propose(r) if speculate else (EMPTY, EMPTY) for r in rows]
         props = [p for _, p in drafts]
         if len(rows) > 1 and self.cost is not None:
@@ -399,14 +400,25 @@ class Batch:
         against the emitted token: ``_observe``)."""
         rows = self.rows[: cur.covers]
         steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
+        hopeless = self._hopeless(rows)
         for r, s in zip(rows, steps):
             watch = r.speculative and r.drafter.paused
             full = draft_for_step(r.drafter, r.context, min(r.k, r.budget[0] - 1)) \
-                if r.speculative and not watch else EMPTY
+                if r.speculative and not watch and not hopeless else EMPTY
             self._observe(r, full, EMPTY, s)
             if watch:
                 r.drafter.watch(r.context)
         return steps
+
+    def _hopeless(self, rows: Sequence[Row]) -> bool:
+        """Whether no block could pay at this batch size even if every draft were accepted:
+        then a plain step asks no drafter (32 suffix rows' proposals cost host time every
+        step for an acceptance estimate no step can use; a row drafts again once the
+        batch is small enough, as ``_land`` asks afresh each step)."""
+        if len(rows) < 2 or self.cost is None:
+            return False
+        k = max((r.k for r in rows if r.speculative), default=0)
+        return k == 0 or choose_block([k] * len(rows), [1.0] * len(rows), self._cost(len(rows))) == 1
 
     def _cost(self, rows: int) -> Callable[[int], float]:
         """The curve's cost of a ``rows`` x L block, times the ratio observed at L for
