@@ -35,7 +35,8 @@ from mlx_lm.generate import BatchGenerator
 
 from specdec import load
 from specdec.core.sampling import SamplingParams
-from specdec.decode.batch import BATCH_COST_LENGTHS, Batch, curve_cost
+from specdec.decode.batch import BATCH_COST_LENGTHS, Batch
+from specdec.policy.block import curve_cost
 from specdec.decode.request import Request
 from specdec.drafters.spec import DraftSpec, build_drafter
 from specdec.drafters.suffix import SuffixHistory

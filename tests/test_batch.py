@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
-from specdec.decode.batch import PARK_STEPS, Batch, batchable, choose_block, curve_cost, unknown_cost
+from specdec.decode.batch import PARK_STEPS, Batch, batchable
+from specdec.policy.block import choose_block, curve_cost, unknown_cost
 from specdec.core.proposal import Proposal
 from specdec.drafters import NgramDrafter, NoDrafter
 from specdec.drafters.base import Drafter

@@ -2,25 +2,36 @@
 
 Contract:
 - ``watch(model)`` (idempotent) lets every module of ``model`` whose ``__call__`` takes a
-  ``cache`` say so while it runs: each such module's class is swapped, on this instance
-  only, for a subclass whose ``__call__`` pushes ``(module, args, kwargs)`` on a
-  thread-local stack around the original call. Nothing else changes: the subclass
-  computes exactly what the class does, and ``isinstance`` still holds.
+  ``cache`` say so while it runs (``report``), and every module inside one remember its
+  output while a block is recorded (``remember``): each module's class is swapped, on this
+  instance only, for a subclass whose ``__call__`` does that around the original call.
+  Nothing else changes: the subclass computes exactly what the class does, and
+  ``isinstance`` still holds. It also hooks mlx-lm's one-step gated-delta recurrence
+  (``gated_delta._gated_delta_step_ops``, looked up by its loop at call time), so that
+  while a block is recorded each position's output is kept per running layer.
+- ``record()`` ... ``stop()``: between them (one verify block's forward), modules inside
+  watched ones remember (their input, their output) per module, and recurrence steps
+  their outputs; ``stop`` returns that memo and ends recording.
 - ``caller_of(cache)``: called from a recurrent cache's ``advance`` (mlx-lm's recurrent
   layers call it once per forward, inside the layer, after writing the new state); returns
   the innermost running module that received that very cache object as an argument: the
   recurrent layer (its mixer), with the arguments it got. None when no watched module did.
-- ``rerun(call, fed, kept)`` calls that module again with every activation argument cut to
-  its first ``kept`` rows (an array whose axis 1 is the ``fed``-row block), so a layer
-  whose cache was given back its pre-block arrays computes (lazily) its state after
-  exactly the kept rows. Its output is discarded, and MLX never evaluates what the state
-  does not depend on (the output projection, the rest of the model).
+- ``rerun(call, fed, kept, memo)`` calls that module again with every activation argument
+  cut to its first ``kept`` rows (an array whose axis 1 is the ``fed``-row block), so a
+  layer whose cache was given back its pre-block arrays computes (lazily) its state after
+  exactly the kept rows. A module inside it called on one of those very cut arrays returns
+  its block output's first ``kept`` rows from ``memo``, and the recurrence's steps return
+  the block's; everything else is computed again. The output is discarded, and MLX never
+  evaluates what the state does not depend on (the output projection, the rest of the
+  model).
 
 Why this is exact and cheap: a recurrent layer's new state depends only on its old state
 and its input rows, and the rows a verify forward fed it for the kept positions are
-already computed (they depend on the accepted tokens only: the model is causal). Re-running
-the layer on them costs its own in-projections and recurrence for ``kept`` rows, not a
-pass of every weight of the model (measured: ``scripts/hybrid_rollback_cost.py``).
+already computed (they depend on the accepted tokens only: the model is causal); so are
+each position-wise module's outputs on them, and the state after each position on a path
+that steps one position at a time. What a rerun still computes is a few small ops per
+layer (measured: ``scripts/hybrid_rollback_cost.py``). A module or layer called twice in
+one block is not reused (which call a rerun repeats is unknown): it is computed again.
 """
 
 from __future__ import annotations

@@ -60,6 +60,7 @@ from ..core.sampling import Rng, SamplingParams
 from ..core.trees import cut, first_branch, prune_tree
 from ..core.vocab import vocab_size
 from ..drafters.base import Drafter, NoDrafter
+from ..policy.block import choose_block
 from ..policy.tree_shape import TreeShaper
 from ..core.processors import LogitsProcessor, processors_for
 from .step import Greedy, Sampler, Step, Verify, land_plain_step, queue_plain_step, sampler_for, verify_step
@@ -113,67 +114,6 @@ def batchable(model: Any, kv_bits: int | None) -> str | None:
     if kinds != {"KVCache"}:
         return f"the model's cache layers are {sorted(kinds)}; batching needs full-attention KVCache"
     return None
-
-
-def expected_tokens(drafted: int, alpha: float) -> float:
-    """Expected emitted tokens of a step drafting ``drafted`` tokens, each accepted with
-    probability ``alpha`` given its predecessors were (plus the target's own token).
-
-    >>> expected_tokens(0, 0.9), round(expected_tokens(2, 0.5), 2)
-    (1.0, 1.75)
-    """
-    return sum(alpha**j for j in range(drafted + 1))
-
-
-def choose_block(drafts: Sequence[int], alphas: Sequence[float], cost: Callable[[int], float]) -> int:
-    """The block length L (1 + drafted tokens per row) that maximises the rows' expected
-    emitted tokens per second, a row drafting ``min(L - 1, drafts[i])``; ``cost(n)`` is
-    the seconds of a forward of n tokens (B rows x L).
-
-    >>> choose_block([4, 0], [0.9, 0.5], lambda n: 1.0)  # a flat cost: draft all
-    5
-    >>> choose_block([4, 4], [0.9, 0.9], lambda n: float(n))  # every token costs: none
-    1
-    """
-    rows = len(drafts)
-
-    def rate(L: int) -> float:
-        gain = sum(expected_tokens(min(L - 1, d), a) for d, a in zip(drafts, alphas))
-        return gain / cost(rows * L)
-
-    return max(range(1, max(drafts, default=0) + 2), key=rate)
-
-
-def curve_cost(curve: dict[int, float]) -> Callable[[int], float]:
-    """``cost(n)`` from a measured {length: seconds} curve: linear between measured
-    lengths, extended along the last segment beyond them.
-
-    >>> curve_cost({1: 1.0, 2: 1.5, 4: 2.0})(3), curve_cost({1: 1.0, 2: 1.5, 4: 2.0})(6)
-    (1.75, 2.5)
-    """
-    xs = sorted(curve)
-    if len(xs) < 2:
-        raise ValueError("a cost curve needs at least two lengths")
-
-    def cost(n: int) -> float:
-        hi = next((i for i, x in enumerate(xs) if x >= n), len(xs) - 1)
-        lo_x, hi_x = xs[max(hi - 1, 0)], xs[max(hi, 1)]
-        t = (n - lo_x) / (hi_x - lo_x)
-        return curve[lo_x] + t * (curve[hi_x] - curve[lo_x])
-
-    return cost
-
-
-def unknown_cost(n: int) -> float:
-    """The price of an n-token forward while no curve is known: each token a one-token
-    forward's worth, as on a compute-bound device (this CPU at a batch's sizes). Under it a
-    batch of several rows never drafts (plain batching, which cannot lose), where an
-    unpriced batch drafting each row's k ran 0.72-0.88x plain at 32 rows on this CPU.
-
-    >>> choose_block([8, 8], [0.9, 0.9], unknown_cost)
-    1
-    """
-    return float(n)
 
 
 class Batch:

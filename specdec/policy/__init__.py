@@ -1,1 +1,1 @@
-"""Layer 3: cost policies that shape a step (the token-tree shaper)."""
+"""Layer 3: cost policies that shape a step (the batch's block length, the token-tree shaper)."""

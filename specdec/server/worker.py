@@ -31,7 +31,7 @@ Contract:
   reused tokens as ``prompt_tokens_details.cached_tokens``.
 - Ready at once: ``start`` never measures. The verify cost curve prices batches' blocks
   and each request's cost gate (``drafters.gate``, on by default). With no curve cached
-  for the model, batches of several requests decode plain (``batch.unknown_cost``: an
+  for the model, batches of several requests decode plain (``policy.block.unknown_cost``: an
   unpriced batch drafting every row's k lost to plain at 32 rows) and a lone request
   drafts without the gate, while a ``calibrate.Calibration`` measures the curve a
   forward at a time whenever no job runs or waits; after one round of every length its
@@ -210,7 +210,8 @@ class InferenceWorker:
         """The verify cost curve from the cache; without one a ``Calibration`` measures it
         in idle time (``_calibrate``): the server answers at once, whatever it has seen."""
         from ..calibrate import Calibration
-        from ..decode.batch import BATCH_COST_LENGTHS, unknown_cost
+        from ..decode.batch import BATCH_COST_LENGTHS
+        from ..policy.block import unknown_cost
         from ..measure import cached_cost_curve
 
         lengths = [*range(1, 17), *(BATCH_COST_LENGTHS if self.max_batch > 1 else ())]
@@ -238,7 +239,7 @@ class InferenceWorker:
         return isinstance(make_cache(self.model, rollback=False, recurrent=True), RecurrentCache)
 
     def _use_curve(self, curve: dict[int, float]) -> None:
-        from ..decode.batch import curve_cost
+        from ..policy.block import curve_cost
 
         self.curve = curve
         if self.max_batch > 1:
@@ -424,8 +425,8 @@ class InferenceWorker:
 
     def _gate_curve(self, max_len: int) -> dict[int, float]:
         """The known verify curve at every length 1..max_len (between and beyond the
-        measured lengths: ``batch.curve_cost``'s interpolation)."""
-        from ..decode.batch import curve_cost
+        measured lengths: ``policy.block.curve_cost``'s interpolation)."""
+        from ..policy.block import curve_cost
 
         cost = curve_cost(self.curve)
         return {L: self.curve.get(L) or cost(L) for L in range(1, max_len + 1)}
