@@ -236,10 +236,12 @@ class Scripted(Drafter):
 
 
 def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
-    """With blocks priced out (every step plain), a row whose drafts would have been
-    accepted is seen to have high acceptance, one whose drafts would not, low."""
+    """With blocks priced out at the rows' estimates (every step plain: a block would pay
+    only if both rows' drafts held, and their acceptances sum to one), a row whose drafts
+    would have been accepted is seen to have high acceptance, one whose drafts would not,
+    low. (Where no block could pay even then, no drafter is asked: the next test.)"""
     model = cached_tiny("llama")
-    batch = Batch(model, float, learn=False)
+    batch = Batch(model, lambda n: 1.0 + n, learn=False)
     prompts = [repetitive_prompt(s, 20) for s in (30, 31)]
     for p, right in zip(prompts, (True, False)):
         req = Request(model, p, drafter=Scripted(p, alone(model, p, "none", 12), right), max_tokens=12)
