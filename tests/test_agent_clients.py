@@ -62,7 +62,10 @@ def _llm(server, tmp_path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "extra-openai-models.yaml").write_text(
         f"- model_id: specdec\n  model_name: {MODEL}\n  api_base: {server.base}/v1\n"
         "  supports_tools: true\n  supports_schema: true\n")
-    env = {**os.environ, "LLM_USER_PATH": str(tmp_path), "OPENAI_API_KEY": "unused"}
+    # LLM_LOAD_PLUGINS="": llm's own OpenAI models only. The default model's package is an
+    # llm plugin installed without llama-cpp-python (see the Makefile), so loading it fails.
+    env = {**os.environ, "LLM_USER_PATH": str(tmp_path), "OPENAI_API_KEY": "unused",
+           "LLM_LOAD_PLUGINS": ""}
     return subprocess.run([shutil.which("llm"), "-m", "specdec", "--no-log", *args],
                           capture_output=True, text=True, env=env, timeout=300)
 

@@ -4,12 +4,19 @@ mlx-lm peer's plain decoding is exactly ours (same weights, same kernels)."""
 from __future__ import annotations
 
 import math
+import re
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import INSTALL_PEERS, requires
 
-from specdec.bench.peers import PEERS, PeerRun, PeerUnavailable, make_peer
+from specdec.bench import peers as peers_module
+from specdec.bench.peer_process import PeerProcess
+from specdec.bench.peers import (PEERS, NativeSpec, PeerCrashed, PeerRun, PeerUnavailable,
+                                  make_peer)
+
+CRASHING = str(Path(__file__).with_name("crashing_peer.py"))
 
 MODEL = "smollm2-135m"
 MAX_TOKENS = 32
@@ -121,3 +128,46 @@ def test_hf_without_torch_names_the_pip_command(monkeypatch):
 def test_decode_rate_definition():
     assert PeerRun([1, 2, 3], prefill_s=0.1, decode_s=0.5).decode_tokens_per_s == 4.0
     assert math.isnan(PeerRun([1], prefill_s=0.1, decode_s=0.0).decode_tokens_per_s)
+
+
+# --- a native peer that crashes: its failure alone --------------------------------------
+
+@pytest.mark.parametrize("how, signame", [("SIGILL", "SIGILL (illegal instruction)"),
+                                          ("abort", "SIGABRT (aborted)"),
+                                          ("SIGSEGV", "SIGSEGV (segmentation fault)")])
+def test_a_peer_killed_by_a_signal_is_that_peers_failure(how, signame):
+    p = PeerProcess("llama.cpp", CRASHING, "Crashing", ["unused.gguf", how], hint="rebuild it")
+    with pytest.raises(PeerCrashed, match="^" + re.escape(f"llama.cpp crashed: {signame} — rebuild it") + "$"):
+        p.call("baseline", prompt_ids=[1, 2], max_tokens=4)
+    # dead stays dead, saying so, and is not started again
+    with pytest.raises(PeerCrashed, match="earlier; not run again"):
+        p.call("speculative", prompt_ids=[1, 2], max_tokens=4, k=2)
+    p.close()
+
+
+def test_a_peer_that_crashes_while_loading_is_reported_by_make_peer(monkeypatch):
+    crashing = NativeSpec(CRASHING, "Crashing", (), "", "rebuild it")
+    monkeypatch.setitem(peers_module.NATIVE, "llama.cpp", crashing)
+    monkeypatch.setattr(peers_module, "LLAMA_CPP_N_CTX", "SIGILL at load")
+    with pytest.raises(PeerCrashed, match="^llama.cpp crashed: SIGILL .* — rebuild it$"):
+        make_peer("llama.cpp", MODEL)
+
+
+@pytest.mark.slow
+def test_the_bench_reports_a_crashed_peer_and_goes_on(monkeypatch):
+    """``specdec bench --peers llama.cpp,mlx-lm`` on a host where llama.cpp dies of SIGILL:
+    the report says so for llama.cpp, and ours and mlx-lm's runs are all there."""
+    from test_bench import _small_plan
+
+    from specdec.bench.runner import run_plan
+
+    crashing = NativeSpec(CRASHING, "Crashing", (), "", "rebuild it")
+    monkeypatch.setitem(peers_module.NATIVE, "llama.cpp", crashing)
+    plan = _small_plan(peers=("llama.cpp", "mlx-lm"))
+    plan.workloads = plan.workloads[:1]
+    result = run_plan(plan)
+    notes = result.peer_notes
+    assert notes["llama.cpp: plain"] == "failed: llama.cpp crashed: SIGILL (illegal instruction) — rebuild it"
+    assert all("llama.cpp" not in r.source for r in result.records)
+    sources = {r.source for r in result.records}
+    assert {"specdec", "mlx-lm"} <= sources

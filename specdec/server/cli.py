@@ -25,6 +25,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with speculative decoding")
     p.add_argument("--model", default="smollm2-135m", help="packaged name, .gguf path or mlx-lm dir")
     p.add_argument("--served-model-name", help="the id clients send as 'model' (default: --model)")
+    p.add_argument("--model-alias", action="append", default=[], metavar="NAME",
+                   help="another model name clients may send for the served model; shell "
+                        "patterns allowed (e.g. 'claude-*' for Claude Code's default); repeatable")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (or $SPECDEC_API_KEY)")

@@ -12,6 +12,7 @@ parameters; ``max_tokens`` (None: none) caps the completion of a request that gi
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,6 +29,7 @@ API_KEY_ENV = "SPECDEC_API_KEY"
 class ServerConfig:
     model: str = "smollm2-135m"
     served_model_name: str | None = None
+    model_alias: tuple[str, ...] = ()  # more names clients may send (shell patterns)
     host: str = "127.0.0.1"
     port: int = 8080
     api_key: str | None = None
@@ -52,12 +54,17 @@ class ServerConfig:
     def model_id(self) -> str:
         return self.served_model_name or self.model
 
+    def serves(self, name: str) -> bool:
+        """Whether a request naming ``name`` as its model is for the served model."""
+        return name == self.model_id or any(fnmatch.fnmatchcase(name, a) for a in self.model_alias)
+
     @classmethod
     def from_args(cls, ns: Any) -> ServerConfig:
         if getattr(ns, "ngram_mod_file", None):
             raise ValueError("specdec serve keeps its ngram-mod table in --memory-file "
                              "(with the suffix history): use that instead of --ngram-mod-file")
         own = {k: getattr(ns, k) for k in cls.__dataclass_fields__ if k != "speculation"}
+        own["model_alias"] = tuple(own["model_alias"] or ())
         cfg = cls(**own, speculation=draft_spec_from_args(ns))
         if cfg.api_key is None:
             cfg.api_key = os.environ.get(API_KEY_ENV) or None

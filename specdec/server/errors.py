@@ -49,8 +49,25 @@ class APIError(Exception):
                           "code": self.code}}
 
 
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+# Anthropic's error types by status (its Messages API documents these).
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}
+
+
+def surface_body(err: APIError, path: str) -> dict[str, Any]:
+    """The error body in the wire shape of the surface ``path`` belongs to: Anthropic's
+    for ``/v1/messages``, Ollama's (``{"error": message}``) for ``/api/``, else OpenAI's."""
+    if path.startswith("/v1/messages"):
+        kind = _ANTHROPIC_TYPES.get(err.status, "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": err.message}}
+    if path.startswith("/api/"):
+        return {"error": err.message}
+    return err.body()
+
+
+def error_response(err: APIError, path: str = "") -> JSONResponse:
+    return JSONResponse(surface_body(err, path), status_code=err.status, headers=err.headers)
 
 
 def _param(loc: tuple) -> str | None:
@@ -81,27 +98,28 @@ def validation_error(errors: list[dict[str, Any]]) -> APIError:
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, request.url.path)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(validation_error(list(exc.errors())))
+        return error_response(validation_error(list(exc.errors())), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
             err = APIError(404, f"Unknown path {request.url.path!r}. This server serves "
-                           "/v1/chat/completions, /v1/completions, /v1/models, /health, "
-                           "/metrics.", code="unknown_url")
+                           "/v1/chat/completions, /v1/completions, /v1/messages, /v1/responses, "
+                           "/v1/models, Ollama's /api/*, /health, /metrics.", code="unknown_url")
         elif exc.status_code == 405:
             err = APIError(405, f"{request.method} is not allowed on {request.url.path}.",
                            code="method_not_allowed")
         else:
             err = APIError(exc.status_code, str(exc.detail))
         err.headers.update(exc.headers or {})
-        return error_response(err)
+        return error_response(err, request.url.path)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
-        return error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}"))
+        return error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}"),
+                              request.url.path)

@@ -10,8 +10,9 @@ Contract (outermost first, as ``wrap`` stacks them):
   crashed before answering (status 500).
 - ``CountRequests`` records every HTTP answer's status in the metrics, whatever produced
   it (a middleware's 401/413 included).
-- ``RequireKey`` answers 401 to a ``/v1/...`` request whose ``Authorization`` header is
-  not ``Bearer <key>`` (constant-time comparison); /health and /metrics stay open.
+- ``RequireKey`` answers 401 to a ``/v1/...`` or Ollama ``/api/...`` request that carries
+  neither ``Authorization: Bearer <key>`` nor Anthropic's ``x-api-key: <key>``
+  (constant-time comparisons); /health and /metrics stay open.
 - ``LimitBody`` reads a POST body up front and answers 413 when it exceeds the limit,
   whether announced by Content-Length or arriving chunked; the app then receives the
   body in one message, and later ``receive`` calls (disconnect detection) pass through.
@@ -35,13 +36,16 @@ Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 ASGIApp = Callable[[dict, Receive, Send], Awaitable[None]]
 DRAIN_CAP = 64 << 20
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/messages",
+             "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/api/chat",
+             "/api/generate", "/api/tags", "/api/show", "/api/version", "/api/ps", "/health",
+             "/metrics")
 
 
 def endpoint_label(path: str) -> str:
     """A bounded label set: fuzzed or scanned paths must not grow the metrics."""
     for e in ENDPOINTS:
-        if path == e or (e == "/v1/models" and path.startswith("/v1/models/")):
+        if path == e or (e in ("/v1/models", "/v1/responses") and path.startswith(e + "/")):
             return e
     return "other"
 
@@ -60,7 +64,7 @@ async def refuse(err: APIError, scope: dict, receive: Receive, send: Send, seen:
                  body_done: bool = False) -> None:
     if not body_done:
         await drain(receive, seen)
-    await error_response(err)(scope, receive, send)
+    await error_response(err, scope["path"])(scope, receive, send)
 
 
 ACCESS = logging.getLogger("specdec.access")
@@ -143,17 +147,22 @@ class CountRequests:
 
 class RequireKey:
     def __init__(self, app: ASGIApp, key: str):
-        self.app, self.expected = app, f"Bearer {key}".encode()
+        self.app, self.bearer, self.key = app, f"Bearer {key}".encode(), key.encode()
 
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1"):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith(("/v1", "/api/")):
             return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
+        headers = dict(scope["headers"])
+        given, anthropic = headers.get(b"authorization", b""), headers.get(b"x-api-key", b"")
+        # both compared, always: the time taken says nothing about which header matched
+        ok = hmac.compare_digest(given, self.bearer) | hmac.compare_digest(anthropic, self.key)
+        if ok:
             return await self.app(scope, receive, send)
-        what = "is missing" if not given else "is wrong"
+        what = "is missing" if not (given or anthropic) else "is wrong"
         err = APIError(401, f"The API key {what}: send the header 'Authorization: Bearer <key>' "
-                       "with the key the server was started with (--api-key).",
+                       "(or Anthropic's 'x-api-key: <key>') with the key the server was "
+                       "started with (--api-key).",
                        code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         await refuse(err, scope, receive, send)
 
