@@ -77,7 +77,8 @@ class Server:
 
     def metric(self, name: str) -> float:
         """Sum of a metric's samples whose line starts with ``name`` (labels allowed)."""
-        text = httpx.get(self.base + "/metrics", timeout=10).text
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        text = httpx.get(self.base + "/metrics", headers=headers, timeout=10).text
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith(name) and line[len(name)] in " {")
 

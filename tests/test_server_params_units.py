@@ -138,7 +138,7 @@ class ScriptedWorker:
         self.tokenizer, self.tokenizer_lock = tokenizer, threading.Lock()
         self.context_length, self.vocab_size = context_length, len(tokenizer.get_vocab())
         self.draft, self.max_batch, self.queue, self.busy, self.alive = None, 1, [], 0, True
-        self.one_at_a_time = None
+        self.one_at_a_time, self.model = None, None  # no weights: the script answers
         self.memory = SimpleNamespace(info=dict)
         self.script, self.ending, self.refuse, self.requests = script, DoneEvent("stop"), False, []
 
@@ -167,7 +167,8 @@ def think_tok(smollm):
 
 def serve(tokenizer, script=THOUGHT, **cfg):
     worker = ScriptedWorker(tokenizer, script)
-    cfg = ServerConfig(**{"model": "m", **cfg})
+    # TestClient sends "Host: testserver", which a loopback-bound server refuses unless allowed
+    cfg = ServerConfig(**{"model": "m", "allowed_hosts": ("testserver",), **cfg})
     return TestClient(create_app(cfg, worker, Metrics())), worker
 
 
@@ -221,8 +222,9 @@ def test_max_tokens_default_runs_to_the_context(smollm):
         assert worker.requests[-1].max_tokens == (200 - n if want == "room" else want)
     capped, worker = serve(tok, script=["x"], max_tokens=8)
     post(capped)
-    post(capped, max_tokens=50)  # a request's own max_tokens is its own
-    assert [r.max_tokens for r in worker.requests] == [8, 50]
+    post(capped, max_tokens=50)  # the operator's cap bounds what a client asks too
+    post(capped, max_tokens=3)
+    assert [r.max_tokens for r in worker.requests] == [8, 8, 3]
     r = post(capped, max_tokens=200)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
 
@@ -290,3 +292,45 @@ def test_every_request_gets_one_access_line(smollm, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "specdec.access"]
     assert 'reason="the request queue is full' in lines[0] and " 503 " in lines[0]
     assert lines[1].endswith('reason="generation failed: boom"') and " 200 " in lines[1]
+
+
+# -- the edges: Host header, what the key guards, the operator's cap, template failures ----
+
+
+def test_a_loopback_server_answers_loopback_host_names_only(smollm):
+    client, _ = serve(smollm[1]._tokenizer)
+    for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080", "testserver"):
+        assert client.get("/health", headers={"Host": host}).status_code == 200, host
+    for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example", ""):
+        r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG},
+                        headers={"Host": host})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_host", host
+    public, _ = serve(smollm[1]._tokenizer, host="0.0.0.0", allowed_hosts=())
+    assert public.get("/health", headers={"Host": "my.server"}).status_code == 200
+
+
+def test_the_key_guards_metrics_and_the_schema_and_accepts_x_api_key(smollm):
+    client, _ = serve(smollm[1]._tokenizer, api_key="k")
+    for path in ("/metrics", "/openapi.json", "/docs", "/v1/models", "/api/tags"):
+        assert client.get(path).status_code == 401, path
+        assert client.get(path, headers={"Authorization": "Bearer k"}).status_code == 200, path
+    assert client.get("/v1/models", headers={"x-api-key": "k"}).status_code == 200
+    assert client.get("/v1/models", headers={"x-api-key": "K"}).status_code == 401
+    assert client.get("/health").status_code == 200  # open: a load balancer's probe
+    open_client, _ = serve(smollm[1]._tokenizer)
+    assert open_client.get("/metrics").status_code == 200
+
+
+def test_health_shows_no_paths(smollm):
+    client, worker = serve(smollm[1]._tokenizer)
+    worker.memory = SimpleNamespace(info=lambda: {"file": "/home/me/secret/serve.mem", "saves": 2})
+    assert client.get("/health").json()["memory"] == {"saves": 2}
+
+
+def test_a_template_that_fails_on_the_messages_is_the_clients_400(smollm):
+    tok = copy.copy(smollm[1]._tokenizer)
+    tok.chat_template = "{{ 1 / 0 }}"
+    client, _ = serve(tok)
+    r = post(client)
+    assert r.status_code == 400
+    assert "chat template cannot render" in r.json()["error"]["message"]

@@ -1,332 +1,32 @@
-"""The FastAPI application: OpenAI-compatible routes in front of the inference worker.
+"""The FastAPI application: every wire's routes in front of the inference worker.
 
-Contract: ``create_app(cfg, worker, metrics)`` returns the ASGI app to serve:
-``POST /v1/chat/completions`` and ``POST /v1/completions`` (JSON, or Server-Sent Events
-ending with ``data: [DONE]`` when ``stream`` is true), ``GET /v1/models`` (and
-``/v1/models/{id}``), ``GET /health`` and ``GET /metrics``. A request is checked
-completely before it is queued: the body (``schemas``), the model name (404), the prompt
-(tokenized here, under the worker's tokenizer lock) against the model's context length
-(400 ``context_length_exceeded`` with the numbers), the speculation options, then the
-queue (503 + Retry-After). A request without ``max_tokens`` generates until EOS or the
-context limit (or ``--max-tokens`` where the server sets one); ``chat_template_kwargs``
-reach the chat template; a think template's reasoning is split off (``reasoning``); a chat
-request's ``tools`` are rendered by the chat template and its reply read for calls
-(``tool_calls``). A stream's HTTP status is sent with its first event, so an error that
-happens before the first token is still a proper error status. A client that
-disconnects, queued or generating, has its job cancelled. The app's shutdown stops the
-worker, which saves the shared memory.
+Contract: ``create_app(cfg, worker, metrics)`` returns the ASGI app to serve: OpenAI's
+``POST /v1/chat/completions`` and ``/v1/completions`` (JSON, or Server-Sent Events ending
+with ``data: [DONE]``), ``GET /v1/models`` (and ``/v1/models/{id}``, with the context
+length), ``GET /health`` and ``GET /metrics``; Anthropic's ``/v1/messages``, OpenAI's
+``/v1/responses`` and Ollama's ``/api/*`` through their adapters onto ``Api.chat`` (one
+request model, one generation path). The request logic is ``api.Api``; the app's shutdown
+stops the worker, which saves the shared memory. Tests: tests/test_server_*.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-from dataclasses import dataclass
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from ..core.grammar import response_grammar
-from ..core.sampling import SamplingParams
-from ..core.text import encode_prompt
-from ..toolcall.prompt import forced_response_format
 from . import anthropic, ollama, openai_responses
+from .api import CLIENT_CLOSED, SSE_HEADERS, Api, NoTokens  # noqa: F401 (re-exported)
 from .config import ServerConfig
-from .errors import APIError, install_handlers
+from .errors import install_handlers
 from .metrics import CONTENT_TYPE, Metrics
 from .middleware import wrap
-from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
-from .responses import SSE_DONE, Responder, sse
-from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
-from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
-from .events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
+from .schemas import ChatCompletionRequest, CompletionRequest
 from .worker import InferenceWorker
-
-CLIENT_CLOSED = 499  # nginx's status for "the client went away"; only metrics ever see it
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-class DisconnectWatch:
-    """Calls ``on_disconnect`` when the client goes away (a queued request sends nothing,
-    so waiting for a failed write would never notice)."""
-
-    def __init__(self, receive: Callable, on_disconnect: Callable[[], None]):
-        self._task = asyncio.create_task(self._watch(receive, on_disconnect))
-
-    @staticmethod
-    async def _watch(receive: Callable, on_disconnect: Callable[[], None]) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        on_disconnect()
-
-    def stop(self) -> None:
-        self._task.cancel()
-
-
-@dataclass
-class Run:
-    """A request the worker has started: its job, how its events are rendered, and the
-    first event (a token, or the end of a request that produced none)."""
-
-    job: Job
-    responder: Responder
-    first: TokenEvent | DoneEvent
-    watch: DisconnectWatch
-    prompt_tokens: int
-
-
-class NoTokens(Exception):
-    """The request ended before its first token: ``event`` says how."""
-
-    def __init__(self, event: ErrorEvent | DoneEvent):
-        super().__init__(getattr(event, "finish_reason", "error"))
-        self.event = event
-
-
-class Api:
-    """The routes' logic, bound to one worker (kept out of closures so it reads top-down)."""
-
-    def __init__(self, cfg: ServerConfig, worker: InferenceWorker):
-        self.cfg, self.worker = cfg, worker
-        with worker.tokenizer_lock:  # the template's tool support, found once (two renders)
-            self.tools = ToolSupport.of(worker.tokenizer, cfg.tool_call_parser)
-
-    def check_model(self, name: str) -> None:
-        """404 unless ``name`` is the served model's id or matches one of its aliases
-        (``--model-alias``, shell-style patterns such as ``claude-*``)."""
-        if not self.cfg.serves(name):
-            raise APIError(404, f"The model {name!r} does not exist here; this server serves "
-                           f"{self.cfg.model_id!r} (GET /v1/models).", param="model",
-                           code="model_not_found")
-
-    def tool_plan(self, body: ChatCompletionRequest | CompletionRequest) -> ToolPlan | None:
-        """What the request's tools change (``tool_calls``); None for most requests."""
-        if not isinstance(body, ChatCompletionRequest):
-            return None
-        return plan_tools(body, self.tools, self.cfg.model_id)
-
-    async def prompt_ids(self, body: ChatCompletionRequest | CompletionRequest,
-                         tools: list[dict] | None = None) -> list[int]:
-        chat = isinstance(body, ChatCompletionRequest)
-        param = "messages" if chat else "prompt"
-        prompt = body.chat_messages() if chat else body.prompt
-        template = body.template_kwargs(self.traits.thinking_switch) if chat else None
-        if not chat and isinstance(prompt, list) and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            bad = [t for t in prompt if not 0 <= t < self.worker.vocab_size]
-            if bad:
-                raise APIError(400, f"prompt token ids must lie in [0, {self.worker.vocab_size}); "
-                               f"got {bad[0]}", param=param)
-            return list(prompt)
-
-        def encode() -> list[int]:
-            with self.worker.tokenizer_lock:
-                return encode_prompt(self.worker.tokenizer, prompt, chat=chat,
-                                     template_kwargs=template, tools=tools)
-
-        try:
-            ids = await run_in_threadpool(encode)
-        except ValueError as e:
-            raise APIError(400, str(e), param=param) from e
-        if not ids:
-            raise APIError(400, f"the {param} encode to no tokens; send some text", param=param)
-        return ids
-
-    def max_tokens(self, asked: int | None, n_prompt: int, param: str) -> int:
-        ctx = self.worker.context_length
-        room, cap = ctx - n_prompt, self.cfg.max_tokens  # no max_tokens: to EOS or the context
-        want = asked if asked is not None else room if cap is None else min(cap, room)
-        if n_prompt + max(want, 1) > ctx:
-            raise APIError(
-                400, f"This model's maximum context length is {ctx} tokens. However, you "
-                f"requested {n_prompt + max(want, 1)} tokens ({n_prompt} in the {param}, "
-                f"{max(want, 1)} in the completion). Please reduce the length of the {param} "
-                "or the completion (max_tokens).", param=param, code="context_length_exceeded")
-        return want
-
-    # -- the chat template's traits: reasoning models -------------------------------------
-
-    @functools.cached_property
-    def traits(self) -> TemplateTraits:
-        with self.worker.tokenizer_lock:
-            return TemplateTraits.of(self.worker.tokenizer)
-
-    def reasoning(self, gen: GenRequest) -> ReasoningSplitter | None:
-        """A think template's splitter for one chat answer (None: the text as it is)."""
-        if not self.traits.think:
-            return None
-        with self.worker.tokenizer_lock:  # a prompt that opens the block: R1's templates
-            tail = self.worker.tokenizer.decode(gen.prompt_ids[-16:])
-        return ReasoningSplitter(thinking=opens_thinking(tail))
-
-    def token_bias(self, body: ChatCompletionRequest | CompletionRequest) -> dict[int, float]:
-        bias = body.token_bias()
-        bad = [t for t in bias if t >= self.worker.vocab_size]
-        if bad:
-            raise APIError(400, f"logit_bias: token id {bad[0]} is not in the vocabulary (ids lie in "
-                           f"[0, {self.worker.vocab_size}))", param="logit_bias")
-        return bias
-
-    async def gen_request(self, body: ChatCompletionRequest | CompletionRequest,
-                          tools: ToolPlan | None = None) -> GenRequest:
-        chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
-        ids = await self.prompt_ids(body, tools.template_tools if tools else None)
-        max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
-                                     "messages" if chat else "prompt")
-        try:
-            spec = merge_speculative(cfg.speculation, body.speculative)
-        except ValueError as e:
-            raise APIError(400, str(e), param="speculative") from e
-        if spec.uses("model") and self.worker.draft is None:
-            raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
-                           param="speculative.draft_type")
-        if spec.draft_tree_budget and self.worker.max_batch > 1:
-            raise APIError(400, "token trees (draft_tree_budget) are verified one request at a "
-                           "time: this server batches requests (start it with --max-batch 1 "
-                           "for trees)", param="speculative.draft_tree_budget")
-        logprobs = body.logprobs if chat else body.logprobs is not None
-        top = (body.top_logprobs or 0) if chat else (body.logprobs or 0)
-        sampling = SamplingParams(
-            temperature=_or(body.temperature, cfg.temp), top_p=_or(body.top_p, cfg.top_p),
-            top_k=_or(body.top_k, cfg.top_k), min_p=_or(body.min_p, cfg.min_p), seed=body.seed,
-            repetition_penalty=_or(body.repetition_penalty, 1.0),
-            presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
-            logit_bias=self.token_bias(body))
-        try:
-            sampling.validate()
-        except ValueError as e:
-            raise APIError(400, str(e)) from e
-        fmt = body.response_format.as_dict() if chat and body.response_format else None
-        if tools is not None and tools.forced_schema is not None:
-            if fmt is not None:
-                raise APIError(400, "tool_choice 'required' or a named function already "
-                               "constrains the reply to a tool call: send response_format "
-                               "or that tool_choice, not both", param="response_format")
-            fmt = forced_response_format(tools.forced_schema)  # the call, grammar-forced
-        if fmt is not None:
-            try:
-                response_grammar(fmt)  # refused here, with its reason, rather than mid-request
-            except ValueError as e:
-                raise APIError(400, str(e), param="response_format") from e
-        return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
-                          top_logprobs=top, response_format=fmt)
-
-    async def start(self, request: Request,
-                    body: ChatCompletionRequest | CompletionRequest) -> Run:
-        """Validate ``body``, queue it and wait for its first event. Raises ``NoTokens``
-        when the request ends before its first token (an error, or the client left)."""
-        self.check_model(body.model)
-        tools = self.tool_plan(body)
-        gen = await self.gen_request(body, tools)
-        job = Job(gen, asyncio.get_running_loop())
-        self.worker.submit(job)
-        watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
-        chat = isinstance(body, ChatCompletionRequest)
-        reasoning = self.reasoning(gen) if chat else None
-        responder = (ToolResponder(self.cfg.model_id, gen.logprobs, gen.top_logprobs, tools,
-                                   reasoning=reasoning)
-                     if tools is not None and tools.format is not None else
-                     Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs,
-                               reasoning=reasoning))
-        try:
-            first = await job.events.get()
-        except BaseException:
-            watch.stop()
-            self.worker.cancel(job)
-            raise
-        if isinstance(first, ErrorEvent) or (isinstance(first, DoneEvent) and first.finish_reason == "cancelled"):
-            watch.stop()
-            raise NoTokens(first)
-        return Run(job, responder, first, watch, len(gen.prompt_ids))
-
-    async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
-        """``/v1/chat/completions`` and ``/v1/completions``: OpenAI's own wire."""
-        try:
-            run = await self.start(request, body)
-        except NoTokens as e:
-            return _answer_without_tokens(e.event)
-        if not body.stream:
-            return await self._whole(run)
-        usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(self._events(run, usage),
-                                 media_type="text/event-stream", headers=SSE_HEADERS)
-
-    async def chat(self, request: Request, body: ChatCompletionRequest) -> AsyncIterator[dict]:
-        """The one event stream every other surface translates: ``body`` (already mapped
-        from that surface's request) run as a streamed chat completion, its chunks in
-        OpenAI's ``chat.completion.chunk`` shape, the last one carrying ``usage``. Raises
-        ``APIError`` for a request refused before its first token, and from the iterator
-        for one that fails after; a client gone before its first token raises
-        ``NoTokens``. Tests: tests/test_server_surfaces.py (the conformance table)."""
-        try:
-            run = await self.start(request, body)
-        except NoTokens as e:
-            if isinstance(e.event, ErrorEvent):
-                raise e.event.error from None
-            raise
-        return self.chunks(run, include_usage=True)
-
-    async def _whole(self, run: Run) -> Response:
-        tokens: list[TokenEvent] = []
-        event = run.first
-        try:
-            while isinstance(event, TokenEvent):
-                tokens.append(event)
-                event = await run.job.events.get()
-        finally:
-            run.watch.stop()
-            self.worker.cancel(run.job)  # a no-op unless this handler was itself cancelled
-        if isinstance(event, ErrorEvent) or event.finish_reason == "cancelled":
-            return _answer_without_tokens(event)
-        return JSONResponse(run.responder.whole(tokens, event))
-
-    async def chunks(self, run: Run, include_usage: bool) -> AsyncIterator[dict]:
-        """A started request's chunks; an error after the first token raises its
-        ``APIError`` here. Leaving early (the client went away) cancels the job."""
-        responder, event = run.responder, run.first
-        try:
-            opening = responder.first_chunk()
-            if opening is not None:
-                yield opening
-            while isinstance(event, TokenEvent):
-                for chunk in responder.token_chunks(event):
-                    yield chunk
-                event = await run.job.events.get()
-            if isinstance(event, ErrorEvent):
-                raise event.error
-            if event.finish_reason != "cancelled":
-                for chunk in responder.final_chunks(event):
-                    yield chunk
-                if include_usage:
-                    yield responder.usage_chunk(event)
-        finally:
-            run.watch.stop()
-            self.worker.cancel(run.job)  # the client left mid-stream (a no-op when finished)
-
-    async def _events(self, run: Run, include_usage: bool) -> AsyncIterator[str]:
-        try:
-            async for chunk in self.chunks(run, include_usage):
-                yield sse(chunk)
-        except APIError as e:
-            yield sse(e.body())
-        yield SSE_DONE
-
-
-def _or(value: Any, default: Any) -> Any:
-    """An omitted request parameter takes the server's default."""
-    return default if value is None else value
-
-
-def _answer_without_tokens(event: ErrorEvent | DoneEvent) -> Response:
-    if isinstance(event, ErrorEvent):
-        return JSONResponse(event.error.body(), status_code=event.error.status,
-                            headers=event.error.headers)
-    return Response(status_code=CLIENT_CLOSED)  # cancelled: nobody is there to read it
 
 
 def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> Any:
@@ -341,7 +41,7 @@ def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> 
     api = Api(cfg, worker)
     metrics.watch(lambda: len(worker.queue), lambda: worker.busy)
     _routes(app, api, cfg, worker, metrics)
-    return wrap(app, metrics, cfg.api_key, cfg.max_body_bytes)
+    return wrap(app, metrics, cfg.api_key, cfg.max_body_bytes, cfg.host_allowlist())
 
 
 def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
@@ -372,7 +72,7 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
                 "context_length": worker.context_length, "queue_depth": len(worker.queue),
                 "queue_size": cfg.queue_size, "running": worker.busy,
                 "max_batch": worker.max_batch, "one_at_a_time": worker.one_at_a_time,
-                "memory": worker.memory.info()}
+                "memory": {k: v for k, v in worker.memory.info().items() if k != "file"}}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
 
     @app.get("/metrics")

@@ -30,6 +30,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "patterns allowed (e.g. 'claude-*' for Claude Code's default); repeatable")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME",
+                   help="a Host header name to answer besides loopback's (a loopback-bound server "
+                        "refuses other names: DNS rebinding); repeatable")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (or $SPECDEC_API_KEY)")
     add_draft_flags(p, draft_type="grammar,suffix")
     p.add_argument("--memory-file",
@@ -47,8 +50,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "same way (a conversation's next turn); 0 = off")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger bodies get 413")
     p.add_argument("--max-tokens", "-m", type=int, default=None,
-                   help="cap the completion of a request that gives no max_tokens (default: "
-                        "none; such a request runs to EOS or the context limit, as OpenAI's API)")
+                   help="cap every request's completion, whatever max_tokens it asks (default: "
+                        "none; a request without max_tokens runs to EOS or the context limit)")
     p.add_argument("--context-length", type=int, default=None,
                    help="override the model's context length (max_position_embeddings)")
     p.add_argument("--temp", type=float, default=0.0, help="temperature when a request gives none")

@@ -6,8 +6,7 @@ request's ``speculative`` field overrides, plus the server-wide draft model, suf
 history size and ngram-mod table shape); sampling and dtype flags are checked by
 ``RunConfig.validate`` (the same rules and messages as ``specdec generate``); the
 server's own flags here. ``temp`` ... ``min_p`` are the defaults of omitted sampling
-parameters; ``max_tokens`` (None: none) caps the completion of a request that gives no
-``max_tokens``.
+parameters; ``max_tokens`` (None: none) caps every request's completion.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ class ServerConfig:
     queue_size: int = 64
     max_batch: int | None = None  # None: 32 where the model can batch, else 1
     max_body_bytes: int = 4 << 20
-    max_tokens: int | None = None  # a request without max_tokens: None = to EOS or the context
+    max_tokens: int | None = None  # caps every request; None: a request without one runs to EOS
     prompt_cache_bytes: int = 1 << 30
     context_length: int | None = None
     temp: float = 0.0
@@ -48,11 +47,21 @@ class ServerConfig:
     top_k: int = 0
     min_p: float = 0.0
     tool_call_parser: str = "auto"  # a toolcall.PARSERS name
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback's
     speculation: DraftSpec = field(default_factory=lambda: DraftSpec("grammar,suffix"))
 
     @property
     def model_id(self) -> str:
         return self.served_model_name or self.model
+
+    def host_allowlist(self) -> tuple[str, ...] | None:
+        """Host headers to answer: loopback names (and ``--allowed-hosts``) when bound to
+        loopback; only ``--allowed-hosts`` when given on another address; else any."""
+        from .middleware import LOOPBACK_HOSTS
+
+        if self.host in LOOPBACK_HOSTS or self.host.startswith("127."):
+            return (*LOOPBACK_HOSTS, self.host, *self.allowed_hosts)
+        return self.allowed_hosts or None
 
     def serves(self, name: str) -> bool:
         """Whether a request naming ``name`` as its model is for the served model."""
@@ -65,6 +74,7 @@ class ServerConfig:
                              "(with the suffix history): use that instead of --ngram-mod-file")
         own = {k: getattr(ns, k) for k in cls.__dataclass_fields__ if k != "speculation"}
         own["model_alias"] = tuple(own["model_alias"] or ())
+        own["allowed_hosts"] = tuple(own["allowed_hosts"] or ())
         cfg = cls(**own, speculation=draft_spec_from_args(ns))
         if cfg.api_key is None:
             cfg.api_key = os.environ.get(API_KEY_ENV) or None

@@ -10,9 +10,11 @@ Contract (outermost first, as ``wrap`` stacks them):
   crashed before answering (status 500).
 - ``CountRequests`` records every HTTP answer's status in the metrics, whatever produced
   it (a middleware's 401/413 included).
-- ``RequireKey`` answers 401 to a ``/v1/...`` or Ollama ``/api/...`` request that carries
-  neither ``Authorization: Bearer <key>`` nor Anthropic's ``x-api-key: <key>``
-  (constant-time comparisons); /health and /metrics stay open.
+- ``AllowHosts`` answers 400 to a request whose ``Host`` header names no allowed host
+  (a loopback-bound server allows only loopback names: a DNS-rebinding page cannot reach it).
+- ``RequireKey`` answers 401 to an API request (``/v1/...``, Ollama's ``/api/...``,
+  ``/metrics``, ``/docs``, ``/openapi.json``) that carries neither ``Authorization: Bearer
+  <key>`` nor Anthropic's ``x-api-key: <key>`` (constant-time comparisons); /health stays open.
 - ``LimitBody`` reads a POST body up front and answers 413 when it exceeds the limit,
   whether announced by Content-Length or arriving chunked; the app then receives the
   body in one message, and later ``receive`` calls (disconnect detection) pass through.
@@ -145,13 +147,42 @@ class CountRequests:
             self.metrics.on_request(endpoint_label(scope["path"]), status[0])
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
+# what a key guards besides the APIs: the metrics and the schema of every route
+GUARDED = ("/metrics", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
+
+
+def host_name(header: bytes) -> str:
+    """``Host`` without its port (``[::1]:8080`` -> ``[::1]``), lower-cased."""
+    text = header.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[: text.find("]") + 1] if "]" in text else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+class AllowHosts:
+    def __init__(self, app: ASGIApp, hosts: tuple[str, ...]):
+        self.app, self.hosts = app, {h.lower() for h in hosts}
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = host_name(dict(scope["headers"]).get(b"host", b""))
+        if given in self.hosts:
+            return await self.app(scope, receive, send)
+        err = APIError(400, f"Host {given!r} is not served here: this server answers only "
+                       f"{', '.join(sorted(self.hosts))} (start it with --allowed-hosts to add "
+                       "names).", code="invalid_host")
+        await refuse(err, scope, receive, send)
+
+
 class RequireKey:
     def __init__(self, app: ASGIApp, key: str):
         self.app, self.bearer, self.key = app, f"Bearer {key}".encode(), key.encode()
 
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not path.startswith(("/v1", "/api/")):
+        if scope["type"] != "http" or not (path.startswith(("/v1", "/api/")) or path in GUARDED):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         given, anthropic = headers.get(b"authorization", b""), headers.get(b"x-api-key", b"")
@@ -209,8 +240,12 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def wrap(app: ASGIApp, metrics: Any, api_key: str | None, max_body_bytes: int) -> ASGIApp:
+def wrap(app: ASGIApp, metrics: Any, api_key: str | None, max_body_bytes: int,
+         hosts: tuple[str, ...] | None = None) -> ASGIApp:
+    """The stack; ``hosts`` None: any Host header (a server bound to a public address)."""
     inner = LimitBody(app, max_body_bytes)
     if api_key:
         inner = RequireKey(inner, api_key)
+    if hosts is not None:
+        inner = AllowHosts(inner, hosts)
     return AccessLog(CountRequests(inner, metrics))
