@@ -442,3 +442,53 @@ def test_a_batch_where_no_block_can_pay_asks_no_drafter(cost):
     several = [n for rows, n in asked if rows > 1]
     assert (sum(several) == 0) if cost == "unknown" else (sum(several) > 0)
     assert any(n > 0 for rows, n in asked if rows == 1)  # the lone row drafts again
+
+
+class Faulty(NgramDrafter):
+    """An n-gram drafter that raises on its third proposal (a drafter bug in one row)."""
+
+    def __init__(self):
+        super().__init__(1, 3)
+        self.calls = 0
+
+    def propose(self, context, k):
+        self.calls += 1
+        if self.calls == 3:
+            raise KeyError("drafter bug")
+        return super().propose(context, k)
+
+
+def test_a_row_whose_drafter_fails_leaves_alone_and_the_others_are_unchanged():
+    """The failure is that row's (``RowFailed`` names it, raised before the cache is
+    touched); the rows left in the batch decode exactly as they would alone."""
+    from specdec.decode.batch import RowFailed
+
+    model = cached_tiny("llama")
+    prompts = [repetitive_prompt(s, 30) for s in range(3)]
+    reqs = []
+    for i, p in enumerate(prompts):
+        req = Request(model, p, drafter=Faulty() if i == 1 else NgramDrafter(1, 3),
+                      max_tokens=20, num_draft_tokens=4)
+        req.start()
+        assert req.prefill()
+        reqs.append(req)
+    batch = Batch(model, lambda n: 1.0, learn=False)  # a flat cost: every row drafts
+    for r in reqs:
+        batch.join(r.row(), r.layers)
+    live, out, failed = list(range(3)), {i: [] for i in range(3)}, []
+    while live:
+        try:
+            steps = batch.step()
+        except RowFailed as e:
+            failed.append(live[e.row])
+            batch.leave_rows([e.row])
+            live.pop(e.row)
+            continue
+        for i, s in zip(live, steps):
+            out[i] += [e.token for e in reqs[i].feed(s)]
+        done = [j for j, i in enumerate(live) if reqs[i].finish_reason]
+        batch.leave_rows(done)
+        live = [i for j, i in enumerate(live) if j not in done]
+    assert failed == [1]
+    for i in (0, 2):
+        assert out[i] == alone(model, prompts[i], "none", 20)

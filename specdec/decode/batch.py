@@ -72,6 +72,14 @@ BATCH_COST_LENGTHS = (24, 32, 48, 64, 96, 128)
 PARK_STEPS = 2.0
 
 
+class RowFailed(Exception):
+    """Row ``row`` failed before the step touched the cache: it alone should leave."""
+
+    def __init__(self, row: int, error: BaseException):
+        super().__init__(f"row {row}: {type(error).__name__}: {error}")
+        self.row, self.error = row, error
+
+
 @dataclass
 class Row:
     context: list[int]
@@ -276,7 +284,7 @@ class Batch:
             return self._land(cur)
         rows, t_start = self.rows, time.perf_counter()
         speculate = speculate and not self._hopeless(rows)
-        drafts = [self._propose(r) if speculate else (EMPTY, EMPTY) for r in rows]
+        drafts = [self._propose_row(i) if speculate else (EMPTY, EMPTY) for i in range(len(rows))]
         props = [p for _, p in drafts]
         if len(rows) > 1 and self.cost is not None:
             L = choose_block([len(p.tokens) for p in props], [r.alpha for r in rows], self._cost(len(rows)))
@@ -372,6 +380,14 @@ class Batch:
             return self.cost(n) * (self.ratio[(size, max(seen))] if seen else 1.0)
 
         return cost
+
+    def _propose_row(self, i: int) -> tuple[Proposal, Proposal]:
+        """Row i's proposal; a drafter's failure is raised as that row's ``RowFailed``
+        (nothing has touched the cache yet, so the other rows step on unharmed)."""
+        try:
+            return self._propose(self.rows[i])
+        except Exception as e:  # noqa: BLE001 - any drafter bug is its request's error
+            raise RowFailed(i, e) from e
 
     def _propose(self, row: Row) -> tuple[Proposal, Proposal]:
         """(the drafter's whole proposal, what this step verifies of it)."""

@@ -40,7 +40,7 @@ from typing import Any
 
 from ..cache.prompt_cache import common_prefix
 from ..core.text import TextOut
-from ..decode.batch import Batch
+from ..decode.batch import Batch, RowFailed
 from ..decode.request import Request, prefill_together
 from ..engine import grammar_for, tree_policy
 from .events import DoneEvent
@@ -98,12 +98,23 @@ class Batcher:
         if self.running:
             try:
                 steps = self.batch.step(speculate=not self.prefilling)
-                self._synced()  # parked rows that rode along long enough left first
-                # rows that joined while a pipelined step was queued (the last ones) may
-                # have no Step yet: theirs comes with the next
-                self._finish([i for i in range(len(steps)) if self._deliver(i, steps[i])])
+            except RowFailed as e:  # before the cache was touched: that row leaves alone
+                self._end_rows([], {e.row: e.error})
+                return
             except Exception as e:  # noqa: BLE001 (a bug or a resource failure: fail the rows)
                 self._fail_all(e)
+                return
+            self._synced()  # parked rows that rode along long enough left first
+            # rows that joined while a pipelined step was queued (the last ones) may
+            # have no Step yet: theirs comes with the next
+            done, failed = [], {}
+            for i, step in enumerate(steps):
+                try:
+                    if self._deliver(i, step):
+                        done.append(i)
+                except Exception as e:  # noqa: BLE001 (its detokenizer, stop matcher...: its error)
+                    failed[i] = e
+            self._end_rows(done, failed)
 
     # -- admission and prefill -------------------------------------------------------------
 
@@ -222,8 +233,14 @@ class Batcher:
             self.w.send_token(a.job, e.text, e)
         return bool(a.req.finish_reason)
 
-    def _finish(self, done: list[int]) -> None:
-        for a, layers in self._leave(done):
+    def _end_rows(self, done: list[int], failed: dict[int, BaseException]) -> None:
+        """Finished rows and failed ones leave together (one leave: indices stay valid);
+        a failed row's request gets its own error, the others go on."""
+        rows = sorted([*done, *failed])
+        for i, (a, layers) in zip(rows, self._leave(rows)):
+            if i in failed:
+                self._failed(a, failed[i])
+                continue
             self._settle(a, layers)
             a.job.state = "finished"
             a.job.emit(self.w.done_event(a.job, a.req, a.started))
@@ -281,5 +298,6 @@ class Batcher:
         for a in self.running:
             self._failed(a, e)
         self.decoding = []
-        self.batch = Batch(self.w.model, self.batch.cost)
+        learnt, self.batch = self.batch.ratio, Batch(self.w.model, self.batch.cost)
+        self.batch.ratio = learnt  # what steps cost here is still true
 
