@@ -168,8 +168,12 @@ def test_cache_holds_context_plus_all_but_the_last_draft_token():
     assert not drafter.propose(ctx3, 0) and not drafter.propose([], 3)
 
 
-def test_recurrent_draft_is_refused_at_construction():
+def test_recurrent_draft_rolls_back_exactly():
+    """A recurrent draft (mamba, whose layers do not count positions) rolls back by marks
+    (``cache.marks``); hybrid drafts in depth: ``test_hybrid_draft``. A cache that cannot
+    roll back at all (attention sinks) is still refused at construction."""
     from mlx_lm.models import mamba
+    from mlx_lm.models.cache import RotatingKVCache
 
     from specdec.cache.rollback import UnsupportedCacheError
 
@@ -177,8 +181,16 @@ def test_recurrent_draft_is_refused_at_construction():
         model_type="mamba", vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64,
         state_size=4, num_hidden_layers=1, conv_kernel=4, use_bias=False, use_conv_bias=True,
         time_step_rank=4))
-    with pytest.raises(UnsupportedCacheError, match="cannot roll back"):
-        DraftModelDrafter(draft)
+    prompt, stats = prompt_of(5), SpecStats()
+    assert run(cached_tiny("llama"), prompt, DraftModelDrafter(draft), stats=stats) == plain("llama", prompt)
+    assert stats.drafted > 0
+
+    class Sinks:
+        def make_cache(self):
+            return [RotatingKVCache(max_size=8, keep=4)]
+
+    with pytest.raises(UnsupportedCacheError, match="keep=4"):
+        DraftModelDrafter(Sinks())
 
 
 # ---- sampling interface -----------------------------------------------------------------

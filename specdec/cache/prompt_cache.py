@@ -85,6 +85,7 @@ class PromptCache:
         self._model = model
         self.layers: list[Any] = []
         self.tokens: list[int] = []
+        self.scope = ""  # whose prompt this is: a store only matches entries of one scope
         self.reset()
 
     def reset(self) -> None:
@@ -293,8 +294,12 @@ class PrefixStore:
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self.entries)
 
-    def take(self, prompt_ids: Sequence[int]) -> PromptCache:
-        shared = [common_prefix(e.tokens, prompt_ids[:-1]) for e in self.entries]
+    def take(self, prompt_ids: Sequence[int], scope: str = "") -> PromptCache:
+        """The cache sharing the longest prefix with ``prompt_ids`` among the entries of
+        ``scope`` (a tenant's: another scope's prompts are never matched, so their length
+        cannot be read from ``cached_tokens``), or a fresh one of that scope."""
+        shared = [common_prefix(e.tokens, prompt_ids[:-1]) if e.scope == scope else 0
+                  for e in self.entries]
         best = max(range(len(shared)), key=shared.__getitem__, default=None)
         if best is not None and shared[best] > 0:
             entry = self.entries[best]
@@ -304,15 +309,18 @@ class PrefixStore:
             forked = entry.fork(shared[best])
             if forked is not None:
                 return forked
-        return make_prompt_cache(self.model, max_draft_tokens=self.max_draft_tokens,
-                                 kv_bits=self.kv_bits)
+        fresh = make_prompt_cache(self.model, max_draft_tokens=self.max_draft_tokens,
+                                  kv_bits=self.kv_bits)
+        fresh.scope = scope
+        return fresh
 
     def put(self, cache: PromptCache) -> None:
         """Keep ``cache`` (most recently used), evicting the least recent past the budget;
         entries whose whole text ``cache`` starts with are dropped: it covers them."""
         if not cache.tokens:
             return
-        self.entries = [e for e in self.entries if common_prefix(e.tokens, cache.tokens) < len(e.tokens)]
+        self.entries = [e for e in self.entries if e.scope != cache.scope
+                        or common_prefix(e.tokens, cache.tokens) < len(e.tokens)]
         self.entries.append(cache)
         while self.entries and self.nbytes > self.max_bytes:
             self.entries.pop(0)

@@ -7,8 +7,12 @@ Contract of ``DraftModelDrafter(draft_model, ...)`` (a ``Drafter``, ``name = "mo
   first differing id/token or the sizes) unless the token -> id mappings are identical.
   The draft's embedding matrix may have more rows than the vocabulary (Qwen pads 151665
   tokens to 151936 rows); it may not have fewer.
-- State: the drafter owns a KV cache for the draft model (``rollback.make_cache``) and
-  ``cached_tokens``, the exact token list whose keys/values that cache holds.
+- State: the drafter owns a cache for the draft model (``rollback.make_cache``) and
+  ``cached_tokens``, the exact token list that cache holds. A draft with recurrent layers
+  (a hybrid or SSM model) gets a ``recurrent.RecurrentCache`` that rolls back by
+  ``marks.StepMarks``: the recurrent states after each drafted token and at the end of
+  the prompt are kept (references), and a roll-back goes to the latest one at or before
+  the shared prefix, the rest fed again.
 - ``begin(prompt_ids)``: keep the longest prefix shared by ``cached_tokens`` and the
   prompt (a follow-up turn reuses the previous turn's cache), roll the cache back to it
   with ``rollback.trim``, or rebuild the cache from scratch when nothing is shared or
@@ -60,6 +64,8 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
+from ..cache.marks import StepMarks
+from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
 from ..core.sampling import PositionKeys, Rng
 from ..core.vocab import vocab_size
@@ -179,9 +185,9 @@ class DraftModelDrafter(Drafter):
                     f"draft model has {rows} vocabulary rows but the tokenizer has ids up to "
                     f"{top_id}: it cannot score every token"
                 )
-        # Fail now, not at the first propose, if the draft's cache cannot roll back
-        # (recurrent/hybrid layers): make_cache raises UnsupportedCacheError naming the layer.
-        make_cache(draft_model, max_trim=max_trim)
+        # Fail now, not at the first propose, if the draft's cache cannot roll back (attention
+        # sinks): UnsupportedCacheError names the layer. Recurrent layers roll back by marks.
+        make_cache(draft_model, max_trim=max_trim, recurrent=True)
         self.model = draft_model
         self.temperature = float(temperature)
         self.max_trim = max_trim
@@ -201,6 +207,7 @@ class DraftModelDrafter(Drafter):
         seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
         self._key = mx.random.key(seed)
         self._cache: list | None = None
+        self._marks: StepMarks | None = None  # a recurrent cache's rollback points
         self._slack = 0  # the rollback slack the current cache was built with
         self._tokens: list[int] = []
         self._last_len = 0
@@ -215,7 +222,7 @@ class DraftModelDrafter(Drafter):
 
     def reset(self) -> None:
         """Drop the draft cache; the next propose rebuilds it."""
-        self._cache, self._tokens, self._known = None, [], 0
+        self._cache, self._marks, self._tokens, self._known = None, None, [], 0
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Prefill the draft cache with the prompt (all but its last token). The engine
@@ -231,9 +238,12 @@ class DraftModelDrafter(Drafter):
         self._tokens += missing
         self.stats["fed"] += len(missing)
         self._known = len(self._tokens)  # == prompt_ids[:-1]
+        if self._marks is not None:  # a next turn that repeats this prompt comes back here
+            self._marks.mark(self._known, anchor=True)
 
     def _rebuild(self, slack: int) -> None:
-        self._cache = make_cache(self.model, max_trim=slack)
+        self._cache = make_cache(self.model, max_trim=slack, recurrent=True)
+        self._marks = StepMarks(self._cache) if isinstance(self._cache, RecurrentCache) else None
         self._slack, self._tokens = slack, []
         self.stats["rebuilds"] += 1
 
@@ -249,10 +259,18 @@ class DraftModelDrafter(Drafter):
             self._rebuild(max(self.max_trim, k))
             return 0
         try:
-            trim(self._cache, len(self._tokens) - keep)
+            if self._marks is not None:
+                # A recurrent state cannot be trimmed: back to the latest marked position at
+                # or before keep (the rest is fed again). Within a request that is keep
+                # itself (a mark per drafted token); a new prompt diverging before the last
+                # prompt's end has none, and the cache is rebuilt and prefilled (exact).
+                keep = self._marks.back_to(keep, len(self._tokens))
+            else:
+                trim(self._cache, len(self._tokens) - keep)
         except RollbackError:
-            # Only window caches refuse (they dropped what lies before their window):
-            # the shared prefix cannot be reused, so this is effectively a new request.
+            # Window caches refuse (they dropped what lies before their window), and
+            # recurrent ones without a mark that far back: the shared prefix cannot be
+            # reused, so this is effectively a new request.
             self._rebuild(max(self.max_trim, k))
             return 0
         del self._tokens[keep:]
@@ -291,18 +309,21 @@ class DraftModelDrafter(Drafter):
         self._key = keys[0]
         return keys
 
-    def _chain(self, block: Sequence[int], k: int, branch: int = 0,
-               position: int = 0) -> tuple[mx.array, mx.array | None, list[mx.array]]:
+    def _chain(self, block: Sequence[int], k: int, branch: int = 0, position: int = 0,
+               fed: int = 0) -> tuple[mx.array, mx.array | None, list[mx.array]]:
         """Feed ``block`` then draft ``k`` tokens, all lazily: no host sync in the loop.
         With ``branch`` > 0 (greedy) the third value holds, lazily, the chain tokens'
         log-probabilities (k,), and the top tokens and their log-probabilities at the
         first ``branch`` depths (``_scores``), for ``propose_tree``; else it is empty.
-        ``position``: the output position of the first draft token (coupled keys)."""
+        ``position``: the output position of the first draft token (coupled keys);
+        ``fed``: the tokens the cache holds before ``block`` (a recurrent cache's marks)."""
         keys = self._keys(k, position)
         y = mx.array(block)[None]
         toks, qs, scores = [], [], []
         for i in range(k):
             logits = self.model(y, cache=self._cache)[:, -1, :]
+            if self._marks is not None:  # the state after this token: a rollback point
+                self._marks.mark(fed + len(block) + i)
             tok, q = self._pick(logits, None if keys is None else keys[i + 1])
             toks.append(tok)
             qs.append(q)
@@ -354,7 +375,8 @@ class DraftModelDrafter(Drafter):
             # for every position and all but the last thrown away.
             head = len(missing) - 1 if len(missing) > _BLOCK else 0
             prefill(self.model, self._cache, missing[:head], self.prefill_step_size)
-            toks, q, extra = self._chain(missing[head:], k, branch, len(context) - self._prompt_len)
+            toks, q, extra = self._chain(missing[head:], k, branch, len(context) - self._prompt_len,
+                                         keep + head)
             mx.eval(toks, *([q] if q is not None else []), *extra)  # the one host sync
             draft = toks.tolist()
             scores = [a.tolist() for a in extra]  # already on the host: no further sync

@@ -27,6 +27,7 @@ from ..core.text import encode_prompt
 from ..toolcall.prompt import forced_response_format
 from .config import ServerConfig
 from .errors import APIError
+from .middleware import TENANT_SCOPE_KEY
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
 from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
 from .responses import SSE_DONE, Responder, sse
@@ -165,7 +166,7 @@ class Api:
         return bias
 
     async def gen_request(self, body: ChatCompletionRequest | CompletionRequest,
-                          tools: ToolPlan | None = None) -> GenRequest:
+                          tools: ToolPlan | None = None, tenant: str = "") -> GenRequest:
         chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
         ids = await self.prompt_ids(body, tools.template_tools if tools else None)
         max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
@@ -206,7 +207,9 @@ class Api:
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
         return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
-                          top_logprobs=top, response_format=fmt)
+                          top_logprobs=top, response_format=fmt, tenant=tenant,
+                          cache_salt=body.cache_salt,
+                          store=getattr(body, "store", None) is not False)
 
     async def start(self, request: Request,
                     body: ChatCompletionRequest | CompletionRequest) -> Run:
@@ -214,7 +217,8 @@ class Api:
         when the request ends before its first token (an error, or the client left)."""
         self.check_model(body.model)
         tools = self.tool_plan(body)
-        gen = await self.gen_request(body, tools)
+        # set by the key check: which API key's tenant sent it ("" with one key or none)
+        gen = await self.gen_request(body, tools, request.scope.get(TENANT_SCOPE_KEY, ""))
         job = Job(gen, asyncio.get_running_loop())
         self.worker.submit(job)
         watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))

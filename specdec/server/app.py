@@ -41,7 +41,7 @@ def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> 
     api = Api(cfg, worker)
     metrics.watch(lambda: len(worker.queue), lambda: worker.busy)
     _routes(app, api, cfg, worker, metrics)
-    return wrap(app, metrics, cfg.api_key, cfg.max_body_bytes, cfg.host_allowlist())
+    return wrap(app, metrics, cfg.keys(), cfg.max_body_bytes, cfg.host_allowlist())
 
 
 def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,

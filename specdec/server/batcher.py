@@ -139,7 +139,7 @@ class Batcher:
         job.state = "running"
         grammar = grammar_for(w.model, w.tokenizer, gen.response_format)
         drafter = w.drafter_for(gen)
-        cache = w.prefixes.take(gen.prompt_ids) if w.prefixes.max_bytes else None
+        cache = w.prefixes.take(gen.prompt_ids, gen.scope) if w.prefixes.max_bytes else None
         budget, shaper = tree_policy(w.model, spec.draft_tree_budget, drafter, spec.num_draft_tokens)
         req = Request(w.model, gen.prompt_ids, drafter=drafter, max_tokens=gen.max_tokens,
                       num_draft_tokens=spec.num_draft_tokens, eos=w.tokenizer.eos_token_ids,
@@ -207,8 +207,9 @@ class Batcher:
         for b in self.prefilling:
             n = common_prefix(cache.tokens, b.req.prompt_ids[:-1])
             if b.req.prompt_cache is None or n <= len(b.req.prompt_cache.tokens) \
-                    or b.req.stats.cached_tokens != len(b.req.prompt_cache.tokens):
-                continue  # nothing gained, or b has fed part of its prompt already
+                    or b.req.stats.cached_tokens != len(b.req.prompt_cache.tokens) \
+                    or b.req.prompt_cache.scope != cache.scope:
+                continue  # nothing gained, b has fed part of its prompt, or another tenant's
             forked = cache.fork(n)
             if forked is not None:
                 self.w.prefixes.put(b.req.adopt(forked))
@@ -260,7 +261,7 @@ class Batcher:
     def _settle(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
         """The job's tokens go to the shared memory and its cache to the prefix store."""
         req = a.req
-        self.w.memory.commit(req.prompt_ids + req.tokens)
+        self.w.commit(a.job.request, req.prompt_ids + req.tokens)
         req.finish(ok, layers)
         if req.prompt_cache is not None:
             self.w.prefixes.put(req.prompt_cache)  # emptied after an error

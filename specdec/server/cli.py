@@ -33,7 +33,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME",
                    help="a Host header name to answer besides loopback's (a loopback-bound server "
                         "refuses other names: DNS rebinding); repeatable")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 (or $SPECDEC_API_KEY)")
+    p.add_argument("--api-key", action="append", metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on the APIs "
+                        "(or $SPECDEC_API_KEY); repeat it for several tenants, each key with its "
+                        "own prefix cache and drafting memory")
+    p.add_argument("--api-keys-file", metavar="FILE",
+                   help="more tenants' keys, one per line ('#' comments)")
     add_draft_flags(p, draft_type="grammar,suffix")
     p.add_argument("--memory-file",
                    help="load the shared ngram-mod table from FILE and the suffix history from "

@@ -32,6 +32,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     api_key: str | None = None
+    more_api_keys: tuple[str, ...] = ()  # with api_key: each key a tenant (see keys())
+    api_keys_file: str | None = None  # one key per line ('#' comments), more tenants
     dtype: str = "auto"
     kv_bits: int | None = None
     memory_file: str | None = None
@@ -63,6 +65,16 @@ class ServerConfig:
             return (*LOOPBACK_HOSTS, self.host, *self.allowed_hosts)
         return self.allowed_hosts or None
 
+    def keys(self) -> tuple[str, ...]:
+        """Every API key (none: the API is open). With more than one, each key is a tenant:
+        its own prefix-cache entries and drafting memory, nothing read across keys."""
+        keys = [self.api_key] if self.api_key else []
+        keys += self.more_api_keys
+        if self.api_keys_file:
+            with open(self.api_keys_file, encoding="utf-8") as f:
+                keys += [line.strip() for line in f if line.strip() and not line.startswith("#")]
+        return tuple(dict.fromkeys(keys))
+
     def serves(self, name: str) -> bool:
         """Whether a request naming ``name`` as its model is for the served model."""
         return name == self.model_id or any(fnmatch.fnmatchcase(name, a) for a in self.model_alias)
@@ -72,10 +84,15 @@ class ServerConfig:
         if getattr(ns, "ngram_mod_file", None):
             raise ValueError("specdec serve keeps its ngram-mod table in --memory-file "
                              "(with the suffix history): use that instead of --ngram-mod-file")
-        own = {k: getattr(ns, k) for k in cls.__dataclass_fields__ if k != "speculation"}
+        own = {k: getattr(ns, k) for k in cls.__dataclass_fields__
+               if k not in ("speculation", "more_api_keys")}
         own["model_alias"] = tuple(own["model_alias"] or ())
         own["allowed_hosts"] = tuple(own["allowed_hosts"] or ())
-        cfg = cls(**own, speculation=draft_spec_from_args(ns))
+        given = own.pop("api_key") or []  # --api-key is repeatable
+        given = [given] if isinstance(given, str) else list(given)
+        own["more_api_keys"] = tuple(given[1:])
+        cfg = cls(**own, api_key=given[0] if given else None,
+                  speculation=draft_spec_from_args(ns))
         if cfg.api_key is None:
             cfg.api_key = os.environ.get(API_KEY_ENV) or None
         cfg.validate()
@@ -89,7 +106,8 @@ class ServerConfig:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
         RunConfig(model=self.model, max_tokens=self.max_tokens or 1, temp=self.temp, top_p=self.top_p,
                   top_k=self.top_k, min_p=self.min_p, dtype=self.dtype,
-                  spec=replace(s, draft_model=None, suffix_history=DraftSpec.suffix_history,
+                  spec=replace(s, draft_model=s.draft_model if s.uses("model") else None,
+                               suffix_history=DraftSpec.suffix_history,
                                ngram_mod_size=None, ngram_mod_n=None)).validate()
         check_kv_bits(self.kv_bits)
         if s.num_draft_tokens > MAX_DRAFT_TOKENS:
@@ -106,8 +124,12 @@ class ServerConfig:
             (self.temp <= 2, "--temp must be <= 2 (the API's range)"),
             (self.tool_call_parser in PARSERS,
              f"--tool-call-parser must be one of {', '.join(PARSERS)}"),
-            (self.api_key is None or self.api_key.strip() == self.api_key != "",
+            (all(k.strip() == k != "" for k in (self.api_key or "x", *self.more_api_keys)),
              "--api-key must be non-empty without surrounding spaces"),
+            (self.api_keys_file is None or os.path.isfile(self.api_keys_file),
+             f"--api-keys-file {self.api_keys_file}: no such file"),
+            (not self.api_keys_file or self.api_key is not None or bool(self.keys()),
+             f"--api-keys-file {self.api_keys_file} holds no key"),
         ]
         for ok, message in checks:
             if not ok:

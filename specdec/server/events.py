@@ -33,6 +33,14 @@ class GenRequest:
     logprobs: bool = False
     top_logprobs: int = 0
     response_format: dict | None = None  # OpenAI's; the output follows its grammar
+    tenant: str = ""  # whose request (an API key's tenant; "" with one key or none)
+    cache_salt: str | None = None  # a further partition of the tenant's prefix cache
+    store: bool = True  # False: its text stays out of the shared memory
+
+    @property
+    def scope(self) -> str:
+        """The prefix-cache partition this request reads and writes."""
+        return f"{self.tenant}\x00{self.cache_salt or ''}"
 
 
 @dataclass

@@ -147,6 +147,7 @@ class CountRequests:
             self.metrics.on_request(endpoint_label(scope["path"]), status[0])
 
 
+TENANT_SCOPE_KEY = "specdec.tenant"  # the ASGI scope entry RequireKey sets
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
 # what a key guards besides the APIs: the metrics and the schema of every route
 GUARDED = ("/metrics", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")
@@ -177,8 +178,12 @@ class AllowHosts:
 
 
 class RequireKey:
-    def __init__(self, app: ASGIApp, key: str):
-        self.app, self.bearer, self.key = app, f"Bearer {key}".encode(), key.encode()
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]):
+        self.app = app
+        self.keys = [(f"Bearer {k}".encode(), k.encode()) for k in keys]
+        # with several keys each is a tenant (its own prefix cache and drafting memory);
+        # with one, everything is shared as before
+        self.tenants = [f"key{i}" if len(keys) > 1 else "" for i in range(len(keys))]
 
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -186,9 +191,13 @@ class RequireKey:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         given, anthropic = headers.get(b"authorization", b""), headers.get(b"x-api-key", b"")
-        # both compared, always: the time taken says nothing about which header matched
-        ok = hmac.compare_digest(given, self.bearer) | hmac.compare_digest(anthropic, self.key)
-        if ok:
+        # every key and both headers compared, always: the time says nothing of which matched
+        matched = None
+        for i, (bearer, key) in enumerate(self.keys):
+            if hmac.compare_digest(given, bearer) | hmac.compare_digest(anthropic, key):
+                matched = i
+        if matched is not None:
+            scope[TENANT_SCOPE_KEY] = self.tenants[matched]
             return await self.app(scope, receive, send)
         what = "is missing" if not (given or anthropic) else "is wrong"
         err = APIError(401, f"The API key {what}: send the header 'Authorization: Bearer <key>' "
@@ -240,12 +249,12 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def wrap(app: ASGIApp, metrics: Any, api_key: str | None, max_body_bytes: int,
+def wrap(app: ASGIApp, metrics: Any, api_keys: tuple[str, ...], max_body_bytes: int,
          hosts: tuple[str, ...] | None = None) -> ASGIApp:
     """The stack; ``hosts`` None: any Host header (a server bound to a public address)."""
     inner = LimitBody(app, max_body_bytes)
-    if api_key:
-        inner = RequireKey(inner, api_key)
+    if api_keys:
+        inner = RequireKey(inner, api_keys)
     if hosts is not None:
         inner = AllowHosts(inner, hosts)
     return AccessLog(CountRequests(inner, metrics))

@@ -125,7 +125,8 @@ class Prediction(_Strict):
 class IgnoredChatParams(IgnoredParams):
     """Ignored on ``/v1/chat/completions``."""
 
-    store: bool | None = Field(None, description="nothing is stored here")
+    store: bool | None = Field(None, description="false: this request's text stays out of the "
+                               "shared drafting memory (suffix history, n-gram table, memory file)")
     metadata: dict[str, str] | None = Field(None, description="tags of stored completions: none are")
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = Field(
         None, description="one tier here")
@@ -213,6 +214,9 @@ class _Sampling(IgnoredParams):
     frequency_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
     logit_bias: dict[str, float] | None = Field(None, description="token id -> bias in [-100, 100]")
     speculative: SpeculativeOptions | None = None
+    cache_salt: str | None = Field(None, min_length=1, max_length=256, description=(
+        "as vLLM's: only requests with the same salt (and API key) share prefix-cache "
+        "entries; a salted request also neither reads nor feeds the shared drafting memory"))
 
     @field_validator("stop")
     @classmethod

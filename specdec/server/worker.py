@@ -53,6 +53,7 @@ import logging
 import math
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..drafters.base import NoDrafter
@@ -165,6 +166,10 @@ class InferenceWorker:
         from ..core.vocab import vocab_size
         self.vocab_size = vocab_size(self.model, self.tokenizer)
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
+        # other tenants' memories (in RAM, one per API key), and the never-written one
+        # salted requests draft from
+        self._tenant_memory: dict[str, SharedMemory] = {}
+        self._isolated = SharedMemory.open(None, self.tokenizer, replace(cfg.speculation, suffix_history=0))
         from ..cache.prompt_cache import PrefixStore
         from .schemas import MAX_DRAFT_TOKENS
 
@@ -402,6 +407,25 @@ class InferenceWorker:
                  s.drafted, s.decode_tokens_per_s)
         return DoneEvent(req.finish_reason, req.tail(), usage, timings)
 
+    def memory_for(self, req: GenRequest) -> SharedMemory:
+        """The drafting memory ``req`` reads: the shared one (one key or none; the memory
+        file's), its tenant's own (several keys), or for a salted request one that nothing
+        is ever written to."""
+        if req.cache_salt is not None:
+            return self._isolated
+        if not req.tenant:
+            return self.memory
+        if req.tenant not in self._tenant_memory:
+            self._tenant_memory[req.tenant] = SharedMemory.open(None, self.tokenizer,
+                                                                self.cfg.speculation)
+        return self._tenant_memory[req.tenant]
+
+    def commit(self, req: GenRequest, tokens: list[int]) -> None:
+        """A finished request's text joins its tenant's memory (not with ``store: false``
+        or a salt)."""
+        if req.store and req.cache_salt is None:
+            self.memory_for(req).commit(tokens)
+
     def drafter_for(self, req: GenRequest) -> Any:
         """A fresh drafter for ``req`` (its grammar arrives when the request starts)."""
         if self.plain_only is not None:
@@ -417,9 +441,10 @@ class InferenceWorker:
         cost = self._gate_curve(k + 1) if spec.speculative and spec.gate else \
             self._cost_curve(k + 1) if spec.adaptive_k else None
         priced = spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto")
+        memory = self.memory_for(req)
         res = DraftResources(
-            tokenizer=self.tokenizer, draft=self.draft, table=self.memory.table,
-            history=self.memory.history, cost=cost,
+            tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
+            history=memory.history, cost=cost,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
         return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 
