@@ -100,7 +100,8 @@ def raw_request(port: int, body: dict) -> socket.socket:
     """A client we can disconnect at any moment: a bare socket with the request sent."""
     s = socket.create_connection(("127.0.0.1", port))
     data = json.dumps(body).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+              + b"Content-Type: application/json\r\n"
               + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
     return s
 

@@ -6,6 +6,7 @@ thinking chat template)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -142,10 +143,13 @@ class ScriptedWorker:
         self.memory = SimpleNamespace(info=dict)
         self.script, self.ending, self.refuse, self.requests = script, DoneEvent("stop"), False, []
 
-    def submit(self, job):
+    def check_room(self):
         if self.refuse:
             raise APIError(503, "the request queue is full (1 waiting); retry in about 1 s",
                            code="queue_full", headers={"Retry-After": "1"})
+
+    def submit(self, job):
+        self.check_room()
         self.requests.append(job.request)
         for i, piece in enumerate(self.script):
             job.emit(TokenEvent(piece, i))
@@ -334,3 +338,48 @@ def test_a_template_that_fails_on_the_messages_is_the_clients_400(smollm):
     r = post(client)
     assert r.status_code == 400
     assert "chat template cannot render" in r.json()["error"]["message"]
+
+
+# -- admission: bounded inputs, the queue before any work, readers that stop reading ------
+
+
+def test_inputs_past_the_limits_are_refused_naming_them(smollm):
+    client, worker = serve(smollm[1]._tokenizer)
+    deep: dict = {"type": "string"}
+    for _ in range(40):
+        deep = {"type": "array", "items": deep}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    many = [{**tool, "function": {**tool["function"], "name": f"f{i}"}} for i in range(129)]
+    huge = {"type": "object", "description": "x" * (70 << 10)}
+    for body, says in (({"stop": ["x" * 300]}, "at most 256 characters"),
+                       ({"tools": many}, "at most 128"),
+                       ({"response_format": {"type": "json_schema", "json_schema": {
+                           "name": "d", "schema": deep}}}, "deeper than 32"),
+                       ({"tools": [{**tool, "function": {"name": "g", "parameters": huge}}]},
+                        "bytes; at most 65536")):
+        r = post(client, **body)
+        assert r.status_code == 400 and says in r.json()["error"]["message"], (says, r.text)
+    assert worker.requests == []
+
+
+def test_a_full_queue_refuses_before_the_prompt_is_even_read(smollm):
+    tok = copy.copy(smollm[1]._tokenizer)
+    tok.chat_template = "{{ 1 / 0 }}"  # a prompt that would fail, if it were templated
+    client, worker = serve(tok)
+    worker.refuse = True
+    assert post(client).status_code == 503
+
+
+def test_a_reader_that_stops_reading_has_its_job_cancelled():
+    from specdec.server.events import MAX_PENDING_EVENTS, GenRequest, Job
+    from specdec.drafters.spec import DraftSpec
+
+    async def run():
+        job = Job(GenRequest([1], 10**6, DraftSpec("suffix")), asyncio.get_running_loop())
+        for i in range(MAX_PENDING_EVENTS + 500):  # the worker keeps emitting; nobody reads
+            job.emit(TokenEvent("x", i))
+        await asyncio.sleep(0)
+        return job
+
+    job = asyncio.run(run())
+    assert job.cancelled.is_set() and job.events.qsize() == MAX_PENDING_EVENTS

@@ -202,8 +202,8 @@ class Api:
                                "or that tool_choice, not both", param="response_format")
             fmt = forced_response_format(tools.forced_schema)  # the call, grammar-forced
         if fmt is not None:
-            try:
-                response_grammar(fmt)  # refused here, with its reason, rather than mid-request
+            try:  # refused here, with its reason, rather than mid-request; off the event loop
+                await run_in_threadpool(response_grammar, fmt)
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
         return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
@@ -216,6 +216,7 @@ class Api:
         """Validate ``body``, queue it and wait for its first event. Raises ``NoTokens``
         when the request ends before its first token (an error, or the client left)."""
         self.check_model(body.model)
+        self.worker.check_room()  # a full queue refuses before tokenizing or compiling
         tools = self.tool_plan(body)
         # set by the key check: which API key's tenant sent it ("" with one key or none)
         gen = await self.gen_request(body, tools, request.scope.get(TENANT_SCOPE_KEY, ""))

@@ -104,8 +104,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         # graceful-shutdown timeout: open streams are cancelled (their jobs with them)
         # instead of holding shutdown, and the memory save, for minutes
+        # connections past the queue, the batch and room for probes get uvicorn's 503
+        # before any of our work; idle keep-alive connections close after 5 s
         uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=5, access_log=False)
+                    timeout_graceful_shutdown=5, access_log=False, timeout_keep_alive=5,
+                    limit_concurrency=cfg.queue_size + (cfg.max_batch or 32) + 64)
     finally:
         # idempotent; also covers a uvicorn that failed to bind (a hung thread: do not wait)
         worker.stop(1.0 if worker.group_error is not None else 30.0)

@@ -20,6 +20,8 @@ from ..core.sampling import SamplingParams
 from ..drafters.spec import DraftSpec
 from .errors import APIError
 
+MAX_PENDING_EVENTS = 2048  # tokens a reader may fall behind before its job is cancelled
+
 
 @dataclass(frozen=True)
 class GenRequest:
@@ -77,9 +79,18 @@ class Job:
 
     def emit(self, event: Any) -> None:
         try:  # from the worker thread: asyncio queues are not thread-safe
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+            self.loop.call_soon_threadsafe(self._put, event)
         except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
             pass
+
+    def _put(self, event: Any) -> None:
+        """On the event loop. A reader this far behind has stopped reading (a stalled SSE
+        client): its job is cancelled, which frees its batch slot, and nothing more is
+        kept for it (the queue stays bounded)."""
+        if isinstance(event, TokenEvent) and self.events.qsize() >= MAX_PENDING_EVENTS:
+            self.cancelled.set()
+            return
+        self.events.put_nowait(event)
 
 
 class JobQueue:

@@ -25,6 +25,7 @@ that is still uploading a reasonably sized body.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -38,6 +39,7 @@ Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
 ASGIApp = Callable[[dict, Receive, Send], Awaitable[None]]
 DRAIN_CAP = 64 << 20
+BODY_READ_TIMEOUT_S = 30.0  # the longest wait for the next piece of a request body
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/messages",
              "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/api/chat",
              "/api/generate", "/api/tags", "/api/show", "/api/version", "/api/ps", "/health",
@@ -224,7 +226,12 @@ class LimitBody:
             return await refuse(self._too_large(declared.decode()), scope, receive, send)
         chunks, size, more = [], 0, True
         while more:
-            msg = await receive()
+            try:  # a client that stops sending its body (slowloris) does not hold a slot
+                msg = await asyncio.wait_for(receive(), BODY_READ_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                err = APIError(408, f"the request body did not arrive within "
+                               f"{BODY_READ_TIMEOUT_S:.0f} s", code="request_timeout")
+                return await refuse(err, scope, receive, send, body_done=True)
             if msg["type"] != "http.request":  # the client left before sending it all
                 return
             chunks.append(msg.get("body", b""))

@@ -33,12 +33,13 @@ from pydantic_core import PydanticCustomError
 
 from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
 from ..toolcall.prompt import template_messages
-from .tool_schemas import (ToolCallIn, ToolChoice, ToolDef, message_problem, part_problem,
-                           request_problem)
+from .tool_schemas import (MAX_TOOLS, ToolCallIn, ToolChoice, ToolDef, message_problem,
+                           part_problem, request_problem, schema_problem)
 
 MAX_DRAFT_TOKENS = 32
 MAX_TREE_NODES = 64
 MAX_STOPS = 4
+MAX_STOP_CHARS = 256  # each stop string: the stop matcher holds back this much text
 
 
 def _unsupported(message: str) -> PydanticCustomError:
@@ -226,6 +227,8 @@ class _Sampling(IgnoredParams):
             return None
         if len(stops) > MAX_STOPS or any(s == "" for s in stops):
             raise _unsupported(f"stop takes 1 to {MAX_STOPS} non-empty strings")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise _unsupported(f"each stop string may have at most {MAX_STOP_CHARS} characters")
         return stops
 
     @field_validator("n")
@@ -301,6 +304,14 @@ class JsonSchemaFormat(_Strict):
     description: str | None = None
     strict: bool | None = None  # the output always follows the schema here
 
+    @field_validator("schema_")
+    @classmethod
+    def _bounded(cls, v: dict[str, Any] | bool) -> dict[str, Any] | bool:
+        problem = schema_problem(v, "response_format.json_schema.schema")
+        if problem:
+            raise _unsupported(problem)
+        return v
+
 
 class ResponseFormat(_Strict):
     """OpenAI's ``response_format``: the output follows a JSON schema (``json_schema``),
@@ -330,7 +341,7 @@ class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: ResponseFormat | None = None
     # tool calling (server.tool_schemas, server.tool_calls)
-    tools: list[ToolDef] | None = None
+    tools: list[ToolDef] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
 

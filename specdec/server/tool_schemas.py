@@ -14,12 +14,37 @@ no call of the assistant message before it).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 FUNCTION_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# what a client may make the server compile into a grammar (or render into a prompt):
+# generous for real agents (Claude Code's 24 tools carry ~64 KB of schema in all)
+MAX_TOOLS = 128
+MAX_SCHEMA_BYTES = 64 << 10
+MAX_SCHEMA_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def schema_problem(schema: Any, where: str) -> str | None:
+    """Why a client's JSON schema is refused (too large or too deep to compile at a
+    bounded cost), or None."""
+    size = len(json.dumps(schema))
+    if size > MAX_SCHEMA_BYTES:
+        return f"{where}: the schema is {size} bytes; at most {MAX_SCHEMA_BYTES} are accepted"
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        return f"{where}: the schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
+    return None
 
 
 class Strict(BaseModel):
@@ -31,6 +56,14 @@ class FunctionDef(Strict):
     description: str | None = None
     parameters: dict[str, Any] | None = Field(None, description="a JSON schema object")
     strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _bounded(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = None if v is None else schema_problem(v, "parameters")
+        if problem:
+            raise PydanticCustomError("unsupported_value", problem)
+        return v
 
 
 class ToolDef(Strict):

@@ -283,17 +283,26 @@ class InferenceWorker:
 
     # -- the asyncio side's interface ------------------------------------------------------
 
-    def submit(self, job: Job) -> None:
+    def check_room(self) -> None:
+        """Raise the 503 a new request would get now (before any work is spent on it)."""
         if self.group_error is not None:
             raise APIError(503, f"the distributed group lost a rank: {self.group_error}; the "
                            "group must be restarted", code="distributed_group_lost")
         if not self.alive:
             raise APIError(503, "the server is shutting down; retry later", code="shutting_down",
                            headers={"Retry-After": "5"})
+        if len(self.queue) >= self.queue.maxsize:
+            self._queue_full()
+
+    def _queue_full(self) -> None:
+        wait = max(1, min(3600, math.ceil(self._mean_job_s * (len(self.queue) + 1))))
+        raise APIError(503, f"the request queue is full ({self.queue.maxsize} waiting); retry "
+                       f"in about {wait} s", code="queue_full", headers={"Retry-After": str(wait)})
+
+    def submit(self, job: Job) -> None:
+        self.check_room()
         if not self.queue.put_nowait(job):
-            wait = max(1, min(3600, math.ceil(self._mean_job_s * (len(self.queue) + 1))))
-            raise APIError(503, f"the request queue is full ({self.queue.maxsize} waiting); retry "
-                           f"in about {wait} s", code="queue_full", headers={"Retry-After": str(wait)})
+            self._queue_full()
 
     def cancel(self, job: Job) -> None:
         """Idempotent; a no-op for a finished job."""
