@@ -253,10 +253,12 @@ class Api:
         return StreamingResponse(self._events(run, usage),
                                  media_type="text/event-stream", headers=SSE_HEADERS)
 
-    async def chat(self, request: Request, body: ChatCompletionRequest) -> AsyncIterator[dict]:
+    async def chat(self, request: Request,
+                   body: ChatCompletionRequest | CompletionRequest) -> AsyncIterator[dict]:
         """The one event stream every other surface translates: ``body`` (already mapped
         from that surface's request) run as a streamed chat completion, its chunks in
-        OpenAI's ``chat.completion.chunk`` shape, the last one carrying ``usage``. Raises
+        OpenAI's ``chat.completion.chunk`` shape (a raw ``CompletionRequest``'s carry
+        ``choices[0].text``), the last one carrying ``usage``. Raises
         ``APIError`` for a request refused before its first token, and from the iterator
         for one that fails after; a client gone before its first token raises
         ``NoTokens``. Tests: tests/test_server_surfaces.py (the conformance table)."""
