@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_load import converted_dir, running  # noqa: E402  (the servers, started alike)
+from serve_load import converted_dir, mlx_lm_spec, running  # noqa: E402  (servers started alike)
 
 FILE = "stats_util.py"
 SOURCE = inspect.getsource(stats_module.linear_regression)
@@ -195,9 +195,7 @@ def main() -> None:
              {"label": "ours plain", "argv": ours + ["--draft-type", "none"],
               "model_field": args.model}]
     if args.peer == "mlx_lm":
-        specs.append({"label": "mlx_lm", "model_field": "default_model",
-                      "argv": [sys.executable, "-m", "mlx_lm", "server", "--model",
-                               str(model_dir), "--log-level", "WARNING"]})
+        specs.append(mlx_lm_spec(model_dir))
     turns, replays = session(), []
     for spec in specs:
         for surface in (SURFACES if spec["label"] != "mlx_lm" else ("chat",)):

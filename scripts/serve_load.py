@@ -188,11 +188,16 @@ def server_specs(args, model_dir: Path) -> list[dict]:
              {"label": "ours plain", "argv": ours + ["--draft-type", "none"],
               "model_field": args.model}]
     if args.peer == "mlx_lm":
-        # "default_model" is mlx_lm.server's name for its --model; any other id it would load
-        specs.append({"label": "mlx_lm", "model_field": "default_model",
-                      "argv": [sys.executable, "-m", "mlx_lm", "server", "--model",
-                               str(model_dir), "--log-level", "WARNING"]})
+        specs.append(mlx_lm_spec(model_dir))
     return specs
+
+
+def mlx_lm_spec(model_dir: Path) -> dict:
+    """mlx_lm.server on the same float32 directory ours converts the GGUF into."""
+    # "default_model" is mlx_lm.server's name for its --model; any other id it would load
+    return {"label": "mlx_lm", "model_field": "default_model",
+            "argv": [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir),
+                     "--log-level", "WARNING"]}
 
 
 def _openblas_mapped(pid: int) -> bool | None:
