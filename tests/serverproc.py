@@ -36,6 +36,8 @@ class Server:
         self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (lives as long as the server)
             "w+", prefix="specdec-serve-", suffix=".log", delete=False)
         args = [sys.executable, "-m", "specdec", "serve", "--port", str(self.port), *flags]
+        if "--drain-timeout" not in flags:  # a test's stop() need not wait out long streams
+            args += ["--drain-timeout", "3"]
         if api_key:
             args += ["--api-key", api_key]
         self.proc = subprocess.Popen(args, env=preload_env({**os.environ, **(env or {})}),

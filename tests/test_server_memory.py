@@ -96,3 +96,31 @@ def test_warm_start_accepts_more_on_a_repeated_workload(cold):
             assert usage["mean_acceptance_length"] > cold_usage["mean_acceptance_length"]
     finally:
         warm.stop()
+
+
+def test_sigterm_mid_stream_ends_it_with_an_error_event_and_saves(tmp_path, smollm):
+    """SIGTERM while a long stream runs: it runs on for --drain-timeout, then its client
+    reads a 'shutting down' error event (not a cut connection); the memory is saved whole
+    and the process exits."""
+    import json
+
+    import httpx
+    from serverproc import LONG
+
+    path = str(tmp_path / "memory.bin")
+    s = Server("--memory-file", path, "--save-interval", "0", "--drain-timeout", "2")
+    ask(s, "Say hello.", "suffix", max_tokens=4)  # something to save
+    events, t0 = [], None
+    with httpx.stream("POST", s.base + "/v1/completions", json=LONG, timeout=120) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                events.append(json.loads(line[6:]))
+                if len(events) == 3:
+                    s.proc.send_signal(signal.SIGTERM)
+                    t0 = time.monotonic()
+    assert "error" in events[-1] and "shutting down" in events[-1]["error"]["message"]
+    assert 1.5 < time.monotonic() - t0 < 30  # it ran on for the drain, then was cut
+    assert len(events) > 4 and all("choices" in e for e in events[:-1])
+    assert s.proc.wait(60) == -signal.SIGTERM
+    table, history = load_memory(path, smollm[1])
+    assert len(history.docs) >= 1

@@ -81,6 +81,15 @@ class Batcher:
         for a in self.running + self.prefilling:
             a.job.cancelled.set()
 
+    def end_all(self, error: Any) -> None:
+        """On the inference thread: every admitted job ends with ``error`` (an APIError),
+        which its client reads as an error event; the batch starts empty."""
+        for a in self.running + self.prefilling:
+            self._failed(a, error)
+        self.prefilling, self.decoding = [], []
+        learnt, self.batch = self.batch.ratio, Batch(self.w.model, self.batch.cost)
+        self.batch.ratio = learnt
+
     def close(self) -> None:
         """On the inference thread at shutdown: end every admitted job as cancelled."""
         self.cancel_all()

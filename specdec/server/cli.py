@@ -16,6 +16,7 @@ import argparse
 import logging
 import os
 import signal
+from typing import Any
 
 from ..config import DTYPES, KV_BITS, add_distributed_flags, add_draft_flags
 from ..toolcall import PARSERS
@@ -68,6 +69,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tool-call-parser", choices=PARSERS, default="auto",
                    help="how tool calls are read from replies: auto (from the chat template), "
                         "or hermes, llama3_json, mistral, gemma; none: never")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="on SIGTERM, seconds in-flight requests may still run; those left then "
+                        "end with an error event, and the memory is saved before exit")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     add_distributed_flags(p)
 
@@ -106,9 +110,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # instead of holding shutdown, and the memory save, for minutes
         # connections past the queue, the batch and room for probes get uvicorn's 503
         # before any of our work; idle keep-alive connections close after 5 s
-        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=5, access_log=False, timeout_keep_alive=5,
-                    limit_concurrency=cfg.queue_size + (cfg.max_batch or 32) + 64)
+        config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
+                                timeout_graceful_shutdown=cfg.drain_timeout + 5,
+                                access_log=False, timeout_keep_alive=5,
+                                limit_concurrency=cfg.queue_size + (cfg.max_batch or 32) + 64)
+        _serve_draining(config, worker, cfg.drain_timeout)
     finally:
         # idempotent; also covers a uvicorn that failed to bind (a hung thread: do not wait)
         worker.stop(1.0 if worker.group_error is not None else 30.0)
@@ -118,6 +124,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.shutdown()
         os._exit(3)
     return 0
+
+
+def _serve_draining(config: Any, worker: Any, seconds: float) -> None:
+    """uvicorn's server, whose first SIGTERM (or Ctrl-C) drains: in-flight requests run
+    up to ``--drain-timeout``, then end with an error event; the worker then stops and
+    saves the memory (the app's shutdown)."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            worker.drain(seconds)
+            super().handle_exit(sig, frame)
+
+    DrainingServer(config).run()
 
 
 def _stop_soon() -> None:

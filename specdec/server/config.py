@@ -38,6 +38,7 @@ class ServerConfig:
     kv_bits: int | None = None
     memory_file: str | None = None
     save_interval: float = 60.0
+    drain_timeout: float = 30.0  # SIGTERM: how long in-flight requests may run on
     queue_size: int = 64
     max_batch: int | None = None  # None: 32 where the model can batch, else 1
     max_body_bytes: int = 4 << 20
@@ -120,6 +121,7 @@ class ServerConfig:
             (self.max_body_bytes >= 1024, "--max-body-bytes must be >= 1024"),
             (self.prompt_cache_bytes >= 0, "--prompt-cache-bytes must be >= 0 (0 = off)"),
             (self.save_interval >= 0, "--save-interval must be >= 0 (0 = only at shutdown)"),
+            (0 <= self.drain_timeout <= 3600, "--drain-timeout must be in [0, 3600] seconds"),
             (self.context_length is None or self.context_length >= 2, "--context-length must be >= 2"),
             (self.temp <= 2, "--temp must be <= 2 (the API's range)"),
             (self.tool_call_parser in PARSERS,

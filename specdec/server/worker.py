@@ -101,6 +101,7 @@ class InferenceWorker:
         self.calibration: Any = None  # a calibrate.Calibration while the curve is unknown
         self._draft_costs: dict[str, dict[str, float]] = {}
         self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
+        self._drain_until: float | None = None  # set by drain(): SIGTERM's deadline
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -118,6 +119,17 @@ class InferenceWorker:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stopping and self.group_error is None
+
+    def drain(self, seconds: float) -> None:
+        """SIGTERM: refuse new requests from now on (503); requests in flight run on, and
+        those still running after ``seconds`` end with a 'shutting down' error event."""
+        self._drain_until = time.monotonic() + seconds
+
+    def _cut_drained(self) -> None:
+        if self._drain_until is not None and time.monotonic() >= self._drain_until and self.busy:
+            self.batcher.end_all(APIError(503, "the server is shutting down: this request was "
+                                          "still running after --drain-timeout; retry it",
+                                          code="shutting_down"))
 
     def stop(self, timeout: float = 30.0) -> None:
         """Cancel everything, let the thread save the memory one last time, join it."""
@@ -288,7 +300,7 @@ class InferenceWorker:
         if self.group_error is not None:
             raise APIError(503, f"the distributed group lost a rank: {self.group_error}; the "
                            "group must be restarted", code="distributed_group_lost")
-        if not self.alive:
+        if not self.alive or self._drain_until is not None:
             raise APIError(503, "the server is shutting down; retry later", code="shutting_down",
                            headers={"Retry-After": "5"})
         if len(self.queue) >= self.queue.maxsize:
@@ -327,6 +339,7 @@ class InferenceWorker:
                 log.exception("a scheduling round failed; the inference thread keeps serving")
             if self.group is not None and not self.busy:
                 self.model.watchdog.disarm()  # idle: no deadline until the next job
+            self._cut_drained()
             self._maybe_save()
 
     def _maybe_save(self) -> None:
