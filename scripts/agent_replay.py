@@ -3,7 +3,7 @@
     python scripts/agent_replay.py --model qwen2.5-coder-0.5b --out docs/bench/agent-replay/results.json
 
 The session is what an agent sends (every request whole, tool results included): a task,
-the agent's ``read_file`` call and its result (a real stdlib function), a forced
+the agent's ``read_file`` call and its result (``textwrap.dedent``'s source, as JSON), a forced
 ``write_file`` whose content is the edited file (the quoting turn), and the closing turn.
 Each request is replayed through ``/v1/messages`` (Anthropic), ``/v1/responses`` (OpenAI
 Responses) and ``/v1/chat/completions`` on ``specdec serve`` with its defaults, on
@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-import statistics as stats_module
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,17 +30,18 @@ import httpx
 sys.path.insert(0, str(Path(__file__).parent))
 from serve_load import converted_dir, mlx_lm_spec, running  # noqa: E402  (servers started alike)
 
-FILE = "stats_util.py"
-SOURCE = inspect.getsource(stats_module.linear_regression)
-EDITED = SOURCE.replace("proportional", "through_origin")
-TASK = (f"In {FILE}, rename the argument 'proportional' of linear_regression to "
-        "'through_origin' everywhere (code and docstring). Read the file first.")
+FILE = "dedent.py"
+SOURCE = inspect.getsource(textwrap.dedent)
+EDITED = SOURCE.replace("def dedent(", "def remove_indent(")
+# as specdec.prompts.agent_transcript("write_file") (the bench's agent class) asks it
+TASK = (f"Rename the function dedent in {FILE} to remove_indent. Read the file, then write "
+        "back the complete updated file.")
 SYSTEM = "You are a coding agent. Use the tools to read and write files; reply briefly."
 TOOLS = [
-    {"name": "read_file", "description": "Read a file and return its text.",
+    {"name": "read_file", "description": "Read a text file",
      "schema": {"type": "object", "properties": {"path": {"type": "string"}},
                 "required": ["path"]}},
-    {"name": "write_file", "description": "Write text to a file, replacing its content.",
+    {"name": "write_file", "description": "Write the complete new contents of a file",
      "schema": {"type": "object", "properties": {"path": {"type": "string"},
                                                  "content": {"type": "string"}},
                 "required": ["path", "content"]}},
@@ -60,9 +61,10 @@ def session() -> list[Turn]:
     read = {"call": "read_file", "args": {"path": FILE}, "id": "call_1"}
     write = {"call": "write_file", "args": {"path": FILE, "content": EDITED}, "id": "call_2"}
     h1 = [{"user": TASK}]
-    h2 = h1 + [read, {"result": SOURCE, "id": "call_1"}]
+    # tool results as JSON, as agent frameworks return them
+    h2 = h1 + [read, {"result": json.dumps({"content": SOURCE}), "id": "call_1"}]
     h3 = h2 + [write, {"result": "File written.", "id": "call_2"}]
-    return [Turn(h1, None, 48), Turn(h2, "write_file", 1200), Turn(h3, None, 48)]
+    return [Turn(h1, None, 48), Turn(h2, "write_file", 800), Turn(h3, None, 48)]
 
 
 def anthropic_body(t: Turn, model: str) -> dict:

@@ -1,0 +1,102 @@
+"""The real agent CLIs against ``specdec serve`` on loopback (Qwen2.5-Coder-0.5B): Claude
+Code (``claude -p``, the Anthropic Messages API) and Codex (``codex exec``, the Responses
+API), each unchanged but for a short system prompt and one tool, so their prompts prefill in
+seconds on a small CPU (their full ones are 10-20k tokens). ``make install-dev`` installs
+both from npm; without them these tests skip, saying how to install them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+from conftest import requires_model
+from serverproc import Server
+
+QWEN = "qwen2.5-coder-0.5b"
+KEY = "agent-cli-key"
+SYSTEM = "You are a coding assistant in a terminal. Answer briefly."
+
+pytestmark = [pytest.mark.slow, requires_model(QWEN)]
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--model", QWEN, "--model-alias", "claude-*", "--model-alias", "gpt-*",
+               api_key=KEY)
+    yield s
+    s.stop()
+
+
+def claude(server, cwd, home, *args: str) -> dict:
+    env = {**os.environ, "ANTHROPIC_BASE_URL": server.base, "ANTHROPIC_API_KEY": KEY,
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+           "DISABLE_AUTOUPDATER": "1", "HOME": str(home),
+           # a slow CPU's prefill may outlast Claude Code's idle-stream watchdog
+           "CLAUDE_STREAM_IDLE_TIMEOUT_MS": "1800000"}
+    r = subprocess.run(["claude", "-p", "--system-prompt", SYSTEM, "--tools", "Read",
+                        "--output-format", "json", *args], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=1500, check=False)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:], server.log()[-3000:])
+    return json.loads(r.stdout)
+
+
+@pytest.mark.skipif(shutil.which("claude") is None,
+                    reason="needs the Claude Code CLI: npm install -g @anthropic-ai/claude-code")
+def test_claude_code_runs_and_its_second_turn_reads_the_prefix_cache(server, tmp_path):
+    """Two ``claude -p`` turns of one conversation (``-c``): both exit 0 with an answer, and
+    the second reads at least 90 % of its prompt from the prefix cache (Claude Code's
+    per-run billing line would otherwise change the prompt from its first tokens)."""
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (work / "notes.txt").write_text("The release is on Friday.\n")
+    first = claude(server, work, home, "Reply with the single word: hello")
+    assert first["result"].strip()
+    second = claude(server, work, home, "-c", "Now reply with the single word: bye")
+    assert second["result"].strip()
+    usage = second["usage"]
+    prompt = usage["input_tokens"] + usage["cache_read_input_tokens"]
+    assert usage["cache_read_input_tokens"] >= 0.9 * prompt, usage
+    assert "POST /v1/messages" in server.log()
+
+
+CODEX_CONFIG = """model = "{model}"
+model_provider = "specdec"
+approval_policy = "never"
+sandbox_mode = "read-only"
+model_instructions_file = "{instructions}"
+web_search = "disabled"
+[features]
+goals = false
+multi_agent = false
+skill_search = false
+view_image = false
+image_generation = false
+[model_providers.specdec]
+name = "specdec"
+base_url = "{base}/v1"
+wire_api = "responses"
+env_key = "SPECDEC_API_KEY"
+"""
+
+
+@pytest.mark.skipif(shutil.which("codex") is None,
+                    reason="needs the Codex CLI: npm install -g @openai/codex")
+def test_codex_exec_runs_against_the_server(server, tmp_path):
+    """``codex exec`` with a local provider (``wire_api = "responses"``), its own
+    instructions shortened and its optional features off (its default prompt is ~10k
+    tokens): exit 0 with an answer."""
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "instructions.md").write_text(SYSTEM + "\n")
+    (home / "config.toml").write_text(CODEX_CONFIG.format(
+        model=QWEN, base=server.base, instructions=home / "instructions.md"))
+    env = {**os.environ, "CODEX_HOME": str(home), "SPECDEC_API_KEY": KEY}
+    r = subprocess.run(["codex", "exec", "--skip-git-repo-check", "Say hello in one word."],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1500)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip(), r.stderr[-3000:]
+    assert "POST /v1/responses" in server.log()
