@@ -59,6 +59,7 @@ def test_claude_code_runs_and_its_second_turn_reads_the_prefix_cache(server, tmp
     assert second["result"].strip()
     usage = second["usage"]
     prompt = usage["input_tokens"] + usage["cache_read_input_tokens"]
+    print(f"claude -p turn 2 usage: {usage}")
     assert usage["cache_read_input_tokens"] >= 0.9 * prompt, usage
     assert "POST /v1/messages" in server.log()
 

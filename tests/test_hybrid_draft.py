@@ -241,6 +241,7 @@ def model_dir(tmp_path_factory):
     return save_dir("qwen3_next", tmp_path_factory.mktemp("hybrid_draft") / "qwen3_next")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["lfm2", "qwen3_next", "mamba2"])
 def test_generate_compare_with_a_hybrid_draft_model(arch, tmp_path):
     """The CLI as a user runs it: the model as its own draft (acceptance > 0.9), and a

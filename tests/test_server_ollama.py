@@ -17,6 +17,8 @@ from conftest import requires_model
 from pydantic import BaseModel
 from serverproc import MODEL, Server
 
+pytestmark = pytest.mark.slow  # server processes on a real model
+
 ASK = [{"role": "user", "content": "Name three colours of the rainbow."}]
 GREEDY = {"num_predict": 16, "temperature": 0}
 

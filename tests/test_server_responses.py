@@ -19,6 +19,8 @@ import pytest
 from conftest import requires_model
 from serverproc import MODEL, Server
 
+pytestmark = pytest.mark.slow  # server processes on a real model
+
 from specdec.server.openai_responses import Folder, map_tools
 
 QWEN = "qwen2.5-coder-0.5b"

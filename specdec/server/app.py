@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from . import anthropic, ollama, openai_responses
-from .api import CLIENT_CLOSED, SSE_HEADERS, Api, NoTokens  # noqa: F401 (re-exported)
+from .api import Api
 from .config import ServerConfig
 from .errors import install_handlers
 from .metrics import CONTENT_TYPE, Metrics
