@@ -203,7 +203,7 @@ def main() -> None:
         for surface in (SURFACES if spec["label"] != "mlx_lm" else ("chat",)):
             with running(spec) as srv:  # fresh per surface: no cache carries over
                 replays.append(replay(srv, surface, turns))
-                print(json.dumps(replays[-1].__dict__)[:300], flush=True)
+                print(json.dumps(replays[-1].__dict__), flush=True)  # whole: a cut run keeps it
     lines = table(replays)
     print("\n".join(lines))
     if args.out:
