@@ -382,11 +382,14 @@ class Batch:
         return cost
 
     def _propose_row(self, i: int) -> tuple[Proposal, Proposal]:
-        """Row i's proposal; a drafter's failure is raised as that row's ``RowFailed``
-        (nothing has touched the cache yet, so the other rows step on unharmed)."""
+        """Row i's proposal. Beside other rows, a drafter's failure is raised as that row's
+        ``RowFailed`` (nothing has touched the cache yet, so the others step on unharmed);
+        a lone row's error is raised as it is (a single stream's caller reads it)."""
         try:
             return self._propose(self.rows[i])
-        except Exception as e:  # noqa: BLE001 - any drafter bug is its request's error
+        except Exception as e:
+            if len(self.rows) == 1:
+                raise
             raise RowFailed(i, e) from e
 
     def _propose(self, row: Row) -> tuple[Proposal, Proposal]:
