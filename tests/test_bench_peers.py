@@ -155,19 +155,19 @@ def test_a_peer_that_crashes_while_loading_is_reported_by_make_peer(monkeypatch)
 
 @pytest.mark.slow
 def test_the_bench_reports_a_crashed_peer_and_goes_on(monkeypatch):
-    """``specdec bench --peers llama.cpp,mlx-lm`` on a host where llama.cpp dies of SIGILL:
-    the report says so for llama.cpp, and ours and mlx-lm's runs are all there."""
+    """``specdec bench --peers llama.cpp`` on a host where llama.cpp dies of SIGILL: the
+    report says so for llama.cpp, and our runs are all there (the bench went on)."""
     from test_bench import _small_plan
 
     from specdec.bench.runner import run_plan
 
     crashing = NativeSpec(CRASHING, "Crashing", (), "", "rebuild it")
     monkeypatch.setitem(peers_module.NATIVE, "llama.cpp", crashing)
-    plan = _small_plan(peers=("llama.cpp", "mlx-lm"))
+    plan = _small_plan(peers=("llama.cpp",))
     plan.workloads = plan.workloads[:1]
     result = run_plan(plan)
     notes = result.peer_notes
     assert notes["llama.cpp: plain"] == "failed: llama.cpp crashed: SIGILL (illegal instruction) — rebuild it"
     assert all("llama.cpp" not in r.source for r in result.records)
-    sources = {r.source for r in result.records}
-    assert {"specdec", "mlx-lm"} <= sources
+    assert result.records and {r.source for r in result.records} == {"specdec"}
+    assert len({r.config for r in result.records}) == 2  # plain and the ngram config
