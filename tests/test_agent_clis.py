@@ -1,7 +1,7 @@
 """The real agent CLIs against ``specdec serve`` on loopback (Qwen2.5-Coder-0.5B): Claude
 Code (``claude -p``, the Anthropic Messages API) and Codex (``codex exec``, the Responses
 API), each unchanged but for a short system prompt and one tool, so their prompts prefill in
-seconds on a small CPU (their full ones are 10-20k tokens). ``make install-dev`` installs
+seconds on a small CPU (their full ones are 10-20k tokens). ``make install-agents`` installs
 both from npm; without them these tests skip, saying how to install them."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def claude(server, cwd, home, *args: str) -> dict:
 
 
 @pytest.mark.skipif(shutil.which("claude") is None,
-                    reason="needs the Claude Code CLI: npm install -g @anthropic-ai/claude-code")
+                    reason="needs the Claude Code CLI: make install-agents")
 def test_claude_code_runs_and_its_second_turn_reads_the_prefix_cache(server, tmp_path):
     """Two ``claude -p`` turns of one conversation (``-c``): both exit 0 with an answer, and
     the second reads at least 90 % of its prompt from the prefix cache (Claude Code's
@@ -85,7 +85,7 @@ env_key = "SPECDEC_API_KEY"
 
 
 @pytest.mark.skipif(shutil.which("codex") is None,
-                    reason="needs the Codex CLI: npm install -g @openai/codex")
+                    reason="needs the Codex CLI: make install-agents")
 def test_codex_exec_runs_against_the_server(server, tmp_path):
     """``codex exec`` with a local provider (``wire_api = "responses"``), its own
     instructions shortened and its optional features off (its default prompt is ~10k
