@@ -7,7 +7,10 @@ serve (SmolLM2-135M, Qwen2.5-Coder-0.5B and 1.5B) with random weights and measur
 - cost(L) / cost(1) for one L-token block over a ``--context``-token cache, L = 1..64
   (``specdec.measure.verify_cost_curve``): how many verified tokens a step can afford;
 - the batched block: B rows of L tokens each, cost(B, L) / cost(1, 1), which is what
-  continuous batching with speculation spends per step.
+  continuous batching with speculation spends per step;
+- with ``--tree-lengths``, a token tree's step (two branches, ``tree_attention``'s mask)
+  over a linear step of as many tokens (``specdec.measure.tree_overhead``): what the mask
+  costs beside the tokens.
 
     python scripts/cost_shapes.py --dtype bfloat16 --out cost.json
 
@@ -68,7 +71,7 @@ def batched_cost(model, batch: int, length: int, context: int, repeats: int) -> 
 
 
 def main() -> None:
-    from specdec.measure import verify_cost_curve
+    from specdec.measure import tree_overhead, verify_cost_curve
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(SHAPES))
@@ -78,6 +81,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--batches", default="1,2,4,8,16,32")
     ap.add_argument("--block-lengths", default="1,5,9,17")
+    ap.add_argument("--tree-lengths", default="", help="e.g. 5,9,17,33,65 (empty: skip)")
     ap.add_argument("--out")
     args = ap.parse_args()
     dtype = getattr(mx, args.dtype)
@@ -92,6 +96,10 @@ def main() -> None:
         out["models"][name] = {"cost1_ms": base * 1e3,
                                "relative": {L: round(t / base, 3) for L, t in curve.items()},
                                "batched_relative": {k: round(v, 3) for k, v in batched.items()}}
+        if args.tree_lengths:
+            lengths = tuple(map(int, args.tree_lengths.split(",")))
+            overhead = tree_overhead(model, lengths, context=args.context, repeats=args.repeats)
+            out["models"][name]["tree_over_linear"] = {L: round(r, 3) for L, r in overhead.items()}
         print(name, json.dumps(out["models"][name]), flush=True)
         del model
         mx.clear_cache()

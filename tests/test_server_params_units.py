@@ -141,6 +141,7 @@ class ScriptedWorker:
         self.draft, self.max_batch, self.queue, self.busy, self.alive = None, 1, [], 0, True
         self.one_at_a_time, self.model = None, None  # no weights: the script answers
         self.memory = SimpleNamespace(info=dict)
+        self.kv, self.kv_reserved = None, 0  # no KV budget: nothing is cached
         self.script, self.ending, self.refuse, self.requests = script, DoneEvent("stop"), False, []
 
     def check_room(self):

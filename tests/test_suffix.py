@@ -5,10 +5,10 @@ import math
 
 import pytest
 from conftest import assert_stats_speculated, real_model
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from specdec.drafters.suffix import SuffixAutomaton, SuffixDrafter, SuffixIndex
+from specdec.drafters.suffix import LOW_WATER, SuffixAutomaton, SuffixDrafter, SuffixHistory, SuffixIndex
 from specdec.drafters.suffix_match import (draft_length, longest_history_match, longest_suffix_match,
                                            most_frequent_continuation, suffix_proposal)
 from specdec.engine import token_stream
@@ -221,6 +221,40 @@ def test_history_window_is_fifo_and_bounded(requests, budget):
             fresh.extend(d)
             fresh.append(-1 - len(fresh.tokens))
         assert structure(idx.history) == structure(fresh)  # rebuilt or extended alike
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=200), st.integers(1, 120))
+@example([2] * 300, 100)  # a rebuild per request would feed ~100 tokens per 2 added
+def test_a_full_history_forgets_in_bulk_so_its_work_stays_linear(lengths, budget):
+    """Past the window the oldest requests go down to LOW_WATER of it at once: the tokens
+    ever fed to automata stay under 4x those added (each rebuild feeds <= 3/4 of the
+    window after >= 1/4 of it was added, or the one request it keeps), and the window is
+    the newest requests."""
+    fed = 0
+    extend = SuffixAutomaton.extend
+
+    def counted(self, tokens):
+        nonlocal fed
+        tokens = list(tokens)
+        fed += len(tokens)
+        return extend(self, tokens)
+
+    history = SuffixHistory(budget)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SuffixAutomaton, "extend", counted)
+        docs = [[i % 7] * n for i, n in enumerate(lengths)]
+        for d in docs:
+            history.add(d)
+    added = sum(min(n, budget) for n in lengths)
+    assert fed <= 4 * added
+    kept = list(history.docs)
+    assert kept[-1] == docs[-1][-budget:] and kept[:-1] == docs[len(docs) - len(kept):-1]
+    assert history.tokens == sum(map(len, kept)) <= budget
+    # it forgot only what it had to: the next older request would not have fitted
+    older = len(docs) - len(kept) - 1
+    if older >= 0:
+        assert history.tokens + lengths[older] > LOW_WATER * budget
 
 
 def test_begin_continues_a_follow_up_turn_and_starts_other_requests_afresh():

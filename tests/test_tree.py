@@ -17,6 +17,7 @@ unmodified mlx-lm models, greedy tree acceptance and cache compaction, against b
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import mlx.core as mx
@@ -51,9 +52,10 @@ ARCHS = ["llama", "qwen2", "gemma3"]
 
 @pytest.fixture(autouse=True, scope="module")
 def _cpu():
-    # exactness tests in fp32 on the CPU
+    # exactness tests in fp32 on the CPU; SPECDEC_TEST_DEVICE=gpu runs them on Metal or
+    # CUDA instead (the token-tree check on a lent GPU: docs/bench/cuda-h100)
     old = mx.default_device()
-    mx.set_default_device(mx.cpu)
+    mx.set_default_device(mx.gpu if os.environ.get("SPECDEC_TEST_DEVICE") == "gpu" else mx.cpu)
     yield
     mx.set_default_device(old)
 

@@ -55,6 +55,7 @@ from .suffix_match import DEFAULT_ALPHA, DEFAULT_COUNT_CAP, draft_length
 from .suffix_tree import index_tree
 
 DEFAULT_MAX_HISTORY_TOKENS = 32768
+LOW_WATER = 0.75  # a full history forgets down to this share of its window at once
 HISTORY_FORMAT = "specdec-suffix-history"
 HISTORY_VERSION = 1
 
@@ -197,7 +198,10 @@ class SuffixHistory:
 
     def add(self, doc: Sequence[int]) -> None:
         """Append one request's tokens (FIFO by request; a request longer than the whole
-        window keeps its latest tokens)."""
+        window keeps its latest tokens). Past the window, the oldest requests go down to
+        ``LOW_WATER`` of it (the newest always stays) and the automaton is rebuilt: a
+        rebuild then comes once per quarter window added, not once per request, so the
+        tokens ever fed to automata stay under 4x those added (``test_suffix``)."""
         budget = self.max_tokens
         if budget <= 0 or not doc:
             return
@@ -208,7 +212,7 @@ class SuffixHistory:
         if self.tokens <= budget:
             self._add_doc(doc)
             return
-        while self.tokens > budget:
+        while self.tokens > LOW_WATER * budget and len(self.docs) > 1:
             self.tokens -= len(self.docs.popleft())
         self._rebuild()
 

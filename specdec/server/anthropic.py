@@ -460,7 +460,7 @@ def register(app: Any, api: Api) -> None:
         api.check_model(req.model)
         body = chat_request(req, api.traits.thinking_switch)
         n_prompt = await _prompt_tokens(api, body)
-        room = api.worker.context_length - n_prompt  # clamped: clients always send a max
+        room = api.room(n_prompt)  # clamped: clients always send a max
         body = body.model_copy(update={"max_tokens": min(req.max_tokens, room) if room >= 1
                                        else req.max_tokens})
         pending = asyncio.ensure_future(api.chat(request, body))

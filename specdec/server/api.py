@@ -130,9 +130,15 @@ class Api:
             raise APIError(400, f"the {param} encode to no tokens; send some text", param=param)
         return ids
 
+    def room(self, n_prompt: int) -> int:
+        """Completion tokens a prompt of ``n_prompt`` leaves: in the context, and in the KV
+        budget for one request alone (``kv_budget``)."""
+        kv = self.worker.kv
+        return min(self.worker.context_length, kv.longest if kv is not None else 1 << 62) - n_prompt
+
     def max_tokens(self, asked: int | None, n_prompt: int, param: str) -> int:
         ctx = self.worker.context_length
-        room, cap = ctx - n_prompt, self.cfg.max_tokens  # no max_tokens: to EOS or the context
+        room, cap = self.room(n_prompt), self.cfg.max_tokens  # no max_tokens: to EOS or the room
         want = asked if asked is not None else room if cap is None else min(cap, room)
         if n_prompt + max(want, 1) > ctx:
             raise APIError(
@@ -140,7 +146,17 @@ class Api:
                 f"requested {n_prompt + max(want, 1)} tokens ({n_prompt} in the {param}, "
                 f"{max(want, 1)} in the completion). Please reduce the length of the {param} "
                 "or the completion (max_tokens).", param=param, code="context_length_exceeded")
-        return want if cap is None else min(want, cap)  # --max-tokens bounds every request
+        want = want if cap is None else min(want, cap)  # --max-tokens bounds every request
+        kv, n = self.worker.kv, n_prompt + max(want, 1)
+        if kv is not None and n > kv.longest:
+            mib = kv.footprint.row_bytes(n) / 2**20
+            raise APIError(
+                400, f"This request needs the KV cache of {n} tokens ({n_prompt} in the "
+                f"{param}, {max(want, 1)} in the completion: {mib:.0f} MiB), more than this "
+                f"server's KV budget holds for one request ({kv.longest} tokens, --kv-budget "
+                f"{kv.budget / 2**20:.0f} MiB). Lower max_tokens or shorten the {param}.",
+                param=param, code="kv_budget_exceeded")
+        return want
 
     # -- the chat template's traits: reasoning models -------------------------------------
 

@@ -39,7 +39,8 @@ def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> 
                   lifespan=lifespan)
     install_handlers(app)
     api = Api(cfg, worker)
-    metrics.watch(lambda: len(worker.queue), lambda: worker.busy)
+    metrics.watch(lambda: len(worker.queue), lambda: worker.busy, lambda: worker.kv_reserved,
+                  lambda: worker.kv.budget if worker.kv is not None else 0)
     _routes(app, api, cfg, worker, metrics)
     return wrap(app, metrics, cfg.keys(), cfg.max_body_bytes, cfg.host_allowlist())
 
@@ -72,7 +73,8 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
                 "context_length": worker.context_length, "queue_depth": len(worker.queue),
                 "queue_size": cfg.queue_size, "running": worker.busy,
                 "max_batch": worker.max_batch, "one_at_a_time": worker.one_at_a_time,
-                "memory": {k: v for k, v in worker.memory.info().items() if k != "file"}}
+                "memory": {k: v for k, v in worker.memory.info().items() if k != "file"},
+                "kv": worker.kv.info(worker.kv_reserved) if worker.kv is not None else None}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
 
     @app.get("/metrics")

@@ -49,6 +49,11 @@ log = logging.getLogger("specdec.server")
 CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
 
 
+def reserved(job: Any) -> int:
+    """Tokens ``job``'s row may grow to: its prompt and all its max_tokens."""
+    return len(job.request.prompt_ids) + job.request.max_tokens
+
+
 @dataclass
 class Active:
     """One admitted job and its request (prefilling, or decoding in the batch)."""
@@ -68,6 +73,8 @@ class Batcher:
         # in batch row order; None: a finished row's slot, parked (``Batch.park_rows``)
         self.decoding: list[Active | None] = []
         self.prefilling: list[Active] = []
+        self.held: Any = None  # the next job, waiting for KV budget (``_fits``)
+        self.parked_tokens = 0  # the longest reservation among the parked slots
 
     def __len__(self) -> int:
         return len(self.running) + len(self.prefilling)
@@ -78,15 +85,18 @@ class Batcher:
 
     def cancel_all(self) -> None:
         """Mark every admitted job cancelled (any thread); ``close`` then ends them."""
-        for a in self.running + self.prefilling:
-            a.job.cancelled.set()
+        for job in self.jobs:
+            job.cancelled.set()
 
     def end_all(self, error: Any) -> None:
         """On the inference thread: every admitted job ends with ``error`` (an APIError),
         which its client reads as an error event; the batch starts empty."""
         for a in self.running + self.prefilling:
             self._failed(a, error)
-        self.prefilling, self.decoding = [], []
+        if self.held is not None:
+            self.held.state = "finished"
+            self.held.emit(self.w.error_event(error))
+        self.prefilling, self.decoding, self.held, self.parked_tokens = [], [], None, 0
         learnt, self.batch = self.batch.ratio, Batch(self.w.model, self.batch.cost)
         self.batch.ratio = learnt
 
@@ -129,18 +139,40 @@ class Batcher:
 
     def _admit(self, tick: float) -> None:
         while len(self) < self.w.max_batch:
-            job = self.w.queue.get(timeout=0 if len(self) else tick)
+            job, self.held = self.held or self.w.queue.get(timeout=0 if len(self) else tick), None
             if job is None:
                 return
             if job.cancelled.is_set():
                 self._cancelled(job)
                 continue
+            if not self._fits(job):  # it waits, first in line, until rows leave
+                self.held = job
+                return
             try:
                 self.prefilling.append(self._start(job))
             except Exception as e:  # noqa: BLE001 (e.g. a drafter that cannot be built)
                 log.exception("could not start a request")
                 job.state = "finished"
                 job.emit(self.w.error_event(e))
+
+    def _fits(self, job: Any) -> bool:
+        """Whether ``job``'s row keeps the batch cache inside the KV budget (``kv_budget``):
+        every slot, parked ones too, padded to the longest reservation (prompt + max_tokens:
+        what a row may grow to). A job alone always runs (the API refused it if it could
+        never fit; the parked slots leave when it joins)."""
+        kv = self.w.kv
+        if kv is None or not len(self):
+            return True
+        longest = max(self.parked_tokens, reserved(job), *(reserved(a.job) for a in self.running + self.prefilling))
+        return kv.fits(len(self.decoding) + len(self.prefilling) + 1, longest)
+
+    def reserved_bytes(self) -> int:
+        """What the batch cache may grow to now (any thread: a snapshot)."""
+        kv, active = self.w.kv, self.running + self.prefilling
+        if kv is None or not active:
+            return 0
+        longest = max(self.parked_tokens, *(reserved(a.job) for a in active))
+        return kv.batch_bytes(len(self.decoding) + len(self.prefilling), longest)
 
     def _start(self, job: Any) -> Active:
         spec, w = job.request.speculation, self.w
@@ -228,6 +260,8 @@ class Batcher:
         enough parked)."""
         if None in self.decoding and not any(r.parked for r in self.batch.rows):
             self.decoding = self.running
+        if None not in self.decoding:
+            self.parked_tokens = 0
 
     # -- decoding -------------------------------------------------------------------------
 
@@ -265,6 +299,8 @@ class Batcher:
             self.decoding[i] = None
         gone = set(gone)
         self.decoding = [a for i, a in enumerate(self.decoding) if i not in gone]
+        self.parked_tokens = max(self.parked_tokens, *(reserved(a.job) for a in out)) \
+            if None in self.decoding else 0
         return list(zip(out, layers))
 
     def _settle(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
@@ -281,6 +317,9 @@ class Batcher:
         for a, layers in self._leave(gone):
             self._settle(a, layers)
             self._cancelled(a.job)
+        if self.held is not None and self.held.cancelled.is_set():
+            self._cancelled(self.held)
+            self.held = None
         for a in [a for a in self.prefilling if a.job.cancelled.is_set()]:
             self.prefilling.remove(a)
             self._settle(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
@@ -300,14 +339,14 @@ class Batcher:
 
     @property
     def jobs(self) -> list[Any]:
-        """The admitted jobs (prefilling or decoding)."""
-        return [a.job for a in self.running + self.prefilling]
+        """The admitted jobs (prefilling or decoding) and the one held for KV budget."""
+        return [a.job for a in self.running + self.prefilling] + ([self.held] if self.held else [])
 
     def _fail_all(self, e: BaseException) -> None:
         log.exception("a batched step failed: failing its %d requests", len(self.running))
         for a in self.running:
             self._failed(a, e)
-        self.decoding = []
+        self.decoding, self.parked_tokens = [], 0
         learnt, self.batch = self.batch.ratio, Batch(self.w.model, self.batch.cost)
         self.batch.ratio = learnt  # what steps cost here is still true
 

@@ -54,6 +54,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-cache-bytes", type=int, default=1 << 30,
                    help="bytes of finished requests' KV caches kept for requests that start the "
                         "same way (a conversation's next turn); 0 = off")
+    p.add_argument("--kv-budget", type=int, default=None,
+                   help="bytes of KV cache the running batch may hold, its rows padded to the "
+                        "longest prompt + max_tokens; requests that would pass it wait, one that "
+                        "never fits gets 400 (default: 30%% of the machine's or GPU's memory)")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger bodies get 413")
     p.add_argument("--max-tokens", "-m", type=int, default=None,
                    help="cap every request's completion, whatever max_tokens it asks (default: "

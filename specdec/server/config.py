@@ -44,6 +44,7 @@ class ServerConfig:
     max_body_bytes: int = 4 << 20
     max_tokens: int | None = None  # caps every request; None: a request without one runs to EOS
     prompt_cache_bytes: int = 1 << 30
+    kv_budget: int | None = None  # bytes of batch KV cache; None: kv_budget.default_budget()
     context_length: int | None = None
     temp: float = 0.0
     top_p: float = 1.0
@@ -120,6 +121,7 @@ class ServerConfig:
             (self.max_batch is None or self.max_batch >= 1, "--max-batch must be >= 1"),
             (self.max_body_bytes >= 1024, "--max-body-bytes must be >= 1024"),
             (self.prompt_cache_bytes >= 0, "--prompt-cache-bytes must be >= 0 (0 = off)"),
+            (self.kv_budget is None or self.kv_budget >= 1 << 20, "--kv-budget must be >= 1 MiB (bytes)"),
             (self.save_interval >= 0, "--save-interval must be >= 0 (0 = only at shutdown)"),
             (0 <= self.drain_timeout <= 3600, "--drain-timeout must be in [0, 3600] seconds"),
             (self.context_length is None or self.context_length >= 2, "--context-length must be >= 2"),

@@ -7,7 +7,7 @@ paths count as endpoint "other"), ``specdec_requests_cancelled_total`` (client g
 requests ``specdec_prompt_tokens_total``, ``specdec_drafted_tokens_total``,
 ``specdec_accepted_tokens_total``,
 ``specdec_acceptance_rate`` (accepted / drafted since start), ``specdec_queue_depth``,
-``specdec_requests_running``, ``specdec_time_to_first_token_seconds`` (from arrival, queue
+``specdec_requests_running``, ``specdec_kv_reserved_bytes`` / ``specdec_kv_budget_bytes``, ``specdec_time_to_first_token_seconds`` (from arrival, queue
 wait included), ``specdec_time_per_output_token_seconds`` (each gap between consecutive
 tokens of a request; tokens of one accepted draft block arrive together),
 ``specdec_memory_saves_total{result}``. The ``on_*`` hooks are called from the inference
@@ -66,10 +66,16 @@ class Metrics:
                                      registry=r)
         self._queue_depth = Gauge("specdec_queue_depth", "requests waiting", registry=r)
         self._running = Gauge("specdec_requests_running", "requests running (prefilling or decoding)", registry=r)
+        self._kv_reserved = Gauge("specdec_kv_reserved_bytes", "KV cache the running batch may grow "
+                                  "to (rows padded to the longest prompt + max_tokens)", registry=r)
+        self._kv_budget = Gauge("specdec_kv_budget_bytes", "the KV budget (--kv-budget)", registry=r)
 
-    def watch(self, queue_depth: Callable[[], float], running: Callable[[], float]) -> None:
+    def watch(self, queue_depth: Callable[[], float], running: Callable[[], float],
+              kv_reserved: Callable[[], float], kv_budget: Callable[[], float]) -> None:
         self._queue_depth.set_function(queue_depth)
         self._running.set_function(running)
+        self._kv_reserved.set_function(kv_reserved)
+        self._kv_budget.set_function(kv_budget)
 
     def _acceptance(self) -> float:
         with self._lock:

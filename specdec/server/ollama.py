@@ -527,6 +527,6 @@ def register(app: Any, api: Api) -> None:
     async def version() -> dict:
         return {"version": OLLAMA_VERSION}
 
-    @app.api_route("/", methods=["GET", "HEAD"])
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)  # a liveness probe, no operation
     async def root() -> Response:
         return PlainTextResponse("Ollama is running")  # clients probe this before /api/*

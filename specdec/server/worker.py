@@ -62,6 +62,7 @@ from .batcher import Batcher
 from .config import ServerConfig
 from .errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
+from .kv_budget import budget_for
 from .memory import SharedMemory
 
 log = logging.getLogger("specdec.server")
@@ -90,6 +91,7 @@ class InferenceWorker:
         self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
+        self.kv: Any = None  # the KV memory budget (kv_budget.KVBudget; None: sharded, none)
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._stopping = False
@@ -115,6 +117,11 @@ class InferenceWorker:
     def busy(self) -> int:
         """How many jobs are running (prefilling or decoding)."""
         return len(self.batcher) if self.batcher is not None else 0
+
+    @property
+    def kv_reserved(self) -> int:
+        """Bytes the running batch's cache may grow to (0 before the model is loaded)."""
+        return self.batcher.reserved_bytes() if self.batcher is not None else 0
 
     @property
     def alive(self) -> bool:
@@ -188,6 +195,7 @@ class InferenceWorker:
         self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes if self.group is None else 0,
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
         self.max_draft_tokens = MAX_DRAFT_TOKENS
+        self.kv = budget_for(self.model, self.cfg, sharded=self.group is not None)
         self.plain_only = self._cannot_speculate()
         self._setup_batching()
 

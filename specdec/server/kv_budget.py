@@ -1,0 +1,121 @@
+"""The KV memory budget: requests are admitted against bytes of batch cache, not rows.
+
+Contract:
+- ``Footprint.measure(model, kv_bits)`` finds what one row's cache holds, layer by layer,
+  from a one-token forward through mlx-lm's own cache (bytes per token, and the fixed
+  bytes of recurrent layers; a sliding-window layer stops growing at its window).
+  ``row_bytes(n)``: one row of ``n`` tokens.
+- ``KVBudget(budget, footprint)``: ``batch_bytes(slots, tokens)`` is a batch of ``slots``
+  rows padded to ``tokens`` (the batch cache pads every row to its longest, so one long
+  row makes every row that long); ``longest`` the longest row that fits alone.
+- Reservations count a request's prompt plus its ``max_tokens``: what its row can grow to,
+  so an admitted batch never outgrows the budget. The batcher holds back a request that
+  would (``server.batcher``); the API refuses up front one that could never fit alone
+  (``Api.max_tokens``), and clamps a request that names no ``max_tokens`` to what fits.
+- ``default_budget()``: ``DEFAULT_SHARE`` of the machine's memory (Metal/CUDA: the
+  device's). Joining a row copies the batch cache once, so the budget is half of what
+  the cache may briefly take.
+Tests: ``tests/test_server_memory.py`` (a server whose budget holds two rows).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+
+DEFAULT_SHARE = 0.3
+log = logging.getLogger("specdec.server")
+
+
+def _bytes(tree: Any) -> int:
+    return sum(a.nbytes for _, a in tree_flatten(tree) if isinstance(a, mx.array))
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes per token per growing layer, with each layer's window (None: unbounded), and
+    the fixed bytes every row holds (recurrent states)."""
+
+    per_token: tuple[tuple[int, int | None], ...]
+    fixed: int
+
+    @classmethod
+    def measure(cls, model: Any, kv_bits: int | None = None) -> Footprint:
+        from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
+
+        cache = make_prompt_cache(model)
+        if kv_bits is not None:
+            cache = [QuantizedKVCache(bits=kv_bits) if type(c) is KVCache else c for c in cache]
+        model(mx.array([[0]]), cache=cache)
+        mx.eval([c.state for c in cache])
+        per_token, fixed = [], 0
+        for c in cache:
+            if getattr(c, "keys", None) is None:  # a recurrent layer: the same bytes at any length
+                fixed += _bytes(c.state)
+                continue
+            # keys/values are allocated in steps of tokens (axis -2), quantized ones as tuples
+            kv = [a for _, a in tree_flatten([c.keys, c.values])]
+            per_token.append((_bytes(kv) // kv[0].shape[-2], getattr(c, "max_size", None)))
+        return cls(tuple(per_token), fixed)
+
+    def row_bytes(self, tokens: int) -> int:
+        return self.fixed + sum(b * (tokens if w is None else min(tokens, w)) for b, w in self.per_token)
+
+
+@dataclass(frozen=True)
+class KVBudget:
+    budget: int  # bytes of batch cache
+    footprint: Footprint
+
+    def batch_bytes(self, slots: int, tokens: int) -> int:
+        return slots * self.footprint.row_bytes(tokens)
+
+    def fits(self, slots: int, tokens: int) -> bool:
+        return self.batch_bytes(slots, tokens) <= self.budget
+
+    def info(self, reserved: int) -> dict[str, int]:
+        return {"budget_bytes": self.budget, "reserved_bytes": reserved,
+                "bytes_per_token": self.footprint.row_bytes(1) - self.footprint.fixed,
+                "longest_request_tokens": self.longest}
+
+    @functools.cached_property
+    def longest(self) -> int:
+        """The longest row that fits alone (binary search: ``row_bytes`` is monotone)."""
+        lo, hi = 0, 1 << 24
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.fits(1, mid) else (lo, mid - 1)
+        return lo
+
+
+def memory_bytes() -> int:
+    """The memory caches compete for: the GPU's where mlx reports it, else the machine's."""
+    info = mx.device_info() if hasattr(mx, "device_info") else {}
+    size = info.get("memory_size") or info.get("max_recommended_working_set_size")
+    if size:
+        return int(size)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_budget() -> int:
+    return int(DEFAULT_SHARE * memory_bytes())
+
+
+def budget_for(model: Any, cfg: Any, sharded: bool) -> KVBudget | None:
+    """The server's budget: ``cfg.kv_budget`` bytes (None: ``default_budget()``), priced on
+    ``model``'s measured footprint; None for a sharded target (its forward runs on every
+    rank, one request at a time)."""
+    if sharded:
+        if cfg.kv_budget is not None:
+            raise ValueError("--kv-budget is not supported with a sharded target (requests run "
+                             "one at a time there): leave it unset")
+        return None
+    kv = KVBudget(cfg.kv_budget or default_budget(), Footprint.measure(model, cfg.kv_bits))
+    log.info("KV budget %.2f GiB: one request of %d tokens at most", kv.budget / 2**30, kv.longest)
+    return kv
