@@ -188,6 +188,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b", help="packaged name or .gguf")
     ap.add_argument("--peer", choices=("mlx_lm", "none"), default="mlx_lm")
+    ap.add_argument("--surfaces", default=",".join(SURFACES),
+                    help="which of ours to replay (mlx_lm serves chat only), e.g. messages")
     ap.add_argument("--out", help="write every measurement as one JSON file")
     args = ap.parse_args()
     model_dir = converted_dir(args.model)
@@ -198,9 +200,12 @@ def main() -> None:
               "model_field": args.model}]
     if args.peer == "mlx_lm":
         specs.append(mlx_lm_spec(model_dir))
+    surfaces = [s for s in args.surfaces.split(",") if s]
+    if not surfaces or set(surfaces) - set(SURFACES):
+        raise SystemExit(f"--surfaces takes some of {', '.join(SURFACES)}")
     turns, replays = session(), []
     for spec in specs:
-        for surface in (SURFACES if spec["label"] != "mlx_lm" else ("chat",)):
+        for surface in (surfaces if spec["label"] != "mlx_lm" else ("chat",)):
             with running(spec) as srv:  # fresh per surface: no cache carries over
                 replays.append(replay(srv, surface, turns))
                 print(json.dumps(replays[-1].__dict__), flush=True)  # whole: a cut run keeps it

@@ -15,7 +15,7 @@ Contract:
 - ``default_budget()``: ``DEFAULT_SHARE`` of the machine's memory (Metal/CUDA: the
   device's). Joining a row copies the batch cache once, so the budget is half of what
   the cache may briefly take.
-Tests: ``tests/test_server_memory.py`` (a server whose budget holds two rows).
+Tests: ``tests/test_server_kv_budget.py`` (a server whose budget holds two rows).
 """
 
 from __future__ import annotations
