@@ -35,7 +35,9 @@ from mlx_lm.generate import BatchGenerator
 
 from specdec import load
 from specdec.core.sampling import SamplingParams
-from specdec.decode.batch import BATCH_COST_LENGTHS, Batch
+from specdec.decode import loop
+from specdec.decode.batch import Batch
+from specdec.policy.pricing import BATCH_COST_LENGTHS
 from specdec.policy.block import curve_cost
 from specdec.decode.request import Request
 from specdec.drafters.spec import DraftSpec, build_drafter
@@ -80,11 +82,11 @@ def run_ours(model, tokenizer, prompts, steps, spec, cost, profile=None):
         req.prefill()
         batch.join(req.row(), req.layers)
         reqs.append(req)
-    out = [list(s.tokens) for s in batch.step()]  # untimed, as mlx_lm's first step
+    out = [list(s.tokens) for s in loop.step(batch)]  # untimed, as mlx_lm's first step
     emitted, t0 = 0, time.perf_counter()
     with profile or _nothing():
         for _ in range(steps):
-            for o, s in zip(out, batch.step()):
+            for o, s in zip(out, loop.step(batch)):
                 o.extend(s.tokens)
                 emitted += len(s.tokens)
     wall = time.perf_counter() - t0

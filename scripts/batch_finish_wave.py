@@ -23,6 +23,7 @@ import statistics
 import time
 
 from specdec.core.text import encode_prompt
+from specdec.decode import loop
 from specdec.decode.batch import Batch
 from specdec.decode.request import Request, prefill_together
 from specdec.drafters import NoDrafter
@@ -40,7 +41,7 @@ def wave(model, prompts: list[list[int]], park: bool) -> tuple[float, list[list[
     live, out = list(range(len(reqs))), [[] for _ in reqs]
     t0 = time.perf_counter()
     while any(j is not None for j in live):
-        for j, s in zip(live, batch.step(speculate=False)):
+        for j, s in zip(live, loop.step(batch, speculate=False)):
             if j is not None:
                 out[j] += [e.token for e in reqs[j].feed(s)]
         done = [n for n, j in enumerate(live) if j is not None and reqs[j].finish_reason]

@@ -47,7 +47,7 @@ from specdec.drafters.suffix import SuffixDrafter
 from specdec.drafters.trie import merge_paths, walk
 from specdec.engine import generate
 from specdec.loader import load
-from specdec.decode.batch import draft_for_step
+from specdec.decode.rows import draft_for_step
 from specdec.core.text import encode_prompt
 from specdec.core.trees import cut
 from specdec.measure import MAX_AUTO_NODES, resolve_tree_budget

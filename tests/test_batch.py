@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
 
+from specdec.decode import loop
 from specdec.decode.batch import PARK_STEPS, Batch, batchable
 from specdec.policy.block import choose_block, curve_cost, unknown_cost
+from specdec.policy.pricing import BlockPrice, ema
 from specdec.core.proposal import Proposal
 from specdec.drafters import NgramDrafter, NoDrafter
 from specdec.drafters.base import Drafter
@@ -78,7 +80,7 @@ def run_batch(model, requests, cost, together=False, caches=None, parked=None):
             live += [(i, req) for (i, _), req in zip(joining, reqs)]
             out.update({i: [] for i, _ in joining})
         if any(live):
-            steps = batch.step()
+            steps = loop.step(batch)
             if None in live and not any(r.parked for r in batch.rows):  # left before the step
                 live = [x for x in live if x is not None]
             if len(steps) > 1:
@@ -208,14 +210,14 @@ def test_plain_rows_pipeline_and_join_and_leave_exactly():
     for n in range(8):
         if n == 3:
             join_all(model, batch, [(prompts[2], "none", 10, SamplingParams(), None)], False)
-        steps = batch.step()
+        steps = loop.step(batch)
         sizes.append(len(steps))
         for i, s in enumerate(steps):
             got[i] += s.tokens
         assert batch.queued
     held = batch.leave(0)
     for _ in range(2):  # the others go on after it left
-        for i, s in zip((1, 2), batch.step()):
+        for i, s in zip((1, 2), loop.step(batch)):
             got[i] += s.tokens
     assert sizes == [2, 2, 2, 2, 3, 3, 3, 3]  # the joining row's first token: one call later
     assert held[0].offset == len(prompts[0]) + len(got[0]) - 1
@@ -249,7 +251,7 @@ def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
         req.prefill()
         batch.join(req.row(), req.layers)
     for _ in range(10):
-        assert [s.fed for s in batch.step()] == [1, 1]
+        assert [s.fed for s in loop.step(batch)] == [1, 1]
     assert batch.rows[0].alpha > 0.9 and batch.rows[1].alpha < 0.1
 
 
@@ -274,7 +276,7 @@ def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
         reqs.append(req)
     got, live, queued = [[], []], [0, 1], []
     while live:
-        steps = batch.step()
+        steps = loop.step(batch)
         queued.append(batch.queued)
         for i, s in zip(live, steps):
             got[i] += [e.token for e in reqs[i].feed(s)]
@@ -299,11 +301,23 @@ def test_seeded_sampling_under_batching_reproduces_alone():
 
 def test_observed_step_times_correct_the_curve():
     """A block length whose steps took twice what the curve said costs twice as much."""
-    batch = Batch(cached_tiny("llama"), lambda n: float(n))
-    batch.ratio = {(3, 1): 1.0, (3, 3): 2.0, (2, 1): 5.0}  # 4 rows: size class 3
-    cost = batch._cost(4)
+    price = BlockPrice(lambda n: float(n), ratio={(3, 1): 1.0, (3, 3): 2.0, (2, 1): 5.0})
+    cost = price.cost(4)  # 4 rows: size class 3
     assert (cost(4), cost(8), cost(12), cost(20)) == (4.0, 8.0, 24.0, 40.0)
-    assert batch._cost(3)(3) == 15.0 and batch._cost(8)(8) == 8.0  # other classes
+    assert price.cost(3)(3) == 15.0 and price.cost(8)(8) == 8.0  # other classes
+
+
+def test_a_price_learns_from_batched_steps_only():
+    """``observe`` moves the ratio of a (size class, L) toward observed / predicted time,
+    by ``ema``; a lone row's or an unlearning price's steps change nothing."""
+    price = BlockPrice(lambda n: float(n))
+    price.observe(4, 3, 24.0)  # twice the curve's 12
+    price.observe(4, 3, 24.0)
+    price.observe(1, 3, 100.0)
+    assert price.ratio == {(3, 3): 2.0}
+    frozen = BlockPrice(lambda n: float(n), learn=False)
+    frozen.observe(4, 3, 24.0)
+    assert frozen.ratio == {} and ema(2.0, 1.0) == pytest.approx(1.8)
 
 
 def test_choose_block_prefers_speculation_only_where_it_pays():
@@ -395,7 +409,7 @@ def test_a_step_without_speculation_feeds_one_token_per_row():
     for p in prompts:
         row, layers, _, _ = start(model, p, "ngram", 12)
         batch.join(row, layers)
-    steps = batch.step(speculate=False)
+    steps = loop.step(batch, speculate=False)
     assert [s.fed for s in steps] == [1, 1]
     assert [s.tokens for s in steps] == [alone(model, p, "none", 1) for p in prompts]
 
@@ -430,7 +444,7 @@ def test_a_batch_where_no_block_can_pay_asks_no_drafter(cost):
     out, live, asked = {i: [] for i in range(3)}, list(range(3)), []
     while live:
         before = sum(r.drafter.proposals for r in reqs)
-        steps = batch.step()
+        steps = loop.step(batch)
         asked.append((len(live), sum(r.drafter.proposals for r in reqs) - before))
         for i, s in zip(live, steps):
             out[i] += [e.token for e in reqs[i].feed(s)]
@@ -478,7 +492,7 @@ def test_a_row_whose_drafter_fails_leaves_alone_and_the_others_are_unchanged():
     live, out, failed = list(range(3)), {i: [] for i in range(3)}, []
     while live:
         try:
-            steps = batch.step()
+            steps = loop.step(batch)
         except RowFailed as e:
             failed.append(live[e.row])
             batch.leave_rows([e.row])

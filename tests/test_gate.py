@@ -244,6 +244,7 @@ def test_seeded_sampling_through_paused_stretches_equals_plain_seeded_sampling()
 def test_each_batched_row_is_gated_on_its_own():
     """Two rows in one batch (the server's path): the row whose drafts keep failing
     pauses and proposes nothing more, the other keeps drafting; both equal plain."""
+    from specdec.decode import loop
     from specdec.decode.batch import Batch
     from specdec.decode.request import Request
 
@@ -267,7 +268,7 @@ def test_each_batched_row_is_gated_on_its_own():
     for req in reqs:
         batch.join(req.row(), req.layers)
     while batch.rows:
-        steps = batch.step()
+        steps = loop.step(batch)
         for j in reversed(range(len(batch.rows))):
             i = reqs.index(next(r for r in reqs if r.row() is batch.rows[j]))
             out[i] += [e.token for e in reqs[i].feed(steps[j])]

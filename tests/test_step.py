@@ -76,11 +76,11 @@ def test_the_rollback_contract_refuses_what_it_cannot_keep():
 
 def test_a_sampled_row_without_its_key_stream_is_refused():
     from specdec.core.sampling import SamplingParams
-    from specdec.decode.batch import Row
+    from specdec.decode.rows import Row, TokensLeft
     from specdec.drafters.base import NoDrafter
 
     with pytest.raises(ValueError, match="Rng"):
-        Row([1, 2], NoDrafter(), 4, SamplingParams(temperature=0.5), [4])
+        Row([1, 2], NoDrafter(), 4, SamplingParams(temperature=0.5), TokensLeft(4))
     assert TINY_VOCAB > 9  # the forced token is in the tiny vocabulary
 
 

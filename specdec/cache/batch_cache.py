@@ -68,6 +68,10 @@ class RowsKVCache(BatchKVCache):
             c.offset, c._idx = mx.array([layer.offset]), layer.offset
         return c
 
+    def held(self) -> list[int]:
+        """The tokens each row holds (its width less its left padding and its holes)."""
+        return [self._idx - p - h for p, h in zip(self.pads, self.holes)]
+
     def _plain(self) -> bool:
         return self.valid is None and not any(self.pads)
 

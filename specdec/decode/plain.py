@@ -62,7 +62,7 @@ def plain_steps(
         vals = [a.tolist() for a in arrays]  # waits for this token only
         margins = [vals[2]] if diagnostics else None
         top = [sorted_top(*vals[-2:])] if top_logprobs else None
-        return Step([vals[0]], 0, 0, 1, [vals[1]], margins, top)
+        return Step(tokens=[vals[0]], drafted=0, accepted=0, fed=1, logprobs=[vals[1]], margins=margins, top=top)
 
     with mx.stream(generation_stream):  # as mlx-lm's generate_step (not across the yields)
         cur = forward(mx.array([context[-1]]))

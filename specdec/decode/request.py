@@ -1,37 +1,11 @@
-"""One request's lifecycle, the same for the library (``engine``) and the server's batcher.
+"""One request's lifecycle, the same for the library (``engine``) and the server's batcher:
+``start`` → ``prefill`` (or ``prefill_together``) → ``steps`` (``loop.stream``) fed to
+``feed`` → ``finish``; ``run`` drives all of it for a single stream.
 
-Contract of ``Request(model, prompt_ids, ...)`` (arguments validated at construction):
-- ``start()``: the cache — a ``PromptCache`` given as ``prompt_cache`` keeps the longest
-  prefix it shares with the prompt (``reuse``), else a fresh ``rollback.make_cache`` —,
-  the stats, the drafter's ``constrain`` (the request's grammar among ``processors``, or
-  None) and ``begin`` (inside the prefill phase, so a draft model's prompt
-  pass counts as prefill) and the prompt tokens still to feed (all but the last: the
-  first decode step feeds it).
-- ``adopt(cache)``, between ``start`` and the first ``prefill``: a prompt cache sharing
-  more of the prompt replaces the request's own (returned), and less is left to feed.
-- ``prefill(chunk=None)`` feeds up to ``chunk`` of them (None: all) and returns True once
-  none are left; ``row()`` is then the request's ``batch.Row`` and ``layers`` its cache.
-  ``prefill_together(model, requests)`` instead feeds several started requests' prompts
-  in one batched forward (``batch_cache.prefill_rows``) and returns the batch cache
-  (``batch.Batch.join_rows``): each request's row starts from its ``layers`` (a reused
-  prefix included), which it gets back, holding its row, when it leaves the batch
-  (``finish(ok, layers)``).
-- ``feed(step)`` turns one ``step.Step`` into ``Emitted`` tokens: the step is recorded in
-  the stats (and ``step_log``); EOS ends the output (not emitted), as do ``max_tokens``
-  and, with a ``TextOut`` (``text``), a stop string, so a stop inside an accepted block
-  ends the output there. ``finish_reason`` is then "stop" or "length"; ``tail()`` is the
-  text the detokenizer still held (none after a stop string).
-- ``finish(ok, layers=None)``: a prompt cache then holds exactly the prompt and the
-  emitted tokens (``settle``); after an error (``ok`` False) its contents are unknown, so
-  it is emptied. ``layers``: the request's cache as a batch handed it back on leaving.
-- ``run()`` is the single-stream driver: start, prefill, then a batch of one (speculative:
-  ``batch.Batch``, whose step is ``step.verify_step``) or pipelined plain decoding
-  (``plain.plain_steps``), yielding each emitted token, settling on the way out (finished,
-  closed early, or failed). While the drafter is ``paused`` (the cost gate found that
-  drafting does not pay) a speculative request decodes plain and pipelined too, telling
-  the drafter each token (``watch``) and each step's time (``step_time``), and goes back to
-  verify steps when it resumes; it cannot where a logits processor needs the host between
-  tokens (a grammar), and then takes one-token verify steps.
+Invariant: ``feed`` ends the output at EOS (not emitted), ``max_tokens`` or a stop string,
+even inside an accepted block; a prompt cache afterwards holds exactly prompt + emitted
+tokens, or is emptied after an error. Tests: tests/test_engine_tiny.py,
+tests/test_prompt_cache.py, tests/test_batch.py.
 """
 
 from __future__ import annotations
@@ -45,15 +19,15 @@ from ..cache.prompt_cache import PromptCache
 from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import make_cache, prefill
 from ..core.grammar import Grammar
-from ..core.processors import LogitsProcessor, processors_for
+from ..core.processors import LogitsProcessor
 from ..core.sampling import Rng, SamplingParams
 from ..core.stats import SpecStats
 from ..core.text import TextOut
 from ..drafters.base import Drafter, NoDrafter
 from ..policy.tree_shape import TreeShaper
-from .batch import Batch, Row
-from .plain import plain_steps
-from .step import SeededSampler, Step
+from .loop import stream
+from .rows import Row, TokensLeft
+from .step import Step
 
 
 @dataclass
@@ -79,7 +53,7 @@ def check_args(max_tokens: int, num_draft_tokens: int, prefill_step_size: int,
 
 
 class Request:
-    """See the module docstring."""
+    """One request: its arguments (validated here), cache, drafter, stats and output."""
 
     def __init__(self, model: Any, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
                  max_tokens: int = 256, num_draft_tokens: int = 4, eos: Sequence[int] | set[int] = (),
@@ -104,7 +78,7 @@ class Request:
         self.prefill_step_size, self.diagnostics, self.top_logprobs = prefill_step_size, diagnostics, top_logprobs
         self.stats = stats if stats is not None else SpecStats()
         self.step_log, self.text, self.processors = step_log, text, list(processors)
-        self.budget = [max_tokens]  # tokens still wanted: drafting stops there
+        self.left = TokensLeft(max_tokens)  # drafting stops there
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
         self.stopped = False  # by a stop string
@@ -120,6 +94,8 @@ class Request:
         return self.prompt_cache.layers if self.prompt_cache is not None else self._cache
 
     def start(self) -> None:
+        """The cache (a prompt cache's longest shared prefix, or a fresh one), the stats,
+        the drafter's ``constrain`` and ``begin``, and the prompt tokens left to feed."""
         if self.prompt_cache is None:
             self._cache, reused = make_cache(self.model, max_trim=self.k + 1, rollback=self.speculative,
                                              kv_bits=self.kv_bits, kv_group_size=self.kv_group_size,
@@ -152,6 +128,7 @@ class Request:
         self.pending = self.prompt_ids[reused:-1]
 
     def prefill(self, chunk: int | None = None) -> bool:
+        """Feed up to ``chunk`` prompt tokens (None: all); True once none are left."""
         n = len(self.pending) if chunk is None else chunk
         part, self.pending = self.pending[:n], self.pending[n:]
         prefill(self.model, self.layers, part, self.prefill_step_size)
@@ -164,12 +141,13 @@ class Request:
 
     def row(self) -> Row:
         if self._row is None:
-            self._row = Row(list(self.prompt_ids), self.drafter, self.k, self.sampling, self.budget,
+            self._row = Row(list(self.prompt_ids), self.drafter, self.k, self.sampling, self.left,
                             rng=self.rng, top_logprobs=self.top_logprobs, diagnostics=self.diagnostics,
                             tree_budget=self.tree_budget, shaper=self.shaper, extra=self.processors)
         return self._row
 
     def feed(self, step: Step) -> list[Emitted]:
+        """One step's tokens as ``Emitted``, recorded in the stats; sets ``finish_reason``."""
         stats, out = self.stats, []
         stats.record_step(step.drafted, step.accepted, step.fed, step.depth)
         if self.step_log is not None:
@@ -180,7 +158,7 @@ class Request:
                 return out
             now = time.perf_counter()
             stats.generated_tokens += 1
-            self.budget[0] = self.max_tokens - stats.generated_tokens
+            self.left.n = self.max_tokens - stats.generated_tokens
             stats.ttft_s = stats.ttft_s or now - self.t0
             stats.decode_s = now - self.t0 - stats.prefill_s
             self.tokens.append(tok)
@@ -189,7 +167,7 @@ class Request:
             out.append(e)
             if self.text is not None:
                 e.text, self.stopped = self.text.feed(tok)
-            if self.stopped or self.budget[0] <= 0:
+            if self.stopped or self.left.n <= 0:
                 self.finish_reason = "stop" if self.stopped else "length"
                 return out
         return out
@@ -198,6 +176,7 @@ class Request:
         return "" if self.stopped or self.text is None else self.text.tail()
 
     def finish(self, ok: bool = True, layers: list[Any] | None = None) -> None:
+        """Settle the prompt cache (``layers``: the cache a batch handed back on leaving)."""
         if self.prompt_cache is None:
             return
         if layers is not None:
@@ -208,40 +187,8 @@ class Request:
             self.prompt_cache.reset()
 
     def steps(self) -> Iterator[Step]:
-        """The single-stream steps after ``prefill``: a batch of one, or pipelined plain
-        decoding when nothing needs the host between tokens (no drafter, and no processor
-        beyond those ``SamplingParams`` asks for)."""
-        if not self.speculative and not self.processors:  # plain, pipelined
-            yield from plain_steps(self.model, self.layers, self.prompt_ids, self.sampling, self.rng,
-                                   self.diagnostics, self.top_logprobs)
-            return
-        batch, row = Batch(self.model), self.row()
-        batch.join(row, self.layers)
-        pausable = not self.processors and all(p.pipelined for p in processors_for(self.sampling))
-        while True:
-            if pausable and self.drafter.paused:  # a paused drafter may start so (the gate)
-                layers = batch.leave(0)
-                yield from self._plain_stretch(row, layers)
-                batch.join(row, layers)
-            yield batch.step()[0]
-
-    def _plain_stretch(self, row: Row, layers: list[Any]) -> Iterator[Step]:
-        """Pipelined plain steps while the drafter is paused; the cache then holds the
-        row's context but its last token again, ready for the next verify step."""
-        if isinstance(layers, RecurrentCache):
-            layers.settle()  # the last rollback's kept tokens, before plain forwards
-        keys = row.sampler if isinstance(row.sampler, SeededSampler) else self.rng
-        plain = plain_steps(self.model, layers, row.context, self.sampling, keys, self.diagnostics,
-                            self.top_logprobs, until=lambda: not self.drafter.paused)
-        while True:
-            t0 = time.perf_counter()
-            step = next(plain, None)
-            if step is None:
-                return
-            self.drafter.step_time(0, time.perf_counter() - t0)
-            row.context.extend(step.tokens)
-            yield step
-            self.drafter.watch(row.context)
+        """The single-stream steps after ``prefill`` (``loop.stream``)."""
+        return stream(self)
 
     def run(self) -> Iterator[Emitted]:
         """Emitted tokens until the request finishes; call after ``start`` and ``prefill``."""
@@ -263,7 +210,8 @@ class Request:
 
 
 def prefill_together(model: Any, requests: Sequence[Request]) -> list[RowsKVCache]:
-    """See the module docstring."""
+    """Prefill several started requests' prompts in one batched forward; the batch cache
+    for ``Batch.join_rows`` (each row from its request's ``layers``)."""
     layers = prefill_rows(model, [r.layers for r in requests], [r.pending for r in requests],
                           requests[0].prefill_step_size)
     now = time.perf_counter()

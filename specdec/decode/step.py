@@ -1,40 +1,13 @@
-"""The one verify step: every speculative decoding path (single stream, continuous batching,
-token trees, a sharded target) runs ``verify_step``, and ``verify_forward`` inside it is
-the only place a verify block goes through the target.
+"""The one verify step: every speculative path (single stream, batch, token tree, sharded
+target) runs ``verify_step``, and ``verify_forward`` inside it is the only place a verify
+block goes through the target. ``Sampler``s turn a row's block of logits into its accepted
+path and emitted tokens; ``queue_plain_step`` / ``land_plain_step`` are the pipelined
+plain step of a batch.
 
-Contract of ``verify_step(model, cache, rows, vocab=)`` — B rows (B = 1 for a single
-request), each a ``Verify``: the row's context (prompt + emitted tokens; its last token
-is the block's root, not yet fed), its ``Proposal`` (linear; a tree of deterministic
-drafts only when B = 1), its ``Sampler``, its logits processors and what to report. The
-step runs, in order:
-
-1. forward: one ``verify_forward`` over every row's ``[last] + proposal`` (rows padded
-   with token 0 to the longest; a tree under ``tree_attention``);
-2. processing: each row's ``core.processors`` chain (penalties, logit bias, grammar
-   masks), where block row r sees the context plus the draft tokens before it (a linear
-   draft's prefix, a tree node's root path);
-3. decision on the device: the row's ``Sampler`` (greedy argmax; with a seed, each
-   row's position-keyed draw, accepted like greedy's argmax; without one, exact
-   rejection sampling linear or multi-candidate down a tree, or plain sampling for a row
-   that does not speculate). Greedy rows with nothing beyond the argmax to compute (no
-   processors, top logprobs or diagnostics; a linear draft) are decided together, in
-   one set of batched ops over their block rows (``_greedy_arrays``): the same values,
-   without B separate graphs;
-4. one host sync for all rows (``mx.eval`` then ``tolist``: ``_decide``);
-5. settle: each row's accepted path and emitted tokens (the accepted drafts plus one
-   token of the target's);
-6. rollback: ``batch_cache.roll_back`` keeps each row's root and accepted path and drops
-   the rest, on any cache kind (checked; never a silent no-op);
-7. a ``Step`` record per row: emitted tokens, drafted/accepted/fed counts, the target's
-   log-probability of each emitted token (raw ``log_softmax``, as mlx-lm reports it), and
-   when asked the n most likely ``(token, logprob)`` pairs and the top-2 logit margin.
-
-The caller (``batch.Batch``) drafts before and observes after. Plain decoding without
-drafts has its own pipelined loop (``plain.plain_steps``), which never waits on the host
-between tokens; a batch whose rows all decode plainly and greedily pipelines the same way
-(``queue_plain_step``: the step's forward and argmax queued on the device, its input
-the previous step's argmax still on the device; ``land_plain_step`` reads it: the same
-tokens and logprobs ``verify_step`` gives those rows).
+Invariant: a row's emitted tokens are what plain decoding of its context gives (greedy,
+seeded) or are distributed as them (rejection sampling), and its cache afterwards holds
+its context plus the accepted path, nothing else (checked on every cache kind).
+Tests: tests/test_step.py, tests/test_sampling.py, tests/test_seeded.py, tests/test_tree.py.
 """
 
 from __future__ import annotations
@@ -55,8 +28,11 @@ from ..core.verify import greedy_accept, rejection_sample, settle, tree_rejectio
 from .tree_attention import tree_attention
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Step:
+    """One row's result of one step: the ``tokens`` emitted (the ``accepted`` drafts and
+    one token of the target's), of ``drafted`` draft tokens, ``fed`` block rows."""
+
     tokens: list[int]
     drafted: int
     accepted: int
@@ -213,7 +189,9 @@ def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> S
 # ---- the step ----------------------------------------------------------------------------
 @dataclass
 class Verify:
-    """One row of a verify step (see the module docstring)."""
+    """One row of a verify step: its context (prompt + emitted; the last token is the block's
+    root, not yet fed), its proposal (a tree of deterministic drafts only alone), its
+    sampler and processors, and what to report."""
 
     context: list[int]
     proposal: Proposal
@@ -359,14 +337,20 @@ def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[lis
     margins = [extras[0][r] for r in rows] if row.diagnostics else None
     top = extras[-2:] if row.top_logprobs else None
     top = [sorted_top(top[0][r], top[1][r]) for r in rows] if top else None
-    step = Step(emitted, n, len(path), n + 1, logprobs, margins, top,
-                depth=None if p.is_linear else p.depth)
+    step = Step(tokens=emitted, drafted=n, accepted=len(path), fed=n + 1, logprobs=logprobs,
+                margins=margins, top=top, depth=None if p.is_linear else p.depth)
     return step, rows
 
 
 def verify_step(model: Any, cache: list, rows: Sequence[Verify], *,
                 vocab: int | None = None) -> list[Step]:
-    """See the module docstring."""
+    """One step of B rows, in order: 1. one ``verify_forward`` over every row's ``[last] +
+    proposal`` (padded with token 0; a tree under ``tree_attention``); 2. each row's
+    processors, block row r seeing the context plus the drafts before it; 3. each row's
+    ``Sampler`` decides on the device (greedy rows with nothing else to compute together:
+    ``_greedy_arrays``); 4. one host sync (``_decide``); 5. each row's accepted path and
+    emitted tokens; 6. ``batch_cache.roll_back`` keeps each row's root and accepted path;
+    7. a ``Step`` per row (log-probabilities are raw ``log_softmax``, as mlx-lm reports)."""
     trees = [r for r in rows if not r.proposal.is_linear]
     if trees and (len(rows) > 1 or trees[0].proposal.q is not None):
         raise ValueError("a token tree is verified alone and of deterministic drafts "

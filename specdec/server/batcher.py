@@ -40,9 +40,11 @@ from typing import Any
 
 from ..cache.prompt_cache import common_prefix
 from ..core.text import TextOut
+from ..decode import loop
 from ..decode.batch import Batch, RowFailed
 from ..decode.request import Request, prefill_together
 from ..engine import grammar_for, tree_policy
+from ..policy.pricing import BlockPrice
 from .events import DoneEvent
 
 log = logging.getLogger("specdec.server")
@@ -69,7 +71,8 @@ class Batcher:
 
     def __init__(self, worker: Any, cost: Any):
         self.w = worker
-        self.batch = Batch(worker.model, cost)
+        self.price = BlockPrice(cost)  # outlives each batch: what steps cost here stays true
+        self.batch = Batch(worker.model, price=self.price)
         # in batch row order; None: a finished row's slot, parked (``Batch.park_rows``)
         self.decoding: list[Active | None] = []
         self.prefilling: list[Active] = []
@@ -97,8 +100,7 @@ class Batcher:
             self.held.state = "finished"
             self.held.emit(self.w.error_event(error))
         self.prefilling, self.decoding, self.held, self.parked_tokens = [], [], None, 0
-        learnt, self.batch = self.batch.ratio, Batch(self.w.model, self.batch.cost)
-        self.batch.ratio = learnt
+        self.batch = Batch(self.w.model, price=self.price)
 
     def close(self) -> None:
         """On the inference thread at shutdown: end every admitted job as cancelled."""
@@ -116,7 +118,7 @@ class Batcher:
                 self._prefill_chunk(group[0])
         if self.running:
             try:
-                steps = self.batch.step(speculate=not self.prefilling)
+                steps = loop.step(self.batch, speculate=not self.prefilling)
             except RowFailed as e:  # before the cache was touched: that row leaves alone
                 self._end_rows([], {e.row: e.error})
                 return
@@ -347,6 +349,5 @@ class Batcher:
         for a in self.running:
             self._failed(a, e)
         self.decoding, self.parked_tokens = [], 0
-        learnt, self.batch = self.batch.ratio, Batch(self.w.model, self.batch.cost)
-        self.batch.ratio = learnt  # what steps cost here is still true
+        self.batch = Batch(self.w.model, price=self.price)
 

@@ -235,7 +235,7 @@ class InferenceWorker:
         """The verify cost curve from the cache; without one a ``Calibration`` measures it
         in idle time (``_calibrate``): the server answers at once, whatever it has seen."""
         from ..calibrate import Calibration
-        from ..decode.batch import BATCH_COST_LENGTHS
+        from ..policy.pricing import BATCH_COST_LENGTHS
         from ..policy.block import unknown_cost
         from ..measure import cached_cost_curve
 
@@ -251,7 +251,7 @@ class InferenceWorker:
                      "sharded or hybrid target): requests draft without the cost gate")
             return
         self.calibration = Calibration(self.model, lengths, repeats=CALIBRATION_REPEATS)
-        self.batcher.batch.cost = unknown_cost  # several rows decode plain until it is known
+        self.batcher.price.curve = unknown_cost  # several rows decode plain until it is known
         log.info("batching up to %d requests; no verify cost curve cached for this model: "
                  "batches of several requests decode plain and a lone request drafts without "
                  "the cost gate until it is measured, %d forwards in idle time",
@@ -268,8 +268,7 @@ class InferenceWorker:
 
         self.curve = curve
         if self.max_batch > 1:
-            self.batcher.batch.cost = curve_cost(curve)
-            self.batcher.batch.ratio = {}  # ratios learnt against another price mean nothing here
+            self.batcher.price.reprice(curve_cost(curve))
 
     def _calibrate(self, budget_s: float = CALIBRATION_SLICE_S) -> None:
         """Calibration forwards for up to ``budget_s`` while no job runs or waits; once

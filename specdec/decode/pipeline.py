@@ -1,0 +1,74 @@
+"""Pipelined plain steps of a batch: while every row decodes plainly and greedily, the next
+step's forward is queued on the device before this one is read, as ``plain.plain_steps``
+does for one stream.
+
+Invariant: the tokens and logprobs are those ``step.verify_step`` gives the same rows; a
+queued step (``Batch.inflight``) has fed its rows one token more than their contexts'
+``[:-1]``. Tests: tests/test_batch.py (pipelined and landed steps), tests/test_gate.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+from ..cache.batch_cache import RowsKVCache
+from ..cache.recurrent import RecurrentCache
+from ..core.proposal import EMPTY
+from .batch import Batch, InFlight
+from .rows import NOTHING, Drafted, draft_for_step, drafting, last_tokens, observe, plain_row
+from .step import Step, Verify, land_plain_step, queue_plain_step
+
+
+def pipelines(batch: Batch, speculate: bool) -> bool:
+    """Whether this step is plain for every row and the next may be queued before it is
+    read: each row greedy with nothing beyond the argmax to compute, full-attention
+    layers, and no row drafting (none asked, a paused cost gate, or blocks priced out:
+    the block policy keeps L = 1 for drafts as long as each row's last proposal)."""
+    rows = batch.rows
+    if not rows or not all(map(plain_row, rows)) or isinstance(batch.cache, RecurrentCache) \
+            or any(type(c) not in (KVCache, RowsKVCache) for c in batch.cache):
+        return False
+    # a batch judges by each row's last proposal (so a row with nothing to copy does not
+    # hold it off the pipelined path); a lone row asks its drafter every step, as a single
+    # stream does (its cost gate pauses it instead)
+    lone = len(rows) == 1
+    drafts = [min(r.k if r.drafted is None or lone else r.drafted, r.left.n - 1)
+              if speculate and drafting(r) else 0 for r in rows]
+    return max(drafts) < 1 or batch.price.block(drafts, [r.alpha for r in rows]) == 1
+
+
+def pipelined_step(batch: Batch) -> list[Step]:
+    """Queue the next plain step (after the one already queued, or after this one), then
+    read this one (a lone row's drafter learns what the plain token cost, as a single
+    stream's does)."""
+    rows, cur, t0 = batch.rows, batch.inflight, time.perf_counter()
+    if cur is None:
+        cur = InFlight(queue_plain_step(batch.model, batch.cache, last_tokens(rows)), len(rows))
+    feed = cur.arrays[0]
+    if cur.covers < len(rows):  # rows that joined since it was queued: fed from the host
+        feed = mx.concatenate([feed, last_tokens(rows[cur.covers:])])
+    batch.inflight = InFlight(queue_plain_step(batch.model, batch.cache, feed), len(rows))
+    steps = land(batch, cur)
+    if len(rows) == 1 and cur.covers == 1:
+        rows[0].drafter.step_time(0, time.perf_counter() - t0)
+    return steps
+
+
+def land(batch: Batch, cur: InFlight) -> list[Step]:
+    """Read a queued plain step of the first ``cur.covers`` rows and observe it: a paused
+    drafter watches the token (as in a single stream's plain stretch); another drafter's
+    proposal is made and cut as a plain verify step would (its first draft against the
+    emitted token: ``rows.observe``)."""
+    rows = batch.rows[: cur.covers]
+    steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
+    hopeless = batch.price.hopeless(len(rows), max((r.k for r in rows if r.speculative), default=0))
+    for r, s in zip(rows, steps):
+        paused = r.speculative and r.drafter.paused
+        asks = r.speculative and not paused and not hopeless
+        observe(r, Drafted(draft_for_step(r.drafter, r.context, r.depth), EMPTY) if asks else NOTHING, s)
+        if paused:
+            r.drafter.watch(r.context)
+    return steps

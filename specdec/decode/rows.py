@@ -1,0 +1,146 @@
+"""One request's decode state in a batch (``Row``) and the two things a step does per row:
+``propose`` (ask its drafter) and ``observe`` (let it learn what the step emitted).
+
+Invariant: ``row.context`` is the prompt plus every emitted token, and the batch cache holds
+``context[:-1]`` between steps (the last token is the next block's root). Tests:
+tests/test_batch.py, tests/test_step.py, tests/test_tree.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
+
+import mlx.core as mx
+
+from ..core.processors import LogitsProcessor, processors_for
+from ..core.proposal import EMPTY, Proposal
+from ..core.sampling import Rng, SamplingParams
+from ..core.trees import cut, first_branch, prune_tree
+from ..drafters.base import Drafter, NoDrafter
+from ..policy.pricing import ema
+from ..policy.tree_shape import TreeShaper
+from .step import Greedy, Sampler, Step, sampler_for
+
+
+@dataclass
+class TokensLeft:
+    """How many more tokens a request wants (its lifecycle counts down; drafting stops there)."""
+
+    n: int
+
+
+@dataclass
+class Row:
+    context: list[int]
+    drafter: Drafter
+    k: int  # the draft depth asked for
+    params: SamplingParams
+    left: TokensLeft
+    rng: Rng | None = None
+    top_logprobs: int = 0
+    diagnostics: bool = False
+    tree_budget: int = 0  # max tree nodes per step (0: linear drafts)
+    shaper: TreeShaper | None = None  # "auto": each step's node count
+    extra: Sequence[LogitsProcessor] = ()  # beyond what params ask for (a grammar)
+    alpha: float = 0.5  # running estimate of the per-token acceptance probability
+    parked: bool = False  # finished, its slot kept until enough rows leave together
+    drafted: int | None = None  # the length of the drafter's last proposal (None: none yet)
+    sampler: Sampler = field(init=False)
+    processors: list[LogitsProcessor] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.rng is None and not self.params.greedy:
+            raise ValueError("a sampled row needs its request's Rng")
+        self.sampler = sampler_for(self.params, self.rng, self.speculative)
+        self.processors = processors_for(self.params) + list(self.extra)
+
+    @property
+    def speculative(self) -> bool:
+        return not isinstance(self.drafter, NoDrafter)
+
+    @property
+    def depth(self) -> int:
+        """How deep this step may draft: k, but never past the tokens still wanted."""
+        return min(self.k, self.left.n - 1)
+
+
+class Drafted(NamedTuple):
+    """A row's proposal this step: the drafter's whole ``full`` proposal (what it learns
+    against) and the part of it the block ``verifies`` (cut by the tree shaper, the
+    block length)."""
+
+    full: Proposal
+    verifies: Proposal
+
+
+NOTHING = Drafted(EMPTY, EMPTY)
+
+
+def draft_for_step(drafter: Drafter, context: Sequence[int], k: int,
+                   tree_budget: int = 0) -> Proposal:
+    """The drafter's proposal for this step, at most ``k`` tokens deep (none when k < 1);
+    with ``tree_budget`` > 0 a tree of at most that many nodes (``propose_tree``)."""
+    if k < 1:
+        return EMPTY
+    proposal = drafter.propose_tree(context, k, tree_budget) if tree_budget > 0 else drafter.propose(context, k)
+    if not isinstance(proposal, Proposal):
+        raise TypeError(f"{type(drafter).__name__}.propose returned {type(proposal).__name__}, "
+                        "not a specdec.drafters.Proposal")
+    if not proposal.is_linear:
+        if tree_budget < 1:
+            raise ValueError(f"drafter {drafter.name!r} proposed a token tree; set a draft tree "
+                             "budget (--draft-tree-budget) to verify trees")
+        return prune_tree(proposal, k, tree_budget)
+    return proposal.truncated(k)
+
+
+def propose(row: Row, alone: bool) -> Drafted:
+    """The row's proposal; a token tree only for a row ``alone`` in its batch."""
+    if not row.speculative:
+        return NOTHING
+    full = draft_for_step(row.drafter, row.context, row.depth, row.tree_budget if alone else 0)
+    verifies = cut(full, full.depth, row.shaper.budget(full.parents)) if row.shaper and full else full
+    if not verifies.is_linear and verifies.q is not None:
+        # draft distributions on a tree: its best branch is verified (exact, linear)
+        verifies = first_branch(verifies)
+    return Drafted(full, verifies)
+
+
+def observe(row: Row, drafted: Drafted, step: Step) -> None:
+    """After the step: the drafter, the acceptance estimate, the tree shaper and the
+    processors learn what it emitted; the context grows by it."""
+    full, verified = drafted
+    if row.speculative:
+        row.drafted = len(full.tokens)
+    if verified:
+        row.drafter.observe(step.accepted)
+        row.alpha = ema(row.alpha, step.accepted / len(verified))
+    elif full:  # drafted but cut to nothing (a plain step): would its first draft have held?
+        row.alpha = ema(row.alpha, float(full.tokens[0] == step.tokens[0]))
+    if row.shaper and full:
+        row.shaper.update(full.tokens, full.parents, step.tokens)
+    for proc in row.processors:
+        proc.accept(step.tokens)
+    row.context.extend(step.tokens)
+
+
+def parked_stand_in(row: Row) -> Row:
+    """A finished row's stand-in: greedy, one token a step, nothing drafted or checked."""
+    return Row([row.context[-1]], NoDrafter(), 0, SamplingParams(), TokensLeft(1), parked=True)
+
+
+def drafting(row: Row) -> bool:
+    """Whether the row's drafter may propose this step (a paused cost gate will not)."""
+    return row.speculative and not row.drafter.paused
+
+
+def plain_row(row: Row) -> bool:
+    """Whether the row's step needs nothing but the argmax (it may be pipelined)."""
+    return (type(row.sampler) is Greedy and not row.processors and not row.top_logprobs
+            and not row.diagnostics and not row.tree_budget)
+
+
+def last_tokens(rows: Sequence[Row]) -> mx.array:
+    """(B, 1) the rows' last tokens: the roots of the next block."""
+    return mx.array([[r.context[-1]] for r in rows], dtype=mx.int32)
