@@ -16,6 +16,7 @@ from specdec.config import RunConfig, add_draft_flags, draft_spec_from_args
 from specdec.drafters import (DRAFT_TYPES, Drafter, DraftResources, DraftSpec, NgramDrafter,
                               NoDrafter, Proposal, build_drafter)
 from specdec.drafters.adaptive import AdaptiveKDrafter
+from specdec.drafters.base import Constrainable, Pausable, Proposer, TreeProposing
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.gate import CostGate
 from specdec.engine import token_stream
@@ -277,6 +278,20 @@ def test_the_drafter_interface_is_declared():
     assert ChainDrafter([ngram, costly]).draft_cost == {"fixed": 3.0, "per_token": 0.5}
     assert ChainDrafter([ngram, NgramDrafter()]).draft_cost is None  # one member unknown
     assert CostGate(costly, cost, 4).draft_cost == AdaptiveKDrafter(costly, cost, 4).draft_cost == costly.draft_cost
+    # every drafter and wrapper satisfies the core seam and each capability's Protocol;
+    # an object with only the core verbs is a Proposer and nothing more
+    for d in (*(build_drafter(DraftSpec(n), res) for n in branches), DraftModelDrafter(model),
+              ChainDrafter([ngram, costly]), CostGate(costly, cost, 4)):
+        assert all(isinstance(d, p) for p in (Proposer, Pausable, Constrainable, TreeProposing))
+
+    class Bare:
+        name = "bare"
+
+        def begin(self, prompt_ids): ...
+        def propose(self, context, k): ...
+        def observe(self, num_accepted): ...
+
+    assert isinstance(Bare(), Proposer) and not isinstance(Bare(), (Pausable, Constrainable, TreeProposing))
 
 
 def test_generate_refuses_objects_that_are_not_drafters(smollm):

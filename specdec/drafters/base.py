@@ -60,11 +60,54 @@ The ``Proposal`` type lives in ``core.proposal`` (every layer reads it).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..core.proposal import EMPTY, Proposal
 
-__all__ = ["EMPTY", "Drafter", "NoDrafter", "Proposal"]
+__all__ = ["EMPTY", "Constrainable", "Drafter", "NoDrafter", "Pausable", "Proposal", "Proposer",
+           "TreeProposing"]
+
+
+# The seams, as Protocols: what the loop asks of every drafter (``Proposer``) and of the
+# capabilities some have. ``Drafter`` implements all four with defaults that do nothing,
+# so the loop calls them unconditionally (capabilities are declared, never probed).
+@runtime_checkable
+class Proposer(Protocol):
+    """The core of every drafter: a request starts, proposals, what was accepted."""
+
+    name: str
+
+    def begin(self, prompt_ids: Sequence[int]) -> None: ...
+    def propose(self, context: Sequence[int], k: int) -> Proposal: ...
+    def observe(self, num_accepted: int) -> None: ...
+
+
+@runtime_checkable
+class Pausable(Protocol):
+    """A drafter that may pause (the cost gate): the stream decodes plain meanwhile."""
+
+    @property
+    def paused(self) -> bool: ...
+    def watch(self, context: Sequence[int]) -> None: ...
+    def step_time(self, block: int, seconds: float) -> None: ...
+
+
+@runtime_checkable
+class Constrainable(Protocol):
+    """A drafter told the request's grammar, which may draft what it forces."""
+
+    def constrain(self, grammar: Any) -> None: ...
+    def forced(self, context: Sequence[int], k: int) -> Proposal: ...
+
+
+@runtime_checkable
+class TreeProposing(Protocol):
+    """A drafter whose ``propose_tree`` may branch (``branches``), with a known cost."""
+
+    branches: bool
+    draft_cost: dict[str, float] | None
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal: ...
 
 
 class Drafter(ABC):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..cache.prompt_cache import common_prefix
 from ..core.text import TextOut
@@ -45,7 +45,11 @@ from ..decode.batch import Batch, RowFailed
 from ..decode.request import Request, prefill_together
 from ..engine import grammar_for, tree_policy
 from ..policy.pricing import BlockPrice
-from .events import DoneEvent
+from ..drafters.base import Drafter
+from .config import ServerConfig
+from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
+from .kv_budget import KVBudget
+from .metrics import Metrics
 
 log = logging.getLogger("specdec.server")
 CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
@@ -54,6 +58,27 @@ CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the runn
 def reserved(job: Any) -> int:
     """Tokens ``job``'s row may grow to: its prompt and all its max_tokens."""
     return len(job.request.prompt_ids) + job.request.max_tokens
+
+
+class WorkerPort(Protocol):
+    """What the batcher needs of its worker (``worker.Worker``): the model and its
+    resources, the queue it admits from, and the events and memory a job ends with."""
+
+    model: Any
+    tokenizer: Any
+    cfg: ServerConfig
+    queue: JobQueue
+    metrics: Metrics
+    prefixes: Any  # cache.prompt_cache.PrefixStore
+    kv: KVBudget | None
+    max_batch: int
+
+    def drafter_for(self, req: GenRequest) -> Drafter: ...
+    def send_token(self, job: Job, text: str, r: Any) -> None: ...
+    def done_event(self, job: Job, req: Any, started: float) -> DoneEvent: ...
+    def error_event(self, e: BaseException) -> ErrorEvent: ...
+    def group_failure(self, e: BaseException) -> bool: ...
+    def commit(self, req: GenRequest, tokens: list[int]) -> None: ...
 
 
 @dataclass
@@ -69,8 +94,8 @@ class Active:
 class Batcher:
     """See the module docstring."""
 
-    def __init__(self, worker: Any, cost: Any):
-        self.w = worker
+    def __init__(self, worker: WorkerPort, cost: Any):
+        self.worker = worker
         self.price = BlockPrice(cost)  # outlives each batch: what steps cost here stays true
         self.batch = Batch(worker.model, price=self.price)
         # in batch row order; None: a finished row's slot, parked (``Batch.park_rows``)
@@ -98,9 +123,9 @@ class Batcher:
             self._failed(a, error)
         if self.held is not None:
             self.held.state = "finished"
-            self.held.emit(self.w.error_event(error))
+            self.held.emit(self.worker.error_event(error))
         self.prefilling, self.decoding, self.held, self.parked_tokens = [], [], None, 0
-        self.batch = Batch(self.w.model, price=self.price)
+        self.batch = Batch(self.worker.model, price=self.price)
 
     def close(self) -> None:
         """On the inference thread at shutdown: end every admitted job as cancelled."""
@@ -140,8 +165,8 @@ class Batcher:
     # -- admission and prefill -------------------------------------------------------------
 
     def _admit(self, tick: float) -> None:
-        while len(self) < self.w.max_batch:
-            job, self.held = self.held or self.w.queue.get(timeout=0 if len(self) else tick), None
+        while len(self) < self.worker.max_batch:
+            job, self.held = self.held or self.worker.queue.get(timeout=0 if len(self) else tick), None
             if job is None:
                 return
             if job.cancelled.is_set():
@@ -155,14 +180,14 @@ class Batcher:
             except Exception as e:  # noqa: BLE001 (e.g. a drafter that cannot be built)
                 log.exception("could not start a request")
                 job.state = "finished"
-                job.emit(self.w.error_event(e))
+                job.emit(self.worker.error_event(e))
 
     def _fits(self, job: Any) -> bool:
         """Whether ``job``'s row keeps the batch cache inside the KV budget (``kv_budget``):
         every slot, parked ones too, padded to the longest reservation (prompt + max_tokens:
         what a row may grow to). A job alone always runs (the API refused it if it could
         never fit; the parked slots leave when it joins)."""
-        kv = self.w.kv
+        kv = self.worker.kv
         if kv is None or not len(self):
             return True
         longest = max(self.parked_tokens, reserved(job), *(reserved(a.job) for a in self.running + self.prefilling))
@@ -170,14 +195,14 @@ class Batcher:
 
     def reserved_bytes(self) -> int:
         """What the batch cache may grow to now (any thread: a snapshot)."""
-        kv, active = self.w.kv, self.running + self.prefilling
+        kv, active = self.worker.kv, self.running + self.prefilling
         if kv is None or not active:
             return 0
         longest = max(self.parked_tokens, *(reserved(a.job) for a in active))
         return kv.batch_bytes(len(self.decoding) + len(self.prefilling), longest)
 
     def _start(self, job: Any) -> Active:
-        spec, w = job.request.speculation, self.w
+        spec, w = job.request.speculation, self.worker
         gen = job.request
         job.state = "running"
         grammar = grammar_for(w.model, w.tokenizer, gen.response_format)
@@ -197,7 +222,7 @@ class Batcher:
         """The oldest prefilling jobs whose prompts, padded to the longest, take at most
         ``CHUNK`` tokens (at least the oldest job)."""
         group, longest = self.prefilling[:1], len(self.prefilling[0].req.pending)
-        if self.w.max_batch == 1:
+        if self.worker.max_batch == 1:
             return group
         for a in self.prefilling[1:]:
             longest = max(longest, len(a.req.pending))
@@ -212,7 +237,7 @@ class Batcher:
         for a in group:
             self.prefilling.remove(a)
         try:
-            layers = prefill_together(self.w.model, [a.req for a in group])
+            layers = prefill_together(self.worker.model, [a.req for a in group])
             self.batch.join_rows([a.req.row() for a in group], layers)
         except Exception as e:  # noqa: BLE001 (these jobs' failure; the batch is untouched)
             self._synced()
@@ -255,7 +280,7 @@ class Batcher:
                 continue  # nothing gained, b has fed part of its prompt, or another tenant's
             forked = cache.fork(n)
             if forked is not None:
-                self.w.prefixes.put(b.req.adopt(forked))
+                self.worker.prefixes.put(b.req.adopt(forked))
 
     def _synced(self) -> None:
         """Drop the parked slots the batch let go of (all at once: on a join, a step or
@@ -274,9 +299,9 @@ class Batcher:
             return False
         for e in a.req.feed(step):
             now = time.perf_counter()
-            self.w.metrics.on_token(a.last is None, now - (a.job.submitted if a.last is None else a.last))
+            self.worker.metrics.on_token(a.last is None, now - (a.job.submitted if a.last is None else a.last))
             a.last = now
-            self.w.send_token(a.job, e.text, e)
+            self.worker.send_token(a.job, e.text, e)
         return bool(a.req.finish_reason)
 
     def _end_rows(self, done: list[int], failed: dict[int, BaseException]) -> None:
@@ -289,7 +314,7 @@ class Batcher:
                 continue
             self._settle(a, layers)
             a.job.state = "finished"
-            a.job.emit(self.w.done_event(a.job, a.req, a.started))
+            a.job.emit(self.worker.done_event(a.job, a.req, a.started))
 
     def _leave(self, rows: list[int]) -> list[tuple[Active, list[Any]]]:
         """Rows ``rows`` leave the batch together: each job with its cache layers."""
@@ -308,11 +333,11 @@ class Batcher:
     def _settle(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
         """The job's tokens go to the shared memory and its cache to the prefix store."""
         req = a.req
-        self.w.commit(a.job.request, req.prompt_ids + req.tokens)
+        self.worker.commit(a.job.request, req.prompt_ids + req.tokens)
         req.finish(ok, layers)
         if req.prompt_cache is not None:
-            self.w.prefixes.put(req.prompt_cache)  # emptied after an error
-            self.w.metrics.on_prefix_store(self.w.prefixes)
+            self.worker.prefixes.put(req.prompt_cache)  # emptied after an error
+            self.worker.metrics.on_prefix_store(self.worker.prefixes)
 
     def _drop_cancelled(self) -> None:
         gone = [i for i, a in enumerate(self.decoding) if a is not None and a.job.cancelled.is_set()]
@@ -329,15 +354,15 @@ class Batcher:
 
     def _cancelled(self, job: Any) -> None:
         job.state = "cancelled"
-        self.w.metrics.on_cancel()
+        self.worker.metrics.on_cancel()
         job.emit(DoneEvent("cancelled"))
 
     def _failed(self, a: Active, e: BaseException) -> None:
-        if not self.w.group_failure(e):  # a lost rank: the worker fails every job and stops
+        if not self.worker.group_failure(e):  # a lost rank: the worker fails every job and stops
             log.error("generation failed: %s: %s", type(e).__name__, e)
             self._settle(a, None, ok=False)
         a.job.state = "finished"
-        a.job.emit(self.w.error_event(e))
+        a.job.emit(self.worker.error_event(e))
 
     @property
     def jobs(self) -> list[Any]:
@@ -349,5 +374,5 @@ class Batcher:
         for a in self.running:
             self._failed(a, e)
         self.decoding, self.parked_tokens = [], 0
-        self.batch = Batch(self.w.model, price=self.price)
+        self.batch = Batch(self.worker.model, price=self.price)
 
