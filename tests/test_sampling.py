@@ -14,7 +14,7 @@ from scipy.stats import chisquare
 
 from specdec.core.sampling import SamplingParams, processed_probs
 from specdec.core.trees import tree_kids
-from specdec.core.verify import rejection_sample, settle, tree_rejection_sample, tree_settle
+from specdec.core.verify import rejection_sample, resolve, tree_rejection_sample, tree_resolve
 
 N = 10_000
 P = np.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]], np.float32)
@@ -28,8 +28,8 @@ def sample_steps(p, draft_fn, q=None, n=N, seed=0):
     for _ in range(n):
         key, k1, k2 = mx.random.split(key, 3)
         draft = draft_fn(k1)
-        acc, fix = rejection_sample(mx.array(draft), mx.array(p), None if q is None else mx.array(q), k2)
-        out.append(settle(draft, acc.tolist(), fix.tolist())[1])
+        acc, recovered = rejection_sample(mx.array(draft), mx.array(p), None if q is None else mx.array(q), k2)
+        out.append(resolve(draft, acc.tolist(), recovered.tolist())[1])
     return out
 
 
@@ -117,19 +117,19 @@ def sample_tree(children_rule, n=N, seed=0):
     key, out = mx.random.key(seed), []
     for _ in range(n):
         key, sub = mx.random.split(key)
-        pick, fix = children_rule(mx.array(TREE_P), slots, sub)
-        out.append(tree_settle(TREE_TOKENS, kids, pick.tolist(), fix.tolist())[1])
+        pick, recovered = children_rule(mx.array(TREE_P), slots, sub)
+        out.append(tree_resolve(TREE_TOKENS, kids, pick.tolist(), recovered.tolist())[1])
     return out
 
 
 def naive_rule(p, children, key):
     """A wrong tree rule: each child accepted with its unrenormalised p (the residual left
     by rejected elder siblings ignored)."""
-    pick, fix = tree_rejection_sample(p, children, key)
+    pick, recovered = tree_rejection_sample(p, children, key)
     pc = mx.take_along_axis(p, mx.maximum(children, 0), axis=-1) * (children >= 0)
     u = mx.random.uniform(shape=pc.shape, key=key)
     acc = u < pc
-    return mx.min(mx.where(acc, mx.arange(3)[None], 3), axis=-1), fix
+    return mx.min(mx.where(acc, mx.arange(3)[None], 3), axis=-1), recovered
 
 
 def tree_counts_fit(emitted):
@@ -179,8 +179,8 @@ def test_real_model_speculative_step_matches_the_target_distribution(smollm):
     emitted = []
     for _ in range(6000):
         key, sub = mx.random.split(key)
-        acc, fix = rejection_sample(mx.array(draft), mx.array(p.astype(np.float32)), None, sub)
-        emitted.append(settle(draft, acc.tolist(), fix.tolist())[1])
+        acc, recovered = rejection_sample(mx.array(draft), mx.array(p.astype(np.float32)), None, sub)
+        emitted.append(resolve(draft, acc.tolist(), recovered.tolist())[1])
     support = np.nonzero(p[0])[0]
     first = np.array([sum(e[0] == t for e in emitted) for t in support])
     assert chisquare(first, expected(p[0][support], len(emitted))).pvalue > 1e-3

@@ -86,11 +86,11 @@ def test_seeded_sampler_keys_rows_by_depth_and_counts_positions():
     tree = Proposal([3, 4, 5], parents=(-1, -1, 0))  # depths 1, 1, 2
     sampler = sampler_for(params, Rng(1), speculative=True)
     assert isinstance(sampler, SeededSampler)
-    fix = sampler.decide(logits, tree)[0].tolist()
+    recovered = sampler.decide(logits, tree)[0].tolist()
     keys = PositionKeys(Rng(1))
     want = [draw_token(logits[r], params, keys.at(d)).item() for r, d in enumerate([0, 1, 1, 2])]
-    assert fix == want
-    path, emitted = sampler.settle(tree, [fix])
+    assert recovered == want
+    path, emitted = sampler.resolve(tree, [recovered])
     assert sampler.position == len(emitted)
     with pytest.raises(ValueError, match="released"):
         sampler.keys.at(0)
@@ -157,7 +157,7 @@ def test_seeded_draws_over_seeds_follow_the_processed_distribution(kw):
     for seed in range(n):
         params = SamplingParams(seed=seed, **kw)
         s = SeededSampler(params, Rng(seed))
-        _, emitted = s.settle(draft, [a.tolist() for a in s.decide(logits, draft)])
+        _, emitted = s.resolve(draft, [a.tolist() for a in s.decide(logits, draft)])
         firsts.append(emitted[0])
         if len(emitted) > 1:
             seconds.append(emitted[1])

@@ -24,7 +24,7 @@ from ..core.proposal import Proposal
 from ..core.processors import LogitsProcessor
 from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
-from ..core.verify import greedy_accept, rejection_sample, settle, tree_rejection_sample, tree_settle
+from ..core.verify import greedy_accept, rejection_sample, resolve, tree_rejection_sample, tree_resolve
 from .tree_attention import tree_attention
 
 
@@ -45,13 +45,13 @@ class Step:
 
 # ---- samplers: how a row's block of logits becomes emitted tokens ------------------------
 class Sampler:
-    """``decide`` builds a row's device arrays (no sync); ``settle`` reads their host copies
+    """``decide`` builds a row's device arrays (no sync); ``resolve`` reads their host copies
     and returns (accepted node indices in path order, emitted tokens)."""
 
     def decide(self, logits: mx.array, proposal: Proposal) -> list[mx.array]:
         raise NotImplementedError
 
-    def settle(self, proposal: Proposal, host: list[list]) -> tuple[list[int], list[int]]:
+    def resolve(self, proposal: Proposal, host: list[list]) -> tuple[list[int], list[int]]:
         raise NotImplementedError
 
 
@@ -61,12 +61,12 @@ class Greedy(Sampler):
     def decide(self, logits, proposal):
         return [mx.argmax(logits, axis=-1)]
 
-    def settle(self, proposal, host):
-        fix = host[0]
+    def resolve(self, proposal, host):
+        recovered = host[0]
         if proposal.is_linear:
-            accepted, emitted = greedy_accept(proposal.tokens, fix)
+            accepted, emitted = greedy_accept(proposal.tokens, recovered)
             return list(range(accepted)), emitted
-        return greedy_tree_accept(proposal.tokens, proposal.parents, fix)
+        return greedy_tree_accept(proposal.tokens, proposal.parents, recovered)
 
 
 class RejectionSampler(Sampler):
@@ -84,8 +84,8 @@ class RejectionSampler(Sampler):
             # an out-of-vocabulary child has probability 0: it is padding, never accepted
             slots = [[proposal.tokens[j] if proposal.tokens[j] < vocab else -1 for j in row]
                      + [-1] * (width - len(row)) for row in kids]
-            pick, fix = tree_rejection_sample(p, mx.array(slots, dtype=mx.int32), self.rng.next())
-            return [fix, pick]
+            pick, recovered = tree_rejection_sample(p, mx.array(slots, dtype=mx.int32), self.rng.next())
+            return [recovered, pick]
         q = proposal.q
         if q is not None and q.shape[-1] != p.shape[-1]:
             # padded vocabularies (Qwen pads its embedding rows): ids beyond either table
@@ -93,15 +93,15 @@ class RejectionSampler(Sampler):
             width = max(q.shape[-1], p.shape[-1])
             q = mx.pad(q, [(0, 0), (0, width - q.shape[-1])])
             p = mx.pad(p, [(0, 0), (0, width - p.shape[-1])])
-        accept, fix = rejection_sample(mx.array(proposal.tokens, dtype=mx.int32), p, q, self.rng.next())
-        return [fix, accept]
+        accept, recovered = rejection_sample(mx.array(proposal.tokens, dtype=mx.int32), p, q, self.rng.next())
+        return [recovered, accept]
 
-    def settle(self, proposal, host):
-        fix, verdict = host
+    def resolve(self, proposal, host):
+        recovered, verdict = host
         if proposal.is_linear:
-            accepted, emitted = settle(proposal.tokens, verdict, fix)
+            accepted, emitted = resolve(proposal.tokens, verdict, recovered)
             return list(range(accepted)), emitted
-        return tree_settle(proposal.tokens, tree_kids(proposal.tokens, proposal.parents), verdict, fix)
+        return tree_resolve(proposal.tokens, tree_kids(proposal.tokens, proposal.parents), verdict, recovered)
 
 
 class PlainSampler(Sampler):
@@ -116,7 +116,7 @@ class PlainSampler(Sampler):
             raise ValueError("a plain row verifies no drafts")
         return [pick_token(logits[0], self.params, self.rng).reshape(1)]
 
-    def settle(self, proposal, host):
+    def resolve(self, proposal, host):
         return [], [host[0][0]]
 
 
@@ -139,8 +139,8 @@ class SeededSampler(Greedy):
         keys = [self.keys.at(self.position + d) for d in depths]
         return [seeded_tokens(logits, self.params, keys)]
 
-    def settle(self, proposal, host):
-        path, emitted = super().settle(proposal, host)
+    def resolve(self, proposal, host):
+        path, emitted = super().resolve(proposal, host)
         self.position += len(emitted)
         self.keys.release(self.position)
         return path, emitted
@@ -266,15 +266,15 @@ def _row_arrays(logits: mx.array, row: Verify) -> tuple[list[mx.array], list[mx.
     decided = row.sampler.decide(logits, row.proposal)
     logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     p = row.proposal
-    fix = decided[0].astype(mx.int32)  # every sampler's first array: each row's own token
-    lp_fix = mx.take_along_axis(logp, fix[:, None], axis=-1)[:, 0]
+    recovered = decided[0].astype(mx.int32)  # every sampler's first array: each row's own token
+    lp_own = mx.take_along_axis(logp, recovered[:, None], axis=-1)[:, 0]
     if p:  # each node's logprob at its parent's row; an out-of-vocabulary id is never accepted
         parents = mx.array(list(p.parents or range(-1, len(p.tokens) - 1)), dtype=mx.int32)
         cand = mx.minimum(mx.array(p.tokens, dtype=mx.int32), logp.shape[-1] - 1)
-        lp_fix = mx.concatenate([logp[parents + 1, cand], lp_fix])
+        lp_own = mx.concatenate([logp[parents + 1, cand], lp_own])
     extras = [top2_margin(logits)] if row.diagnostics else []
     extras += top_entries(logp, row.top_logprobs) if row.top_logprobs else []
-    return [lp_fix], decided, extras
+    return [lp_own], decided, extras
 
 
 def plain_greedy(row: Verify) -> bool:
@@ -288,15 +288,15 @@ def _greedy_arrays(logits: mx.array, rows: Sequence[Verify]) -> list[mx.array]:
     row, the logprob of each, and each draft token's logprob at the row before it; the
     same values ``_row_arrays`` gives one row at a time."""
     L = logits.shape[1]
-    fix = mx.argmax(logits, axis=-1).astype(mx.int32)
+    recovered = mx.argmax(logits, axis=-1).astype(mx.int32)
     lse = mx.logsumexp(logits, axis=-1)
-    lp_fix = mx.take_along_axis(logits, fix[..., None], axis=-1)[..., 0] - lse
+    lp_own = mx.take_along_axis(logits, recovered[..., None], axis=-1)[..., 0] - lse
     if L == 1:
-        return [fix, lp_fix]
+        return [recovered, lp_own]
     cand = mx.minimum(mx.array([[*r.proposal.tokens] + [0] * (L - 1 - len(r.proposal)) for r in rows],
                                dtype=mx.int32), logits.shape[-1] - 1)
     lp_draft = mx.take_along_axis(logits[:, :-1], cand[..., None], axis=-1)[..., 0] - lse[:, :-1]
-    return [fix, lp_fix, lp_draft]
+    return [recovered, lp_own, lp_draft]
 
 
 def _greedy_host(host: list[list], rows: Sequence[Verify]) -> list[tuple[list, list, list]]:
@@ -331,7 +331,7 @@ def _decide(logits: mx.array, rows: Sequence[Verify]) -> list[tuple[list, list, 
 def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[list]) -> tuple[Step, list[int]]:
     """(the row's Step, the block indices its cache keeps)."""
     p, n = row.proposal, len(row.proposal.tokens)
-    path, emitted = row.sampler.settle(p, decided)
+    path, emitted = row.sampler.resolve(p, decided)
     rows = [0] + [j + 1 for j in path]  # the block row each emitted token was predicted at
     logprobs = [lps[j] for j in path] + [lps[n + rows[-1]]]
     margins = [extras[0][r] for r in rows] if row.diagnostics else None

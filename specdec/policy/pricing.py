@@ -24,8 +24,8 @@ EMA_WEIGHT = 0.2
 def ema(old: float | None, new: float, weight: float = EMA_WEIGHT) -> float:
     """The running average after observing ``new`` (``new`` itself when nothing came before).
 
-    >>> ema(None, 2.0), ema(1.0, 2.0)
-    (2.0, 1.2)
+    >>> ema(None, 2.0), ema(1.0, 6.0)
+    (2.0, 2.0)
     """
     return new if old is None else (1 - weight) * old + weight * new
 
