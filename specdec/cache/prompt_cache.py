@@ -193,7 +193,7 @@ class PromptCache:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the cache to ``path`` (safetensors), atomically."""
-        from ..drafters.persist import atomic_write
+        from ..core.persist import atomic_write
 
         self._check()
         if isinstance(self.layers, RecurrentCache):

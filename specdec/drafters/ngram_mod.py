@@ -54,7 +54,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .base import Drafter, Proposal
-from .persist import atomic_write, read_npz
+from ..core.persist import atomic_write, read_npz
 
 MULT = 6364136223846793005  # Knuth's MMIX LCG multiplier, as in the published ngram-mod
 _MASK = (1 << 64) - 1

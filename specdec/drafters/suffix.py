@@ -50,7 +50,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import Drafter, Proposal
-from .persist import atomic_write, read_npz
+from ..core.persist import atomic_write, read_npz
 from .suffix_match import DEFAULT_ALPHA, DEFAULT_COUNT_CAP, draft_length
 from .suffix_tree import index_tree
 

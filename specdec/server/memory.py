@@ -30,7 +30,7 @@ from typing import Any
 
 from ..drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from ..drafters.spec import DraftSpec, ngram_mod_table
-from ..drafters.persist import fsync_dir
+from ..core.persist import fsync_dir
 from ..drafters.suffix import SuffixHistory
 
 log = logging.getLogger("specdec.server")

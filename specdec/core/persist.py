@@ -1,4 +1,4 @@
-"""Crash-safe files for the drafters' shared memories (ngram-mod table, suffix history).
+"""Crash-safe files for shared memories (ngram-mod table, suffix history, prompt caches).
 
 Contract:
 - ``atomic_write(path, write)`` calls ``write(fileobj)`` on a temp file in the same
