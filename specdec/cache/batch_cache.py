@@ -1,39 +1,12 @@
 """The batched KV cache with per-row rollback: mlx-lm's ``BatchKVCache`` plus masked holes.
 
-Contract:
-- ``RowsKVCache`` is a ``BatchKVCache`` (left-padded rows, one RoPE offset per row, the
-  mask from ``make_mask``, so mlx-lm model classes run on it unmodified) that can also
-  hold *holes*: slots a row rolled back while other rows kept theirs. A hole is masked
-  out of attention and not counted in the row's RoPE offset, so a row sees exactly the
-  keys it would see alone. ``compact()`` squeezes the holes out (one gather of the whole
-  buffer); it runs once holes take ``COMPACT_AT`` slots. Rows join and leave with
-  their holes: ``extend`` and ``filter`` move the hole flags with the rows, ``extract``
-  squeezes out only the leaving row's.
-- With no padding and no holes (one row, or rows of equal length that agreed) the mask is
-  what ``KVCache`` gives (None for one query, else "causal"), so a lone request runs as
-  fast as on a ``KVCache``.
-- ``trim_rows(cache, fed, keep)``: every row was fed ``fed`` positions; row i keeps the
-  first ``keep[i]``. Checked on every layer before any change; raises ``RollbackError``.
-- ``roll_back(cache, fed, kept)`` is the one rollback contract of a verify step, whatever
-  the cache: every row was fed ``fed`` block positions, row i keeps block indices
-  ``kept[i]`` (0 = the root, ascending). Rows of a ``RowsKVCache`` keep prefixes
-  (``trim_rows``); a single request's cache (KVCache, QuantizedKVCache, WindowKVCache)
-  trims a kept prefix (``rollback.trim``) and compacts a tree path (``rollback.compact``);
-  a ``recurrent.RecurrentCache`` (one row, a prefix) rewinds its last block.
-  Anything else raises ``RollbackError``: never a silent no-op.
-- ``extract(i)`` returns row i as a ``KVCache`` holding exactly its kept positions.
-- ``prefill_rows(model, layers, tokens)``: several requests' prompts in one batched
-  forward (as mlx-lm's ``BatchGenerator`` prefills arriving prompts): each request's
-  layers (``KVCache``, empty or holding a reused prefix) become one row of a new
-  ``RowsKVCache``, the tokens still to feed go in right-padded to the longest (a row's
-  real tokens never attend to its padding, which comes after them), and each row then
-  keeps exactly its own (``trim_rows``, then ``compact``: no holes are left). Returns the
-  layers; row i holds its layers' positions plus ``tokens[i]``.
-
-Why holes rather than shifting rows right: a shift moves every key of every shifted row
-(a full-buffer gather per layer per step, ~200 ms at 8 rows here); a hole is one slice
-assignment of a boolean row.
-"""
+Contract: ``RowsKVCache`` runs mlx-lm's model classes unmodified and can hold holes (slots a
+row rolled back), masked out and not counted in the row's RoPE offset, so a row sees exactly
+the keys it would see alone. ``roll_back(cache, fed, kept)`` is the one rollback of a verify
+step for every cache kind; ``trim_rows`` the batched form; ``prefill_rows`` prefills several
+prompts in one forward. Anything that cannot roll back raises ``RollbackError``, never a
+silent no-op. Tests: tests/test_batch.py, tests/test_step.py. Why holes (measured) and the
+contract in full: docs/design-notes.md."""
 
 from __future__ import annotations
 
