@@ -21,7 +21,8 @@ from .measure import store_cost_curve
 
 
 class Calibration:
-    """See the module docstring."""
+    """A cost curve timed one forward per ``step()``, on its own prefilled cache;
+    ``curve`` when done, ``estimate()`` before, ``store()`` caches it."""
 
     def __init__(self, model: Any, lengths: Sequence[int], *, repeats: int = 5,
                  context: int = 256, seed: int = 0):

@@ -6,7 +6,8 @@ rank ``follow``s. Each leader forward first sends its tokens and cache position 
 ``all_sum``, so acceptance is decided on rank 0 alone and rollback needs no message of its
 own. A dead rank fails the next collective, a hung one trips the ``Watchdog``; a follower
 without a leader exits with ``GroupLost``.
-Tests: tests/test_distributed.py (ranks: tests/distributed_ranks.py). Details: docs/design-notes.md."""
+Tests: tests/test_distributed.py (ranks: tests/distributed_ranks.py). Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ class Watchdog:
 
 class LeaderModel:
     """Rank 0's view of the sharded target: the model, but each call first tells the
-    other ranks what to run (see the module docstring). Attributes are the model's."""
+    other ranks what to run (docs/design-notes.md). Attributes are the model's."""
 
     # A token-tree forward swaps rank 0's RoPE modules and cache masks only: the other
     # ranks' heads would attend causally at linear positions, so trees are refused.

@@ -189,7 +189,7 @@ def stream_generate(
     response_format: dict | None = None,
     logits_processors: Sequence[LogitsProcessor] = (),
 ) -> Iterator[GenerationResponse]:
-    """Generate from ``prompt``, speculating with ``drafter``; see the module doc for the
+    """Generate from ``prompt``, speculating with ``drafter``; docs/design-notes.md has the
     drafter, ``response_format``, ``prompt_cache`` and ``draft_tree_budget`` (None: the
     ``DraftSpec``'s, else 0; ``num_draft_tokens`` likewise, else ``DraftSpec``'s default)."""
     spec = drafter if isinstance(drafter, DraftSpec) else None

@@ -254,7 +254,7 @@ def _host_drafter(name: str) -> Drafter:
 
 def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
                    cache_dir: str | Path | None = None) -> dict[str, float]:
-    """The drafter's proposal cost model {"fixed", "per_token"} in seconds (module doc),
+    """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/design-notes.md),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
     ``"model"`` needs ``draft_model``."""
     names = DraftSpec(drafter_name).draft_types

@@ -20,7 +20,7 @@ from ..policy.tree_shape import cost_at
 
 
 class OracleDrafter(Drafter):
-    """Proposes the plain output's next tokens (see module doc)."""
+    """Proposes the plain output's next tokens (docs/design-notes.md)."""
 
     name = "oracle"
 

@@ -182,7 +182,7 @@ class MlxLmPeer:
 
 def make_peer(name: str, model: str, draft_model: str | None = None,
               loaded: dict[str, tuple[Any, Any]] | None = None) -> Peer:
-    """Load peer ``name`` on ``model`` (a packaged name or path); see the module docstring.
+    """Load peer ``name`` on ``model`` (a packaged name or path); docs/design-notes.md.
     ``loaded`` maps model names to (model, tokenizer) already in memory: mlx-lm runs the
     very same weights as ours, and a second copy of a 1.5B float32 model would not fit
     beside the others in 24 GiB."""

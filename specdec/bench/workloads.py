@@ -178,7 +178,7 @@ def _code(module: str, name: str, instruction: str) -> str:
 
 
 def builtin_workloads() -> list[Workload]:
-    """One or two workloads per class, from text found on this machine (see module doc)."""
+    """One or two workloads per class, from text found on this machine (docs/design-notes.md)."""
     recs = json_records(8)
     records = json.dumps(recs, indent=2)
     zen = zen_text()
@@ -270,7 +270,7 @@ def _first_text(w: Workload) -> str:
 
 def fit_prompt(tokenizer: Any, w: Workload, n_tokens: int, filler: str | None = None) -> Workload:
     """``w`` with its first user text cut or padded to ``n_tokens`` prompt tokens (±2
-    after re-tokenisation); see module doc. The result records ``prompt_tokens``."""
+    after re-tokenisation); docs/design-notes.md. The result records ``prompt_tokens``."""
     material, instruction = split_instruction(_first_text(w))
 
     def build(ids: list[int]) -> tuple[Workload, int]:

@@ -23,7 +23,8 @@ COMPACT_AT = 64  # holes (in the longest row) that trigger a compaction
 
 
 class RowsKVCache(BatchKVCache):
-    """See the module docstring."""
+    """A ``BatchKVCache`` that can hold holes (rolled-back slots, masked and not counted in
+    the row's RoPE offset), squeezed out by ``compact()`` once they take ``COMPACT_AT``."""
 
     def __init__(self, left_padding: list[int]):
         super().__init__(left_padding)
@@ -139,7 +140,8 @@ def _aligned(valid: Any, rows: int, left: int, held: int, width: int) -> mx.arra
 
 
 def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
-    """See the module docstring."""
+    """Every row was fed ``fed`` positions; row i keeps its first ``keep[i]`` (checked on
+    every layer before any change; ``RollbackError``)."""
     most = max(keep, default=0)
     for i, c in enumerate(cache):  # check every layer first: never leave layers disagreeing
         if not isinstance(c, RowsKVCache):
@@ -160,7 +162,8 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
 
 def prefill_rows(model: Any, layers: list[list[Any]], tokens: list[list[int]],
                  step_size: int = 512) -> list[RowsKVCache]:
-    """See the module docstring."""
+    """Several requests' prompts in one batched forward: row i holds its layers' positions
+    plus ``tokens[i]``, no holes left."""
     if len(layers) != len(tokens) or not layers:
         raise ValueError("prefill_rows needs one list of cache layers per token list")
     if any(type(c) is not KVCache for row in layers for c in row):
@@ -182,7 +185,8 @@ def prefill_rows(model: Any, layers: list[list[Any]], tokens: list[list[int]],
 
 
 def roll_back(cache: list[Any], fed: int, kept: list[list[int]]) -> None:
-    """See the module docstring: one contract for every cache kind a verify step runs on."""
+    """The one rollback of a verify step, whatever the cache: every row was fed ``fed``
+    block positions, row i keeps block indices ``kept[i]``; else ``RollbackError``."""
     if isinstance(cache, RecurrentCache):
         if len(kept) != 1 or kept[0] != list(range(len(kept[0]))):
             raise RollbackError("recurrent layers keep a prefix of one row's block: hybrid "

@@ -27,7 +27,8 @@ class Mark(NamedTuple):
 
 
 class StepMarks:
-    """See the module docstring."""
+    """Per-position marks of a draft model's recurrent states: ``mark(position)``, and
+    ``back_to(position, at)`` the latest mark at or before ``position``."""
 
     def __init__(self, cache: RecurrentCache):
         self.cache = cache
@@ -53,7 +54,7 @@ class StepMarks:
         self._at = {p: m for p, m in self._at.items() if p in (position, self.anchor)}
 
     def back_to(self, position: int, at: int) -> int:
-        """Go back to the latest mark at or before ``position`` (module docstring)."""
+        """Go back to the latest mark at or before ``position`` (docs/design-notes.md)."""
         if not 0 <= position <= at:
             raise RollbackError(f"cannot go back to position {position} of a cache holding {at}")
         if position == at:  # nothing to drop: the state is already there

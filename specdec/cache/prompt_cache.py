@@ -48,7 +48,8 @@ def _fingerprint(model: Any) -> str:
 
 
 class PromptCache:
-    """See the module docstring."""
+    """A conversation's cache layers and ``tokens``, exactly what the layers hold:
+    ``reuse`` before a prefill, ``settle`` after the call, ``fork``, ``save``."""
 
     def __init__(self, model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
                  kv_group_size: int = 64):
@@ -148,7 +149,8 @@ class PromptCache:
         self._check()
 
     def fork(self, n: int) -> "PromptCache | None":
-        """A cache of the first ``n`` cached tokens sharing this one's arrays (see module doc)."""
+        """A cache of the first ``n`` cached tokens sharing this one's arrays
+        (docs/design-notes.md)."""
         self._check()
         if not 0 < n <= len(self.tokens):
             raise ValueError(f"cannot fork {n} of {len(self.tokens)} cached tokens")
@@ -223,7 +225,7 @@ def _restore(kind: str, shape: list[int], held: list) -> Any:
 
 def make_prompt_cache(model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
                       kv_group_size: int = 64) -> PromptCache:
-    """An empty prompt cache for ``model`` (see the module docstring)."""
+    """An empty prompt cache for ``model`` (docs/design-notes.md)."""
     return PromptCache(model, max_draft_tokens=max_draft_tokens, kv_bits=kv_bits,
                        kv_group_size=kv_group_size)
 
@@ -254,7 +256,7 @@ def load_prompt_cache(path: str | os.PathLike, model: Any) -> PromptCache:
 
 
 class PrefixStore:
-    """Finished requests' caches, for requests that start the same way (module doc)."""
+    """Finished requests' caches, for requests that start the same way (docs/design-notes.md)."""
 
     def __init__(self, model: Any, max_bytes: int, *, max_draft_tokens: int = 32,
                  kv_bits: int | None = None):

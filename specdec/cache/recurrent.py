@@ -75,7 +75,8 @@ def recurrent(cache: Any) -> bool:
 
 
 class RecurrentCache(list):
-    """See the module docstring."""
+    """The cache list of a model with recurrent layers: ``begin`` / ``end_block`` around a
+    verify block, ``rewind(n)`` within it (replay or re-feed), ``settle``, checkpoints."""
 
     def __init__(self, model: Any, layers: Sequence[Any]):
         super().__init__(layers)
@@ -91,7 +92,7 @@ class RecurrentCache(list):
         self._fed: list[int] = []  # what went through the model since the snapshot
         self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
         self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
-        self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (module docstring)
+        self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (docs/design-notes.md)
         self._calls: list | None = None  # per recurrent layer, who wrote it in the block
         self._memo: dict = {}  # what the block's modules remembered (``replay.stop``)
         self.last_rollback: str | None = None  # how the last partial rewind did it

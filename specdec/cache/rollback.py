@@ -156,7 +156,7 @@ def make_cache(
     kv_group_size: int = 64,
     recurrent: bool = False,
 ) -> list[Any]:
-    """The model's mlx-lm cache, made rollback-capable (see module docstring)."""
+    """The model's mlx-lm cache, made rollback-capable (docs/design-notes.md)."""
     cache = make_prompt_cache(model)
     hybrid = recurrent and has_recurrent(cache)
     if hybrid:

@@ -73,7 +73,8 @@ def ll_tokenizer(tokenizer: Any, vocab: int) -> Any:
 
 
 class Grammar(LogitsProcessor):
-    """See the module docstring."""
+    """One request's constraint: masks each verified position to what the grammar allows
+    there, ``accept(tokens)`` advances it, ``forced(k)`` is what it alone allows."""
 
     stateful = True
 

@@ -21,7 +21,8 @@ from .sampling import SamplingParams, penalize
 
 
 class LogitsProcessor:
-    """See the module docstring. ``stateful`` processors also implement ``accept``."""
+    """Changes a block of logits (R, V), row r after ``context + seen[r]``. ``stateful``
+    processors also implement ``accept``."""
 
     stateful = False
     pipelined = False  # can run in the pipelined plain loop (WindowProcessor, LogitBias)
@@ -35,7 +36,7 @@ class LogitsProcessor:
 
 
 class WindowProcessor(LogitsProcessor):
-    """A processor of each row's last ``size`` tokens (see the module docstring)."""
+    """A processor of each row's last ``size`` tokens (docs/design-notes.md)."""
 
     size = 20
     pipelined = True

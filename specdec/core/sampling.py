@@ -105,7 +105,7 @@ class Rng:
 
 
 class PositionKeys:
-    """The key of each output position of one seeded request (see the module docstring).
+    """The key of each output position of one seeded request (docs/design-notes.md).
 
     Keys are derived lazily from the request's ``Rng`` (t splits for position t, made once
     and kept while the position may still be verified); ``release(t)`` forgets keys before

@@ -15,7 +15,7 @@ __all__ = ["vocab_size"]
 
 
 def vocab_size(model: Any, tokenizer: Any = None) -> int:
-    """The number of token ids ``model`` scores (see module doc)."""
+    """The number of token ids ``model`` scores (docs/design-notes.md)."""
     rows = _positive(getattr(getattr(model, "args", None), "vocab_size", None))
     if rows is None:
         rows = _output_rows(model)

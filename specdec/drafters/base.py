@@ -6,7 +6,8 @@ step (empty = a plain step); ``observe(num_accepted)`` after each verify of a no
 ``propose_tree(context, k, budget)`` the tree form (default: the linear proposal). Optional:
 ``constrain``/``forced`` (grammars), ``paused``/``watch``/``step_time`` (the cost gate).
 Capabilities are declared attributes, never probed: ``name``, ``branches``, ``draft_cost``.
-Tests: tests/test_step.py, tests/test_tree_drafters.py. The contract in full: docs/design-notes.md."""
+Tests: tests/test_step.py, tests/test_tree_drafters.py. The contract in full:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -19,19 +20,20 @@ __all__ = ["EMPTY", "Drafter", "NoDrafter", "Proposal"]
 
 
 class Drafter(ABC):
-    """Base class of every drafter (see module doc). Subclasses set ``name``, implement
+    """Base class of every drafter (docs/design-notes.md). Subclasses set ``name``, implement
     ``propose`` and declare their capabilities (``branches``, ``draft_cost``); ``begin``,
     ``observe`` and ``constrain`` default to doing nothing."""
 
     name: str = "drafter"
-    branches: bool = False  # propose_tree can return real branches (module doc)
-    draft_cost: dict[str, float] | None = None  # seconds per proposal (module doc)
+    branches: bool = False  # propose_tree can return real branches (docs/design-notes.md)
+    draft_cost: dict[str, float] | None = None  # seconds per proposal (docs/design-notes.md)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Start a request whose prompt is ``prompt_ids``."""
 
     def forced(self, context: Sequence[int], k: int) -> Proposal:
-        """Up to ``k`` tokens the request's grammar forces next (module doc); none here."""
+        """Up to ``k`` tokens the request's grammar forces next (docs/design-notes.md); none
+        here."""
         return EMPTY
 
     @abstractmethod
@@ -39,7 +41,7 @@ class Drafter(ABC):
         """At most ``k`` next tokens after ``context`` (empty: no guess)."""
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
-        """A token tree of at most ``budget`` nodes and depth ``k`` (module doc); by
+        """A token tree of at most ``budget`` nodes and depth ``k`` (docs/design-notes.md); by
         default the linear proposal, which is a one-branch tree."""
         return self.propose(context, min(k, budget))
 
@@ -52,7 +54,7 @@ class Drafter(ABC):
 
     @property
     def paused(self) -> bool:
-        """True while the drafter would propose nothing (module doc: pausing)."""
+        """True while the drafter would propose nothing (docs/design-notes.md: pausing)."""
         return False
 
     def watch(self, context: Sequence[int]) -> None:

@@ -99,7 +99,7 @@ def branch_tree(chain: Sequence[int], chain_lp: Sequence[float],
 
 
 class DraftModelDrafter(Drafter):
-    """Drafts with a small model that shares the target's tokenizer (see module doc)."""
+    """Drafts with a small model that shares the target's tokenizer (docs/design-notes.md)."""
 
     name = "model"
     branches = True  # greedy: the draft's top-k alternatives at the first depths
@@ -280,7 +280,7 @@ class DraftModelDrafter(Drafter):
             qs.append(q)
             if branch:
                 scores.append(self._scores(logits, tok, i < branch))
-            if i + 1 < k:  # the last token is not fed (see module doc)
+            if i + 1 < k:  # the last token is not fed (docs/design-notes.md)
                 y = tok[None]
                 # Start computing this step while Python builds the next one.
                 mx.async_eval(y)
@@ -301,7 +301,7 @@ class DraftModelDrafter(Drafter):
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """The greedy chain with the draft's top-``branch_width`` alternatives at its first
-        ``branch_depths`` depths, best first (module doc); linear when sampling."""
+        ``branch_depths`` depths, best first (docs/design-notes.md); linear when sampling."""
         k = min(k, budget)
         if not self.branches:
             return self.propose(context, k)

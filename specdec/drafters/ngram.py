@@ -156,7 +156,8 @@ class NgramDrafter(Drafter):
         return Proposal(self._index.lookup(k, self.eos))
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
-        """The continuations of every distinct earlier match, merged into one trie (module doc)."""
+        """The continuations of every distinct earlier match, merged into one trie
+        (docs/design-notes.md)."""
         self._index.extend(context[len(self._index.tokens) :])
         if k <= 0 or budget <= 0:
             return EMPTY

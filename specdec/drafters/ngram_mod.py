@@ -23,7 +23,7 @@ from ..core.persist import atomic_write, read_npz
 MULT = 6364136223846793005  # Knuth's MMIX LCG multiplier, as in the published ngram-mod
 _MASK = (1 << 64) - 1
 EMPTY = -1
-DEFAULT_SIZE = 1 << 18  # 1 MiB; see the module docstring for the measurement
+DEFAULT_SIZE = 1 << 18  # 1 MiB; measured: docs/design-notes.md
 DEFAULT_N = 4
 DEFAULT_GATE = 32
 DEFAULT_RESET_BELOW = 0.5  # a proposal accepted below this fraction counts as "low"
@@ -113,7 +113,7 @@ def draft_walk(
 
 
 class NgramModTable:
-    """The shared memory; see the module docstring for the contract."""
+    """The shared memory; contract: docs/design-notes.md."""
 
     def __init__(
         self,
@@ -180,7 +180,7 @@ class NgramModTable:
             return self._slots.copy()
 
     def save(self, path: str | os.PathLike, *, tokenizer_fingerprint: str | None = None) -> None:
-        """Write the table atomically to ``path`` (see the module docstring)."""
+        """Write the table atomically to ``path`` (docs/design-notes.md)."""
         fp = tokenizer_fingerprint or self.fingerprint
         if not fp:
             raise ValueError(

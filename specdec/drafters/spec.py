@@ -128,7 +128,7 @@ def _flag(field: str) -> str:
 
 @dataclass
 class DraftResources:
-    """What drafters use but a spec only names (see module doc). Shared across requests."""
+    """What drafters use but a spec only names (docs/design-notes.md). Shared across requests."""
 
     tokenizer: Any = None
     draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)

@@ -23,7 +23,7 @@ Followers = Callable[[Hashable], list[tuple[int, int, tuple, Hashable]]]
 
 def best_first_tree(followers: Followers, root: Hashable, depth: int, budget: int,
                     eos: Iterable[int] = (), linear_first: bool = True) -> Proposal:
-    """Expand the most probable continuations below ``root`` (module doc, steps 2-3)."""
+    """Expand the most probable continuations below ``root`` (docs/design-notes.md, steps 2-3)."""
     if depth <= 0 or budget <= 0:
         return EMPTY
     eos = frozenset(eos)

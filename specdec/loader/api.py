@@ -22,7 +22,7 @@ from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
 DTYPES = ("auto", "native", "float32", "float16", "bfloat16")
 QUANT_GROUP_SIZE = 64
 QUANT_BITS = 4
-HEAD_BITS = 8  # embeddings and lm_head: see the module docstring
+HEAD_BITS = 8  # embeddings and lm_head: docs/design-notes.md
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def load(
     model: str | os.PathLike = "smollm2-135m", *, dtype: str = "auto"
 ) -> tuple[nn.Module, TokenizerWrapper]:
-    """Load a packaged model, GGUF file, mlx-lm directory or HF repo; see module docstring."""
+    """Load a packaged model, GGUF file, mlx-lm directory or HF repo; docs/design-notes.md."""
     model = os.fspath(model)
     if dtype not in DTYPES:
         raise ModelLoadError(f"Unknown dtype {dtype!r}; use one of: {', '.join(DTYPES)}.")

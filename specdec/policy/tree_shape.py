@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 def node_hits(tokens: Sequence[int], parents: Sequence[int] | None,
               emitted: Sequence[int]) -> list[bool | None]:
-    """Per node: on the emitted path, off it, or unknown (see module doc).
+    """Per node: on the emitted path, off it, or unknown (docs/design-notes.md).
 
     >>> node_hits([5, 6, 8, 7], [-1, 0, 0, 1], [5, 8, 2])
     [True, False, True, False]
@@ -138,7 +138,7 @@ def node_slots(parents: Sequence[int] | None, n: int) -> list[tuple[int, int, bo
 
 
 class TreeShaper:
-    """Per-request budget chooser (see module doc). ``budget()`` before a step,
+    """Per-request budget chooser (docs/design-notes.md). ``budget()`` before a step,
     ``update(tokens, parents, emitted)`` after it, with the drafter's *whole* proposal."""
 
     def __init__(self, cost: Mapping[int, float], max_nodes: int,

@@ -6,7 +6,8 @@ prompts together in one forward, else a chunk of the oldest); one batched decode
 prefilled rows, without drafts while prompts wait; send tokens; finish rows at once and park
 their slots until leaving pays. Each job is a ``decode.request.Request``; a job's failure is
 its own error, a failed step fails the running jobs with 500 and the thread keeps serving.
-Tests: tests/test_server_batching.py. Measurements and the contract in full: docs/design-notes.md."""
+Tests: tests/test_server_batching.py. Measurements and the contract in full:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class Active:
 
 
 class Batcher:
-    """See the module docstring."""
+    """The batched scheduling loop of the inference thread: ``run_once(tick)`` admits,
+    prefills, runs one decode step and finishes rows."""
 
     def __init__(self, worker: Any, cost: Any):
         self.w = worker

@@ -28,7 +28,7 @@ PAUSE_ENV = "SPECDEC_SERVE_SAVE_PAUSE_S"
 
 def staged_replace(path: str, write: Callable[[str], None]) -> None:
     """``write(staging_path)`` must leave a complete, fsynced file there; it then
-    replaces ``path`` atomically (see the module contract)."""
+    replaces ``path`` atomically (docs/design-notes.md)."""
     directory, base = os.path.split(os.path.abspath(path))
     staging = os.path.join(directory, f".{base}.staging")
     write(staging)
@@ -49,7 +49,8 @@ def _remove_stale_staging(path: str) -> None:
 
 
 class SharedMemory:
-    """See the module docstring."""
+    """The ngram-mod table and suffix history every request drafts from: ``open``,
+    ``commit`` (inference thread only), ``save`` (atomic per file)."""
 
     def __init__(self, table: NgramModTable, history: SuffixHistory, fingerprint: str,
                  path: str | None):

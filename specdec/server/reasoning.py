@@ -4,7 +4,8 @@ Contract: ``TemplateTraits.of(tokenizer)`` (does the template know a think block
 ``enable_thinking``); ``opens_thinking(prompt_tail)``; ``ReasoningSplitter`` turns text deltas
 into ``(content, reasoning)`` deltas: tags never reach either part, however they are split,
 and any cut of a text yields the same two strings as ``split_reasoning`` on the whole.
-Tests: tests/test_server_params_units.py, tests/test_server_tools.py. Details: docs/design-notes.md."""
+Tests: tests/test_server_params_units.py, tests/test_server_tools.py. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def _held(text: str, tag: str) -> int:
 
 
 class ReasoningSplitter:
-    """See the module docstring."""
+    """Text deltas in, ``(content, reasoning)`` deltas out, in order; ``flush()`` ends the
+    text. Tags never reach either part, however the deltas cut them."""
 
     def __init__(self, thinking: bool = False):
         self._state = "reasoning" if thinking else "start"

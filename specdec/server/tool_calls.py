@@ -90,7 +90,7 @@ def _call_json(d: CallDelta) -> dict[str, Any]:
 
 
 class ToolResponder(Responder):
-    """A chat ``Responder`` that reads the reply's tool calls (see the module docstring)."""
+    """A chat ``Responder`` that reads the reply's tool calls (docs/design-notes.md)."""
 
     def __init__(self, model_id: str, logprobs: bool, top_logprobs: int, plan: ToolPlan,
                  reasoning: ReasoningSplitter | None = None):

@@ -36,7 +36,8 @@ CALIBRATION_SLICE_S = 0.05
 
 
 class InferenceWorker:
-    """See the module docstring."""
+    """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
+    full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
     def __init__(self, cfg: ServerConfig, metrics: Any, group: Any = None,
                  group_timeout: float = 120.0, on_group_lost: Any = None):

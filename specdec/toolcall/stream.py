@@ -51,7 +51,8 @@ def _held(text: str, openers: Iterable[str]) -> int:
 
 
 class ToolCallStream:
-    """See the module docstring."""
+    """One reply's reader: ``feed(text)`` -> content and complete-call deltas, ``finish()``
+    decides what was held back."""
 
     def __init__(self, fmt: CallFormat | str, names: Iterable[str] | None = None, *,
                  max_calls: int | None = None, make_id: Callable[[], str] | None = None):
