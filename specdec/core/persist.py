@@ -35,8 +35,8 @@ def fsync_dir(directory: str) -> None:
 
 def atomic_write(path: str, write: Any) -> None:
     """``write(fileobj)`` on a temp file, fsync, rename over ``path``. Rename is atomic only
-    within one directory, hence the temp
-    file beside ``path``; the fsync before it keeps the rename from outrunning the data."""
+    within one directory, hence the temp file beside ``path``; the fsync before it keeps the
+    rename from outrunning the data."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
                                suffix=".tmp")
