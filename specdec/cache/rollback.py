@@ -5,7 +5,7 @@ for ``WindowKVCache`` (same window, always rolls back; mlx-lm's cannot after a w
 ml-explore/mlx-lm#1914), refusing caches that cannot roll back (``UnsupportedCacheError``)
 unless recurrent ones are asked for; ``prefill`` fills in chunks; ``trim`` removes the last
 ``n`` positions everywhere; ``compact(cache, base_offset, keep)`` keeps a token tree's
-accepted path (``specdec.decode.step``). Either raises ``RollbackError``, never a no-op.
+accepted path (via ``batch_cache.roll_back``). Either raises ``RollbackError``, never a no-op.
 Tests: tests/test_rollback.py, tests/test_tree.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
