@@ -1,3 +1,5 @@
+"""``python -m specdec``: the command line (``specdec.cli.main``). Tests: tests/test_cli.py."""
+
 import sys
 
 from .cli import main

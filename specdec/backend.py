@@ -1,18 +1,10 @@
 """Backend facts: which compute device mlx uses, which dtype weights run in, and OpenBLAS.
 
-Contract:
-- ``openblas_path()`` returns the path of an installed OpenBLAS shared library on Linux,
-  or None. It never imports mlx (it must run before mlx is loaded).
-- ``ensure_openblas(argv)`` re-executes the current command with OpenBLAS in
-  ``LD_PRELOAD`` when that would help (Linux, library found, not yet preloaded), or prints
-  one warning naming the package to install. It returns only when no re-exec happened.
-- ``on_cpu()`` / ``default_dtype()``: on the CPU backend weights run in float32 (mlx-cpu's
-  fp16/bf16 and quantized matmuls bypass BLAS and are slow); on Metal/CUDA the model keeps
-  its quantization (``None`` means "leave the weights as loaded").
-
-Why re-exec: mlx's Linux CPU wheel links a reference BLAS; the dynamic linker only lets a
-faster BLAS win when it is preloaded before the process starts.
-"""
+Contract: ``openblas_path()`` finds OpenBLAS on Linux without importing mlx;
+``ensure_openblas(argv)`` re-executes with it in ``LD_PRELOAD`` (a faster BLAS wins only
+when preloaded) or warns once, and returns only when no re-exec happened; on the CPU backend
+``default_dtype()`` is float32, on Metal/CUDA ``None`` (keep the weights as loaded).
+Tests: tests/test_cli.py (the preload), tests/conftest.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

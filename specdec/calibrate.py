@@ -1,24 +1,10 @@
 """A verify cost curve measured one forward at a time, in a server's idle moments.
 
-Why: measuring a model's curve at once (``measure.cost_curve_for``: 1..16 plus lengths up
-to 128, 7 repeats) took about 12 minutes on an unseen 0.5B model on a shared machine, and
-a server that waits for it does not answer ``/health``. The server instead starts with no
-curve (its batches of several requests then decode plain, a lone request drafts each
-step ungated) and
-calls ``step`` between scheduling rounds while nothing runs.
-
-Contract of ``Calibration(model, lengths, repeats=, context=, seed=)``:
-- construction prefills a ``context``-token random cache (one prefill);
-- ``step()`` times one forward of the next block length (rounds over every length, so
-  machine noise hits every length alike; round 0 warms each shape up and is not counted,
-  as ``measure.verify_cost_curve`` does) and returns True once every round is done;
-- ``curve`` is then {L: median seconds}; ``store()`` caches it
-  (``measure.store_cost_curve``), so the next start of the same model has it at once;
-- ``estimate()`` is the curve from the rounds timed so far (None before the first
-  counted round ends): a provisional curve to price blocks with until ``curve``;
-- ``progress`` is the fraction of forwards done. Steps leave the model's own state alone
-  (its cache is the calibration's).
-"""
+Contract of ``Calibration(model, lengths, repeats=, context=, seed=)``: ``step()`` times one
+forward of the next block length (round-robin; round 0 warms up) and returns True when done;
+``curve`` is then {L: median seconds} and ``store()`` caches it; ``estimate()`` is the curve
+so far; ``progress`` the fraction done. Steps never touch the model's own state.
+Tests: tests/test_calibrate.py. Why not at once (measured): docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -35,7 +21,8 @@ from .measure import store_cost_curve
 
 
 class Calibration:
-    """See the module docstring."""
+    """A cost curve timed one forward per ``step()``, on its own prefilled cache;
+    ``curve`` when done, ``estimate()`` before, ``store()`` caches it."""
 
     def __init__(self, model: Any, lengths: Sequence[int], *, repeats: int = 5,
                  context: int = 256, seed: int = 0):

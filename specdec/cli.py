@@ -5,6 +5,7 @@ Contract: ``specdec generate`` decodes one prompt (flags follow mlx-lm's names);
 tokens are identical; ``--json`` prints one JSON object instead of text. ``specdec parity``
 runs the losslessness check with its diagnosis. On Linux the command re-executes itself
 with OpenBLAS preloaded (see ``backend``) before mlx is imported.
+Tests: tests/test_cli.py.
 """
 
 from __future__ import annotations

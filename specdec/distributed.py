@@ -1,27 +1,13 @@
 """Speculative decoding on a target sharded over an ``mlx.distributed`` group (``mlx.launch``).
 
-Contract:
-- ``init_group()`` joins the group ``mlx.launch`` set up (a single process is a group of 1).
-- ``shard(model, group)`` splits the loaded mlx-lm model with the class's own ``shard()``
-  (tensor parallel) or, failing that, ``pipeline()``; a class with neither, or whose head
-  counts do not divide by the group size, raises ``DistributedError`` saying what to do.
-- Rank 0 runs the ordinary engine (drafter, verification, sampling, output) on
-  ``LeaderModel(model, group)``; every other rank runs ``follow(model, group)``. Each
-  forward of the leader first sends its input tokens and its cache position to all ranks
-  by one ``all_sum`` (followers add zeros), so every rank runs the same forward on the same
-  tokens. Rollback needs no message of its own: a follower trims its cache to the leader's
-  position before each forward, which is where ``rollback.trim`` left the leader's. So
-  acceptance is decided on rank 0 only (followers never look at logits) and the decode
-  step (``decode.step.verify_step``) and lifecycle are unchanged; the wrapper adds one small collective per
-  forward. ``LeaderModel.stop()`` ends the followers.
-- Messages are built lazily on the device, so the pipelined plain loop (whose next input
-  token is still unevaluated) keeps its pipelining; the leader feeds the model the tokens
-  it received, which orders the message before the layers' own collectives.
-- Failure: a rank that dies closes its sockets and the next collective raises
-  (``is_group_failure``); a rank that hangs is caught by the ``Watchdog`` (no forward for
-  ``timeout`` seconds inside a request), which calls its ``on_hang``. A follower whose
-  leader is gone exits with ``GroupLost``.
-"""
+Contract: ``shard(model, group)`` splits with the class's ``shard()`` or ``pipeline()``
+(else ``DistributedError``); rank 0 runs the ordinary engine on ``LeaderModel``, every other
+rank ``follow``s. Each leader forward first sends its tokens and cache position by one
+``all_sum``, so acceptance is decided on rank 0 alone and rollback needs no message of its
+own. A dead rank fails the next collective, a hung one trips the ``Watchdog``; a follower
+without a leader exits with ``GroupLost``.
+Tests: tests/test_distributed.py (ranks: tests/distributed_ranks.py). Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -168,7 +154,7 @@ class Watchdog:
 
 class LeaderModel:
     """Rank 0's view of the sharded target: the model, but each call first tells the
-    other ranks what to run (see the module docstring). Attributes are the model's."""
+    other ranks what to run (docs/design-notes.md). Attributes are the model's."""
 
     # A token-tree forward swaps rank 0's RoPE modules and cache masks only: the other
     # ranks' heads would attend causally at linear positions, so trees are refused.

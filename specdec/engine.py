@@ -1,33 +1,12 @@
 """The decoding engine: plain and speculative decoding (greedy or sampled) on any mlx-lm model.
 
-Contract: ``stream_generate`` yields one ``GenerationResponse`` per emitted token (token id,
-text segment, whether it came from an accepted draft, running stats), then one final
-response with ``token=None``, the ``finish_reason`` ("stop" or "length"), any remaining
-text and the final stats. ``generate`` collects it into a ``GenerationResult``.
-
-Greedy: with any drafter the emitted tokens equal plain greedy decoding. Each step feeds
-``[last] + draft`` through the target once, keeps the leading run the target agrees with
-plus one target token (``verify.greedy_accept``), and rolls the cache back past the rest.
-Stops (EOS, ``max_tokens``, stop strings) are applied token by token, so one inside an
-accepted block ends the output there.
-
-Temperature > 0 uses exact rejection sampling (``verify.rejection_sample``): each token is
-distributed as plain sampling from the target's processed distribution would give.
-A request's lifecycle is ``decode.request.Request`` (shared with the server) and every
-speculative step is ``decode.step.verify_step``: one host synchronisation per step (a
-draft model adds one per proposal). ``drafter`` is a ``Drafter``, a draft-type string (built
-with ``DraftSpec``/``build_drafter`` and this call's n-gram and sampling options), or
-None for plain decoding; the engine calls its ``begin`` once per request.
-
-``stream_generate`` options beyond mlx-lm's: ``prompt_cache`` reuses and extends a
-conversation's cache (``make_prompt_cache``); ``draft_tree_budget`` is the max token-tree
-nodes per step or ``"auto"``; ``response_format`` (OpenAI's: ``{"type": "json_schema",
-"json_schema": {"schema": ...}}`` or ``{"type": "json_object"}``, or a ``core.grammar.
-Grammar``) makes the output follow it, every verified position masked by its grammar, and
-feeds the ``grammar`` drafter the tokens it forces; ``logits_processors`` adds
-``core.processors`` processors; ``presence_penalty``, ``frequency_penalty`` and
-``logit_bias`` are mlx-lm's, exact under speculation.
-"""
+Contract: ``stream_generate`` yields one ``GenerationResponse`` per emitted token, then one
+with ``token=None`` and the ``finish_reason``; ``generate`` collects it. Greedy output equals
+plain greedy decoding with any drafter; sampled output is distributed as plain sampling
+(exact rejection sampling). Stops apply token by token. The lifecycle is
+``decode.request.Request``; each step ``decode.step.verify_step``. Options beyond mlx-lm's:
+``prompt_cache``, ``draft_tree_budget``, ``response_format``, ``logits_processors``.
+Tests: tests/test_engine_tiny.py, tests/test_parity_real.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -210,7 +189,7 @@ def stream_generate(
     response_format: dict | None = None,
     logits_processors: Sequence[LogitsProcessor] = (),
 ) -> Iterator[GenerationResponse]:
-    """Generate from ``prompt``, speculating with ``drafter``; see the module doc for the
+    """Generate from ``prompt``, speculating with ``drafter``; docs/design-notes.md has the
     drafter, ``response_format``, ``prompt_cache`` and ``draft_tree_budget`` (None: the
     ``DraftSpec``'s, else 0; ``num_draft_tokens`` likewise, else ``DraftSpec``'s default)."""
     spec = drafter if isinstance(drafter, DraftSpec) else None

@@ -1,41 +1,11 @@
 """Cost measurements that decide whether speculation can pay: verify cost and draft cost.
 
-Contract:
-- ``verify_cost_curve(model, max_len)`` returns {L: seconds} for one forward of an
-  L-token block on top of a ``context``-token cache, L = 1..max_len and each of ``extra``
-  (sparse longer blocks, e.g. token trees up to 64 nodes; median of ``repeats``), measured interleaved so machine noise hits every L alike. cost(L)/cost(1)
-  bounds the speedup: a step that emits m tokens for cost(L) beats plain decoding only if
-  m > cost(L)/cost(1).
-- ``cost_curve_for(model, max_len)`` is ``verify_cost_curve`` measured once per model
-  (``model_fingerprint``: architecture, weight dtype, device) and cached as JSON under
-  ``$SPECDEC_CACHE_DIR/cost`` (default ``~/.cache/specdec/cost``), written atomically,
-  merged over the lengths cached before. ``cached_cost_curve(model, lengths)`` reads it
-  without measuring (None when a length is missing); ``store_cost_curve`` merges in a
-  curve measured elsewhere (``calibrate.Calibration``).
-- ``tree_overhead(model, lengths)`` returns {L: tree step / linear step}: whole greedy
-  engine steps (``decode.step.verify_step`` over an (L-1)-node two-branch tree: the
-  tree-masked forward with per-token RoPE, the one sync, the compaction; and over an
-  (L-1)-token linear draft), interleaved in one run, so a tree's overhead over a linear block
-  of the same length is measured, not guessed, and machine noise cancels in the ratio.
-  The tree curve is the linear curve times it: two curves timed hours apart on a shared
-  machine could not be compared. ``tree_overhead_for(model, lengths)`` caches it beside
-  the linear curve.
-- ``resolve_tree_budget(model, value, propose_cost=0)``: a fixed node budget, or for
-  ``"auto"`` a ``policy.tree_shape.TreeShaper`` on this model's cached verify curve and
-  tree overhead, counting the drafter's own cost per proposal (seconds).
-- ``proposal_cost(drafter, context_len)`` returns the median seconds of one ``propose``
-  call on a context of that length, after the drafter has indexed the context, i.e. the
-  steady-state per-step cost during decoding.
-- ``draft_cost_for(drafter_name, model, draft_model=None)`` is the drafter's own cost per
-  proposal as ``{"fixed": s, "per_token": s}`` (a k-token proposal takes about
-  fixed + per_token * k seconds), measured once and cached beside the verify curve. The
-  draft model (``draft_model_cost``): real ``DraftModelDrafter.propose`` calls at k = 1
-  and k = 8 on a 256-token context, interleaved medians, a two-point fit; keyed by both
-  models' fingerprints. Host drafters (ngram, ngram-mod, suffix): ``proposal_cost`` at
-  k = 8 as the fixed part (microseconds; per_token 0); keyed by name and vocabulary
-  size. A chain: the sum of its members, an upper bound (a chain stops at the first
-  member that proposes).
-"""
+Contract: ``verify_cost_curve`` -> {L: seconds} of one L-token forward (interleaved medians;
+a step emitting m tokens beats plain only if m > c(L)/c(1)); ``cost_curve_for`` caches it per
+model fingerprint under ``$SPECDEC_CACHE_DIR/cost``; ``tree_overhead`` is a tree step over a
+linear one, timed interleaved; ``resolve_tree_budget``, ``proposal_cost``, ``draft_cost_for``
+({"fixed", "per_token"} seconds, cached).
+Tests: tests/test_draft_cost.py, tests/test_calibrate.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -284,7 +254,7 @@ def _host_drafter(name: str) -> Drafter:
 
 def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
                    cache_dir: str | Path | None = None) -> dict[str, float]:
-    """The drafter's proposal cost model {"fixed", "per_token"} in seconds (module doc),
+    """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/design-notes.md),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
     ``"model"`` needs ``draft_model``."""
     names = DraftSpec(drafter_name).draft_types

@@ -1,19 +1,10 @@
 """Proof of losslessness: compare speculative with plain greedy decoding and diagnose.
 
-Contract: ``check_parity(...)`` runs plain and speculative decoding on the same prompt and
-returns a ``ParityReport``. On a divergence it names the first differing position, both
-tokens, the top-2 logit margin on each path, and a verdict computed against the
-*shape-matched reference*:
-
-    the speculative run's own tokens, teacher-forced through the model in the same block
-    boundaries its verify steps used ([last] + accepted tokens per step), with no drafting
-    and no rollback.
-
-If that reference disagrees with what the speculative run emitted, the engine emitted a
-token the model did not choose: a logic bug (acceptance or rollback). If it agrees, the
-speculative tokens are the model's genuine choices and the divergence from plain decoding
-comes from block-shaped kernels rounding differently at a near-tie.
-"""
+Contract: ``check_parity(...)`` returns a ``ParityReport``; on a divergence it names the first
+differing position, both tokens, their top-2 margins and a verdict against the shape-matched
+reference (the speculative tokens teacher-forced in the same block boundaries): disagreeing
+with it is a logic bug, agreeing is a near-tie rounded differently by block-shaped kernels.
+Tests: tests/test_diagnosis.py."""
 
 from __future__ import annotations
 
@@ -56,7 +47,7 @@ def shape_matched_reference(
 ) -> tuple[list[int], list[float]]:
     """The model's argmax (and top-2 margin) after each prefix of ``tokens`` — one more
     than ``len(tokens)``: the last is what follows them all (EOS if the run ended there) —
-    fed in the speculative run's block boundaries without rollback (see module doc)."""
+    fed in the speculative run's block boundaries without rollback (docs/design-notes.md)."""
     cache = make_cache(model, rollback=False)
     prefill(model, cache, prompt_ids[:-1], prefill_step_size)
     seq = [prompt_ids[-1], *tokens]

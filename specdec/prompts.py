@@ -1,21 +1,11 @@
 """Real, echo-heavy prompts built at run time from text this project did not write.
 
-Contract: every builder returns a prompt string made from material installed on any
-Python machine (standard-library sources and docstrings, installed package metadata),
-plus an instruction whose answer quotes that material. Nothing is downloaded.
-
-- ``demo_prompt()``: the README's main job — edit a real source file (``colorsys``).
-- ``code_edit_prompt(module, func, instruction)``, ``json_prompt(n)``,
-  ``passage_prompt(module)``: one prompt of each workload class.
-- ``parity_prompts()``: a varied named set for the parity tests.
-- ``short_questions(n)``: ``n`` distinct short open questions about standard-library
-  modules, nothing to quote: the decode-heavy load of ``scripts/serve_load.py``.
-- ``agent_transcript(task)``: an agent's tool loop up to the call the model writes next
-  (OpenAI messages and tools): ``"write_file"`` has read a real source file through
-  ``read_file`` and must write it back edited; ``"update_record"`` has fetched a package
-  record and must store it updated. Tool results are JSON (as agent frameworks return
-  them), so the next call's arguments quote them escape for escape.
-"""
+Contract: every builder uses only material installed on any Python machine (standard-library
+sources, installed package metadata) plus an instruction whose answer quotes it; nothing is
+downloaded. ``demo_prompt``, ``code_edit_prompt``, ``json_prompt``, ``passage_prompt``,
+``parity_prompts``, ``short_questions``, ``agent_transcript``.
+Tests: used by tests/test_parity_real.py, tests/test_suffix.py and others. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,46 +1,12 @@
-"""From raw run records to the numbers the report prints. Pure functions, no model.
+"""From raw bench run records to the numbers the report prints. Pure functions, no model.
 
-Contract:
-- A *case* is (workload, prompt length); a *run* of a config on a case is all its turns.
-  Run-level decode tok/s = tokens of all turns / decode seconds of all turns. Only
-  measured runs (``run >= 1``) count; the warm-up is kept in the raw JSON only.
-- ``summarize(records, cost, draft_costs=None)`` → one row per (case, config): median decode tok/s and
-  its min–max spread, median time to first token, speedup = median tok/s / median tok/s
-  of the same source's plain runs on the same case (so a peer is compared with its own
-  baseline), acceptance, mean acceptance length, p_cache, the zero-cost bound and the
-  fraction of the oracle.
-- The **oracle** of a case is the best speedup of the ``oracle k=K`` configs (a drafter
-  that replays the plain output: every draft accepted; see ``oracle``): the most any
-  drafter can reach at those k on this hardware. ``of_oracle`` = speedup / oracle.
-- The **zero-cost bound** of a config on a case measures engine overhead, not the
-  drafter: the speedup this config's own verify steps would give if drafting and
-  bookkeeping cost nothing, each step costing exactly the model's forward on its block.
-  With the measured cost curve c(L): zero_cost = tokens emitted / Σ over steps
-  c(L_step)/c(1); engine_eff = measured speedup / zero_cost. A tree step is priced as a
-  linear block of its length: a tree step's own overhead (``measure.tree_overhead``,
-  timed interleaved with linear steps) is 0.97–1.04 on SmolLM2 and Qwen2.5-Coder-0.5B
-  here, inside the curve's own noise.
-
-      steps (L, accepted) = [(5, 4), (5, 1)], c = {1: 1, 5: 1.4}  →  7 tokens for
-      2 × 1.4 = 2.8 plain-step costs: zero-cost bound 2.5×.
-
-- The **drafter-cost bound** (``draft_bound``) is the same with the drafter's own measured
-  cost per proposal (``draft_costs[config]`` = ``measure.draft_cost_for``'s
-  {"fixed", "per_token"} seconds; configs without one get None): tokens / Σ over steps
-  (c(L) + draft(L - 1)) / c(1), draft(0) = 0. For a tree step L - 1 counts nodes, where a
-  draft model only runs its depth: there it is a lower bound on speed.
-
-      the steps above with draft = 0.1 + 0.05 k seconds: each step 1.4 + 0.3 = 1.7,
-      7 tokens / 3.4  →  2.06×.
-
-- ``parity(records)``: strict N×N: every measured run of every config is compared token
-  by token with every measured plain run of the same source on the same case and turn.
-- ``per_position(records)``: for each config, acceptance of draft slot i over all steps
-  that drafted slot i.
-- ``class_summary(rows)``: geometric-mean speedup per (class, config), baselines left out.
-- ``bounds(rows)``: the offline replay bounds (linear prompt lookup vs every match's
-  continuation as a tree) summed over a case's turns, per (case, k).
-"""
+Contract: ``summarize`` gives one row per (case, config): median decode tok/s (measured runs
+only), speedup against the same source's plain runs, acceptance, the oracle fraction, the
+zero-cost bound (verify steps priced by the cost curve, drafting free) and the drafter-cost
+bound; ``parity`` compares every measured run with every plain run token by token;
+``per_position``, ``class_summary`` and ``bounds`` aggregate.
+Tests: tests/test_bench.py, tests/test_draft_cost.py. The formulas with worked examples:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -61,7 +27,7 @@ def baseline_label(row_config: str, source: str) -> str:
 
 
 def zero_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float]) -> float:
-    """Speedup of these verify steps at zero drafting cost (see module doc); 1.0 for
+    """Speedup of these verify steps at zero drafting cost (docs/design-notes.md); 1.0 for
     plain decoding."""
     c1 = cost[1]
     units = sum(cost_at(cost, L) / c1 for L, _ in steps)
@@ -71,7 +37,7 @@ def zero_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int,
 def with_draft_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float],
                     draft_cost: Mapping[str, float] | None) -> float:
     """Speedup of these verify steps when each also pays the drafter's own cost for its
-    L - 1 drafted tokens (see module doc); ``zero_cost`` when ``draft_cost`` is None.
+    L - 1 drafted tokens (docs/design-notes.md); ``zero_cost`` when ``draft_cost`` is None.
 
     >>> round(with_draft_cost([(5, 4), (5, 1)], 7, {1: 1.0, 5: 1.4},
     ...                       {"fixed": 0.1, "per_token": 0.05}), 2)
@@ -99,7 +65,7 @@ def _tok_s(turns: list[dict]) -> float:
 def summarize(records: Sequence[dict], cost: Mapping[int, float],
               draft_costs: Mapping[str, Mapping[str, float]] | None = None) -> list[dict]:
     """Rows per (case, config); ``draft_costs``: config label -> the drafter's measured cost
-    model, for the drafter-cost bound (module doc)."""
+    model, for the drafter-cost bound (docs/design-notes.md)."""
     runs = _runs(records)
     medians = {key: statistics.median(_tok_s(t) for t in by_run.values())
                for key, by_run in runs.items()}

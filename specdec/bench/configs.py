@@ -1,26 +1,13 @@
 """Drafter configurations the benchmark sweeps, written as short specs.
 
-Contract: ``parse_config("ngram:k=4:n=2")`` → ``BenchConfig``, a ``DraftSpec`` plus the
-bench-only ``warm`` flag. A spec is a draft type (or a comma chain such as
-``ngram,suffix``) followed by ``:``-separated options: ``k=K`` (draft length, default 8),
-``n=N`` (n-gram minimum for ``ngram``; the maximum is max(3, N)), ``adaptive`` (choose k
-per step, K is the maximum, without the gate), ``nogate`` (draft k at every step: the
-cost gate, on by default as everywhere, drafts only while it beats plain decoding),
-``mod-size=S`` / ``mod-n=N`` (the ngram-mod table's slots and hashed n-gram length),
-``tree=N`` / ``tree=auto`` (verify token trees of at most N nodes per step) and
-``warm`` (ngram-mod starts from a table built earlier, e.g. by another model). ``none``
-is plain decoding, the baseline. ``sweep(types, ks, ns, ...)`` is the cartesian product.
-``BenchConfig.drafter(...)`` builds a fresh drafter for one run, so no state (an n-gram
-index, an ngram-mod table, a suffix history) leaks from one measured run into the next:
-each run measures the same cold start (a ``warm`` run starts from the same saved table).
+Contract: ``parse_config(text)`` -> ``BenchConfig`` (a ``DraftSpec`` plus the bench-only
+``warm``); options ``k=``, ``n=``, ``adaptive``, ``nogate``, ``mod-size=``, ``mod-n=``,
+``tree=N|auto``, ``warm``; ``none`` is plain decoding. ``BenchConfig.drafter()`` builds a
+fresh drafter per run, so no state leaks between measured runs.
+Tests: tests/test_bench.py, tests/test_bench_workloads.py. Options in full: docs/design-notes.md.
 
     >>> parse_config("ngram:k=8:n=2:adaptive:nogate").label
-    'ngram k=8 n=2 adaptive nogate'
-    >>> parse_config("ngram-mod:k=4:mod-n=6").spec.ngram_mod_n
-    6
-    >>> parse_config("suffix:k=8:tree=16").label, parse_config("suffix:tree=auto").text
-    ('suffix k=8 tree=16', 'suffix:k=8:tree=auto')
-"""
+    'ngram k=8 n=2 adaptive nogate'"""
 
 from __future__ import annotations
 

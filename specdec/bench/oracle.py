@@ -1,24 +1,10 @@
 """True ceilings for a bench case: the oracle drafter and the all-matches tree bound.
 
-Contract:
-- ``OracleDrafter(turns)`` replays the plain (greedy) output of each turn of a case: at
-  every step it proposes exactly the next ``k`` tokens plain decoding produced, so every
-  draft is accepted. Measured like any config, it is the upper bound of *any* drafter at
-  that k on this hardware: what is left between a config and the oracle is the drafter's
-  misses and its own cost. One drafter serves a whole conversation (``begin`` moves to
-  the next turn), as the bench's configs do.
-- ``replay_bound(prompt, plain, k, cost, n_min=1, n_max=3)`` replays the plain output
-  offline and counts, per verify step, the tokens two prompt-lookup strategies would
-  emit (``ngram.all_match_continuations`` merged by ``trie.merge_paths``, walked by
-  ``trie.walk``): the most recent match's continuation (today's linear ``ngram``), and the union
-  of *every* earlier match's continuation verified as one token tree (the all-matches
-  bound). With the verify cost curve it gives each one's modelled speedup, and the same
-  under a flat curve (Metal/CUDA to ~32 tokens), so a CPU where trees do not pay still
-  shows what the same trees would give where verifying is nearly free.
-
-      prompt "a b c a b d", plain "a b c a b d": after "d" the suffix "d" has no earlier
-      match; after "a" both "a b c" and "a b d" continue it, and the tree holds both.
-"""
+Contract: ``OracleDrafter(turns)`` proposes exactly the next ``k`` tokens plain decoding
+produced (every draft accepted: the bound of any drafter at that k on this hardware);
+``replay_bound(prompt, plain, k, cost)`` replays the plain output offline and models the
+speedup of linear prompt lookup against every earlier match's continuation as one tree.
+Tests: tests/test_bench_oracle.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -34,7 +20,7 @@ from ..policy.tree_shape import cost_at
 
 
 class OracleDrafter(Drafter):
-    """Proposes the plain output's next tokens (see module doc)."""
+    """Proposes the plain output's next tokens (docs/design-notes.md)."""
 
     name = "oracle"
 

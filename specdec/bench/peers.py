@@ -1,39 +1,11 @@
-"""Other projects' speculative decoding, run on the same prompt token ids as ours.
+"""Other projects' speculative decoding (hf-transformers, llama.cpp, mlx-lm), run on the same
+prompt token ids as ours.
 
-Contract:
-- ``make_peer(name, model, draft_model=None)`` loads a peer once (``name`` in ``PEERS``)
-  and returns an object with ``name``, ``method``, ``load_s`` and the methods
-  ``baseline(prompt_ids, max_tokens)`` (the peer's own plain greedy decoding),
-  ``speculative(prompt_ids, max_tokens, k)`` (its own lossless speculation, ``k`` draft
-  tokens per step), each returning a ``PeerRun``, and ``close()`` (call it when done).
-  A peer is only ever compared with itself (speedup and token parity against its own
-  baseline); its absolute tok/s is shown next to ours for context.
-- ``PeerRun.tokens`` are the generated ids, prompt excluded, stopped at the peer's own
-  end-of-generation tokens (excluded) or at ``max_tokens``. ``prefill_s`` is the time from
-  the call to the first generated token (the prompt is evaluated from scratch on every
-  call: no peer reuses a cached prompt between runs); ``decode_s`` is the time from the
-  first to the last kept token, so ``decode_tokens_per_s`` = (len(tokens) - 1) / decode_s.
-- Peers:
-  * ``hf-transformers``: the GGUF dequantized by transformers to a float32 torch model on
-    the CPU; ``generate(do_sample=False)`` vs ``generate(..., prompt_lookup_num_tokens=k)``.
-    Needs torch (``pip install torch==2.13.0``: the CPU wheel) and accelerate.
-  * ``llama.cpp``: llama-cpp-python on the GGUF with llama.cpp's own quantized kernels,
-    so its absolute tok/s is not comparable with float32 peers; greedy ``Llama.generate``
-    vs a second ``Llama`` with ``draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k)``
-    (that forces ``logits_all=True``, which also makes its prefill compute every prompt
-    position's logits: a real cost of this peer, measured as is).
-  * ``mlx-lm``: ``mlx_lm.generate.stream_generate`` on the same float32 weights we use
-    (``specdec.loader.load``); speculative = its draft-model speculation
-    (``draft_model=..., num_draft_tokens=k``). It has no n-gram drafter, so without a
-    draft model ``speculative`` raises ``PeerUnavailable``.
-  ``draft_model`` is used by mlx-lm only; the other two always run prompt lookup, as
-  their ``method`` says, with their default n-gram sizes (up to 2 tokens).
-- The two native peers run in a child process each (``peer_process``): a crash there
-  (an illegal instruction in a llama.cpp built for another CPU) raises ``PeerCrashed``
-  naming the signal and the fix, and the bench goes on without that peer.
-- A peer whose package is missing raises ``PeerUnavailable`` naming the pip command; bad
-  arguments raise ``ValueError``. Nothing falls back to something else silently.
-"""
+Contract: ``make_peer(name, model, draft_model=None)`` returns a peer with ``baseline`` and
+``speculative`` runs (``PeerRun``: tokens, prefill_s, decode_s) and ``close()``. A peer is
+compared only with its own baseline. A missing package raises ``PeerUnavailable`` naming the
+pip command, a crashed native peer ``PeerCrashed``; nothing falls back silently.
+Tests: tests/test_bench_peers.py. Each peer's method and costs: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -210,7 +182,7 @@ class MlxLmPeer:
 
 def make_peer(name: str, model: str, draft_model: str | None = None,
               loaded: dict[str, tuple[Any, Any]] | None = None) -> Peer:
-    """Load peer ``name`` on ``model`` (a packaged name or path); see the module docstring.
+    """Load peer ``name`` on ``model`` (a packaged name or path); docs/design-notes.md.
     ``loaded`` maps model names to (model, tokenizer) already in memory: mlx-lm runs the
     very same weights as ours, and a second copy of a 1.5B float32 model would not fit
     beside the others in 24 GiB."""

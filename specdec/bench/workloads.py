@@ -1,38 +1,12 @@
 """Benchmark workloads: the JSONL format, the built-in set, and fitting prompts to a length.
 
-Contract:
-- A workload file is JSONL, one object per line::
-
-      {"name": "code_hints", "class": "code_edit", "prompt": "...", "max_tokens": 128}
-      {"name": "edit_chat", "class": "multi_turn_edit",
-       "messages": [{"role": "user", "content": "..."}],
-       "turns": ["Now rename x to y.", "Now add a docstring."], "source": "..."}
-
-  ``class`` is required, and exactly one of ``prompt`` (text; chat models get it as one
-  user message) or ``messages`` (chat messages). ``name`` is optional: without one a
-  line is named ``<class>-<line>`` (line = its 1-based line number in the file), so a
-  plain ``{"class", "messages", "max_tokens"}`` dataset runs as is; names, given or
-  defaulted, must be unique. ``turns`` are follow-up user messages: each is sent after
-  the model's own previous reply, so a conversation is generated turn by turn.
-  ``max_tokens`` (per turn), ``source`` (where the text came from, and its licence) and
-  ``response_format`` (OpenAI's; the answer follows its JSON schema, every config and
-  plain decoding alike) are optional. An agent transcript gives ``tools`` (OpenAI's
-  function tools, rendered by the chat template) and may end with a ``tool`` message;
-  ``tool_choice`` naming a function (or ``"required"``) forces the reply to be such a
-  call, as the server does (``toolcall.prompt.forced_call_schema``). ``load_workloads(path)`` validates a file and says which line and field
-  are wrong; ``write_workloads`` writes one.
-- ``builtin_workloads()`` builds every class from real text this project did not write,
-  read at run time from the Python standard library (its sources and module docs, PSF
-  licence) and installed package metadata: code_edit, passage, json_rag, structured (a
-  record extracted under a JSON schema), multi_turn_edit, summarization, open_ended,
-  agent (``prompts.agent_transcript``: the forced next call quotes a tool's result).
-  ``Workload.encode(tokenizer)`` is its first prompt's token ids (tools rendered).
-- ``fit_prompt(tokenizer, workload, n)`` cuts or pads the first user text to ``n`` prompt
-  tokens without touching its final instruction: the instruction is the text after the
-  last blank line. Cutting drops the end of the material before it; padding puts
-  unrelated real documentation (``filler_text``) in front of it. Agent transcripts run
-  at their own length (the runner does not fit them).
-"""
+Contract: ``load_workloads(path)`` validates a JSONL file (``class`` and exactly one of
+``prompt``/``messages``; optional ``name``, ``turns``, ``max_tokens``, ``source``,
+``response_format``, ``tools``, ``tool_choice``) naming the bad line and field;
+``builtin_workloads()`` builds every class from real text this project did not write;
+``fit_prompt(tokenizer, workload, n)`` cuts or pads to ``n`` tokens, never touching the final
+instruction. Tests: tests/test_bench_workloads.py, tests/test_bench.py.
+The format in full: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -204,7 +178,7 @@ def _code(module: str, name: str, instruction: str) -> str:
 
 
 def builtin_workloads() -> list[Workload]:
-    """One or two workloads per class, from text found on this machine (see module doc)."""
+    """One or two workloads per class, from text found on this machine (docs/design-notes.md)."""
     recs = json_records(8)
     records = json.dumps(recs, indent=2)
     zen = zen_text()
@@ -296,7 +270,7 @@ def _first_text(w: Workload) -> str:
 
 def fit_prompt(tokenizer: Any, w: Workload, n_tokens: int, filler: str | None = None) -> Workload:
     """``w`` with its first user text cut or padded to ``n_tokens`` prompt tokens (±2
-    after re-tokenisation); see module doc. The result records ``prompt_tokens``."""
+    after re-tokenisation); docs/design-notes.md. The result records ``prompt_tokens``."""
     material, instruction = split_instruction(_first_text(w))
 
     def build(ids: list[int]) -> tuple[Workload, int]:

@@ -1,2 +1,3 @@
 """Layer 1: KV caches and their one rollback contract (single request, sliding window,
-quantized, batched rows, tree compaction), prompt caches and the prefix store."""
+quantized, batched rows, tree compaction), prompt caches and the prefix store.
+Tests: tests/test_rollback.py, tests/test_batch.py."""

@@ -1,39 +1,12 @@
 """The batched KV cache with per-row rollback: mlx-lm's ``BatchKVCache`` plus masked holes.
 
-Contract:
-- ``RowsKVCache`` is a ``BatchKVCache`` (left-padded rows, one RoPE offset per row, the
-  mask from ``make_mask``, so mlx-lm model classes run on it unmodified) that can also
-  hold *holes*: slots a row rolled back while other rows kept theirs. A hole is masked
-  out of attention and not counted in the row's RoPE offset, so a row sees exactly the
-  keys it would see alone. ``compact()`` squeezes the holes out (one gather of the whole
-  buffer); it runs once holes take ``COMPACT_AT`` slots. Rows join and leave with
-  their holes: ``extend`` and ``filter`` move the hole flags with the rows, ``extract``
-  squeezes out only the leaving row's.
-- With no padding and no holes (one row, or rows of equal length that agreed) the mask is
-  what ``KVCache`` gives (None for one query, else "causal"), so a lone request runs as
-  fast as on a ``KVCache``.
-- ``trim_rows(cache, fed, keep)``: every row was fed ``fed`` positions; row i keeps the
-  first ``keep[i]``. Checked on every layer before any change; raises ``RollbackError``.
-- ``roll_back(cache, fed, kept)`` is the one rollback contract of a verify step, whatever
-  the cache: every row was fed ``fed`` block positions, row i keeps block indices
-  ``kept[i]`` (0 = the root, ascending). Rows of a ``RowsKVCache`` keep prefixes
-  (``trim_rows``); a single request's cache (KVCache, QuantizedKVCache, WindowKVCache)
-  trims a kept prefix (``rollback.trim``) and compacts a tree path (``rollback.compact``);
-  a ``recurrent.RecurrentCache`` (one row, a prefix) rewinds its last block.
-  Anything else raises ``RollbackError``: never a silent no-op.
-- ``extract(i)`` returns row i as a ``KVCache`` holding exactly its kept positions.
-- ``prefill_rows(model, layers, tokens)``: several requests' prompts in one batched
-  forward (as mlx-lm's ``BatchGenerator`` prefills arriving prompts): each request's
-  layers (``KVCache``, empty or holding a reused prefix) become one row of a new
-  ``RowsKVCache``, the tokens still to feed go in right-padded to the longest (a row's
-  real tokens never attend to its padding, which comes after them), and each row then
-  keeps exactly its own (``trim_rows``, then ``compact``: no holes are left). Returns the
-  layers; row i holds its layers' positions plus ``tokens[i]``.
-
-Why holes rather than shifting rows right: a shift moves every key of every shifted row
-(a full-buffer gather per layer per step, ~200 ms at 8 rows here); a hole is one slice
-assignment of a boolean row.
-"""
+Contract: ``RowsKVCache`` runs mlx-lm's model classes unmodified and can hold holes (slots a
+row rolled back), masked out and not counted in the row's RoPE offset, so a row sees exactly
+the keys it would see alone. ``roll_back(cache, fed, kept)`` is the one rollback of a verify
+step for every cache kind; ``trim_rows`` the batched form; ``prefill_rows`` prefills several
+prompts in one forward. Anything that cannot roll back raises ``RollbackError``, never a
+silent no-op. Tests: tests/test_batch.py, tests/test_step.py. Why holes (measured) and the
+contract in full: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -50,7 +23,8 @@ COMPACT_AT = 64  # holes (in the longest row) that trigger a compaction
 
 
 class RowsKVCache(BatchKVCache):
-    """See the module docstring."""
+    """A ``BatchKVCache`` that can hold holes (rolled-back slots, masked and not counted in
+    the row's RoPE offset), squeezed out by ``compact()`` once they take ``COMPACT_AT``."""
 
     def __init__(self, left_padding: list[int]):
         super().__init__(left_padding)
@@ -170,7 +144,8 @@ def _aligned(valid: Any, rows: int, left: int, held: int, width: int) -> mx.arra
 
 
 def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
-    """See the module docstring."""
+    """Every row was fed ``fed`` positions; row i keeps its first ``keep[i]`` (checked on
+    every layer before any change; ``RollbackError``)."""
     most = max(keep, default=0)
     for i, c in enumerate(cache):  # check every layer first: never leave layers disagreeing
         if not isinstance(c, RowsKVCache):
@@ -191,7 +166,8 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
 
 def prefill_rows(model: Any, layers: list[list[Any]], tokens: list[list[int]],
                  step_size: int = 512) -> list[RowsKVCache]:
-    """See the module docstring."""
+    """Several requests' prompts in one batched forward: row i holds its layers' positions
+    plus ``tokens[i]``, no holes left."""
     if len(layers) != len(tokens) or not layers:
         raise ValueError("prefill_rows needs one list of cache layers per token list")
     if any(type(c) is not KVCache for row in layers for c in row):
@@ -213,7 +189,8 @@ def prefill_rows(model: Any, layers: list[list[Any]], tokens: list[list[int]],
 
 
 def roll_back(cache: list[Any], fed: int, kept: list[list[int]]) -> None:
-    """See the module docstring: one contract for every cache kind a verify step runs on."""
+    """The one rollback of a verify step, whatever the cache: every row was fed ``fed``
+    block positions, row i keeps block indices ``kept[i]``; else ``RollbackError``."""
     if isinstance(cache, RecurrentCache):
         if len(kept) != 1 or kept[0] != list(range(len(kept[0]))):
             raise RollbackError("recurrent layers keep a prefix of one row's block: hybrid "

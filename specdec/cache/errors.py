@@ -1,5 +1,6 @@
 """The cache package's checked errors (``rollback`` re-exports them; ``recurrent`` raises them
-too, and imports them from here so the two modules do not import each other)."""
+too, and imports them from here so the two modules do not import each other).
+Tests: tests/test_rollback.py, tests/test_hybrid.py."""
 
 
 class RollbackError(RuntimeError):

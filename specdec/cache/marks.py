@@ -9,6 +9,7 @@
 Why marks, not the target's replay or re-feed: a draft model's chain feeds one token per
 forward, so the state after every drafted position exists already; keeping a reference
 to it is exact and costs nothing, where a replay or a re-feed computes again.
+Tests: tests/test_hybrid_draft.py.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class Mark(NamedTuple):
 
 
 class StepMarks:
-    """See the module docstring."""
+    """Per-position marks of a draft model's recurrent states: ``mark(position)``, and
+    ``back_to(position, at)`` the latest mark at or before ``position``."""
 
     def __init__(self, cache: RecurrentCache):
         self.cache = cache
@@ -53,7 +55,7 @@ class StepMarks:
         self._at = {p: m for p, m in self._at.items() if p in (position, self.anchor)}
 
     def back_to(self, position: int, at: int) -> int:
-        """Go back to the latest mark at or before ``position`` (module docstring)."""
+        """Go back to the latest mark at or before ``position`` (docs/design-notes.md)."""
         if not 0 <= position <= at:
             raise RollbackError(f"cannot go back to position {position} of a cache holding {at}")
         if position == at:  # nothing to drop: the state is already there

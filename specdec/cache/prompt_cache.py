@@ -1,38 +1,12 @@
 """A conversation's KV cache kept across calls, as mlx-lm's ``prompt_cache`` is.
 
-Contract:
-- ``make_prompt_cache(model, max_draft_tokens=32, kv_bits=None)`` returns an empty
-  ``PromptCache``: the model's rollback-capable cache layers (``rollback.make_cache``,
-  with room to roll back ``max_draft_tokens + 1`` positions) and ``tokens``, exactly the
-  tokens whose keys/values the layers hold, in order (checked against every layer's
-  offset, never assumed).
-- ``generate``/``stream_generate``/``token_stream`` take it as ``prompt_cache=``. Before
-  the prefill, ``reuse(prompt_ids, ...)`` keeps the longest prefix the cache shares with
-  the prompt (never the prompt's last token: the first decode step feeds it) and rolls
-  the layers back to it with the one checked ``rollback.trim``. A sliding-window layer
-  that has dropped what lies before its window cannot roll back that far: then the cache
-  is emptied and the prompt prefilled in full — reuse is exact or none, never
-  approximate. After the call (finished, stopped, or closed early) ``settle`` trims the
-  layers to hold exactly the prompt plus the emitted tokens (the last emitted token may
-  not be fed yet); an error mid-generation empties the cache, since its contents are
-  then unknown. A model with recurrent layers (``recurrent.RecurrentCache``) cannot go
-  back to an arbitrary earlier prefix: its cache is reused when the new prompt extends
-  the cached tokens exactly, or back to the end of its last prefill (a checkpoint of
-  the recurrent state, kept by reference) when the prompt shares that much; else it is
-  emptied and rebuilt (also when ``settle`` would have to trim,
-  e.g. after an EOS inside an accepted block); ``fork`` gives None and ``save`` refuses. So a conversation reuses one cache turn after turn, with any drafter.
-- ``fork(n)`` is a new cache holding the first ``n`` cached tokens, sharing the arrays
-  (never the objects: a later update of one cache cannot reach the other), or None when
-  a window layer no longer holds what ``n`` needs.
-- ``PrefixStore(max_bytes)`` keeps finished requests' caches, least recently used
-  evicted first past ``max_bytes``. ``take(prompt_ids)`` hands out the cache sharing the
-  longest prefix with the prompt: the entry itself when all of it is a prefix (it is
-  extended), a ``fork`` when only part is (the entry stays for other prompts), a new
-  empty cache when nothing is shared; ``put`` returns it after the request.
-- ``save(path)`` writes the layers, their kinds and shapes, the tokens and the model's
-  fingerprint to one safetensors file (atomically); ``load_prompt_cache(path, model)``
-  refuses a file made for another model or with a kind of layer it does not know.
-"""
+Invariant: ``PromptCache.tokens`` is exactly what the layers hold (checked against every
+layer's offset). ``reuse`` keeps the longest shared prefix or empties the cache (exact or
+none, never approximate); ``settle`` trims to prompt + emitted after a call; ``fork`` shares
+arrays, never objects; ``PrefixStore`` keeps finished caches under a byte budget (LRU);
+``save``/``load_prompt_cache`` refuse another model's file. Recurrent models reuse only an
+exact extension or their last prefill's checkpoint.
+Tests: tests/test_prompt_cache.py, tests/test_hybrid.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -74,7 +48,8 @@ def _fingerprint(model: Any) -> str:
 
 
 class PromptCache:
-    """See the module docstring."""
+    """A conversation's cache layers and ``tokens``, exactly what the layers hold:
+    ``reuse`` before a prefill, ``settle`` after the call, ``fork``, ``save``."""
 
     def __init__(self, model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
                  kv_group_size: int = 64):
@@ -174,7 +149,8 @@ class PromptCache:
         self._check()
 
     def fork(self, n: int) -> "PromptCache | None":
-        """A cache of the first ``n`` cached tokens sharing this one's arrays (see module doc)."""
+        """A cache of the first ``n`` cached tokens sharing this one's arrays
+        (docs/design-notes.md)."""
         self._check()
         if not 0 < n <= len(self.tokens):
             raise ValueError(f"cannot fork {n} of {len(self.tokens)} cached tokens")
@@ -193,7 +169,7 @@ class PromptCache:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the cache to ``path`` (safetensors), atomically."""
-        from ..drafters.persist import atomic_write
+        from ..core.persist import atomic_write
 
         self._check()
         if isinstance(self.layers, RecurrentCache):
@@ -249,7 +225,7 @@ def _restore(kind: str, shape: list[int], held: list) -> Any:
 
 def make_prompt_cache(model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
                       kv_group_size: int = 64) -> PromptCache:
-    """An empty prompt cache for ``model`` (see the module docstring)."""
+    """An empty prompt cache for ``model`` (docs/design-notes.md)."""
     return PromptCache(model, max_draft_tokens=max_draft_tokens, kv_bits=kv_bits,
                        kv_group_size=kv_group_size)
 
@@ -280,7 +256,7 @@ def load_prompt_cache(path: str | os.PathLike, model: Any) -> PromptCache:
 
 
 class PrefixStore:
-    """Finished requests' caches, for requests that start the same way (module doc)."""
+    """Finished requests' caches, for requests that start the same way (docs/design-notes.md)."""
 
     def __init__(self, model: Any, max_bytes: int, *, max_draft_tokens: int = 32,
                  kv_bits: int | None = None):

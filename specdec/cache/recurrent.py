@@ -1,45 +1,13 @@
 """Rollback for models with recurrent state (hybrid and pure SSM models), model-agnostic.
 
-Contract:
-- ``RecurrentCache(model, layers)`` is the model's cache list (mlx-lm runs on it unchanged:
-  it is a ``list``) for a model whose layers include ``ArraysCache`` (a conv window, a
-  gated-delta or SSM state), directly or nested in ``CacheList``. ``recurrent(cache)``
-  says whether a cache list is one.
-- ``fed = begin(tokens)`` is called (by ``step.verify_forward``) right before a block of
-  one row goes through the model: it keeps a reference to every recurrent layer's
-  pre-block arrays (no copy: MLX arrays are immutable and mlx-lm's model files replace
-  cache entries, ``cache[i] = new``, rather than write into them), and returns what to
-  feed: the ``pending`` tokens of the last re-feed rollback (none under ``replay``), then
-  the block (the caller drops the pending rows' logits).
-- ``end_block()`` is called right after the block's forward is built: what the layers
-  recorded during it is kept for ``rewind`` and nothing later is recorded.
-- ``rewind(n)`` drops the last ``n`` fed positions. Attention layers trim; recurrent layers
-  get their pre-block arrays back and are rebuilt one of two ways (``kind``):
-  ``"replay"`` (the default): each recurrent layer runs again on its kept input rows,
-  recorded during the block (``replay``: the layer's in-projections and, on mlx-lm's CPU
-  gated-delta path, every position's state are reused from the block, so a rollback costs
-  a few small ops per layer), and the attention layers keep the kept positions;
-  ``"refeed"`` (or when a layer could not be recorded: a recurrent layer that
-  no module received as an argument, or one written twice in a block): attention trims
-  the whole block and the kept tokens become ``pending``: they ride in front of the next
-  verify block. ``last_rollback`` says which ran. ``settle()`` feeds pending tokens at
-  once (lazily, no host sync) for anyone who needs the cache exact between steps
-  (``positions``, prefill, the prompt cache). ``rewind(0)`` (full acceptance) costs
-  nothing. ``rewind`` of more than the last block, or without ``begin``, raises
-  ``RollbackError``: never a silent no-op. Rows batched together and token trees are
-  refused (``RollbackError``): hybrid requests run one at a time, with linear drafts.
-- ``recurrent_layers(model, layers)`` builds one from a fresh mlx-lm cache; its recurrent
-  layers are ``CountedArraysCache`` (an ``ArraysCache`` with an ``offset``, counted by the
-  ``advance`` calls of mlx-lm's recurrent layers), so every layer's position is checked.
-  ``positions()`` is the set of every layer's offset (one value when they agree).
-- ``checkpoint()`` / ``restore()``: the prompt cache marks the end of each prefill and can
-  come back to it exactly (recurrent states cannot be trimmed to an arbitrary prefix).
-
-Why replay by default: measured (``scripts/hybrid_rollback_cost.py``; docs/how-it-works.md,
-"Hybrid models"), a replay costs a few percent of a decode step whatever the number of
-kept tokens, where a re-feed pays every kept token's row through every weight of the model.
-The re-feed stays for models whose recurrent layers cannot be recorded.
-"""
+Contract: ``RecurrentCache`` is the model's cache list (mlx-lm runs on it unchanged);
+``begin(tokens)`` keeps each recurrent layer's pre-block arrays before a verify block,
+``end_block()`` closes the block's record, ``rewind(n)`` drops the last ``n`` fed positions
+by ``"replay"`` (re-run recurrent layers on their kept rows; the default) or ``"refeed"``
+(kept tokens ride in front of the next block); ``settle()`` feeds them at once. Rewinding
+past the last block, batched rows and trees raise ``RollbackError``.
+Tests: tests/test_hybrid.py, tests/test_hybrid_draft.py. Why replay (measured) and the
+contract in full: docs/design-notes.md; docs/how-it-works.md, "Hybrid models"."""
 
 from __future__ import annotations
 
@@ -107,7 +75,8 @@ def recurrent(cache: Any) -> bool:
 
 
 class RecurrentCache(list):
-    """See the module docstring."""
+    """The cache list of a model with recurrent layers: ``begin`` / ``end_block`` around a
+    verify block, ``rewind(n)`` within it (replay or re-feed), ``settle``, checkpoints."""
 
     def __init__(self, model: Any, layers: Sequence[Any]):
         super().__init__(layers)
@@ -123,7 +92,7 @@ class RecurrentCache(list):
         self._fed: list[int] = []  # what went through the model since the snapshot
         self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
         self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
-        self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (module docstring)
+        self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (docs/design-notes.md)
         self._calls: list | None = None  # per recurrent layer, who wrote it in the block
         self._memo: dict = {}  # what the block's modules remembered (``replay.stop``)
         self.last_rollback: str | None = None  # how the last partial rewind did it

@@ -1,30 +1,12 @@
 """KV-cache construction and rollback with one contract: ``trim(cache, n) -> n``.
 
-Contract:
-- ``make_cache(model, max_trim=..., kv_bits=None)`` builds the model's own mlx-lm cache and
-  swaps every ``RotatingKVCache`` (sliding-window layers) for ``WindowKVCache``, which
-  keeps the same attention window but can always roll back. With ``rollback=True`` any
-  layer whose cache cannot roll back (e.g. ``ArraysCache`` of recurrent/hybrid models)
-  is refused up front with ``UnsupportedCacheError`` naming it, unless ``recurrent=True``
-  and the model has recurrent layers: then the cache is a ``recurrent.RecurrentCache``,
-  whose ``trim`` rewinds within the last verify block (see ``recurrent``).
-- ``prefill(model, cache, tokens)`` fills a cache in chunks (the target's and a draft
-  model's alike).
-- ``trim(cache, n)`` removes the last ``n`` positions from every layer and returns ``n``;
-  when any layer cannot, it raises ``RollbackError``. It is never a silent no-op.
-- ``batch_cache.trim_rows(cache, fed, keep)`` is the batched form (continuous batching):
-  after a block of ``fed`` positions per row, row i keeps its first ``keep[i]``.
-- ``compact(cache, base_offset, keep)`` is the token-tree form (``specdec.decode.tree``): of a
-  block fed at ``base_offset``, keep block indices ``keep`` (root, accepted path) in place
-  and drop the rest; same checks, same error.
-
-Why a new window cache: mlx-lm's ``RotatingKVCache`` overwrites the oldest slot in place
-once the window is full, so its ``trim`` after a wrap cannot restore what a rejected draft
-overwrote (ml-explore/mlx-lm#1914, #1427). ``WindowKVCache`` stores keys in time order,
-retains ``window - 1 + slack`` positions before each new block, and masks attention to
-exactly the model's window, so the model sees what it would have seen without
-speculation and any rollback that leaves a full window behind is exact.
-"""
+Contract: ``make_cache`` builds the model's mlx-lm cache with every ``RotatingKVCache`` swapped
+for ``WindowKVCache`` (same window, always rolls back; mlx-lm's cannot after a wrap,
+ml-explore/mlx-lm#1914), refusing caches that cannot roll back (``UnsupportedCacheError``)
+unless recurrent ones are asked for; ``prefill`` fills in chunks; ``trim`` removes the last
+``n`` positions everywhere; ``compact(cache, base_offset, keep)`` keeps a token tree's
+accepted path (via ``batch_cache.roll_back``). Either raises ``RollbackError``, never a no-op.
+Tests: tests/test_rollback.py, tests/test_tree.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -174,7 +156,7 @@ def make_cache(
     kv_group_size: int = 64,
     recurrent: bool = False,
 ) -> list[Any]:
-    """The model's mlx-lm cache, made rollback-capable (see module docstring)."""
+    """The model's mlx-lm cache, made rollback-capable (docs/design-notes.md)."""
     cache = make_prompt_cache(model)
     hybrid = recurrent and has_recurrent(cache)
     if hybrid:

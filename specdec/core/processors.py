@@ -1,28 +1,15 @@
 """Logits processors: what a request applies to the target's logits before it samples.
 
-Contract:
-- A ``LogitsProcessor`` changes a block of logits (R, V) in which row r comes after the
-  history ``context + seen[r]`` (the verify step passes each row's drafted prefix or tree
-  root path as ``seen[r]``), so every verified position is processed exactly as plain
-  decoding would process it there.
-- A ``WindowProcessor`` looks only at the last ``size`` tokens of the history, as
-  mlx-lm's repetition, presence and frequency penalties do: ``apply(logits, windows)``
-  takes each row's last W <= ``size`` tokens (R, W) int32, so the verify step (host
-  histories) and the pipelined plain loop (a window kept on the device) run the same
-  arithmetic, element for element.
-- ``LogitBias`` adds a fixed bias (OpenAI's ``logit_bias``; mlx-lm's ``logit_bias``).
-- A ``stateful`` processor (a grammar) keeps state across steps: ``accept(tokens)`` is
-  called after every step with the tokens it emitted. A request with one decodes through
-  the verify step (a batch of one), never the pipelined plain loop, whose next forward
-  is queued before the host knows the current token.
-- ``processors_for(params)`` is the chain ``SamplingParams`` asks for, in mlx-lm's
-  ``make_logits_processors`` order: logit bias, repetition, presence, frequency.
+Contract: a ``LogitsProcessor`` processes a block (R, V) where row r follows ``context +
+seen[r]``, so every verified position is processed as plain decoding would; a
+``WindowProcessor`` reads only the last ``size`` tokens (same arithmetic on host and device);
+a ``stateful`` one gets ``accept(tokens)`` after each step; ``processors_for(params)`` is
+mlx-lm's order: logit bias, repetition, presence, frequency.
+Tests: tests/test_sampling.py, tests/test_engine_tiny.py. Details: docs/design-notes.md.
 
     >>> import mlx.core as mx
-    >>> p = FrequencyPenalty(0.5, 4)
-    >>> p(mx.zeros((2, 5)), [1, 1, 2], [[], [1]]).tolist()
-    [[0.0, -1.0, -0.5, 0.0, 0.0], [0.0, -1.5, -0.5, 0.0, 0.0]]
-"""
+    >>> FrequencyPenalty(0.5, 4)(mx.zeros((2, 5)), [1, 1, 2], [[], [1]]).tolist()
+    [[0.0, -1.0, -0.5, 0.0, 0.0], [0.0, -1.5, -0.5, 0.0, 0.0]]"""
 
 from __future__ import annotations
 
@@ -34,7 +21,8 @@ from .sampling import SamplingParams, penalize
 
 
 class LogitsProcessor:
-    """See the module docstring. ``stateful`` processors also implement ``accept``."""
+    """Changes a block of logits (R, V), row r after ``context + seen[r]``. ``stateful``
+    processors also implement ``accept``."""
 
     stateful = False
     pipelined = False  # can run in the pipelined plain loop (WindowProcessor, LogitBias)
@@ -48,7 +36,7 @@ class LogitsProcessor:
 
 
 class WindowProcessor(LogitsProcessor):
-    """A processor of each row's last ``size`` tokens (see the module docstring)."""
+    """A processor of each row's last ``size`` tokens (docs/design-notes.md)."""
 
     size = 20
     pipelined = True

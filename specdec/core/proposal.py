@@ -1,19 +1,13 @@
 """The drafter's output type, shared by every layer: a linear draft or a token tree.
 
-A ``Proposal`` is a token tree in topological order: ``tokens[i]`` hangs below node
-``parents[i]`` (``-1`` = the last context token, the root). ``parents=None`` is the
-linear chain (``parents[i] = i - 1``), which is what every drafter returns today. ``q``
-(an ``mx.array`` of shape ``(len(tokens), V)``) is the distribution each token was
-sampled from, for exact rejection sampling; ``None`` means the tokens are deterministic
-(point masses).
+A ``Proposal`` is a tree in topological order: ``tokens[i]`` hangs below ``parents[i]``
+(``-1`` = the root, the last context token; ``parents=None`` = a linear chain); ``q`` is each
+token's draft distribution, ``None`` for point masses. Tests: tests/test_step.py,
+tests/test_tree.py.
 
-    >>> p = Proposal([5, 6, 7])
-    >>> len(p), p.is_linear, p.depth
-    (3, True, 3)
     >>> t = Proposal([5, 6, 8], parents=(-1, 0, 0))   # 5 -> 6 and 5 -> 8: two branches
     >>> t.is_linear, t.depth, t.path(2)
-    (False, 2, [5, 8])
-"""
+    (False, 2, [5, 8])"""
 
 from __future__ import annotations
 

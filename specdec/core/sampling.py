@@ -1,30 +1,12 @@
 """Sampling parameters and the target's processed distribution.
 
-Contract:
-- ``SamplingParams`` holds temperature, top-p, top-k, min-p and the seed; temperature 0
-  means greedy. ``validate()`` raises ValueError naming the bad field.
-- ``processed_probs(logits, params)`` is the distribution plain sampling draws from, for
-  every row of ``logits``: mlx-lm's own filters (``apply_top_p``, ``apply_min_p``,
-  ``apply_top_k``, in mlx-lm's order) on the log-probabilities, then softmax(x / T). It is
-  what ``mlx_lm.sample_utils.make_sampler`` samples from, so speculative sampling targets
-  exactly the distribution mlx-lm users get.
-- ``SamplingParams`` also carries what shapes the logits before sampling, as mlx-lm's
-  ``make_logits_processors`` takes it: the repetition penalty (off at 1.0), the presence
-  and frequency penalties (off at 0) with their window sizes, and ``logit_bias`` (token
-  id -> additive bias; stored as sorted pairs). ``core.processors`` applies them.
-- ``penalize(logits, windows, params)`` applies mlx-lm's repetition penalty row by row:
-  row i is penalised for the tokens in ``windows[i]`` (the last ``repetition_context_size``
-  tokens before that position), so every position of a verify block sees exactly the
-  history plain decoding would have had there.
-- ``Rng`` is a per-request seeded generator (explicit mlx keys, never the global state).
-- ``PositionKeys(rng)`` keys output positions: ``at(t)`` is the t-th key of the chain
-  (the key plain decoding's t-th ``rng.next()`` draws token t with), a function of
-  (seed, t) alone. ``seeded_tokens(logits, params, keys)`` draws row r with ``keys[r]``
-  exactly as plain decoding draws (``categorical`` on the processed log-probabilities,
-  which mlx computes as the Gumbel-max argmax(log p + g), g from the key): the token at
-  output position t is then a function of (seed, t, the processed distribution there),
-  whatever was drafted before it.
-"""
+Contract: ``SamplingParams`` (temperature 0 = greedy; penalties and ``logit_bias`` as
+mlx-lm's ``make_logits_processors`` takes them; ``validate()`` names a bad field);
+``processed_probs`` is exactly what mlx-lm's ``make_sampler`` samples from (its own top-p,
+min-p, top-k filters, then softmax(x / T)); ``Rng`` is a per-request seeded generator (never
+the global state); ``PositionKeys``/``seeded_tokens`` make the token at output position t a
+function of (seed, t, the distribution there) alone, whatever was drafted before it.
+Tests: tests/test_sampling.py, tests/test_seeded.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -123,7 +105,7 @@ class Rng:
 
 
 class PositionKeys:
-    """The key of each output position of one seeded request (see the module docstring).
+    """The key of each output position of one seeded request (docs/design-notes.md).
 
     Keys are derived lazily from the request's ``Rng`` (t splits for position t, made once
     and kept while the position may still be verified); ``release(t)`` forgets keys before

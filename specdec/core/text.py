@@ -1,19 +1,11 @@
 """Prompt encoding and stop-string matching.
 
-Contract:
-- ``encode_prompt(tokenizer, prompt, system=None, chat=None)`` turns text, a token list or
-  chat messages into token ids. Text goes through the chat template when the tokenizer has
-  one and ``chat`` is not False (``--raw`` sets it False); a BOS is added the way mlx-lm
-  adds it (unless the text already starts with it). ``template_kwargs`` are variables for
-  the chat template (``enable_thinking`` ...) and ``tools`` (OpenAI function tools) go to
-  it as ``tools=``; a template that fails on them, or refuses the messages (its
-  ``raise_exception``), is a ``ValueError`` with the template's reason.
-- ``StopMatcher`` releases text only once it cannot be the start of a stop string, so a
-  stop string that arrives split across tokens, or inside an accepted draft block, is
-  never emitted, and nothing after it is.
-- ``TextOut(tokenizer, stop)`` is one request's text: ``feed(token)`` -> (text to emit,
-  a stop string was hit), ``tail()`` the text held back until the end.
-"""
+Contract: ``encode_prompt`` turns text, token ids or chat messages into ids (chat template
+unless ``chat=False``; BOS as mlx-lm adds it; a template's refusal is a ``ValueError``);
+``StopMatcher`` releases text only once it cannot begin a stop string, so a stop string split
+across tokens or inside an accepted block is never emitted, nor anything after it;
+``TextOut.feed(token)`` -> (text, stopped). Tests: tests/test_verify_text.py,
+tests/test_sampling.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
-"""Token trees as pure functions over token lists: a tree is ``(tokens, parents)`` in
-topological order (``parents[j] < j``, ``-1`` = the root, i.e. the last context token), as
-``core.proposal.Proposal`` holds it. The verify *block* is ``[last] + tokens``: block index
-0 is the root, block index ``j + 1`` is node ``j``.
+"""Token trees as pure functions: a tree is ``(tokens, parents)`` in topological order
+(``parents[j] < j``, ``-1`` = the root, the last context token); the verify block is
+``[last] + tokens`` (block index ``j + 1`` is node ``j``).
 
-Contract:
-- ``tree_positions(parents)``: each node's depth (1..; the root is depth 0);
-  ``ancestor_mask(parents)``: the block's ``(n+1, n+1)`` visibility (ancestors and self).
-- ``first_branch`` (the first-child path as a linear proposal), ``prune_tree`` and ``cut``
-  (the first N nodes of a best-first proposal, at most D deep) shape proposals.
-- ``greedy_tree_accept(tokens, parents, fix)`` walks from the root taking the child whose
-  token equals the target's argmax at the current row.
-- ``tree_kids(tokens, parents)``: each block row's distinct children, in the order
-  multi-candidate rejection sampling tries them (best first).
-"""
+Contract: ``tree_positions`` (depths), ``ancestor_mask`` (the block's visibility),
+``first_branch``/``prune_tree``/``cut`` (shaping), ``greedy_tree_accept`` (the child equal to
+the target's argmax, row by row), ``tree_kids`` (each row's children, best first).
+Tests: tests/test_tree.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,33 +1,12 @@
 """Verification: which drafted tokens the target model keeps.
 
-Contract of ``greedy_accept(draft, targets)``: ``targets[i]`` is the target's argmax after
-seeing ``[last] + draft[:i]`` (one forward pass over the block gives all k+1 of them). The
-accepted prefix is the longest run with ``draft[i] == targets[i]``; the step emits it plus
-``targets[a]`` — the correction at the first mismatch, or the bonus token when all k
-matched — so every step emits at least one token, and exactly the tokens plain greedy
-decoding would have produced.
-
-Contract of ``rejection_sample(draft, p, q, key)`` (temperature > 0): ``p[i]`` is the
-target's processed distribution after ``[last] + draft[:i]``; ``q[i]`` the distribution the
-drafter sampled ``draft[i]`` from, or ``None`` for a deterministic drafter (a point mass).
-Draft token i is accepted with probability ``min(1, p_i(x)/q_i(x))`` (for a point mass:
-``p_i(x)``); at the first rejection the step emits a sample of ``normalize(max(0, p_i -
-q_i))`` (for a point mass: ``p_i`` with ``x`` removed); when all are accepted, a bonus
-sample of ``p_k``. Each emitted token is then distributed exactly as under ``p`` (Leviathan
-et al. 2023; Chen et al. 2023). It returns device arrays, one candidate per position, so
-the engine resolves a step with one host sync (``resolve``).
-
-Contract of ``tree_rejection_sample(p, children, key)`` (a token tree, temperature > 0,
-deterministic drafts): ``p[r]`` is the target's processed distribution at block row r,
-``children[r]`` the distinct tokens of row r's children in the order they are tried (best
-first), ``-1`` padding. At each row the children are tried in turn (SpecInfer's recursive
-rejection with point masses): child i is accepted with probability ``r_i(c_i)``, where
-``r_i`` is ``p`` with children ``1..i-1`` removed and renormalised; when all are rejected
-the row emits a sample of ``p`` with every child removed. P(emit c_i) = p(c_i) for every
-child and p(x) for every other x, so a walk down the tree (``tree_resolve``) emits exactly
-what plain sampling would. Every row is decided on the device from its own uniforms; the
-host walks only the rows on the accepted path (one sync per step).
-"""
+Invariant: every step emits at least one token and each emitted token is what plain decoding
+would give (greedy: the same token; sampling: the same distribution). ``greedy_accept`` keeps
+the longest agreeing prefix plus the target's correction or bonus; ``rejection_sample``
+accepts with min(1, p/q) and resamples the residual (Leviathan et al. 2023);
+``tree_rejection_sample`` tries a row's children in turn (SpecInfer). Device arrays come
+back for one host sync per step. Tests: tests/test_sampling.py, tests/test_verify_text.py.
+The rules in full: docs/design-notes.md."""
 
 from __future__ import annotations
 

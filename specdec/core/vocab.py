@@ -1,18 +1,9 @@
 """The model's vocabulary size, read in one place.
 
-Contract: ``vocab_size(model, tokenizer=None)`` returns the number of token ids the model
-scores (the rows of its output), from the first of:
-
-1. the model's ``args.vocab_size`` (every mlx-lm model has it; wrappers that forward
-   attributes, such as the distributed leader, too);
-2. the rows of its output layer ``lm_head``, else of its largest embedding table (the
-   token embedding: a position embedding is smaller);
-3. ``len(tokenizer.get_vocab())`` when a tokenizer is given.
-
-When none of them can be read it raises ``ValueError`` saying so; it never guesses a
-size (a guess would let random test tokens or a bound on prompt ids silently disagree
-with the model). Padding rows count: a model may score more ids than its tokenizer has.
-"""
+Contract: ``vocab_size(model, tokenizer=None)`` is the number of ids the model scores, from
+``args.vocab_size``, else the output (or largest embedding) rows, else the tokenizer's
+vocabulary; padding rows count. It raises ``ValueError`` rather than guess.
+Tests: tests/test_vocab.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -24,7 +15,7 @@ __all__ = ["vocab_size"]
 
 
 def vocab_size(model: Any, tokenizer: Any = None) -> int:
-    """The number of token ids ``model`` scores (see module doc)."""
+    """The number of token ids ``model`` scores (docs/design-notes.md)."""
     rows = _positive(getattr(getattr(model, "args", None), "vocab_size", None))
     if rows is None:
         rows = _output_rows(model)

@@ -1,23 +1,10 @@
 """Adaptive draft length: choose each step's k to maximise expected tokens per second.
 
-Contract of ``AdaptiveKDrafter(inner, cost, k_max, draft_cost=None)`` (a Drafter): before
-each proposal it picks ``k* = argmax_k E[tokens | k] / (cost(k + 1) + draft(k))`` over
-0..k_max, where
-
-    E[tokens | k] = 1 + sum_{j=1..k} prod_{i=1..j} a_i
-    draft(k)      = fixed + per_token * k   (draft(0) = 0: a plain step proposes nothing)
-
-``a_i`` is the recent probability that draft slot i is accepted given slots < i were
-(decayed counts learned from ``observe``, shrunk towards the previous slot's estimate), and ``cost(L)`` the
-measured seconds of one L-token verify forward (``specdec.measure.cost_curve_for``,
-measured once per model and cached). ``draft_cost`` = ``{"fixed": s, "per_token": s}`` is
-the drafter's own measured proposal cost in the curve's units (``measure.draft_cost_for``;
-None: the inner drafter's ``draft_cost``, and None there = free, the old rule): a draft model's tokens cost a fraction of a target forward
-each, which pulls k* down. k* = 0 means a plain step. The inner drafter
-proposes up to k* tokens; output is unchanged whatever k is. ``propose_tree`` caps the
-tree's depth at the same k* (the budget is passed through) and learns from the accepted
-path length as a linear draft of the tree's depth. ``branches`` is the inner drafter's.
-"""
+Contract of ``AdaptiveKDrafter(inner, cost, k_max, draft_cost=None)``: before each proposal
+k* = argmax_k E[tokens | k] / (cost(k + 1) + draft(k)) over 0..k_max, E from the recent
+per-slot acceptance (decayed counts from ``observe``), cost the measured verify curve, draft
+the drafter's own cost (None = free). k* = 0 is a plain step; output is unchanged for any k.
+Tests: tests/test_drafter_wrappers.py, tests/test_draft_cost.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

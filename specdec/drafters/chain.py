@@ -1,29 +1,11 @@
 """Chains of drafters: the first with a non-empty proposal wins the step.
 
-Contract: ``ChainDrafter([d1, d2, ...])`` asks each drafter in order and returns the first
-non-empty ``Proposal`` whole (its ``q`` included, so exact rejection sampling sees the
-distribution that actually produced the draft); ``forced`` is the first member's forced
-tokens, proposed the same way; ``observe`` goes to the drafter that
-proposed, and every member keeps its own counts in ``stats`` (steps won, tokens
-drafted, tokens accepted). ``begin`` reaches every member.
-
-Trees: ``propose_tree`` asks every member for its tree and merges them into one trie of
-at most ``budget`` nodes, the first member's branches first (``trie.merge_trees``), so
-the merged best path starts with the first non-empty member's best path, as in the
-linear chain (a later member's longer branch through it may extend it).
-A tree with a distribution ``q`` (a sampling draft model) cannot share nodes with others
-exactly: when it is the first non-empty one it is returned whole and no later member is
-asked, as in the linear chain; a later one is left out. Every member in the merge is
-told, through its own ``observe``, how many of *its own* tokens the target accepted: the accepted path is
-known only once the next context arrives, so ``observe`` stores the count and the next
-``propose``/``propose_tree`` walks each member's tree along the accepted tokens
-(``trie.walk``); the last step of a request is never told (``begin`` drops it). Members with an empty or left-out tree are not observed. In
-``stats``, ``won`` counts the member whose best path leads the merged tree; ``drafted``
-counts the merged nodes each member's tree held.
-
-Capabilities: a chain of two or more drafters ``branches`` (merged proposals form a
-trie); its ``draft_cost`` is the sum of its members' when every member has one.
-"""
+Contract: ``ChainDrafter([d1, d2, ...])`` returns the first non-empty ``Proposal`` whole (its
+``q`` too); ``observe`` goes to the member that proposed; ``stats`` counts each member's
+steps won, drafted and accepted. ``propose_tree`` merges the members' tries, first member
+first (a sampled tree with ``q`` is returned whole), telling each member how many of its own
+tokens were accepted. Tests: tests/test_drafter_wrappers.py, tests/test_tree_drafters.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

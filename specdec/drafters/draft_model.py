@@ -1,61 +1,12 @@
 """A small draft model as drafter (classic two-model speculative decoding).
 
-Contract of ``DraftModelDrafter(draft_model, ...)`` (a ``Drafter``, ``name = "model"``):
-
-- Vocabulary: a draft only helps if its token ids mean what the target's ids mean. When
-  both tokenizers are given, ``check_tokenizers_match`` refuses (``ValueError`` naming the
-  first differing id/token or the sizes) unless the token -> id mappings are identical.
-  The draft's embedding matrix may have more rows than the vocabulary (Qwen pads 151665
-  tokens to 151936 rows); it may not have fewer.
-- State: the drafter owns a cache for the draft model (``rollback.make_cache``) and
-  ``cached_tokens``, the exact token list that cache holds. A draft with recurrent layers
-  (a hybrid or SSM model) gets a ``recurrent.RecurrentCache`` that rolls back by
-  ``marks.StepMarks``: the recurrent states after each drafted token and at the end of
-  the prompt are kept (references), and a roll-back goes to the latest one at or before
-  the shared prefix, the rest fed again.
-- ``begin(prompt_ids)``: keep the longest prefix shared by ``cached_tokens`` and the
-  prompt (a follow-up turn reuses the previous turn's cache), roll the cache back to it
-  with ``rollback.trim``, or rebuild the cache from scratch when nothing is shared or
-  the cache cannot roll back that far; then prefill the rest of the prompt but its last
-  token. The engine calls it inside its prefill phase.
-- ``propose(context, k)``: the same roll-back, but the comparison starts where the
-  previous proposal's context ended (within a request the context only grows, so only
-  the last draft can differ from it: O(k), not O(context)), always leaving at least
-  ``context[-1]`` to feed, since its logits give the first draft token. Feed the missing context (chunked prefill for a long prompt), then draft
-  ``k`` tokens autoregressively. The k-step chain is built on the device with no host
-  sync between steps (step i's token is step i+1's input as an ``mx.array``) and comes
-  back with one ``tolist()``. Afterwards the cache holds ``context + draft[:-1]``: the
-  last draft token is never fed (feeding it is wasted work whenever it is rejected; if it
-  is accepted, the next ``propose`` feeds it together with the target's bonus token).
-- ``propose_tree(context, k, budget)`` (temperature 0): the same device chain of
-  ``min(k, budget)`` argmax tokens and the same one host sync; at each of the first
-  ``branch_depths`` depths d it also takes the draft's top ``branch_width`` tokens from the
-  logits the chain already computed: the chain's token continues below depth d, the
-  others are leaves (children of chain node d - 1). Each node's score is its path
-  probability under the draft (the product of the draft's softmax probabilities along
-  its root path); nodes come best first (a chain node before an alternative on ties),
-  which is topological since a child's score never exceeds its parent's, so the first
-  N nodes are the best N-node tree (``tree_shape``). At most ``budget`` nodes; the
-  bookkeeping is ``propose``'s for the chain (the cache holds ``context + chain[:-1]``):
-  when the target accepts an alternative, the next ``propose`` compares tokens and trims
-  the chain past the shared prefix. ``temperature > 0``: the linear ``propose`` of
-  ``min(k, budget)`` tokens with its q (trees are exact only under greedy here).
-- ``observe(num_accepted)`` only records statistics (up to the last proposal's depth):
-  whatever the target rejected is trimmed lazily by the next ``propose``, which sees the
-  new context.
-- ``temperature == 0``: each draft token is the draft's argmax and the proposal's ``q``
-  is None (point masses). ``temperature > 0``: each draft token is sampled from
-  ``softmax(logits / T)`` with keys split from ``mx.random.key(seed)`` (never the global
-  MLX random state, so runs are reproducible per seed), and the proposal's ``q`` is an
-  ``mx.array`` of shape ``(len(draft), V)`` holding those distributions, for a rejection
-  sampler (``V`` is the draft's logits width, padded rows included). ``coupled`` (a
-  seeded request, whose target draws output position t with the t-th key of
-  ``Rng(seed)``, ``sampling.PositionKeys``): the draft token at output position t (counted
-  from ``begin``'s prompt) is drawn with that same key, so the draft and the target draw
-  with the same Gumbel noise and agree wherever their distributions are close.
-- Host syncs: one per proposal (the chain's ``tolist``), besides the target's one per
-  verify step; prefilling a long stretch evaluates its cache chunk by chunk.
-"""
+Contract of ``DraftModelDrafter`` (``name = "model"``): refuses a draft whose token -> id
+mapping differs from the target's; owns a rollback-capable cache and ``cached_tokens``, kept
+equal to what it holds (``context + draft[:-1]`` after a proposal); ``propose`` builds the
+k-step chain on the device with one host sync; ``propose_tree`` (greedy) adds the draft's
+top alternatives at its first depths as leaves, best first; sampling draws with
+per-position keys (``coupled``) and returns ``q``.
+Tests: tests/test_draft_model.py, tests/test_draft_model_tree.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -148,7 +99,7 @@ def branch_tree(chain: Sequence[int], chain_lp: Sequence[float],
 
 
 class DraftModelDrafter(Drafter):
-    """Drafts with a small model that shares the target's tokenizer (see module doc)."""
+    """Drafts with a small model that shares the target's tokenizer (docs/design-notes.md)."""
 
     name = "model"
     branches = True  # greedy: the draft's top-k alternatives at the first depths
@@ -329,7 +280,7 @@ class DraftModelDrafter(Drafter):
             qs.append(q)
             if branch:
                 scores.append(self._scores(logits, tok, i < branch))
-            if i + 1 < k:  # the last token is not fed (see module doc)
+            if i + 1 < k:  # the last token is not fed (docs/design-notes.md)
                 y = tok[None]
                 # Start computing this step while Python builds the next one.
                 mx.async_eval(y)
@@ -350,7 +301,7 @@ class DraftModelDrafter(Drafter):
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """The greedy chain with the draft's top-``branch_width`` alternatives at its first
-        ``branch_depths`` depths, best first (module doc); linear when sampling."""
+        ``branch_depths`` depths, best first (docs/design-notes.md); linear when sampling."""
         k = min(k, budget)
         if not self.branches:
             return self.propose(context, k)

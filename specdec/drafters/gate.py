@@ -1,46 +1,12 @@
 """The cost gate: draft only while drafting beats plain decoding, on this model and machine.
 
-Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (a Drafter; the default
-wrapper of every drafter ``DraftSpec`` builds, ``gate=True``):
-- Before each proposal it prices every draft length k = 0..k_max (``adaptive.best_k``):
-  k tokens are worth ``hit * E[tokens | k] + (1 - hit)`` tokens for a verify step of
-  k + 1 tokens plus the proposal's own cost, against one token for a plain token's cost.
-  ``E`` comes from the recent per-slot acceptance (decayed counts, as adaptive k keeps
-  them) kept apart by what the last drafts did: after an accepted one, after one
-  rejection, after a run of two or more. Acceptance is bursty (a quote with slips, then
-  new text): a miss inside a quote is followed by hits, a quote's end by more misses, so
-  a first miss is priced by what followed first misses before, and the second in a row
-  by what followed runs, leaning on the first-miss estimate until runs have shown their
-  own (with one state for every miss, a quote's slips kept a gate drafting through 31
-  failed drafts of new text: ``test_gate``); ``hit`` from how often
-  the inner drafter finds anything to propose, the costs from the model's measured
-  verify cost curve ``cost`` ({L: seconds}, 1..k_max + 1), the drafter's own measured
-  ``draft_cost`` and what steps really take (``step_time``: the observed / predicted
-  ratio of verify steps, and a pipelined plain token's cost relative to a one-token
-  verify step, so per-step host work, a longer context and this machine's load are
-  priced too). No threshold is set by hand: a draft is proposed exactly when its
-  expected tokens per second beat plain decoding's, and then of the best length k*.
-- It starts paused when its shadow guesses are free (a host drafter: see below), so it
-  drafts only once the context shows the drafter right; a costly drafter starts drafting.
-- k* = 0 pauses it (``paused``): it proposes nothing, so a single stream decodes plain
-  and pipelined, as fast as plain decoding, and calls ``watch`` after every token. While
-  paused it keeps *shadow* guesses: every ``interval`` tokens it asks the inner drafter
-  for a guess without submitting it and, once the tokens arrive, counts how much of it
-  plain decoding emitted, exactly as verification would have accepted it (greedy: equal
-  tokens; sampled: a deterministic draft is accepted with the probability that plain
-  sampling draws it). When a shadow guess comes true and the estimates then say drafting
-  pays, it resumes (never on a drift of the timing estimates alone, which would flap). The
-  interval keeps shadow drafting under ``SHADOW_SHARE`` of plain decoding's time (a host
-  drafter: every token; a draft model: every few tokens).
-- Tokens the request's grammar forces (``inner.forced``: a chain holding the ``grammar``
-  drafter) are proposed whenever there are any, paused or not, unpriced and uncounted in
-  the estimates: the grammar admits nothing else there, so a verify step of them yields
-  them all (unless the model splits that text into other tokens), which beats plain
-  decoding on any cost curve.
-- Within a batch of several rows (the server) each row's gate decides for its row alone
-  (its verify steps priced by the curve); the batch then prices the block of all rows.
-Output never changes: a paused step is a plain step.
-"""
+Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default wrapper): before
+each proposal it prices k = 0..k_max from the recent acceptance (kept apart after a hit, one
+miss, a run of misses), the measured verify curve, the drafter's cost and observed step
+times; no hand-set threshold. k* = 0 pauses it (plain, pipelined steps) while shadow guesses
+score the drafter; it resumes when a shadow guess comes true and drafting pays. Forced
+grammar tokens are always proposed. Output never changes: a paused step is a plain step.
+Tests: tests/test_gate.py. The pricing in full: docs/design-notes.md."""
 
 from __future__ import annotations
 

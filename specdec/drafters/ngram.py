@@ -1,21 +1,11 @@
 """Prompt-lookup (n-gram) drafting.
 
-Contract: the draft for ``tokens`` is what followed the most recent *earlier* occurrence
-of the longest suffix n-gram (n from ``n_max`` down to ``n_min``) — never the suffix
-itself — cut to ``k`` tokens and cut after the first EOS. ``prompt_lookup`` states this as
-a pure function; ``NgramIndex`` computes the same answer incrementally (a hash map per n
-from n-gram to the latest position it ended at) so a proposal costs O(n_max - n_min + k)
-however long the context grows; ``NgramDrafter`` wraps the index as a ``Drafter``.
-
-Tree contract (``propose_tree``): the continuations of *every* distinct earlier match —
-longest n first, within one n the most recent first, each end position once (a 3-gram
-match is also a 2-gram match ending at the same place) — each cut to ``k`` and after the
-first EOS, merged best first into a trie of at most ``budget`` nodes (``trie.merge_paths``),
-scanning at most ``max_matches`` of them. ``all_match_continuations`` states the list as a
-pure function. The first continuation is the linear draft, so the tree's best path starts
-with the linear proposal (cut to the budget; a later, longer continuation sharing it may
-extend it) and the tree holds everything the linear draft does.
-"""
+Contract: the draft is what followed the most recent earlier occurrence of the longest
+suffix n-gram (n_max down to n_min), cut to ``k`` and after the first EOS; ``prompt_lookup``
+states it purely, ``NgramIndex`` computes it incrementally (O(n_max - n_min + k) per
+proposal), ``NgramDrafter`` wraps it. ``propose_tree`` merges every earlier match's
+continuation best first (``all_match_continuations``); its best path starts with the linear
+draft. Tests: tests/test_tree_drafters.py, tests/test_grammar.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -166,7 +156,8 @@ class NgramDrafter(Drafter):
         return Proposal(self._index.lookup(k, self.eos))
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
-        """The continuations of every distinct earlier match, merged into one trie (module doc)."""
+        """The continuations of every distinct earlier match, merged into one trie
+        (docs/design-notes.md)."""
         self._index.extend(context[len(self._index.tokens) :])
         if k <= 0 or budget <= 0:
             return EMPTY

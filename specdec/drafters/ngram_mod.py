@@ -1,47 +1,11 @@
 """ngram-mod: a rolling-hash n-gram memory shared across requests.
 
-Contract:
-
-- ``NgramModTable(size, n)`` is a fixed-size, lossy map ``hash(n tokens) -> next token``
-  held in one numpy ``int32`` array (``EMPTY`` = -1 marks a free slot). The hash is the
-  LCG-style polynomial ``h = h * MULT + (t + 1)`` over the window, wrapping at 64 bits
-  (``ngram_hash``), so it rolls one token forward in O(1) (``roll_hash``); the slot is
-  ``slot_of(h, size)``. No keys are stored: a colliding n-gram overwrites the slot, and a
-  wrong guess costs only a rejected draft, because the target verifies every token.
-- ``table.draft(context, k, eos)`` walks forward hash by hash from the last ``n`` tokens
-  of ``context``, appending each slot's token, until an empty slot, ``k`` tokens, or an
-  EOS token (kept, then stop). ``draft_walk`` states the same walk as a pure function.
-- ``table.insert(tokens, start, stop)`` records, for every next-token index ``j`` in
-  ``[max(start, n), stop)``, the entry ``tokens[j-n:j] -> tokens[j]``; within one call a
-  later position wins a shared slot, as later calls overwrite earlier ones.
-- ``NgramModDrafter(table, ...)`` (a ``Drafter``, ``name = "ngram-mod"``) inserts a
-  request's prompt at ``begin``, then its generated text in chunks: once ``cur_len - i_last > gate`` (the published
-  ``i_last + 32 < cur_len``) everything up to ``cur_len`` is inserted. The tail still under
-  the gate is inserted when the next request begins (``flush``). ``observe`` counts
-  proposals accepted below ``reset_below``; ``reset_streak`` of them in a row reset the
-  whole table (``reset_streak=None`` turns this off), and every drafter sharing it puts
-  its own request's text back at its next proposal, so a reset drops other traffic only.
-- Sharing: one table serves many drafters and threads. Writes (insert, reset) hold a lock;
-  reads take no lock and may see a mix of old and new slots, each a valid token or EMPTY,
-  so a racing read can only produce a worse draft, never an error.
-- ``save(path)`` writes atomically (temp file in the same directory, fsync, ``os.replace``):
-  a crash leaves the old file or the new one, never a torn one. The file holds a format
-  version, ``n``, ``size``, the tokenizer fingerprint and the used slots.
-  ``NgramModTable.load(path, tokenizer_fingerprint=...)`` refuses a file built with another
-  vocabulary (``ValueError``): token ids only transfer between identical tokenizers, e.g.
-  a table built serving Qwen2.5-Coder-0.5B warm-starts Qwen2.5-Coder-1.5B.
-
-Defaults, by measurement (exact replay of the engine's greedy loop, checked against
-``token_stream``, on SmolLM2-135M multi-turn code editing, 8 turns x 128 tokens, k=4):
-the workload alone fills ~1.5k slots, so the published 4M-entry table sits at 0.035 %
-occupancy and 2**16 slots already give the collision-free acceptance (0.892 vs 0.893).
-The table is shared by a whole process, though, and fills with every request: with
-150k / 600k tokens of unrelated traffic interleaved, 2**16 loses 0.7 / 1.5 points and
-2**18 (1 MiB, the default) 0.3 / 0.7 points against 2**22, at equal tokens per step.
-n=4 drafts the most tokens per step (3.92 vs 3.49 at n=8, 2.98 at the published n=16):
-after a divergence a shorter window resynchronises sooner. Reset-on-streak (0.5, 3)
-with re-seeding raises acceptance on a saturated table and costs nothing otherwise.
-"""
+Contract: ``NgramModTable(size, n)`` is a fixed-size lossy map hash(n tokens) -> next token
+(collisions overwrite; a wrong guess costs only a rejected draft); ``draft`` walks it hash by
+hash, ``insert`` records a stretch; writes hold a lock, reads take none and can only yield a
+worse draft. ``NgramModDrafter`` inserts prompts and generated text in chunks and resets the
+table on a streak of poor acceptance. ``save`` is atomic; ``load`` refuses another
+tokenizer's file. Tests: tests/test_ngram_mod.py. Defaults by measurement: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -54,12 +18,12 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .base import Drafter, Proposal
-from .persist import atomic_write, read_npz
+from ..core.persist import atomic_write, read_npz
 
 MULT = 6364136223846793005  # Knuth's MMIX LCG multiplier, as in the published ngram-mod
 _MASK = (1 << 64) - 1
 EMPTY = -1
-DEFAULT_SIZE = 1 << 18  # 1 MiB; see the module docstring for the measurement
+DEFAULT_SIZE = 1 << 18  # 1 MiB; measured: docs/design-notes.md
 DEFAULT_N = 4
 DEFAULT_GATE = 32
 DEFAULT_RESET_BELOW = 0.5  # a proposal accepted below this fraction counts as "low"
@@ -149,7 +113,7 @@ def draft_walk(
 
 
 class NgramModTable:
-    """The shared memory; see the module docstring for the contract."""
+    """The shared memory; contract: docs/design-notes.md."""
 
     def __init__(
         self,
@@ -216,7 +180,7 @@ class NgramModTable:
             return self._slots.copy()
 
     def save(self, path: str | os.PathLike, *, tokenizer_fingerprint: str | None = None) -> None:
-        """Write the table atomically to ``path`` (see the module docstring)."""
+        """Write the table atomically to ``path`` (docs/design-notes.md)."""
         fp = tokenizer_fingerprint or self.fingerprint
         if not fp:
             raise ValueError(

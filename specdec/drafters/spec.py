@@ -1,32 +1,14 @@
 """One typed description of "how to draft", parsed once, shared by every front end.
 
-Contract:
-- ``DraftSpec`` holds everything that selects and shapes a drafter: the draft types (one
-  name or a chain such as ``"ngram,suffix"``: the first non-empty proposal wins), the
-  draft length k, the n-gram bounds, the cost gate (on by default), adaptive k, the
-  ngram-mod table's file, size and n, the suffix history size and the draft model's
-  name. Constructing one validates it (``ValueError`` naming the flag to change), so a
-  ``DraftSpec`` that exists is valid. The CLI (``RunConfig``), the server's
-  ``speculative`` field, the bench's config specs (``ngram:k=4:n=2``) and the library
-  all build one and nothing else.
-- ``DraftResources`` holds what drafters need but a spec only names: the tokenizer,
-  the loaded draft model, the shared ngram-mod table and suffix history, the verify
-  cost curve (adaptive k) and the drafter's own measured cost per proposal (adaptive k,
-  ``draft_tree_budget="auto"``). ``specdec.resources.prepare_resources`` loads what a
-  spec asks for (it sits above measurement: drafters never measure or load models).
-- ``build_drafter(spec, resources, temperature=, seed=)`` returns a fresh drafter for
-  one request (``NoDrafter`` for ``"none"``), wrapped as the spec says: in the cost gate
-  (``gate.CostGate``, the default: it also picks each step's k, so it subsumes adaptive
-  k), else in adaptive k when asked. Both need the verify cost curve in the resources.
-- ``parse_tree_budget(value)`` is the one reader of a draft tree budget (the CLI flag, the
-  server's field, the bench's ``tree=`` option, ``DraftSpec`` and the engine call it).
+Contract: a ``DraftSpec`` that exists is valid (``ValueError`` naming the flag); the CLI,
+the server, the bench and the library all build one. ``DraftResources`` holds what drafters
+need but a spec only names (loaded by ``specdec.resources``); ``build_drafter`` returns a
+fresh drafter per request, wrapped in the cost gate (default) or adaptive k;
+``parse_tree_budget`` is the one reader of a tree budget.
+Tests: tests/test_draft_spec.py. Details: docs/design-notes.md.
 
     >>> DraftSpec("ngram, suffix", num_draft_tokens=8).draft_types
-    ('ngram', 'suffix')
-    >>> DraftSpec("suffix,none")
-    Traceback (most recent call last):
-    ValueError: draft type 'suffix,none': 'none' cannot be part of a chain
-"""
+    ('ngram', 'suffix')"""
 
 from __future__ import annotations
 
@@ -146,7 +128,7 @@ def _flag(field: str) -> str:
 
 @dataclass
 class DraftResources:
-    """What drafters use but a spec only names (see module doc). Shared across requests."""
+    """What drafters use but a spec only names (docs/design-notes.md). Shared across requests."""
 
     tokenizer: Any = None
     draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)

@@ -1,44 +1,13 @@
 """Suffix-automaton drafting: the longest earlier match, then its most frequent continuation.
 
-Contract (``suffix_match.suffix_proposal`` states it as a pure function; ``SuffixIndex`` computes the
-same answer incrementally; ``SuffixDrafter`` wraps the index as a ``Drafter``):
-
-1. Match. The *live* match is the longest suffix of ``context`` that also ends at an
-   earlier position, i.e. one with at least one token after it (so the suffix occurrence
-   itself never counts; overlapping it is fine). The *history* match is the longest suffix
-   of ``context`` that occurs inside one earlier request's tokens (a document) with a token
-   after it in that document: documents never match across their boundaries. The longer
-   match wins, the live one on ties (the current request is the better evidence). A match
-   of length 0 means no draft.
-2. Length. A match of length m allows ``draft_length(m, k, alpha) = min(k, max(1,
-   ceil(alpha * m)))`` tokens: a long match is strong evidence that text is being repeated,
-   a one-token match is weak, so the draft grows with it. ``alpha=1`` (default) allows one
-   draft token per matched token.
-3. Continuation. Starting from the pattern p = the matched suffix, repeatedly append the
-   token c maximising ``(min(count(p + c), count_cap), first(p + c))`` within the winning
-   source (the live context, or all history documents in FIFO order), where count is the
-   number of occurrences and first the end position of the first one (later wins: for the
-   common count-1 tie that is exactly the most recent continuation). Stop after the allowed
-   length, when p has no follower, or after an EOS (the EOS is kept).
-
-Why the cap: counts are the endpos sizes of automaton states, and keeping them exact costs
-a +1 on every suffix-link ancestor of each new state, O(length) per token on periodic text
-(a model stuck in a loop). Endpos sizes strictly grow towards the root, so once a state
-reaches the cap all its ancestors have too: capped counts stop the walk there, at most
-``count_cap`` updates per token. Counts at or above the cap tie and recency decides.
-
-Costs: appending a token is amortized O(1) automaton work plus at most ``count_cap`` count
-updates; a proposal costs O(draft length x branching of the states it walks): no term in
-the context length, though a short common pattern (one token that many different tokens
-follow) branches more as the text grows, since picking the most frequent follower scans
-them all. The history automaton is extended when a request is added and
-rebuilt (O(window)) only when the FIFO window evicts a request, since automata cannot
-forget text.
-
-Sharing and persistence: the history window is a ``SuffixHistory``, which several indexes
-(drafters) may share, and which saves to / loads from a file atomically, refusing a file
-written with another tokenizer (see its docstring).
-"""
+Contract (``suffix_match.suffix_proposal`` states it purely; ``SuffixIndex`` computes it
+incrementally; ``SuffixDrafter`` wraps it): match the longest suffix seen earlier, live or in
+the shared ``SuffixHistory`` (documents never match across boundaries; live wins ties);
+draft ``min(k, max(1, ceil(alpha * m)))`` tokens; continue with the most frequent follower
+(counts capped at ``count_cap``, recency breaks ties). Appending is amortised O(1); the
+history saves and loads atomically, refusing another tokenizer's file.
+Tests: tests/test_suffix.py, tests/test_server_suffix_history.py. Why the cap, costs:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -50,7 +19,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .base import Drafter, Proposal
-from .persist import atomic_write, read_npz
+from ..core.persist import atomic_write, read_npz
 from .suffix_match import DEFAULT_ALPHA, DEFAULT_COUNT_CAP, draft_length
 from .suffix_tree import index_tree
 

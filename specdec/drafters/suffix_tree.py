@@ -1,27 +1,11 @@
 """Tree proposals of the suffix drafter: its most likely continuations, best first.
 
-Contract (``suffix_tree_proposal`` states it by brute force; ``index_tree`` computes the
-same tree over a ``SuffixIndex``'s automata; ``SuffixDrafter.propose_tree`` calls it):
-
-1. Match and depth as the linear drafter (``suffix`` module doc): the longer of the live
-   and the history match, the live one on ties; no root path is longer than
-   ``draft_length(m, k, alpha)``, so depth grows with the match length up to ``k``.
-2. Probability. Below a node whose pattern is p (the matched suffix + the node's path), a
-   follower c has weight ``w(c) = min(count(p + c), count_cap)`` in the winning source;
-   its path probability is the parent's times ``w(c) / sum of w over p's followers``
-   (the root's is 1). This is SuffixDecoding's empirical estimate of how likely the
-   target is to generate that path; an EOS node gets no children.
-3. Expansion. With ``linear_first`` (the default) the linear proposal is placed first, so
-   the tree's best path *is* the linear draft (cut to the budget) and the tree holds
-   everything the linear draft does; then, until ``budget`` nodes, the candidate (a
-   follower of a placed node, within the depth) of highest path probability is placed
-   next — ties: shallower, then the better sibling by the linear key ``(w, first)``.
-   Without it the expansion is purely best first: the nodes are then the ``budget`` most
-   probable paths, and the best path is a prefix of the linear draft.
-
-Siblings come out best first (probability is proportional to the weight, ties keyed as
-the linear continuation), and nodes in the order they were placed (see ``trie``).
-"""
+Contract (``suffix_tree_proposal`` by brute force; ``index_tree`` over a ``SuffixIndex``):
+match and depth as the linear drafter; a path's probability is the product of its
+followers' capped-count shares (SuffixDecoding's estimate); with ``linear_first`` the
+linear draft is placed first, then the most probable candidates up to ``budget``. Siblings
+best first, nodes in the order placed. Tests: tests/test_tree_drafters.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -39,7 +23,7 @@ Followers = Callable[[Hashable], list[tuple[int, int, tuple, Hashable]]]
 
 def best_first_tree(followers: Followers, root: Hashable, depth: int, budget: int,
                     eos: Iterable[int] = (), linear_first: bool = True) -> Proposal:
-    """Expand the most probable continuations below ``root`` (module doc, steps 2-3)."""
+    """Expand the most probable continuations below ``root`` (docs/design-notes.md, steps 2-3)."""
     if depth <= 0 or budget <= 0:
         return EMPTY
     eos = frozenset(eos)

@@ -1,20 +1,9 @@
 """Token tries: the shape of a tree proposal, as pure functions over token lists.
 
-A tree ``Proposal`` (see ``base``) lists its nodes in topological order with ``parents``
-(-1 = the root, the last context token). Every tree this module builds also keeps two
-orders that carry the drafter's priorities:
-
-- *Siblings best first*: among the children of one node, an earlier index is the better
-  guess. Following the first child from the root gives the *best path*
-  (``best_path``): the drafter's single best branch, which the engine falls back to when
-  a tree cannot be verified exactly (sampling).
-- *Prefix closed*: nodes are listed in the order they were chosen, so the first ``m``
-  nodes are themselves a tree (every parent precedes its children) and are the drafter's
-  pick for a budget of ``m`` (``Proposal.tokens[:m]`` with ``parents[:m]``).
-
-A tree whose nodes form one chain comes back with ``parents=None`` (linear), so a
-one-branch tree equals the linear proposal of the same tokens.
-"""
+Invariant of every tree built here: siblings best first (the first-child path is the
+``best_path``) and prefix closed (the first ``m`` nodes are the drafter's tree for a budget
+of ``m``). A one-chain tree comes back with ``parents=None`` (linear).
+Tests: tests/test_tree_drafters.py, tests/test_tree_shape.py."""
 
 from __future__ import annotations
 

@@ -1,29 +1,11 @@
 """``load(model, dtype=...)``: any supported model reference -> (mlx model, TokenizerWrapper).
 
-Contract:
-- ``model`` is resolved in this order:
-  1. a packaged model name (``PACKAGED_MODELS``) -> its GGUF file;
-  2. an existing path: a ``.gguf`` file (or any file with GGUF magic) is converted once
-     into the cache; a directory with ``config.json`` is an mlx-lm model directory;
-  3. a string shaped like ``owner/name`` that is not a local path -> Hugging Face repo id,
-     handed to ``mlx_lm.load`` (downloads need network access).
-  Anything else raises ``ModelLoadError`` saying which forms are accepted.
-- The returned model is always an instance of an mlx-lm model class, built and
-  weight-loaded by ``mlx_lm.utils.load`` (its ``sanitize`` included); the tokenizer is
-  mlx-lm's ``TokenizerWrapper`` with the model's EOS ids.
-- ``dtype``: ``"auto"`` means ``specdec.backend.default_dtype()``: float32 on the CPU
-  backend (quantized layers are dequantized, because mlx-cpu's quantized matmuls are
-  slow); on GPU backends it means ``"native"``. ``"native"`` (the GPU policy, on any
-  backend): the weights stay as the checkpoint has them, and converted GGUF models
-  (stored as float32) are re-quantized when the GGUF was a <=4-bit quantization, else
-  cast to float16. The re-quantization is selective: every quantizable layer goes to
-  4 bits (group 64) except the embeddings and the output head (``lm_head``), which go to
-  8 bits: the head decides every argmax, and a 4-bit head is where quantization costs
-  the most quality (the same is why llama.cpp's Q4_K_M keeps its output at Q6_K). One
-  log line (logger ``specdec.loader.api``, INFO) names the layers kept at 8 bits.
-  An explicit ``"float32"``, ``"float16"`` or ``"bfloat16"`` dequantizes any quantized
-  layers and casts all floating weights. Any other value raises ``ModelLoadError``.
-"""
+Contract: ``model`` is a packaged name, a GGUF file or mlx-lm directory, or a Hugging Face
+repo id (else ``ModelLoadError`` listing the forms); the model is always an mlx-lm class
+loaded by ``mlx_lm.utils.load``. ``dtype="auto"``: float32 on CPU, ``"native"`` on GPU
+(low-bit GGUFs re-quantized to 4 bits with embeddings and head at 8); explicit float dtypes
+dequantize and cast. Tests: tests/test_loader.py, tests/test_loader_quant.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -40,7 +22,7 @@ from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
 DTYPES = ("auto", "native", "float32", "float16", "bfloat16")
 QUANT_GROUP_SIZE = 64
 QUANT_BITS = 4
-HEAD_BITS = 8  # embeddings and lm_head: see the module docstring
+HEAD_BITS = 8  # embeddings and lm_head: docs/design-notes.md
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +36,7 @@ _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def load(
     model: str | os.PathLike = "smollm2-135m", *, dtype: str = "auto"
 ) -> tuple[nn.Module, TokenizerWrapper]:
-    """Load a packaged model, GGUF file, mlx-lm directory or HF repo; see module docstring."""
+    """Load a packaged model, GGUF file, mlx-lm directory or HF repo; docs/design-notes.md."""
     model = os.fspath(model)
     if dtype not in DTYPES:
         raise ModelLoadError(f"Unknown dtype {dtype!r}; use one of: {', '.join(DTYPES)}.")

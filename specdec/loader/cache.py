@@ -1,17 +1,10 @@
 """On-disk cache for assembled GGUF files and converted mlx-lm model directories.
 
-Contract:
-- ``cache_root()`` is ``$SPECDEC_CACHE_DIR`` if set, else ``~/.cache/specdec``; it is
-  created on demand.
-- ``source_key(path, version)`` is a short hex digest of the file's resolved path, size,
-  mtime and the converter version: any change to the source or to the converter gives a
-  new key, so stale conversions are never reused.
-- ``atomic_dir(final)`` yields a temporary sibling directory; on success it is renamed to
-  ``final`` in one step, so a reader sees either nothing or a complete directory. If
-  another process finished first, its result is kept and ours is discarded.
-- ``atomic_file(final)`` does the same for a single file.
-Nothing here imports mlx.
-"""
+Contract: ``cache_root()`` is ``$SPECDEC_CACHE_DIR`` or ``~/.cache/specdec``;
+``source_key(path, version)`` changes with the source or converter, so stale conversions are
+never reused; ``atomic_dir``/``atomic_file`` publish by one rename (a reader sees nothing or
+a complete result; the first finisher wins). Nothing here imports mlx.
+Tests: tests/test_loader.py, tests/test_calibrate.py."""
 
 from __future__ import annotations
 

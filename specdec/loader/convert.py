@@ -1,21 +1,10 @@
 """GGUF file -> cached mlx-lm model directory (config.json + safetensors + tokenizer).
 
-Contract:
-- ``convert_gguf(path)`` returns a directory that ``mlx_lm.utils.load_model`` and
-  ``mlx_lm.tokenizer_utils.load`` accept. It lives at
-  ``<cache>/converted/<stem>-<key>`` where the key covers the GGUF's resolved path, size,
-  mtime and ``CONVERTER_VERSION``; if that directory exists it is returned untouched (no
-  conversion). Otherwise the conversion is written to a temporary directory and renamed
-  into place, so an interrupted run leaves nothing that looks complete.
-- The directory also holds ``specdec.json``: the source, its quantization summary
-  (``low_bit`` decides GPU re-quantization) and how long conversion took.
-- After a conversion, older conversions of the same source path (earlier mtime or
-  converter version) are deleted so the cache does not grow without bound.
-- ``conversion_count()`` is the number of conversions this process actually performed
-  (lets tests prove the cache was used without timing anything).
-Weights are float32 (exact dequantization); casting/quantizing for the backend happens at
-load time, never in the cache. Nothing here imports mlx.
-"""
+Contract: ``convert_gguf(path)`` returns ``<cache>/converted/<stem>-<key>`` (reused untouched
+when present; written to a temp dir and renamed), with ``specdec.json`` (source, quantization
+summary, conversion time); older conversions of the same source are deleted;
+``conversion_count()`` counts real conversions. Weights are exact float32; casting happens at
+load. Nothing here imports mlx. Tests: tests/test_loader.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,18 +1,9 @@
 """GGUF metadata -> a Hugging Face style ``config.json`` for mlx-lm's model classes.
 
-Contract:
-- ``open_gguf(path)`` returns a ``GGUFFile`` (reader + decoded scalar metadata) or raises
-  ``ModelLoadError`` for a missing / non-GGUF / unreadable file or an architecture mlx-lm
-  cannot run through this converter (supported: ``SUPPORTED_ARCHS``).
-- ``build_config(g, eos_ids)`` returns the config dict mlx-lm's ``ModelArgs.from_dict``
-  expects for that architecture (``model_type`` llama / qwen2 / gemma3_text). Values come
-  from GGUF keys; where llama.cpp hard-codes a value instead of storing it (Gemma 3's
-  sliding-window pattern and local RoPE base) we use llama.cpp's constant, since that is
-  what produced and runs the file.
-- ``quant_summary(g)`` says which tensor types the file holds and whether it is a <=4-bit
-  quantization (decides 4-bit re-quantization on GPU backends).
-Nothing here imports mlx.
-"""
+Contract: ``open_gguf`` (``ModelLoadError`` for a bad file or an architecture outside
+``SUPPORTED_ARCHS``), ``build_config`` (llama / qwen2 / gemma3_text; llama.cpp's constants
+where it hard-codes them), ``quant_summary``. Nothing here imports mlx.
+Tests: through the loader, tests/test_loader.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
 """The tokenizer embedded in a GGUF file -> a Hugging Face tokenizer saved for mlx-lm.
 
-Contract:
-- ``build_tokenizer(g)`` returns a transformers fast tokenizer equivalent to the one
-  llama.cpp builds from the same file (same ids for the same text, BOS added iff the
-  file says so), with the file's chat template, if any.
-- ``eos_token_ids(g, tok)`` lists every token id that ends generation: the file's EOS,
-  its EOT if declared, the end-of-turn marker its chat template uses (``<|im_end|>``,
-  ``<end_of_turn>``, ...), and for Qwen2 also ``<|endoftext|>`` (Qwen's own
-  generation_config lists both).
-- ``save_tokenizer(tok, out_dir)`` writes tokenizer.json / tokenizer_config.json (and the
-  chat template) so ``mlx_lm.tokenizer_utils.load`` can read it back.
-We use transformers' GGUF tokenizer converter (``convert_gguf_tokenizer``) directly on
-metadata read with ``gguf.GGUFReader``: ``AutoTokenizer.from_pretrained(gguf_file=...)``
-would do the same but imports torch for its metadata reader, and specdec does not
-require torch.
-"""
+Contract: ``build_tokenizer(g)`` gives the ids llama.cpp gives for the same text (via
+transformers' ``convert_gguf_tokenizer``, without torch); ``eos_token_ids`` lists every id
+that ends generation; ``save_tokenizer`` writes files ``mlx_lm.tokenizer_utils.load`` reads.
+Tests: through the loader, tests/test_loader.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

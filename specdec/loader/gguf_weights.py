@@ -1,23 +1,10 @@
 """GGUF tensors -> float32 numpy arrays under Hugging Face names, written as safetensors.
 
-Contract:
-- ``iter_hf_tensors(g, config)`` yields ``(hf_name, float32 array)`` for every tensor in
-  the file, in HF layout ``(out_features, in_features)``, with llama.cpp's converter
-  transformations undone:
-  * llama: q/k rows were permuted per head (``reshape(n_head, 2, head_dim//2, ...)
-    .swapaxes(1, 2)``, k with n_head_kv) to suit ggml's interleaved RoPE; we apply the
-    inverse so mlx-lm's non-interleaved RoPE sees HF order.
-  * gemma3: every ``*norm.weight`` was stored as ``w + 1`` (Gemma's RMSNorm multiplies by
-    ``1 + w``; llama.cpp's is a plain multiply); we subtract 1 because mlx-lm's gemma3
-    RMSNorm adds it back.
-  A tensor name or quantization type we do not know raises ``ModelLoadError`` rather than
-  being dropped.
-- ``write_safetensors(tensors, out_dir)`` writes them into ``model-NNNNN.safetensors``
-  shards of about 1 GiB (bounded peak memory for the 1.5B model) and returns the count.
-Dequantization is ``gguf.quants.dequantize`` (exact reference decoding of each block
-format); values are stored as float32, so the conversion itself loses nothing.
-Nothing here imports mlx.
-"""
+Contract: ``iter_hf_tensors`` yields every tensor in HF layout with llama.cpp's converter
+transformations undone (llama's q/k RoPE permutation, gemma3's norm ``+ 1``); an unknown
+name or quantization raises ``ModelLoadError``; ``write_safetensors`` writes ~1 GiB shards.
+Dequantization is exact. Nothing here imports mlx.
+Tests: through the loader, tests/test_loader.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

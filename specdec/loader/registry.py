@@ -1,21 +1,10 @@
 """Models shipped as pip packages, and how to find their GGUF file on disk.
 
-Contract:
-- ``PACKAGED_MODELS`` maps a short model name to a ``PackagedModel``: the pip packages to
-  install (in order), the GGUF file name, whether it has a chat template.
-- ``packaged_gguf_path(name)`` returns the path of that model's ``.gguf`` file. A model
-  inside one package is used in place. A model split across "chunk" packages (PyPI caps
-  file sizes) is concatenated, in package order, once into ``<cache>/gguf/`` (temp file
-  + rename, checked for the GGUF magic and, where known, its sha256) and reused after
-  that; a stamp file records the chunk versions and sizes so an upgraded chunk package
-  triggers re-assembly.
-- A missing package, unknown name or a corrupt chunk raises ``ModelLoadError`` naming the
-  exact ``pip install`` command to run.
-Chunk files are located through ``importlib.metadata`` (the wheel's RECORD), so the
-loader depends on no helper code inside those packages: each chunk package holds exactly
-one data file next to its ``__init__.py``.
-Nothing here imports mlx.
-"""
+Contract: ``PACKAGED_MODELS`` maps a short name to a ``PackagedModel``;
+``packaged_gguf_path(name)`` returns its ``.gguf`` (chunk packages concatenated once into
+``<cache>/gguf/``, checked, re-assembled when a chunk changes); a missing package, unknown
+name or corrupt chunk raises ``ModelLoadError`` naming the pip command. Nothing here
+imports mlx. Tests: tests/test_loader.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

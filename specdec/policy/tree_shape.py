@@ -1,52 +1,12 @@
 """Token-tree size from cost: how many draft nodes to verify this step.
 
-Contract:
-- A drafter returns its tree in *best-first* topological order, so the first ``N`` nodes
-  of a proposal are always a valid tree, and the best ``N``-node tree it has.
-- ``node_hits(tokens, parents, emitted)`` tells, for every node of a proposal, whether it
-  lies on the path greedy decoding took (``True``), off it (``False``), or cannot be
-  known (``None``: deeper than the emitted tokens reach). Because the emitted tokens of a
-  step include the target's own correction, nodes that were *not* verified (cut by the
-  budget) are judged too, so the estimate needs no exploration. ``best_cut`` is the
-  budget a shaper that knew them in advance would have chosen.
-- ``node_slots(parents, n)`` names each node's *slot*: (depth, rank among its
-  siblings, whether it is its parent's only child), ranks best first as the drafter
-  ordered them. An only child is where the drafter saw no alternative (every earlier
-  match continues alike), a far surer node than the first of several: SmolLM2 with the
-  suffix drafter, two echo-heavy prompts, the first node was right 103 of 117 times as an
-  only child and 4 of 22 times as the first of several.
-- ``TreeShaper(cost, max_nodes, tree_cost, propose_cost=0)`` keeps, per slot (d, r, o), the
-  running rate c(d, r, o) at which a node in that slot is on the accepted path *given that
-  its parent is* (the root always is) — SpecInfer/Sequoia's per-depth, per-rank
-  acceptance. A Beta prior pulls early estimates to ``prior / (r + 1)`` at depth 1 and
-  ``((d - 1) / d) / (r + 1)`` below it, so a fresh chain's d-th node is judged
-  ``prior / d`` likely and a new request starts small. A node's chance a_i of being accepted is the product of c over its root
-  path: a deep node of a long chain is judged by how often such chains ran on, not by
-  the branches of other steps that happen to share its index. It chooses the budget N
-  maximising expected tokens per unit of verify cost::
-
-      N* = argmax_{0 <= N <= max_nodes}  (1 + a_0 + ... + a_{N-1}) / ((c(N + 1) + p) / c(1))
-
-  where p (``propose_cost``, in the curve's units: seconds) is what the proposal itself
-  cost (a draft model's forwards; ``measure.draft_cost_for``), paid whatever N is, so a
-  costly proposal favours verifying more of it; c is the measured verify cost curve (``cost_at`` reads it between and past the
-  measured points). A block that is not one chain is verified as a tree (its own mask,
-  per-token RoPE, a compaction), which costs more than a linear block of the same length:
-  with ``tree_cost`` (the curve of tree steps: the linear one times the tree step's
-  measured overhead, ``measure.tree_overhead``) c is the linear curve while the first
-  N nodes of this step's proposal form one chain (``chain_length``) and ``tree_cost``
-  past it, so N* stays on the chain where branching does not pay for its overhead.
-  On this CPU c rises (c(17) ≈ 2.6 c(1)), so N* stays small; where c is flat to ~32
-  (Metal, CUDA), N* grows to the budget.
-
-      a = [0.9, 0.5, 0.2, 0.1], c(L)/c(1) = 1 + 0.1 (L - 1):
-      N=0: 1/1 = 1.00   N=1: 1.9/1.1 = 1.73   N=2: 2.4/1.2 = 2.00
-      N=3: 2.6/1.3 = 2.00   N=4: 2.7/1.4 = 1.93          ->  N* = 2 (the first best)
-
-      the same with a proposal that cost p = 0.5 c(1):
-      N=0: 1/1.5 = 0.67   N=1: 1.9/1.6 = 1.19   N=2: 2.4/1.7 = 1.41
-      N=3: 2.6/1.8 = 1.44   N=4: 2.7/1.9 = 1.42          ->  N* = 3
-"""
+Contract: proposals are best-first topological, so their first N nodes are the best N-node
+tree. ``node_hits``/``best_cut`` judge every node against the emitted tokens (no
+exploration needed); ``node_slots`` names each node's (depth, rank, only child).
+``TreeShaper`` keeps per-slot acceptance given the parent (Beta prior) and picks
+N* = argmax (1 + a_0 + ... + a_{N-1}) / ((c(N + 1) + p) / c(1)), pricing branches with the
+tree curve past the leading chain. Tests: tests/test_tree_shape.py.
+Measured slot rates and worked examples: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -55,7 +15,7 @@ from typing import Mapping, Sequence
 
 def node_hits(tokens: Sequence[int], parents: Sequence[int] | None,
               emitted: Sequence[int]) -> list[bool | None]:
-    """Per node: on the emitted path, off it, or unknown (see module doc).
+    """Per node: on the emitted path, off it, or unknown (docs/design-notes.md).
 
     >>> node_hits([5, 6, 8, 7], [-1, 0, 0, 1], [5, 8, 2])
     [True, False, True, False]
@@ -178,7 +138,7 @@ def node_slots(parents: Sequence[int] | None, n: int) -> list[tuple[int, int, bo
 
 
 class TreeShaper:
-    """Per-request budget chooser (see module doc). ``budget()`` before a step,
+    """Per-request budget chooser (docs/design-notes.md). ``budget()`` before a step,
     ``update(tokens, parents, emitted)`` after it, with the drafter's *whole* proposal."""
 
     def __init__(self, cost: Mapping[int, float], max_nodes: int,

@@ -1,16 +1,7 @@
 """``specdec serve``: an OpenAI-compatible HTTP server with speculative decoding.
 
-Modules, each with its contract in its docstring:
-- ``cli``: the ``serve`` subcommand's flags and entry point.
-- ``config``: ``ServerConfig``, validated flags.
-- ``app``: the FastAPI routes (checks every request completely before queueing it).
-- ``middleware``: request counting, API key, body size limit.
-- ``schemas``: pydantic request bodies (strict OpenAI parameters + ``speculative``).
-- ``responses``: OpenAI response and stream-chunk shapes.
-- ``worker``: the one inference thread, its bounded queue and cancellation.
-- ``memory``: the shared ngram-mod table and suffix history, atomic persistence.
-- ``metrics``: Prometheus metrics.
-- ``errors``: OpenAI-style error bodies and handlers.
-
-Importing this package does not import mlx (the worker loads the model on its thread).
-"""
+Modules (each states its contract): cli, config, app (routes), api, middleware, schemas,
+responses, worker, batcher, memory, metrics, errors, events, reasoning, kv_budget,
+tool_schemas, tool_calls; other wires as adapters onto ``api.chat``: anthropic,
+openai_responses, ollama. Importing this package does not import mlx.
+Tests: tests/test_server_*.py."""

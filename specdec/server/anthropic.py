@@ -1,16 +1,11 @@
 """Anthropic's Messages API (``POST /v1/messages``, ``/v1/messages/count_tokens``): a thin
-adapter that maps a request onto a ``ChatCompletionRequest``, runs it through ``Api.chat``
-and renders its chunks as an Anthropic message or SSE events (one ``Blocks`` path). The
-prompt is the one /v1/chat/completions renders for the mapped request, minus Claude Code's
-per-run ``x-anthropic-billing-header:`` system block (metadata: dropped, so prompts and
-prefix-cache hits are stable across runs). ``max_tokens`` is clamped to the context's room.
-Usage: ``input_tokens`` = prompt - cached, ``cache_read_input_tokens`` = cached;
-``message_start`` has the exact prompt count. A stream not started within 5 s (a long
-prefill) gets its headers and pings, and a later failure is an ``error`` event.
-``output_config.format`` is the chat path's json_schema. Accepted and ignored: ``metadata``,
-``cache_control``, ``context_management``, ``output_config.effort``, ``service_tier``,
-``container``, ``mcp_servers``, ``anthropic-*`` headers, server tools, unknown fields.
-Tests: tests/test_server_anthropic.py."""
+adapter onto ``Api.chat`` (the request mapped to a ``ChatCompletionRequest``, its chunks
+rendered as an Anthropic message or SSE events).
+
+Contract: the prompt is the one /v1/chat/completions renders for the mapped request, minus
+Claude Code's per-run billing header block (stable prompts and prefix-cache hits); usage
+splits cached input tokens; a slow stream gets headers and pings; fields it cannot honour
+are accepted and ignored. Tests: tests/test_server_anthropic.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,35 +1,13 @@
 """The server's one inference path: every running request decodes in one batched step.
 
-Contract (run on the inference thread only, by ``InferenceWorker``; ``--max-batch 1`` is
-a batch of one, where any model and every feature runs: sliding windows, a quantized KV
-cache, token trees, a sharded target):
-- ``Batcher(worker, cost).run_once(tick)`` is one scheduling round: admit queued jobs while
-  fewer than ``max_batch`` run; prefill up to ``CHUNK`` tokens (so the running ones keep
-  decoding while long prompts arrive): the oldest jobs still prefilling whose prompts
-  fit together, in one batched forward that joins them to the batch at once
-  (``request.prefill_together``, as mlx-lm's ``BatchGenerator`` prefills arriving
-  prompts), else one chunk of the oldest job's prompt (a job whose prompt is done
-  hands a fork of its cache to the waiting jobs whose prompts start the same way); run
-  one batched decode step (``specdec.decode.batch.Batch``) over the rows that are prefilled,
-  without drafts while prompts wait for their prefill (a longer step would delay every
-  one of them; measured at 32 clients: speculating then cost 5-7 % of throughput and
-  half again of the p95 time to first token);
-  send each row's tokens to its client; finish rows at EOS, max tokens, a stop string or
-  a cancel at once: the client gets its answer and the prefix store its cache, while the
-  row's slot stays parked (``Batch.park_rows``) until a quarter of the batch can leave in
-  one copy of the batch cache, or the parked slots have cost about what that copy would
-  (rows finish on different steps when they speculate, and
-  each leave copies every other row). With nothing to do it waits up to ``tick`` seconds
-  for a job.
-- Each job is a ``decode.request.Request`` (the library's lifecycle): a ``PromptCache``
-  from the prefix store when it is on, so a conversation's next turn prefills only what
-  is new, and when the job finishes its cache (exactly prompt + emitted tokens) goes back
-  to the store; else the request's own cache.
-- Each row verifies its own draft and stops on its own (EOS, max tokens, a stop string).
-  A job that cannot start or fails in its prefill gets its own error; a failure of the
-  batched step fails the running jobs with 500 and starts an empty batch; the thread keeps
-  serving. A lost rank of a sharded target goes to the worker (``group_failure``).
-"""
+Contract (inference thread only): ``Batcher.run_once(tick)`` is one scheduling round: admit
+queued jobs up to ``max_batch`` (and the KV budget); prefill up to ``CHUNK`` tokens (arriving
+prompts together in one forward, else a chunk of the oldest); one batched decode step over
+prefilled rows, without drafts while prompts wait; send tokens; finish rows at once and park
+their slots until leaving pays. Each job is a ``decode.request.Request``; a job's failure is
+its own error, a failed step fails the running jobs with 500 and the thread keeps serving.
+Tests: tests/test_server_batching.py. Measurements and the contract in full:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -92,7 +70,8 @@ class Active:
 
 
 class Batcher:
-    """See the module docstring."""
+    """The batched scheduling loop of the inference thread: ``run_once(tick)`` admits,
+    prefills, runs one decode step and finishes rows."""
 
     def __init__(self, worker: WorkerPort, cost: Any):
         self.worker = worker

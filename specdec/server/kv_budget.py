@@ -1,22 +1,11 @@
 """The KV memory budget: requests are admitted against bytes of batch cache, not rows.
 
-Contract:
-- ``Footprint.measure(model, kv_bits)`` finds what one row's cache holds, layer by layer,
-  from a one-token forward through mlx-lm's own cache (bytes per token, and the fixed
-  bytes of recurrent layers; a sliding-window layer stops growing at its window).
-  ``row_bytes(n)``: one row of ``n`` tokens.
-- ``KVBudget(budget, footprint)``: ``batch_bytes(slots, tokens)`` is a batch of ``slots``
-  rows padded to ``tokens`` (the batch cache pads every row to its longest, so one long
-  row makes every row that long); ``longest`` the longest row that fits alone.
-- Reservations count a request's prompt plus its ``max_tokens``: what its row can grow to,
-  so an admitted batch never outgrows the budget. The batcher holds back a request that
-  would (``server.batcher``); the API refuses up front one that could never fit alone
-  (``Api.max_tokens``), and clamps a request that names no ``max_tokens`` to what fits.
-- ``default_budget()``: ``DEFAULT_SHARE`` of the machine's memory (Metal/CUDA: the
-  device's). Joining a row copies the batch cache once, so the budget is half of what
-  the cache may briefly take.
-Tests: ``tests/test_server_kv_budget.py`` (a server whose budget holds two rows).
-"""
+Contract: ``Footprint.measure`` finds one row's bytes per token (and recurrent layers' fixed
+bytes) from mlx-lm's own cache; ``KVBudget.batch_bytes(slots, tokens)`` prices rows padded to
+the longest; reservations count prompt + ``max_tokens``, so an admitted batch never outgrows
+the budget (the batcher holds back, the API refuses what never fits); ``default_budget()`` is
+``DEFAULT_SHARE`` of memory. Tests: tests/test_server_kv_budget.py. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 

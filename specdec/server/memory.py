@@ -1,22 +1,11 @@
 """The server's shared speculative memory: one ngram-mod table and one suffix history.
 
-Contract:
-- ``SharedMemory.open(path, tokenizer, history_tokens)`` loads the memory saved at
-  ``path`` (the ngram-mod table, in the format ``specdec generate --ngram-mod-file``
-  reads) and ``path + ".suffix"`` (the suffix history), or starts empty when a file is
-  missing. A file that exists but cannot be used (corrupt, another tokenizer) is an
-  error saying what to do: never silently replaced by an empty memory.
-- ``commit(tokens)`` adds one finished request (prompt + completion) to both memories,
-  whatever drafter the request used, so later requests can draft from it. The caller
-  (the inference thread) is the only one that changes or saves the memory.
-- ``save()`` writes both files when something changed since the last save. Each file is
-  first written completely to a staging file in the same directory (fsynced), then moved
-  over the old one with ``os.replace``, then the directory is fsynced: a process killed
-  at any point leaves, for each file, the old or the new version, never a torn one.
-  Leftover staging files of a killed save are removed by the next ``open``.
-- Test hook: with ``SPECDEC_SERVE_SAVE_PAUSE_S`` set, each save sleeps that long between
-  writing its staging file and the replace, so a test can SIGKILL it exactly there.
-"""
+Contract: ``SharedMemory.open`` loads both files or starts empty when missing (an unusable
+file is an error, never silently replaced); ``commit(tokens)`` adds a finished request,
+called only by the inference thread; ``save()`` writes what changed, each file staged,
+fsynced and ``os.replace``d, so a kill leaves the old or the new file, never a torn one.
+Test hook: ``SPECDEC_SERVE_SAVE_PAUSE_S``. Tests: tests/test_server_memory.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -30,7 +19,7 @@ from typing import Any
 
 from ..drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from ..drafters.spec import DraftSpec, ngram_mod_table
-from ..drafters.persist import fsync_dir
+from ..core.persist import fsync_dir
 from ..drafters.suffix import SuffixHistory
 
 log = logging.getLogger("specdec.server")
@@ -39,7 +28,7 @@ PAUSE_ENV = "SPECDEC_SERVE_SAVE_PAUSE_S"
 
 def staged_replace(path: str, write: Callable[[str], None]) -> None:
     """``write(staging_path)`` must leave a complete, fsynced file there; it then
-    replaces ``path`` atomically (see the module contract)."""
+    replaces ``path`` atomically (docs/design-notes.md)."""
     directory, base = os.path.split(os.path.abspath(path))
     staging = os.path.join(directory, f".{base}.staging")
     write(staging)
@@ -60,7 +49,8 @@ def _remove_stale_staging(path: str) -> None:
 
 
 class SharedMemory:
-    """See the module docstring."""
+    """The ngram-mod table and suffix history every request drafts from: ``open``,
+    ``commit`` (inference thread only), ``save`` (atomic per file)."""
 
     def __init__(self, table: NgramModTable, history: SuffixHistory, fingerprint: str,
                  path: str | None):

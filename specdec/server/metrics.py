@@ -1,18 +1,10 @@
 """Prometheus metrics of one server (its own registry, so tests can run several).
 
-Contract: ``Metrics`` exposes, in the Prometheus text format (``render()``):
-``specdec_requests_total{endpoint,status}`` (every HTTP answer, errors included; unknown
-paths count as endpoint "other"), ``specdec_requests_cancelled_total`` (client gone),
-``specdec_generated_tokens_total`` (cancelled requests included), and of completed
-requests ``specdec_prompt_tokens_total``, ``specdec_drafted_tokens_total``,
-``specdec_accepted_tokens_total``,
-``specdec_acceptance_rate`` (accepted / drafted since start), ``specdec_queue_depth``,
-``specdec_requests_running``, ``specdec_kv_reserved_bytes`` / ``specdec_kv_budget_bytes``, ``specdec_time_to_first_token_seconds`` (from arrival, queue
-wait included), ``specdec_time_per_output_token_seconds`` (each gap between consecutive
-tokens of a request; tokens of one accepted draft block arrive together),
-``specdec_memory_saves_total{result}``. The ``on_*`` hooks are called from the inference
-thread; prometheus_client's types are thread-safe.
-"""
+Contract: ``Metrics.render()`` gives the ``specdec_*`` counters, gauges and histograms
+(requests by endpoint and status, cancellations, tokens generated/prompted/drafted/accepted,
+acceptance rate, queue depth, running requests, KV reserved/budget, time to first token,
+time per output token, memory saves); the ``on_*`` hooks run on the inference thread.
+Tests: tests/test_server_params_units.py. The list in full: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
-"""ASGI middleware around the FastAPI app: access log, request counting, API key, body
-size limit.
+"""ASGI middleware around the FastAPI app, outermost first: ``AccessLog`` (one line per
+request, with the error's reason), ``CountRequests`` (every status in the metrics),
+``AllowHosts`` (400 for a foreign Host: no DNS rebinding), ``RequireKey`` (401 without the
+Bearer or ``x-api-key`` key; /health open), ``LimitBody`` (413 past the limit, announced or
+chunked).
 
-Contract (outermost first, as ``wrap`` stacks them):
-- ``AccessLog`` writes exactly one line per HTTP request to the ``specdec.access`` logger
-  (INFO), refused ones included, once its answer has gone out (a stream's at its end):
-  method, path, status, duration, client and, for an error, ``reason=`` the first line
-  of its message (JSON-quoted) — from the error body of a 4xx/5xx answer, from an error
-  event inside a stream that had already answered 200, or the exception when the app
-  crashed before answering (status 500).
-- ``CountRequests`` records every HTTP answer's status in the metrics, whatever produced
-  it (a middleware's 401/413 included).
-- ``AllowHosts`` answers 400 to a request whose ``Host`` header names no allowed host
-  (a loopback-bound server allows only loopback names: a DNS-rebinding page cannot reach it).
-- ``RequireKey`` answers 401 to an API request (``/v1/...``, Ollama's ``/api/...``,
-  ``/metrics``, ``/docs``, ``/openapi.json``) that carries neither ``Authorization: Bearer
-  <key>`` nor Anthropic's ``x-api-key: <key>`` (constant-time comparisons); /health stays open.
-- ``LimitBody`` reads a POST body up front and answers 413 when it exceeds the limit,
-  whether announced by Content-Length or arriving chunked; the app then receives the
-  body in one message, and later ``receive`` calls (disconnect detection) pass through.
-A refusal first reads (and discards) the rest of the body, up to ``DRAIN_CAP`` bytes, so
-the client can finish sending and read the answer: an error never drops a connection
-that is still uploading a reasonably sized body.
-"""
+Invariant: a refusal drains the body up to ``DRAIN_CAP`` first, so an uploading client
+reads the answer. Tests: tests/test_server_api.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

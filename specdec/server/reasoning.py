@@ -1,22 +1,11 @@
 """A reasoning model's ``<think>…</think>`` block, told apart from its answer.
 
-Contract:
-- ``TemplateTraits.of(tokenizer)``: whether the chat template knows a think block
-  (``think``: ``<think>`` appears in its source) and reads ``enable_thinking``
-  (``thinking_switch``). Only a ``think`` template's chat answers are split.
-- ``opens_thinking(prompt_tail)``: whether the rendered prompt ends inside an open think
-  block (templates such as DeepSeek-R1's put ``<think>`` in the generation prompt, so the
-  output holds only the closing tag).
-- ``ReasoningSplitter(thinking)``: text deltas in, ``(content, reasoning)`` deltas out,
-  in order; ``flush()`` ends the text. Reasoning is what lies between a ``<think>`` that
-  opens the output (after optional whitespace; or from the start when ``thinking``) and
-  the first ``</think>``; everything else is content, unchanged, once the output has
-  begun any other way. Tags never reach either part, whether a delta holds several tags
-  or a tag is split across deltas (a possible tag prefix is held back until it is
-  decided). Whitespace that opens either part, and the reasoning's trailing whitespace,
-  are trimmed. Feeding a text whole or in any pieces yields the same two strings.
-- ``split_reasoning(text, thinking)``: the same on a whole text -> ``(content, reasoning)``.
-"""
+Contract: ``TemplateTraits.of(tokenizer)`` (does the template know a think block, does it read
+``enable_thinking``); ``opens_thinking(prompt_tail)``; ``ReasoningSplitter`` turns text deltas
+into ``(content, reasoning)`` deltas: tags never reach either part, however they are split,
+and any cut of a text yields the same two strings as ``split_reasoning`` on the whole.
+Tests: tests/test_server_params_units.py, tests/test_server_tools.py. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -56,7 +45,8 @@ def _held(text: str, tag: str) -> int:
 
 
 class ReasoningSplitter:
-    """See the module docstring."""
+    """Text deltas in, ``(content, reasoning)`` deltas out, in order; ``flush()`` ends the
+    text. Tags never reach either part, however the deltas cut them."""
 
     def __init__(self, thinking: bool = False):
         self._state = "reasoning" if thinking else "start"

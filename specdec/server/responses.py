@@ -1,17 +1,11 @@
 """OpenAI response bodies for one request: chat or text completion, whole or streamed.
 
-Contract: a ``Responder`` renders exactly the shapes OpenAI's API returns
-(``chat.completion`` / ``chat.completion.chunk`` / ``text_completion``), with one id and
-creation time per request, ``usage`` extended by ``drafted_tokens``, ``accepted_tokens``,
-``acceptance_rate`` and ``mean_acceptance_length``, and an extension field ``specdec``
-with the request's timings (queue wait, time to first token, decode tok/s) and drafter.
-Log-probabilities use the endpoint's own format: chat ``{"content": [{token, logprob,
-bytes, top_logprobs}]}``, completions ``{tokens, token_logprobs, top_logprobs,
-text_offset}``. With a ``reasoning.ReasoningSplitter`` (a chat answer of a model whose
-template has a think block) the message's ``content`` goes without the block, which
-becomes ``reasoning_content`` (null when empty), streamed as ``delta.reasoning_content``.
-``sse(obj)`` frames one Server-Sent Event; ``SSE_DONE`` ends a stream.
-"""
+Contract: a ``Responder`` renders exactly OpenAI's shapes, one id per request, ``usage``
+extended with drafted/accepted counts and a ``specdec`` timings field; log-probabilities in
+each endpoint's own format; a think block goes to ``reasoning_content``. ``sse(obj)`` frames
+one event, ``SSE_DONE`` ends a stream.
+Tests: tests/test_server_api.py, tests/test_server_params.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

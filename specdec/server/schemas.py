@@ -1,27 +1,13 @@
 """Request bodies of the OpenAI-compatible API, validated at the boundary (pydantic).
 
-Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` accept the OpenAI
-parameters this server implements, with OpenAI's names, types and ranges, plus the
-extensions ``speculative`` (``SpeculativeOptions``), ``top_k``, ``min_p``,
-``repetition_penalty``, (chat) ``tools``/``tool_choice`` and ``chat_template_kwargs`` (keyword arguments for the
-model's chat template, e.g. ``enable_thinking``). Validation is strict: wrong JSON types
-are errors (no "5" for 5), unknown parameters are errors naming the parameter (as
-OpenAI's own API does), and parameters whose other values this server does not implement
-(``n``, ``best_of``, ``echo``, ``suffix``) are accepted only at their neutral value, with
-a message saying so. ``presence_penalty``, ``frequency_penalty`` and ``logit_bias`` are
-mlx-lm's, exact under speculation. ``response_format`` (``ResponseFormat``: text,
-``json_object``, ``json_schema``) is checked here for shape and compiled by ``app``.
-OpenAI parameters that change nothing in a local answer are accepted, type-checked and
-ignored from one list, ``IgnoredParams`` / ``IgnoredChatParams`` (``IGNORED_PARAMS``
-names them; each field's description says why ignoring it is honest); a value there
-that would need what this server lacks (audio output) is refused.
-``merge_speculative`` applies a request's ``speculative`` to the server's default
-``DraftSpec`` (the one typed spec the CLI and the bench use too). Tool calling's
-fields (``tools``, ``tool_choice``, ``parallel_tool_calls``, ``role: "tool"`` messages,
-an assistant's ``tool_calls`` with ``content`` null) are ``tool_schemas``' models and
-checks. Everything that needs the tokenizer (context length, token ids) is checked by
-``app`` after this.
-"""
+Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` take OpenAI's parameters with its
+names, types and ranges, plus ``speculative``, ``top_k``, ``min_p``, ``repetition_penalty``,
+``tools``/``tool_choice``, ``chat_template_kwargs``. Strict: wrong types and unknown
+parameters are errors; unimplemented ones only at their neutral value; parameters that
+change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``merge_speculative``
+applies ``speculative`` to the server's ``DraftSpec``. Tokenizer checks come later (``api.Api``).
+Tests: tests/test_server_params_units.py, tests/test_server_fuzz.py. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 

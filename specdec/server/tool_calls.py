@@ -1,34 +1,12 @@
-"""Tool calling on ``/v1/chat/completions``: what a request's tools change in the prompt,
-and how the reply's calls are answered, whole or streamed. Only prompts are rendered and
-outputs read: the model's tokens are never changed (lossless).
+"""Tool calling on ``/v1/chat/completions``: what a request's tools change in the prompt, and how
+the reply's calls are answered, whole or streamed. Only prompts and outputs change: the
+model's tokens never do (lossless).
 
-Contract:
-- ``ToolSupport.of(tokenizer, parser)`` (once per server): whether the chat template
-  renders ``tools`` (``toolcall.prompt.renders_tools``) and the call format replies are
-  read in: ``--tool-call-parser`` (``auto`` picks it from the template's source,
-  ``toolcall.formats.detect_format``; ``none`` never reads calls).
-- ``plan_tools(body, support)`` -> ``ToolPlan`` or ``None`` (a request without tools or
-  tool messages runs as before). ``tool_choice``: ``auto`` (the default with tools)
-  renders the tools and reads calls; ``none`` renders the prompt without tools and
-  returns the reply as content, never as calls (the history's calls and results are
-  still rendered); ``required`` and a named function render the tools and force a call:
-  ``ToolPlan.forced_schema`` (``toolcall.prompt.forced_call_schema``) becomes the
-  request's JSON-schema grammar (``app.gen_request``), so the reply is a valid call of
-  the given tools (an array of calls for ``required`` with parallel calls), read as
-  ``auto``'s is; a ``response_format`` beside it is a 400. ``parallel_tool_calls:
-  false`` keeps the first call. A template that ignores ``tools`` gets a 400 for any
-  request that needs them (tools not ``none``, or tool messages in the history).
-- ``ToolResponder`` (a ``responses.Responder``): ``message.tool_calls`` (``id`` ``call_...``,
-  ``type: "function"``, ``function.name``, ``function.arguments`` a JSON string),
-  ``content`` null when the reply is only calls, ``finish_reason: "tool_calls"`` when the
-  reply ended by itself with calls (a ``length`` cut stays ``length``). Streamed: content
-  deltas as they come; each call, once complete, as a delta with ``index``, ``id``,
-  ``type`` and ``function.name`` (arguments ``""``) then one with its arguments; tag text
-  never reaches ``content``, however the tokens of a speculative step cut it. A token's
-  log-probabilities go out with the first chunk after it. With a think template's
-  ``ReasoningSplitter`` the reasoning goes to ``reasoning_content`` and calls are read
-  from the answer after it.
-"""
+Contract: ``ToolSupport.of`` (does the template render tools; which call format);
+``plan_tools(body, support)`` -> ``ToolPlan`` or None (``auto``, ``none``, ``required`` and a
+named function, forced through a JSON-schema grammar); ``ToolResponder`` renders
+``message.tool_calls`` and streams each call once complete, tag text never in ``content``.
+Tests: tests/test_server_tools.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -112,7 +90,7 @@ def _call_json(d: CallDelta) -> dict[str, Any]:
 
 
 class ToolResponder(Responder):
-    """A chat ``Responder`` that reads the reply's tool calls (see the module docstring)."""
+    """A chat ``Responder`` that reads the reply's tool calls (docs/design-notes.md)."""
 
     def __init__(self, model_id: str, logprobs: bool, top_logprobs: int, plan: ToolPlan,
                  reasoning: ReasoningSplitter | None = None):

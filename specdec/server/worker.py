@@ -1,51 +1,13 @@
 """The one inference thread: it owns the model and the shared memory, and runs requests
 from a bounded queue through one path, the batcher.
 
-Contract:
-- Every request runs through ``batcher.Batcher`` (``decode.batch``, ``decode.request``):
-  the running requests decode together, one forward per step with speculation per row;
-  new requests join at step boundaries, their prefill chunked. ``cfg.max_batch`` (None:
-  32 where the model can batch, else 1, said in the log) bounds the batch; ``--max-batch
-  1`` is a batch of one, where every model and feature runs.
-- ``InferenceWorker(cfg, metrics).start()`` loads the model (and draft model) and the
-  shared memory on the worker thread and returns once it is ready, or raises the load
-  error. Only that thread ever runs the model or changes the memory: MLX evaluation is
-  not thread-safe, and the drafters' shared state assumes one writer.
-- ``submit(job)`` queues a ``Job`` or raises ``APIError(503)`` with ``Retry-After`` when
-  ``cfg.queue_size`` jobs already wait (running ones are not counted).
-- Each job's events (``events``) reach its asyncio side in order through ``Job.events``:
-  one ``TokenEvent`` per generated token, then a ``DoneEvent`` (finish reason, usage,
-  timings) or an ``ErrorEvent``; a cancelled job gets a ``DoneEvent`` with
-  ``finish_reason="cancelled"``. A request's failure is that request's error event; the
-  thread survives it.
-- ``cancel(job)`` (client gone) frees its place at once: a queued job leaves the queue,
-  a running one stops before its next token. Either way the tokens generated so far are
-  committed to the shared memory.
-- Models with recurrent layers (hybrids) speculate one request at a time (their states
-  roll back per request: ``cache.recurrent``), said in the log and in ``/health``
-  (``one_at_a_time``); a model whose cache cannot roll back at all serves plain
-  decoding, said in one warning at startup.
-- Prefix cache: every request runs on a ``PromptCache`` from the ``PrefixStore``
-  (``cfg.prompt_cache_bytes``; 0 turns it off): a request that starts like an earlier
-  one (a conversation's next turn) prefills only what is new; ``usage`` reports the
-  reused tokens as ``prompt_tokens_details.cached_tokens``.
-- Ready at once: ``start`` never measures. The verify cost curve prices batches' blocks
-  and each request's cost gate (``drafters.gate``, on by default). With no curve cached
-  for the model, batches of several requests decode plain (``policy.block.unknown_cost``: an
-  unpriced batch drafting every row's k lost to plain at 32 rows) and a lone request
-  drafts without the gate, while a ``calibrate.Calibration`` measures the curve a
-  forward at a time whenever no job runs or waits; after one round of every length its
-  estimate prices both, and once done the curve is cached. A sharded or hybrid target is
-  not calibrated here (its cached curve, or none). The log says which.
-- The memory is saved every ``cfg.save_interval`` seconds when it changed (checked
-  between jobs and while idle) and once more by ``stop()``.
-- Distributed (``group`` given: rank 0 of ``specdec serve --distributed``): the model is
-  sharded and wrapped in ``distributed.LeaderModel`` on this thread, so the other ranks
-  follow every forward; the prefix cache is off (the followers could not mirror its
-  forks). A rank that dies (a collective raises) or hangs (the watchdog) fails the running
-  and queued jobs with 503, makes ``submit`` and ``/health`` answer 503, and calls
-  ``on_group_lost`` (the CLI then stops the server).
-"""
+Contract: ``start()`` loads on the worker thread and returns when ready (never measures: a
+missing cost curve is calibrated in idle moments); only that thread runs the model or
+changes the memory. ``submit`` raises ``APIError(503)`` past ``queue_size``; each job gets
+its events in order, ending in ``DoneEvent`` or ``ErrorEvent``; ``cancel`` frees its place
+at once. Hybrids speculate one request at a time; a lost rank fails jobs with 503.
+Tests: tests/test_server_units.py, tests/test_server_limits.py, tests/test_hybrid_serve.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -75,7 +37,8 @@ CALIBRATION_SLICE_S = 0.05
 
 
 class InferenceWorker:
-    """See the module docstring."""
+    """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
+    full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
     def __init__(self, cfg: ServerConfig, metrics: Any, group: Any = None,
                  group_timeout: float = 120.0, on_group_lost: Any = None):

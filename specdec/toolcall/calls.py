@@ -1,19 +1,10 @@
 """Tool calls as data, and the JSON pieces every call format shares.
 
-Contract:
-- ``ToolCall(name, arguments)``: one call; ``arguments`` is the JSON text of an object,
-  normalised (``json.dumps``), as OpenAI's ``function.arguments`` carries it.
-- ``json_end(text, i)`` finds where the bracketed value opening at ``text[i]`` closes,
-  aware of strings and escapes: the index after it, ``None`` while the text may still
-  complete it, ``-1`` when brackets mismatch. Python-style quotes with ``quotes="'\\""``.
-- ``call_from_obj(obj)`` reads one call object (``{"name": ..., "arguments": {...}}``, or
-  Llama's ``"parameters"``; arguments given as a JSON string are decoded); ``None`` if it is
-  not one. ``calls_from_json(text)`` reads a whole text of call objects, arrays of them,
-  separated by whitespace, ``;`` or ``,``; ``None`` unless all of it is calls.
-- ``Match(end, calls)``: what a format's matcher returns for a call block ending at ``end``.
-  Matchers return ``Match``, ``None`` (undecided: more text could make it a call) or
-  ``False`` (not a call here).
-"""
+Contract: ``ToolCall(name, arguments)`` with normalised JSON arguments; ``json_end(text, i)``
+finds where a bracketed value closes (``None`` while undecided, ``-1`` on mismatch);
+``call_from_obj``/``calls_from_json`` read call objects; a matcher returns ``Match``,
+``None`` (undecided) or ``False`` (not a call). Tests: tests/test_toolcall.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,34 +1,11 @@
 """The tool-call formats of the big model families: where a call starts, how it is read,
 how it is written, and which one a chat template uses.
 
-Contract: ``FORMATS[name]`` is a ``CallFormat`` for ``hermes``, ``llama3_json``,
-``mistral`` and ``gemma``: ``tags`` are (opening text, matcher) pairs for calls the model
-marks (found anywhere in a reply); ``leads`` are matchers for unmarked calls, tried only
-where calls may start (the reply's start, or right after a call). A matcher takes
-``(text, i, final, names)`` and returns a ``calls.Match``, ``None`` (more text could still
-decide it; never returned when ``final``) or ``False`` (not a call), and depends only on
-the text, so every way of cutting a reply into increments decides the same. Unmarked
-calls must name a declared tool (``names``); marked ones may name any. ``render(calls)``
-writes calls the way that family does (tests read it back). ``detect_format(template)``
-picks a format from a chat template's source; ``new_call_id(fmt)`` makes call ids.
-
-The formats (each also reads unmarked JSON calls, ``{"name": ..., "arguments": {...}}``
-or ``"parameters"``, alone or in an array or a ```` ```json ```` fence, as the whole start
-of a reply: Qwen2.5-Coder writes its calls so, without the tags its template asks for):
-
-- ``hermes`` (Qwen, Hermes): ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``;
-  at the end of the reply a missing ``</tool_call>`` is forgiven.
-- ``llama3_json`` (Llama 3.1+): ``{"name": ..., "parameters": {...}}`` (``;`` between
-  calls), optionally after ``<|python_tag|>``.
-- ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`` (v3) or
-  ``[TOOL_CALLS]name[ARGS]{...}`` (v11+); call ids are 9 letters and digits, which
-  Mistral's templates require when the calls come back in the history.
-- ``gemma``: Gemma 3 has no call token; its template ignores ``tools`` (such a template
-  is refused upstream). Templates that do handle tools write FunctionGemma's
-  ``<start_function_call>call:name{key:<escape>text<escape>}<end_function_call>`` or
-  Google's prompted Python style, ``[name(key="value")]`` or a ```` ```tool_code ````
-  fence; all three are read, and the JSON-object convention as above.
-"""
+Contract: ``FORMATS`` holds ``hermes``, ``llama3_json``, ``mistral`` and ``gemma``; each reads
+marked calls anywhere (``tags``) and unmarked ones where calls may start (``leads``), also
+bare JSON calls at a reply's start. Matchers depend only on the text, so every cut of a reply
+decides the same. ``render`` writes a family's calls; ``detect_format(template)`` picks one.
+Tests: tests/test_toolcall.py. Each format's syntax: docs/design-notes.md."""
 
 from __future__ import annotations
 

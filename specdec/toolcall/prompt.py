@@ -1,25 +1,12 @@
-"""The chat-template side of tool calling: the messages a template reads, whether a
-template renders tools at all, and the schema a forced call must follow.
+"""The chat-template side of tool calling: the messages a template reads, whether a template
+renders tools at all, and the schema a forced call must follow.
 
-Contract:
-- ``template_messages(messages)`` turns OpenAI chat messages (plain dicts) into what
-  chat templates read (Hugging Face's convention): an assistant's ``tool_calls``
-  arguments, a JSON string in OpenAI's API, become the object they encode (templates
-  write ``arguments | tojson``); a ``tool`` message gains the ``name`` of the function
-  whose call it answers (some templates print it). Nothing else changes.
-- ``renders_tools(tokenizer)``: whether the tokenizer's chat template uses ``tools`` at
-  all, found by rendering one probe conversation with and without a tool (a template
-  that ignores them would hide the tools from the model; the server refuses those).
-- ``forced_call_schema(tools, tool_choice, parallel)``: the JSON schema of the reply that
-  ``tool_choice: "required"`` or a named function forces, ``None`` for ``auto``/``none``:
-  one call object ``{"name": ..., "arguments": {...}}`` (``arguments`` the tool's
-  ``parameters`` schema), or for ``required`` with parallel calls an array of one or more.
-  Every call format reads such a bare JSON reply as the calls (``formats.JSON_LEADS``),
-  so a grammar that forces this schema needs no other change to be parsed.
-  ``forced_response_format(schema)`` wraps it as the OpenAI ``response_format`` the
-  grammar engine (``core.grammar``) compiles. This is the seam for constrained tool
-  choice; the server does not apply it yet (see ``server.tool_calls``).
-"""
+Contract: ``template_messages`` (arguments as objects, tool messages named);
+``renders_tools(tokenizer)`` (probe render with and without a tool);
+``forced_call_schema(tools, tool_choice, parallel)`` (one call or an array; None for
+auto/none), which every format reads back; ``forced_response_format`` wraps it for
+``core.grammar``. Tests: tests/test_toolcall.py, tests/test_server_tools.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

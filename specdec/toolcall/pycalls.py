@@ -1,18 +1,9 @@
-"""Gemma's two non-JSON call syntaxes, parsed and rendered as pure functions.
+"""Gemma's two non-JSON call syntaxes (Python calls; FunctionGemma's ``call:NAME{...}``),
+parsed and rendered as pure functions.
 
-Gemma 3 has no native tool-call token: Google's function-calling guide prompts it to
-write Python calls, ``[get_weather(city="Paris")]`` or in a ```` ```tool_code ```` fence;
-FunctionGemma (Gemma 3 270M tuned for calls) has its own template syntax,
-``<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>``.
-
-Contract:
-- ``python_calls(text)``: the calls of a text holding only Python calls with keyword
-  arguments of literal values (one per line, or a list of them); ``None`` otherwise.
-  Values become JSON (``true``/``false``/``null`` are read as well); nothing is evaluated.
-- ``render_python(calls)``: one list ``[f(a=1), g(b="x")]`` that ``python_calls`` reads back.
-- ``function_gemma_call(body)``: ``call:NAME{...}`` -> a ``ToolCall`` (or ``None``);
-  ``render_function_gemma(call)``: the inverse.
-"""
+Contract: ``python_calls(text)`` reads only keyword calls of literal values, evaluating
+nothing (None otherwise); ``render_python`` is its inverse; ``function_gemma_call`` and
+``render_function_gemma`` likewise. Tests: tests/test_toolcall.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """Reading tool calls out of a reply, whole or as it streams in.
 
-Contract: ``ToolCallStream(fmt, names)`` consumes a reply in increments of any size
-(``feed``: one token's text, or the many tokens of one speculative step, a call's tags
-cut anywhere) and returns, in order, ``ContentDelta``s (text for ``message.content``)
-and ``CallDelta``s (one complete call each, with its index and a fresh id); ``finish()``
-decides what was held back once the reply has ended. A call is reported once it is
-complete, so a streamed call is never half a call and never different from the whole
-reply's. Tag text never reaches the content, nor do whitespace and separators next to
-calls (the whitespace before a call is kept only to separate content before and after
-it: ``"Let me see.\n<call>\nDone."`` -> ``"Let me see.\nDone."``); a reply without calls comes back as content unchanged. Text that cannot yet be told
-apart from the start of a call is held back (a partial tag; an unmarked JSON call at the
-reply's start until its object closes). ``max_calls`` keeps only the first calls
-(``parallel_tool_calls: false``). Every cut of a reply into increments yields the same
-deltas once joined (tested), and ``parse_tool_calls(text, ...)`` is the whole-reply
-reading: one ``feed`` and ``finish``.
-"""
+Contract: ``ToolCallStream(fmt, names).feed(text)`` takes increments of any size and returns
+``ContentDelta``s and ``CallDelta``s (one complete call each); ``finish()`` decides what was
+held back. Invariant: every cut of a reply yields the same deltas once joined; tag text and
+separators never reach content; a reply without calls is unchanged; ``max_calls`` keeps the
+first. ``parse_tool_calls`` is the whole-reply reading.
+Tests: tests/test_toolcall.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -60,7 +51,8 @@ def _held(text: str, openers: Iterable[str]) -> int:
 
 
 class ToolCallStream:
-    """See the module docstring."""
+    """One reply's reader: ``feed(text)`` -> content and complete-call deltas, ``finish()``
+    decides what was held back."""
 
     def __init__(self, fmt: CallFormat | str, names: Iterable[str] | None = None, *,
                  max_calls: int | None = None, make_id: Callable[[], str] | None = None):

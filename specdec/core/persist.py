@@ -1,4 +1,4 @@
-"""Crash-safe files for the drafters' shared memories (ngram-mod table, suffix history).
+"""Crash-safe files for shared memories (ngram-mod table, suffix history, prompt caches).
 
 Contract:
 - ``atomic_write(path, write)`` calls ``write(fileobj)`` on a temp file in the same
@@ -9,6 +9,7 @@ Contract:
   array holds a JSON header with ``format`` and ``version``; it returns ``(meta, {name:
   array})`` or raises ``ValueError`` naming the file, what it should have been and what to
   do, for unreadable data, a missing array or another format/version.
+Tests: tests/test_ngram_mod.py, tests/test_server_memory.py.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def fsync_dir(directory: str) -> None:
 
 
 def atomic_write(path: str, write: Any) -> None:
-    """See the module contract. Rename is atomic only within one directory, hence the temp
-    file beside ``path``; the fsync before it keeps the rename from outrunning the data."""
+    """``write(fileobj)`` on a temp file, fsync, rename over ``path``. Rename is atomic only
+    within one directory, hence the temp file beside ``path``; the fsync before it keeps the
+    rename from outrunning the data."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
                                suffix=".tmp")
