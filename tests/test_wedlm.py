@@ -1,0 +1,179 @@
+"""WeDLM on tiny random-weight qwen3-shaped models (fp32, CPU): the reordered forward, the
+lossy parallel decoder, the lossless drafter and the checkpoint loader (issue #37)."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten, tree_map
+from mlx_lm.models import qwen3
+from mlx_lm.models.cache import make_prompt_cache
+
+from specdec.core.sampling import SamplingParams
+from specdec.decode.wedlm import WedlmSettings, WedlmStats, reordered_logits, wedlm_stream
+from specdec.drafters.wedlm import WedlmDrafter
+from specdec.engine import token_stream
+from specdec.loader import ModelLoadError
+from specdec.loader.wedlm import load_wedlm, settings_of
+
+VOCAB, MASK = 64, 63
+CFG = dict(model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+           num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+           vocab_size=VOCAB, max_position_embeddings=512, rope_theta=10000.0,
+           tie_word_embeddings=False)
+PROMPT = [3, 17, 5, 9, 40, 2, 11]
+_models: dict = {}
+
+
+def tiny(seed: int = 0, scale: float = 0.5):
+    if (seed, scale) not in _models:
+        m = qwen3.Model(qwen3.ModelArgs.from_dict(CFG))
+        mx.random.seed(seed)  # test fixture weights only; the code under test takes no global rng
+        m.update(tree_map(lambda p: mx.random.normal(p.shape) * scale, m.parameters()))
+        mx.eval(m.parameters())
+        _models[(seed, scale)] = m
+    return _models[(seed, scale)]
+
+
+def ar(model, prompt, n=40, **kw):
+    return [e.token for e in token_stream(model, prompt, max_tokens=n, **kw)]
+
+
+def with_drafter(model, prompt, k, n=40, **kw):
+    d = WedlmDrafter(model, MASK)
+    out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=n,
+                                         num_draft_tokens=k, **kw)]
+    return out, d
+
+
+def _custom_mask(cache, rank):
+    """Logical-order block mask reproducing the reordered attention: j visible to i iff
+    rank[j] <= rank[i] (observed tokens first, masks after)."""
+    r = mx.array(rank)
+    for c in cache:
+        c.make_mask = (lambda c: lambda N, **_: mx.concatenate(
+            [mx.ones((N, c.offset), dtype=mx.bool_), r[None, :] <= r[:, None]], axis=1))(c)
+
+
+def test_reordered_forward_equals_logical_forward():
+    model = tiny()
+    tokens = [7, MASK, 30, MASK, MASK, 12]  # window: filled at 0, 2, 5
+    order = [0, 2, 5, 1, 3, 4]
+    a = make_prompt_cache(model)
+    model(mx.array(PROMPT)[None], cache=a)
+    got = reordered_logits(model, a, [tokens[i] for i in order], order)
+    b = make_prompt_cache(model)
+    model(mx.array(PROMPT)[None], cache=b)
+    _custom_mask(b, [order.index(i) for i in range(len(tokens))])
+    want = model(mx.array(tokens)[None], cache=b)[0]
+    for row, i in enumerate(order):
+        assert mx.allclose(got[row], want[i], atol=1e-4).item(), (row, i)
+
+
+def mask_greedy(model, prompt, n):
+    """Reference for W = 1: each token is the argmax of one mask after prompt + output."""
+    out = []
+    for _ in range(n):
+        logits = model(mx.array(prompt + out + [MASK])[None])[0, -1]
+        out.append(int(mx.argmax(logits).item()))
+    return out
+
+
+def test_window_one_commits_one_mask_prediction_per_forward():
+    model, stats = tiny(), WedlmStats()
+    out = list(wedlm_stream(model, PROMPT, WedlmSettings(mask_token_id=MASK, window=1),
+                            max_tokens=12, stats=stats))
+    assert out == mask_greedy(model, PROMPT, 12)
+    assert stats.host_syncs == stats.forwards  # one host sync per step
+
+
+def _assert_cache_is_prefill(model, cache, held):
+    fresh = make_prompt_cache(model)
+    model(mx.array(held)[None], cache=fresh)
+    for c, f in zip(cache, fresh):
+        assert c.offset == f.offset == len(held)
+        for a, b in ((c.keys, f.keys), (c.values, f.values)):
+            assert mx.allclose(a[..., :c.offset, :], b[..., :f.offset, :], atol=1e-4).item()
+
+
+@pytest.mark.parametrize("window,threshold", [(4, 0.3), (16, 2.0), (8, 100.0)])
+def test_cache_is_a_causal_prefill_after_every_commit(window, threshold):
+    model = tiny()
+    s = WedlmSettings(mask_token_id=MASK, window=window, entropy_threshold=threshold)
+    cache, stats, out, checked = make_prompt_cache(model), WedlmStats(), [], 0
+    for t in wedlm_stream(model, PROMPT, s, max_tokens=20, stats=stats, cache=cache):
+        out.append(t)
+        if cache[0].offset == len(PROMPT) + len(out):  # the end of a step's committed run
+            _assert_cache_is_prefill(model, cache, PROMPT + out)
+            checked += 1
+    # every step's run was checked, but the last one when max_tokens cut it short
+    assert len(out) == 20 and checked >= max(2, stats.commit_steps - 1)
+    assert stats.host_syncs == stats.forwards  # one host sync per step
+    if threshold >= 100:  # every mask filled each step: W tokens per forward after the first
+        assert stats.tokens_per_forward > 1
+
+
+def test_eos_inside_the_window_stops():
+    model = tiny()
+    s = WedlmSettings(mask_token_id=MASK, window=8, entropy_threshold=100.0)
+    full = list(wedlm_stream(model, PROMPT, s, max_tokens=20))
+    stop = full[5]
+    cut = list(wedlm_stream(model, PROMPT, s, max_tokens=20, eos=[stop]))
+    assert cut == full[:full.index(stop)]
+
+
+@pytest.mark.parametrize("k", [1, 4, 16])
+@pytest.mark.parametrize("seed", [0, 1, 2])  # three models: three different acceptance profiles
+def test_lossless_drafter_equals_ar_greedy(k, seed):
+    model = tiny(seed)
+    out, d = with_drafter(model, PROMPT, k)
+    assert out == ar(model, PROMPT)
+    assert d.stats["proposals"] > 0
+
+
+def test_lossless_drafter_equals_seeded_ar_sampling():
+    model = tiny()
+    sp = SamplingParams(temperature=0.8, seed=7)
+    out, d = with_drafter(model, PROMPT, 4, sampling=sp)
+    assert out == ar(model, PROMPT, sampling=sp)
+
+
+def test_lossless_drafter_stops_at_eos_like_ar():
+    model = tiny()
+    ref = ar(model, PROMPT)
+    eos = [ref[6]]
+    out, _ = with_drafter(model, PROMPT, 8, eos=eos)
+    assert out == ar(model, PROMPT, eos=eos) == ref[:ref.index(eos[0])]
+
+
+def write_checkpoint(path, seed=0, wedlm=True):
+    """A synthetic WeDLM directory: config.json (WeDLM's keys), model.safetensors, tokenizer."""
+    from hybrid_tiny import DIR_VOCAB, write_tokenizer
+
+    cfg = dict(CFG, vocab_size=DIR_VOCAB)
+    m = qwen3.Model(qwen3.ModelArgs.from_dict(cfg))
+    mx.random.seed(seed)
+    m.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.3, m.parameters()))
+    mx.save_safetensors(str(path / "model.safetensors"), dict(tree_flatten(m.parameters())))
+    if wedlm:
+        cfg.update(model_type="wedlm", architectures=["WeDLMForDiffusionLM"], mask_token_id=270)
+    (path / "config.json").write_text(json.dumps(cfg))
+    write_tokenizer(path)
+    return path
+
+
+def test_load_checkpoint_directory(tmp_path):
+    ckpt = load_wedlm(write_checkpoint(tmp_path))
+    assert ckpt.base == "qwen3" and ckpt.settings.mask_token_id == 270
+    assert settings_of(ckpt.model).window == 16
+    out = list(wedlm_stream(ckpt.model, [5, 6, 7], ckpt.settings, max_tokens=5))
+    assert len(out) == 5
+
+
+def test_non_wedlm_model_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="not a WeDLM model"):
+        settings_of(tiny())
+    with pytest.raises(ModelLoadError, match="not a WeDLM checkpoint"):
+        load_wedlm(write_checkpoint(tmp_path, wedlm=False))
