@@ -14,7 +14,8 @@ from mlx_lm.models.cache import make_prompt_cache
 from specdec.core.sampling import SamplingParams
 from specdec.decode.wedlm import WedlmSettings, WedlmStats, reordered_logits, wedlm_stream
 from specdec.drafters.wedlm import WedlmDrafter
-from specdec.engine import token_stream
+from specdec.drafters.spec import DraftSpec
+from specdec.engine import resolve_drafter, token_stream
 from specdec.loader import ModelLoadError
 from specdec.loader.wedlm import load_wedlm, settings_of
 
@@ -177,3 +178,20 @@ def test_non_wedlm_model_is_refused(tmp_path):
         settings_of(tiny())
     with pytest.raises(ModelLoadError, match="not a WeDLM checkpoint"):
         load_wedlm(write_checkpoint(tmp_path, wedlm=False))
+
+
+@pytest.mark.parametrize("draft_type", ["wedlm", "wedlm,suffix"])
+def test_spec_built_drafter_with_gate_and_chain(tmp_path, monkeypatch, draft_type):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))  # the measured costs land here
+    ckpt = load_wedlm(write_checkpoint(tmp_path))
+    prompt = [5, 6, 7, 8, 9, 10]
+    for gate in (True, False):
+        d = resolve_drafter(DraftSpec(draft_type, gate=gate), ckpt.tokenizer, model=ckpt.model)
+        out = [e.token for e in token_stream(ckpt.model, prompt, drafter=d, max_tokens=24,
+                                             num_draft_tokens=8)]
+        assert out == ar(ckpt.model, prompt, n=24), (draft_type, gate)
+
+
+def test_wedlm_drafter_refuses_a_plain_model():
+    with pytest.raises(ValueError, match="not a WeDLM model"):
+        resolve_drafter(DraftSpec("wedlm", gate=False), None, model=tiny())

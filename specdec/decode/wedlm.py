@@ -4,7 +4,7 @@ WeDLM checkpoints (Tencent's WeDLM-7B/8B, causal attention) predict the token *a
 position from the logits of that mask. Each step runs one forward over a window of W
 slots after the committed prefix: the window's filled tokens first, its masks after
 (*topological reordering*), each rotated at its logical RoPE position (per-token
-positions, the same ``_TreeRoPE`` swap the tree path uses). Then:
+positions, the same ``TreeRoPE`` swap the tree path uses). Then:
 
 1. the leading run of filled slots is committed: their keys/values were computed in
    logical order on top of the cache, so the cache keeps them and drops the rest
@@ -29,7 +29,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from .tree_attention import _rope_owners, _TreeRoPE
+from .tree_attention import rope_owners, TreeRoPE
 
 # The seed's (and Tencent's engine's) defaults: a 16-slot window, entropy threshold 0.3,
 # a penalty of 0.01 per slot of distance from the first mask.
@@ -83,12 +83,12 @@ class WedlmStats:
 def positions(model: nn.Module, rel: Sequence[int]) -> Iterator[None]:
     """Within the block, token ``i`` is rotated at ``cache offset + rel[i]`` (attention stays
     causal in the order given). Restores the model's RoPE modules on exit."""
-    owners = _rope_owners(model)
+    owners = rope_owners(model)
     inner = [m["rope"] for m in owners]
     depths = mx.array(list(rel), dtype=mx.int32)
     try:
         for m, r in zip(owners, inner):
-            m.rope = _TreeRoPE(r, depths)
+            m.rope = TreeRoPE(r, depths)
         yield
     finally:
         for m, r in zip(owners, inner):
