@@ -4,6 +4,8 @@ lossy parallel decoder, the lossless drafter and the checkpoint loader (issue #3
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import mlx.core as mx
 import pytest
@@ -11,6 +13,7 @@ from mlx.utils import tree_flatten, tree_map
 from mlx_lm.models import qwen3
 from mlx_lm.models.cache import make_prompt_cache
 
+from specdec.backend import preload_env
 from specdec.core.sampling import SamplingParams
 from specdec.decode.wedlm import WedlmSettings, WedlmStats, reordered_logits, wedlm_stream
 from specdec.drafters.wedlm import WedlmDrafter
@@ -195,3 +198,28 @@ def test_spec_built_drafter_with_gate_and_chain(tmp_path, monkeypatch, draft_typ
 def test_wedlm_drafter_refuses_a_plain_model():
     with pytest.raises(ValueError, match="not a WeDLM model"):
         resolve_drafter(DraftSpec("wedlm", gate=False), None, model=tiny())
+
+
+def _cli(tmp_path, *args):
+    env = dict(preload_env(), SPECDEC_CACHE_DIR=str(tmp_path / "cache"))
+    return subprocess.run([sys.executable, "-m", "specdec", "generate", "--prompt", "hello",
+                           "--max-tokens", "12", "--json", *args], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_cli_decoder_and_drafter_on_a_checkpoint_directory(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    d = str(write_checkpoint(tmp_path / "ckpt"))
+    r = _cli(tmp_path, "--model", d, "--decoder", "wedlm", "--wedlm-window", "4")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["lossless"] is False and out["decoder"] == "wedlm" and out["forwards"] > 0
+    r = _cli(tmp_path, "--model", d, "--draft-type", "wedlm", "--compare", "--no-gate")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["parity"] is True
+
+
+def test_cli_decoder_wedlm_refuses_a_plain_model(tmp_path):
+    d = str(write_checkpoint(tmp_path, wedlm=False))
+    r = _cli(tmp_path, "--model", d, "--decoder", "wedlm")
+    assert r.returncode == 2 and "not a WeDLM model" in r.stderr

@@ -21,6 +21,7 @@ use of the same forward is ``specdec.drafters.wedlm``. Tests: tests/test_wedlm.p
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -29,7 +30,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from .tree_attention import rope_owners, TreeRoPE
+from ..core.text import TextOut, encode_prompt
+from .tree_attention import TreeRoPE, rope_owners
 
 # The seed's (and Tencent's engine's) defaults: a 16-slot window, entropy threshold 0.3,
 # a penalty of 0.01 per slot of distance from the first mask.
@@ -178,3 +180,42 @@ def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings,
             yield t
             if emitted >= max_tokens:
                 return
+
+
+@dataclass(frozen=True)
+class WedlmResult:
+    """One lossy WeDLM generation: its text, tokens, why it ended, stats and decode time."""
+
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    stats: WedlmStats
+    decode_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        tps = len(self.tokens) / self.decode_s if self.decode_s > 0 else 0.0
+        return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
+                "decoder": "wedlm", "tokens_per_s": tps, **self.stats.as_dict()}
+
+
+def generate_wedlm(model: Any, tokenizer: Any, prompt: Any, settings: WedlmSettings, *,
+                   max_tokens: int = 256, stop: Sequence[str] | None = None,
+                   system: str | None = None, chat: bool | None = None) -> WedlmResult:
+    """Lossy WeDLM decoding of ``prompt`` (text, ids or chat messages), cut at EOS, a
+    stop string or ``max_tokens``. Not lossless: see the module doc."""
+    ids = encode_prompt(tokenizer, prompt, system=system, chat=chat)
+    out, stats, text, tokens = TextOut(tokenizer, stop), WedlmStats(), [], []
+    stopped = False
+    t0 = time.perf_counter()
+    for t in wedlm_stream(model, ids, settings, max_tokens=max_tokens,
+                          eos=tokenizer.eos_token_ids, stats=stats):
+        tokens.append(t)
+        segment, stopped = out.feed(t)
+        text.append(segment)
+        if stopped:  # a stop string: the text is cut there, nothing held back is kept
+            break
+    seconds = time.perf_counter() - t0
+    if not stopped:
+        text.append(out.tail())
+    reason = "length" if len(tokens) >= max_tokens and not stopped else "stop"
+    return WedlmResult("".join(text), tokens, reason, stats, seconds)
