@@ -223,3 +223,26 @@ def test_cli_decoder_wedlm_refuses_a_plain_model(tmp_path):
     d = str(write_checkpoint(tmp_path, wedlm=False))
     r = _cli(tmp_path, "--model", d, "--decoder", "wedlm")
     assert r.returncode == 2 and "not a WeDLM model" in r.stderr
+
+
+def test_server_answers_with_the_wedlm_drafter(tmp_path):
+    """``specdec serve`` with ``--draft-type wedlm``: the same text as plain decoding."""
+    from serverproc import Server
+
+    (tmp_path / "ckpt").mkdir()
+    d = str(write_checkpoint(tmp_path / "ckpt"))
+    s = Server("--model", d, "--draft-type", "wedlm", env={"SPECDEC_CACHE_DIR": str(tmp_path)})
+    try:
+        with s.http() as http:
+            def chat(**kw):
+                r = http.post("/v1/chat/completions", json={
+                    "model": d, "messages": [{"role": "user", "content": "hello"}],
+                    "max_tokens": 16, "temperature": 0, **kw})
+                assert r.status_code == 200, r.text
+                return r.json()
+            plain = chat(speculative={"draft_type": "none"})
+            drafted = chat(speculative={"gate": False})
+        assert drafted["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+        assert drafted["usage"]["drafted_tokens"] > 0
+    finally:
+        s.stop()
