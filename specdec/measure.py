@@ -56,6 +56,7 @@ from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_forward, verify_step
 from .drafters.base import Drafter
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
+from .decode.wedlm import WedlmSettings
 from .drafters.wedlm import WedlmDrafter
 from .policy.tree_shape import TreeShaper, cost_at
 
@@ -304,7 +305,7 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
     if name == "wedlm":  # one forward of the target itself; the mask id does not change its cost
         key = f"draft-wedlm-{model_fingerprint(model)}"
-        return _cached(key, lambda: draft_model_cost(model, drafter=WedlmDrafter(model, 0)),
+        return _cached(key, lambda: draft_model_cost(model, drafter=WedlmDrafter(model, WedlmSettings(0, entropy_threshold=float("inf")))),
                        cache_dir, complete=complete)
     vocab = vocab_size(model)
 

@@ -45,8 +45,8 @@ def ar(model, prompt, n=40, **kw):
     return [e.token for e in token_stream(model, prompt, max_tokens=n, **kw)]
 
 
-def with_drafter(model, prompt, k, n=40, **kw):
-    d = WedlmDrafter(model, MASK)
+def with_drafter(model, prompt, k, n=40, threshold=float("inf"), **kw):
+    d = WedlmDrafter(model, WedlmSettings(mask_token_id=MASK, entropy_threshold=threshold))
     out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=n,
                                          num_draft_tokens=k, **kw)]
     return out, d
@@ -129,12 +129,15 @@ def test_eos_inside_the_window_stops():
 
 
 @pytest.mark.parametrize("k", [1, 4, 16])
-@pytest.mark.parametrize("seed", [0, 1, 2])  # three models: three different acceptance profiles
-def test_lossless_drafter_equals_ar_greedy(k, seed):
+@pytest.mark.parametrize("threshold", [0.3, 3.0, float("inf")])  # 1 draft .. the whole window
+@pytest.mark.parametrize("seed", [0, 1])  # two models: different acceptance profiles
+def test_lossless_drafter_equals_ar_greedy(k, threshold, seed):
     model = tiny(seed)
-    out, d = with_drafter(model, PROMPT, k)
+    out, d = with_drafter(model, PROMPT, k, threshold=threshold)
     assert out == ar(model, PROMPT)
     assert d.stats["proposals"] > 0
+    if threshold == float("inf") and k > 1:  # whole windows (the engine caps k near the end)
+        assert d.stats["drafted"] > d.stats["proposals"]
 
 
 def test_lossless_drafter_equals_seeded_ar_sampling():

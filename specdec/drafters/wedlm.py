@@ -4,6 +4,9 @@ The target IS the WeDLM model. To propose k tokens after ``context`` the drafter
 forward of the not-yet-cached context tokens followed by k mask tokens (all masks, so
 their logical order is already the physical one) and takes each mask row's argmax as the
 draft of that position (WeDLM predicts the token at a mask from the mask's own logits).
+Only the leading run of confident masks is proposed (entropy + position penalty below the
+threshold of its ``WedlmSettings``, WeDLM's own commit rule; at least one token), so a
+low threshold drafts fewer, likelier tokens.
 The engine's verifier then checks the drafts against the AR logits exactly as for every
 other drafter (greedy: accept while equal; sampled: rejection sampling with the drafts
 as point masses), so the output is token for token the AR decoding of the checkpoint.
@@ -21,6 +24,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from ..decode.wedlm import WedlmSettings, pick
 from .base import EMPTY, Drafter, Proposal
 
 
@@ -29,11 +33,10 @@ class WedlmDrafter(Drafter):
 
     name = "wedlm"
 
-    def __init__(self, model: Any, mask_token_id: int, *, eos: frozenset = frozenset()):
-        if mask_token_id < 0:
-            raise ValueError(f"mask token id must be >= 0, got {mask_token_id}")
+    def __init__(self, model: Any, settings: WedlmSettings, *, eos: frozenset = frozenset()):
         self.model = model
-        self.mask_token_id = int(mask_token_id)
+        self.settings = settings
+        self.mask_token_id = settings.mask_token_id
         self.eos = eos
         self._cache: list | None = None
         self._tokens: list[int] = []
@@ -70,7 +73,12 @@ class WedlmDrafter(Drafter):
         new = list(context[len(self._tokens):])
         block = mx.array(new + [self.mask_token_id] * k)[None]
         logits = self.model(block, cache=self._cache)[0, len(new):]
-        drafts = mx.argmax(logits, axis=-1).tolist()  # the one host sync of a proposal
+        tok, fill = pick(logits, range(k), self.settings)
+        mx.eval(tok, fill)  # the one host sync of a proposal
+        fill = fill.tolist()
+        # the leading confident run (WeDLM's commit rule), at least the first slot
+        n = next((i for i, f in enumerate(fill) if not f), k)
+        drafts = tok.tolist()[:max(1, n)]
         trim_prompt_cache(self._cache, k)  # drop the mask slots: the cache holds the context
         self._tokens += new
         self.stats["forwards"] += 1
