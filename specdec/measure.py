@@ -305,7 +305,8 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
     if name == "wedlm":  # one forward of the target itself; the mask id does not change its cost
         key = f"draft-wedlm-{model_fingerprint(model)}"
-        return _cached(key, lambda: draft_model_cost(model, drafter=WedlmDrafter(model, WedlmSettings(0, entropy_threshold=float("inf")))),
+        every = WedlmSettings(0, entropy_threshold=float("inf"))  # drafts all k: the cost of k
+        return _cached(key, lambda: draft_model_cost(model, drafter=WedlmDrafter(model, every)),
                        cache_dir, complete=complete)
     vocab = vocab_size(model)
 

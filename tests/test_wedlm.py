@@ -85,12 +85,32 @@ def mask_greedy(model, prompt, n):
     return out
 
 
-def test_window_one_commits_one_mask_prediction_per_forward():
+class _CountingMx:
+    """mlx.core with ``eval`` counted: the decoder's only way to wait for the device (its
+    ``tolist`` calls read arrays already evaluated)."""
+
+    def __init__(self):
+        self.evals = 0
+
+    def __getattr__(self, name):
+        return getattr(mx, name)
+
+    def eval(self, *arrays):
+        self.evals += 1
+        return mx.eval(*arrays)
+
+
+def test_window_one_commits_one_mask_prediction_per_forward(monkeypatch):
+    import specdec.decode.wedlm as wedlm
+
+    counting = _CountingMx()
+    monkeypatch.setattr(wedlm, "mx", counting)
     model, stats = tiny(), WedlmStats()
     out = list(wedlm_stream(model, PROMPT, WedlmSettings(mask_token_id=MASK, window=1),
                             max_tokens=12, stats=stats))
     assert out == mask_greedy(model, PROMPT, 12)
-    assert stats.host_syncs == stats.forwards  # one host sync per step
+    assert counting.evals == stats.forwards + 1  # one host sync per step, one for the prompt
+    assert stats.host_syncs == stats.forwards
 
 
 def _assert_cache_is_prefill(model, cache, held):
