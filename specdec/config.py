@@ -34,9 +34,11 @@ def add_decoder_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wedlm-window", type=int, default=16,
                    help="--decoder wedlm: mask slots after the committed prefix (paper: 16)")
     p.add_argument("--entropy-threshold", type=float, default=0.3,
-                   help="--decoder wedlm: fill a slot when entropy + penalty is below this (0.3)")
+                   help="WeDLM (--decoder wedlm, --draft-type wedlm): fill / draft a slot when "
+                        "entropy + penalty is below this (0.3)")
     p.add_argument("--position-penalty", type=float, default=0.01,
-                   help="--decoder wedlm: entropy penalty per slot past the first mask (0.01)")
+                   help="WeDLM (--decoder wedlm, --draft-type wedlm): entropy penalty per slot "
+                        "past the first mask (0.01)")
 
 
 def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = DraftSpec.draft_type) -> None:
@@ -197,6 +199,10 @@ class RunConfig:
         from .drafters import build_drafter, shared_ngram_mod_table
         from .resources import prepare_resources
 
+        if self.spec.uses("wedlm"):  # the --wedlm-* flags shape its drafts too
+            from .loader.wedlm import settings_of
+
+            model.wedlm_settings = self.wedlm_settings(settings_of(model).mask_token_id)
         table = None
         if self.spec.uses("ngram-mod") and not self.spec.ngram_mod_file:
             table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)

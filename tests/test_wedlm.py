@@ -15,7 +15,8 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.backend import preload_env
 from specdec.core.sampling import SamplingParams
-from specdec.decode.wedlm import WedlmSettings, WedlmStats, reordered_logits, wedlm_stream
+from specdec.decode.wedlm import (WedlmSettings, WedlmStats, generate_wedlm, reordered_logits,
+                                  wedlm_stream)
 from specdec.drafters.wedlm import WedlmDrafter
 from specdec.drafters.spec import DraftSpec
 from specdec.engine import resolve_drafter, token_stream
@@ -237,9 +238,11 @@ def test_cli_decoder_and_drafter_on_a_checkpoint_directory(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["lossless"] is False and out["decoder"] == "wedlm" and out["forwards"] > 0
-    r = _cli(tmp_path, "--model", d, "--draft-type", "wedlm", "--compare", "--no-gate")
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["parity"] is True
+    for threshold in ("0.3", "1e9"):  # one-token drafts; whole windows
+        r = _cli(tmp_path, "--model", d, "--draft-type", "wedlm", "--compare", "--no-gate",
+                 "--entropy-threshold", threshold)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["parity"] is True
 
 
 def test_cli_decoder_wedlm_refuses_a_plain_model(tmp_path):
@@ -269,3 +272,15 @@ def test_server_answers_with_the_wedlm_drafter(tmp_path):
         assert drafted["usage"]["drafted_tokens"] > 0
     finally:
         s.stop()
+
+
+def test_stop_string_inside_the_window(tmp_path):
+    ckpt = load_wedlm(write_checkpoint(tmp_path, seed=2))  # seed 2: some ASCII in its output
+    s = WedlmSettings(mask_token_id=270, window=8, entropy_threshold=100.0)
+    full = generate_wedlm(ckpt.model, ckpt.tokenizer, "hello", s, max_tokens=24, chat=False)
+    stop = next(ch for ch in full.text if ch.isascii() and ch.isalnum())  # not half a byte
+    assert full.finish_reason == "length" and full.text.index(stop) > 0
+    cut = generate_wedlm(ckpt.model, ckpt.tokenizer, "hello", s, max_tokens=24, chat=False,
+                         stop=[stop])
+    assert cut.finish_reason == "stop" and cut.text == full.text[:full.text.index(stop)]
+    assert cut.to_dict()["lossless"] is False
