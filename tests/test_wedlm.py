@@ -136,6 +136,7 @@ def test_cache_is_a_causal_prefill_after_every_commit(window, threshold):
     # every step's run was checked, but the last one when max_tokens cut it short
     assert len(out) == 20 and checked >= max(2, stats.commit_steps - 1)
     assert stats.host_syncs == stats.forwards  # one host sync per step
+    assert 0 < stats.as_dict()["p_cache"] <= 1
     if threshold >= 100:  # every mask filled each step: W tokens per forward after the first
         assert stats.tokens_per_forward > 1
 

@@ -62,10 +62,12 @@ class WedlmSettings:
 
 @dataclass
 class WedlmStats:
-    """Counts of one generation: tokens committed, forwards run, steps that committed."""
+    """Counts of one generation: tokens committed, forwards run (and the window tokens they
+    processed, for the paper's p_cache = generated / forwarded), steps that committed."""
 
     tokens: int = 0
     forwards: int = 0
+    forwarded_tokens: int = 0
     commit_steps: int = 0
     host_syncs: int = 0
     commits: list[int] = field(default_factory=list)  # tokens committed per step
@@ -78,6 +80,7 @@ class WedlmStats:
         return {"tokens": self.tokens, "forwards": self.forwards,
                 "tokens_per_forward": round(self.tokens_per_forward, 3),
                 "commits_per_step": round(self.tokens / max(1, len(self.commits)), 3),
+                "p_cache": round(self.tokens / max(1, self.forwarded_tokens), 3),
                 "lossless": False}
 
 
@@ -141,6 +144,7 @@ def _step(model: Any, cache: list, win: _Window, s: WedlmSettings,
     n_filled = sum(1 for m in win.masked if not m)
     logits = reordered_logits(model, cache, [win.tokens[i] for i in order], order)
     stats.forwards += 1
+    stats.forwarded_tokens += len(order)
     committed = win.tokens[:c]
     trim_prompt_cache(cache, len(order) - c)  # the run is physically first: keep only it
     masks = order[n_filled:]  # never empty: slot c is a mask by the choice of c
