@@ -33,6 +33,9 @@ _EXPORTS = {
     "Drafter": "specdec.drafters",
     "Proposal": "specdec.drafters",
     "SpecStats": "specdec.core.stats",
+    "generate_wedlm": "specdec.decode.wedlm",  # WeDLM's lossy parallel decoder (docs/wedlm.md)
+    "WedlmSettings": "specdec.decode.wedlm",
+    "load_wedlm": "specdec.loader.wedlm",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from .backend import ensure_openblas
-from .config import DTYPES, KV_BITS, RunConfig, add_distributed_flags, add_draft_flags
+from .config import DTYPES, KV_BITS, RunConfig, add_decoder_flags, add_distributed_flags, add_draft_flags
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(gen)
     gen.add_argument("--compare", action="store_true", help="also run plain decoding and compare")
     gen.add_argument("--verbose", "-v", action="store_true", help="print speculation stats")
+    add_decoder_flags(gen)
     add_distributed_flags(gen)
     par = sub.add_parser("parity", help="check speculative == plain greedy and diagnose")
     _add_run_flags(par)
@@ -148,7 +149,37 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                   prompt_cache_file=cfg.prompt_cache_file)
         return run_sharded(*load_sharded(cfg.model, cfg.dtype), args.distributed_timeout,
                            lambda model, tok: _generate(args, cfg, prompt, model, tok))
+    if cfg.decoder == "wedlm":
+        return _generate_wedlm(args, cfg, prompt, *_load(cfg))
     return _generate(args, cfg, prompt, *_load(cfg))
+
+
+def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
+                    tokenizer: Any) -> int:
+    """--decoder wedlm: WeDLM's lossy parallel decoder; every result says lossless: false."""
+    from .decode.wedlm import generate_wedlm
+    from .engine import generate
+    from .loader.wedlm import settings_of
+
+    settings = cfg.wedlm_settings(settings_of(model).mask_token_id)
+    kw = dict(max_tokens=cfg.max_tokens, stop=cfg.stop, system=cfg.system,
+              chat=False if cfg.raw else None)
+    res = generate_wedlm(model, tokenizer, prompt, settings, **kw)
+    out = res.to_dict()
+    if args.compare:  # plain AR decoding of the same checkpoint: how far the lossy output is
+        base = generate(model, tokenizer, prompt, drafter=None, **kw)
+        out.update(baseline_tokens_per_s=base.stats.decode_tokens_per_s,
+                   parity=base.tokens == res.tokens)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(res.text)
+    if args.verbose or args.compare:
+        print(f"wedlm (lossless: false): {len(res.tokens)} tokens, {out['forwards']} forwards, "
+              f"{out['tokens_per_forward']:.2f} tokens/forward, {out['tokens_per_s']:.1f} tok/s"
+              + (f"; plain {out['baseline_tokens_per_s']:.1f} tok/s, same tokens: {out['parity']}"
+                 if args.compare else ""), file=sys.stderr)
+    return 0
 
 
 def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,

@@ -23,6 +23,23 @@ from .loader.api import DTYPES  # one list of dtype names
 
 DRAFT_FIELDS = tuple(f.name for f in fields(DraftSpec))
 KV_BITS = (2, 3, 4, 6, 8)
+DECODERS = ("speculative", "wedlm")
+
+
+def add_decoder_flags(p: argparse.ArgumentParser) -> None:
+    """``--decoder`` and WeDLM's flags (``specdec generate``)."""
+    p.add_argument("--decoder", choices=DECODERS, default="speculative",
+                   help="speculative (default; lossless) or wedlm: WeDLM's parallel mask-window "
+                        "decoder for WeDLM checkpoints. NOT lossless: its output may differ from "
+                        "plain decoding (--draft-type wedlm is the lossless mode)")
+    p.add_argument("--wedlm-window", type=int, default=16,
+                   help="--decoder wedlm: mask slots after the committed prefix (paper: 16)")
+    p.add_argument("--entropy-threshold", type=float, default=0.3,
+                   help="WeDLM (--decoder wedlm, --draft-type wedlm): fill / draft a slot when "
+                        "entropy + penalty is below this (0.3)")
+    p.add_argument("--position-penalty", type=float, default=0.01,
+                   help="WeDLM (--decoder wedlm, --draft-type wedlm): entropy penalty per slot "
+                        "past the first mask (0.01)")
 
 
 def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = DraftSpec.draft_type) -> None:
@@ -99,6 +116,11 @@ class RunConfig:
     prefill_step_size: int = 512
     prompt_cache_file: str | None = None
     json_schema: str | None = None  # a JSON schema file the output must follow
+    # --decoder wedlm: WeDLM's lossy parallel decoder (decode.wedlm), its defaults the paper's
+    decoder: str = "speculative"
+    wedlm_window: int = 16
+    entropy_threshold: float = 0.3
+    position_penalty: float = 0.01
     table: Any = field(default=None, init=False, repr=False)  # the ngram-mod table in use
 
     @classmethod
@@ -119,6 +141,28 @@ class RunConfig:
             raise ValueError("give either --prompt or --prompt-file, not both")
         self.sampling().validate()
         check_kv_bits(self.kv_bits)
+        self._check_decoder()
+
+    def _check_decoder(self) -> None:
+        if self.decoder not in DECODERS:
+            raise ValueError(f"--decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
+        if self.decoder != "wedlm":
+            return
+        self.wedlm_settings(0)  # validates the window, threshold and penalty
+        unsupported = [flag for flag, set_ in (
+            ("--temp", self.temp > 0), ("--json-schema", self.json_schema),
+            ("--prompt-cache-file", self.prompt_cache_file), ("--kv-bits", self.kv_bits),
+            ("--draft-type", self.spec.draft_type != DraftSpec.draft_type)) if set_]
+        if unsupported:
+            raise ValueError(f"{', '.join(unsupported)} not supported with --decoder wedlm (greedy "
+                             "window decoding): drop it, or use --draft-type wedlm (lossless)")
+
+    def wedlm_settings(self, mask_token_id: int) -> Any:
+        """The ``decode.wedlm.WedlmSettings`` of the --wedlm-* flags for this mask token."""
+        from .decode.wedlm import WedlmSettings
+
+        return WedlmSettings(mask_token_id, self.wedlm_window, self.entropy_threshold,
+                             self.position_penalty)
 
     def sampling(self) -> Any:
         from .core.sampling import SamplingParams
@@ -156,6 +200,10 @@ class RunConfig:
         from .drafters import build_drafter, shared_ngram_mod_table
         from .resources import prepare_resources
 
+        if self.spec.uses("wedlm"):  # the --wedlm-* flags shape its drafts too
+            from .loader.wedlm import settings_of
+
+            model.wedlm_settings = self.wedlm_settings(settings_of(model).mask_token_id)
         table = None
         if self.spec.uses("ngram-mod") and not self.spec.ngram_mod_file:
             table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)

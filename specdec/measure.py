@@ -26,6 +26,8 @@ from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_forward, verify_step
 from .drafters.base import Drafter
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
+from .decode.wedlm import WedlmSettings
+from .drafters.wedlm import WedlmDrafter
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -223,15 +225,16 @@ DRAFT_COST_KS = (1, 8)
 
 
 def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
-                     repeats: int = 7, seed: int = 0) -> dict[str, float]:
-    """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy): interleaved
+                     repeats: int = 7, seed: int = 0, drafter: Drafter | None = None) -> dict[str, float]:
+    """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy), or of
+    ``drafter`` (a model-forward drafter of ``draft_model``, e.g. WeDLM's): interleaved
     medians at the two ``ks``, one new context token per call as in decoding, fitted
     through both points (clamped at 0)."""
     from .drafters.draft_model import DraftModelDrafter
 
     rng = random.Random(seed)
     vocab = vocab_size(draft_model)
-    drafter = DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
+    drafter = drafter or DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
     ctx = [rng.randrange(vocab) for _ in range(context)]
     drafter.begin(ctx)
 
@@ -270,6 +273,11 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
             raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
         key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
+    if name == "wedlm":  # one forward of the target itself; the mask id does not change its cost
+        key = f"draft-wedlm-{model_fingerprint(model)}"
+        every = WedlmSettings(0, entropy_threshold=float("inf"))  # drafts all k: the cost of k
+        return _cached(key, lambda: draft_model_cost(model, drafter=WedlmDrafter(model, every)),
+                       cache_dir, complete=complete)
     vocab = vocab_size(model)
 
     def host() -> dict[str, float]:

@@ -22,7 +22,8 @@ def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str
     spec's size and n, unless ``table`` is given), the cost curve for the cost gate and
     adaptive k and the drafter's own cost for those or an automatic tree budget (both
     measured once per model and cached on disk: a few seconds on first use)."""
-    res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history)
+    res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history,
+                         target=model if spec.uses("wedlm") else None)
     if spec.uses("model") and res.draft is None:
         res.draft = load(spec.draft_model, dtype=dtype)
     if spec.uses("ngram-mod") and res.table is None:

@@ -32,7 +32,7 @@ from ..core.trees import ancestor_mask, tree_positions
 ROPE_KINDS = (nn.RoPE, Llama3RoPE, SuScaledRoPE, YarnRoPE)
 
 
-class _TreeRoPE(nn.Module):
+class TreeRoPE(nn.Module):
     """Applies the wrapped RoPE at ``offset + depth`` per token: x (1, H, L, D) moves to
     (L, H, 1, D), one batch row per token, each with its own offset."""
 
@@ -50,7 +50,7 @@ class _TreeRoPE(nn.Module):
         return y.transpose(2, 1, 0, 3)
 
 
-def _rope_owners(model: nn.Module) -> list[nn.Module]:
+def rope_owners(model: nn.Module) -> list[nn.Module]:
     owners = [m for _, m in model.named_modules() if isinstance(m.get("rope"), nn.Module)]
     if not owners:
         raise ValueError(f"{type(model).__name__}: no attention layer with a `rope` module; "
@@ -95,7 +95,7 @@ def tree_mask(c: Any, depths: mx.array, anc: mx.array, n: int,
 def tree_attention(model: nn.Module, cache: list, parents: Sequence[int]) -> Iterator[None]:
     """Within the block, the model rotates each token at its depth and masks attention to
     the prefix and its ancestors (see module doc). Restores everything on exit."""
-    owners = _rope_owners(model)
+    owners = rope_owners(model)
     depths = mx.array([0] + tree_positions(parents), dtype=mx.int32)
     anc = mx.array(ancestor_mask(parents))
     for i, c in enumerate(cache):
@@ -105,7 +105,7 @@ def tree_attention(model: nn.Module, cache: list, parents: Sequence[int]) -> Ite
     inner = [m["rope"] for m in owners]
     try:
         for m, r in zip(owners, inner):
-            m.rope = _TreeRoPE(r, depths)
+            m.rope = TreeRoPE(r, depths)
         for c in cache:
             c.make_mask = (lambda c: lambda N, window_size=None, **_: tree_mask(
                 c, depths, anc, N, window_size))(c)

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from .base import Drafter, NoDrafter
 
-DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar")
+DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm")
 DEFAULT_SUFFIX_HISTORY = 32768
 
 
@@ -136,6 +136,7 @@ class DraftResources:
     history: Any = None  # SuffixHistory shared by suffix drafters
     cost: Mapping[int, float] | None = None  # verify cost curve, for the gate and adaptive k
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
+    target: Any = None  # the target model: the wedlm drafter drafts with its mask predictions
 
 
 def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> Any:
@@ -176,6 +177,14 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
         from .suffix import SuffixDrafter
 
         return SuffixDrafter(max_history_tokens=spec.suffix_history, eos=eos, history=res.history)
+    if name == "wedlm":
+        from ..loader.wedlm import settings_of
+        from .wedlm import WedlmDrafter
+
+        if res.target is None:
+            raise ValueError("draft type 'wedlm' needs the target model in the resources: build "
+                             "them with specdec.prepare_resources(spec, model, tokenizer)")
+        return WedlmDrafter(res.target, settings_of(res.target), eos=eos)
     from .draft_model import DraftModelDrafter  # "model": DraftSpec admits no other name
 
     if res.draft is None:

@@ -94,7 +94,12 @@ def _has_gguf_magic(path: Path) -> bool:
 def _mlx_lm_load(ref: str, kind: str) -> tuple[Any, Any]:
     from mlx_lm.utils import load as mlx_lm_load
 
+    from .wedlm import is_wedlm_dir, load_wedlm  # imports mlx: kept off package import
+
     local = Path(ref).exists()
+    if kind == "mlx" and local and is_wedlm_dir(ref):  # WeDLM: qwen3/qwen2 plus its settings
+        ckpt = load_wedlm(ref)
+        return ckpt.model, ckpt.tokenizer
     # Hub downloads fail with assorted client/HTTP exception types; local loads with these.
     expected = (OSError, ValueError, KeyError, ImportError) if local else Exception
     try:

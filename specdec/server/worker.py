@@ -436,7 +436,7 @@ class InferenceWorker:
         memory = self.memory_for(req)
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
-            history=memory.history, cost=cost,
+            history=memory.history, cost=cost, target=self.model,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
         return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 

@@ -1,0 +1,225 @@
+"""WeDLM parallel decoding (lossy) on an unmodified mlx-lm model.
+
+WeDLM checkpoints (Tencent's WeDLM-7B/8B, causal attention) predict the token *at* a mask
+position from the logits of that mask. Each step runs one forward over a window of W
+slots after the committed prefix: the window's filled tokens first, its masks after
+(*topological reordering*), each rotated at its logical RoPE position (per-token
+positions, the same ``TreeRoPE`` swap the tree path uses). Then:
+
+1. the leading run of filled slots is committed: their keys/values were computed in
+   logical order on top of the cache, so the cache keeps them and drops the rest
+   (invariant: after every step the cache equals a causal prefill of prompt + committed);
+2. every remaining mask gets its argmax and entropy; entropy + ``position_penalty`` *
+   (distance from the first mask) below ``entropy_threshold`` fills the slot (at least the
+   most confident one is filled each step);
+3. the window slides: committed slots leave, fresh masks join at the end.
+
+One host sync per step (the picks and the fill decisions are read together). This is NOT
+lossless: the output is what the mask predictions give, not the AR decoding. The lossless
+use of the same forward is ``specdec.drafters.wedlm``. Tests: tests/test_wedlm.py.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+from ..core.text import TextOut, encode_prompt
+from .tree_attention import TreeRoPE, rope_owners
+
+# The seed's (and Tencent's engine's) defaults: a 16-slot window, entropy threshold 0.3,
+# a penalty of 0.01 per slot of distance from the first mask.
+DEFAULT_WINDOW = 16
+DEFAULT_ENTROPY_THRESHOLD = 0.3
+DEFAULT_POSITION_PENALTY = 0.01
+DEFAULT_MASK_TOKEN_ID = 151665  # Tencent's engine: the id after Qwen's 22 added tokens
+
+
+@dataclass(frozen=True)
+class WedlmSettings:
+    """How to run WeDLM decoding; constructing one validates it."""
+
+    mask_token_id: int = DEFAULT_MASK_TOKEN_ID
+    window: int = DEFAULT_WINDOW
+    entropy_threshold: float = DEFAULT_ENTROPY_THRESHOLD
+    position_penalty: float = DEFAULT_POSITION_PENALTY
+
+    def __post_init__(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"--wedlm-window must be an integer >= 1, got {self.window!r}")
+        if self.entropy_threshold < 0 or self.position_penalty < 0:
+            raise ValueError("--entropy-threshold and --position-penalty must be >= 0, got "
+                             f"{self.entropy_threshold}, {self.position_penalty}")
+        if self.mask_token_id < 0:
+            raise ValueError(f"mask token id must be >= 0, got {self.mask_token_id}")
+
+
+@dataclass
+class WedlmStats:
+    """Counts of one generation: tokens committed, forwards run (and the window tokens they
+    processed, for the paper's p_cache = generated / forwarded), steps that committed."""
+
+    tokens: int = 0
+    forwards: int = 0
+    forwarded_tokens: int = 0
+    commit_steps: int = 0
+    host_syncs: int = 0
+    commits: list[int] = field(default_factory=list)  # tokens committed per step
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.tokens / self.forwards if self.forwards else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "forwards": self.forwards,
+                "tokens_per_forward": round(self.tokens_per_forward, 3),
+                "commits_per_step": round(self.tokens / max(1, len(self.commits)), 3),
+                "p_cache": round(self.tokens / max(1, self.forwarded_tokens), 3),
+                "lossless": False}
+
+
+@contextmanager
+def positions(model: nn.Module, rel: Sequence[int]) -> Iterator[None]:
+    """Within the block, token ``i`` is rotated at ``cache offset + rel[i]`` (attention stays
+    causal in the order given). Restores the model's RoPE modules on exit."""
+    owners = rope_owners(model)
+    inner = [m["rope"] for m in owners]
+    depths = mx.array(list(rel), dtype=mx.int32)
+    try:
+        for m, r in zip(owners, inner):
+            m.rope = TreeRoPE(r, depths)
+        yield
+    finally:
+        for m, r in zip(owners, inner):
+            m.rope = r
+
+
+def reordered_logits(model: nn.Module, cache: list, tokens: Sequence[int],
+                     rel: Sequence[int]) -> mx.array:
+    """Logits (L, V) of ``tokens`` at logical positions ``offset + rel`` on top of ``cache``
+    (which then holds them in the order given)."""
+    with positions(model, rel):
+        out = model(mx.array(list(tokens))[None], cache=cache)
+    return out[0]
+
+
+def pick(logits: mx.array, distance: Sequence[int], s: WedlmSettings) -> tuple[mx.array, mx.array]:
+    """Argmax of each mask row and which rows to fill: entropy + penalty * distance (slots
+    from the first mask) below the threshold, and always the most confident row."""
+    logp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
+    entropy = -mx.sum(mx.exp(logp) * logp, axis=-1)
+    adjusted = entropy + s.position_penalty * mx.array(list(distance), dtype=mx.float32)
+    fill = (adjusted < s.entropy_threshold) | (mx.arange(logits.shape[0]) == mx.argmin(adjusted))
+    return mx.argmax(logits, axis=-1), fill
+
+
+@dataclass
+class _Window:
+    tokens: list[int]
+    masked: list[bool]
+
+    def order(self) -> list[int]:
+        filled = [i for i, m in enumerate(self.masked) if not m]
+        return filled + [i for i, m in enumerate(self.masked) if m]
+
+    def leading(self) -> int:
+        return next((i for i, m in enumerate(self.masked) if m), len(self.masked))
+
+
+def _step(model: Any, cache: list, win: _Window, s: WedlmSettings,
+          stats: WedlmStats) -> list[int]:
+    """One forward: the leading filled run is forwarded with fresh masks refilling the
+    window behind it (as Tencent's engine does), then committed while the rest is trimmed
+    from the cache; confident masks are filled. Returns the committed tokens."""
+    c = win.leading()
+    win.tokens += [s.mask_token_id] * c  # the window keeps W slots after the committed run
+    win.masked += [True] * c
+    order = win.order()
+    n_filled = sum(1 for m in win.masked if not m)
+    logits = reordered_logits(model, cache, [win.tokens[i] for i in order], order)
+    stats.forwards += 1
+    stats.forwarded_tokens += len(order)
+    committed = win.tokens[:c]
+    trim_prompt_cache(cache, len(order) - c)  # the run is physically first: keep only it
+    masks = order[n_filled:]  # never empty: slot c is a mask by the choice of c
+    tok, fill = pick(logits[n_filled:], [i - masks[0] for i in masks], s)
+    mx.eval(tok, fill)
+    stats.host_syncs += 1
+    for i, t, f in zip(masks, tok.tolist(), fill.tolist()):
+        if f:
+            win.tokens[i], win.masked[i] = int(t), False
+    del win.tokens[:c], win.masked[:c]
+    return committed
+
+
+def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
+                 max_tokens: int = 256, eos: Sequence[int] = (),
+                 stats: WedlmStats | None = None, cache: list | None = None) -> Iterator[int]:
+    """Yields committed tokens (EOS not yielded) until EOS or ``max_tokens``. ``cache`` (a
+    fresh ``make_prompt_cache``) may be passed in to inspect it; it then holds the prompt
+    and the committed tokens (plus up to one step's commits past a stop)."""
+    if not prompt_ids:
+        raise ValueError("wedlm decoding needs a non-empty prompt")
+    stats = stats if stats is not None else WedlmStats()
+    cache = cache if cache is not None else make_prompt_cache(model)
+    mx.eval(model(mx.array(list(prompt_ids))[None], cache=cache))
+    win = _Window([settings.mask_token_id] * settings.window, [True] * settings.window)
+    stop, emitted = set(int(e) for e in eos), 0
+    while emitted < max_tokens:
+        committed = _step(model, cache, win, settings, stats)
+        if committed:
+            stats.commit_steps += 1
+        stats.commits.append(len(committed))
+        for t in committed:
+            if t in stop:
+                return
+            stats.tokens += 1
+            emitted += 1
+            yield t
+            if emitted >= max_tokens:
+                return
+
+
+@dataclass(frozen=True)
+class WedlmResult:
+    """One lossy WeDLM generation: its text, tokens, why it ended, stats and decode time."""
+
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    stats: WedlmStats
+    decode_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        tps = len(self.tokens) / self.decode_s if self.decode_s > 0 else 0.0
+        return {"text": self.text, "tokens": self.tokens, "finish_reason": self.finish_reason,
+                "decoder": "wedlm", "tokens_per_s": tps, **self.stats.as_dict()}
+
+
+def generate_wedlm(model: Any, tokenizer: Any, prompt: Any, settings: WedlmSettings, *,
+                   max_tokens: int = 256, stop: Sequence[str] | None = None,
+                   system: str | None = None, chat: bool | None = None) -> WedlmResult:
+    """Lossy WeDLM decoding of ``prompt`` (text, ids or chat messages), cut at EOS, a
+    stop string or ``max_tokens``. Not lossless: see the module doc."""
+    ids = encode_prompt(tokenizer, prompt, system=system, chat=chat)
+    out, stats, text, tokens = TextOut(tokenizer, stop), WedlmStats(), [], []
+    stopped = False
+    t0 = time.perf_counter()
+    for t in wedlm_stream(model, ids, settings, max_tokens=max_tokens,
+                          eos=tokenizer.eos_token_ids, stats=stats):
+        tokens.append(t)
+        segment, stopped = out.feed(t)
+        text.append(segment)
+        if stopped:  # a stop string: the text is cut there, nothing held back is kept
+            break
+    seconds = time.perf_counter() - t0
+    if not stopped:
+        text.append(out.tail())
+    reason = "length" if len(tokens) >= max_tokens and not stopped else "stop"
+    return WedlmResult("".join(text), tokens, reason, stats, seconds)
