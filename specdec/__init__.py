@@ -34,7 +34,7 @@ _EXPORTS = {
     "Proposal": "specdec.drafters",
     "SpecStats": "specdec.core.stats",
     "generate_wedlm": "specdec.decode.wedlm",  # WeDLM's lossy parallel decoder (docs/wedlm.md)
-    "WedlmSettings": "specdec.decode.wedlm",
+    "WedlmSettings": "specdec.core.wedlm",
     "load_wedlm": "specdec.loader.wedlm",
 }
 

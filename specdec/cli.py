@@ -159,7 +159,7 @@ def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model
     """--decoder wedlm: WeDLM's lossy parallel decoder; every result says lossless: false."""
     from .decode.wedlm import generate_wedlm
     from .engine import generate
-    from .loader.wedlm import settings_of
+    from .core.wedlm import settings_of
 
     settings = cfg.wedlm_settings(settings_of(model).mask_token_id)
     kw = dict(max_tokens=cfg.max_tokens, stop=cfg.stop, system=cfg.system,

@@ -159,7 +159,7 @@ class RunConfig:
 
     def wedlm_settings(self, mask_token_id: int) -> Any:
         """The ``decode.wedlm.WedlmSettings`` of the --wedlm-* flags for this mask token."""
-        from .decode.wedlm import WedlmSettings
+        from .core.wedlm import WedlmSettings
 
         return WedlmSettings(mask_token_id, self.wedlm_window, self.entropy_threshold,
                              self.position_penalty)
@@ -201,7 +201,7 @@ class RunConfig:
         from .resources import prepare_resources
 
         if self.spec.uses("wedlm"):  # the --wedlm-* flags shape its drafts too
-            from .loader.wedlm import settings_of
+            from .core.wedlm import settings_of
 
             model.wedlm_settings = self.wedlm_settings(settings_of(model).mask_token_id)
         table = None

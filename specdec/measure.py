@@ -26,7 +26,7 @@ from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_forward, verify_step
 from .drafters.base import Drafter
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
-from .decode.wedlm import WedlmSettings
+from .core.wedlm import WedlmSettings
 from .drafters.wedlm import WedlmDrafter
 from .policy.tree_shape import TreeShaper, cost_at
 

@@ -21,7 +21,7 @@ RANK = {
 # Beside the chain: what each side unit may import (besides itself).
 SIDE = {
     "backend": set(), "prompts": set(), "toolcall": set(),
-    "loader": {"backend"},
+    "loader": {"core", "backend"},
     "distributed": {"core", "cache", "loader", "backend"},
 }
 API = RANK["engine"]

@@ -15,13 +15,13 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from specdec.backend import preload_env
 from specdec.core.sampling import SamplingParams
-from specdec.decode.wedlm import (WedlmSettings, WedlmStats, generate_wedlm, reordered_logits,
-                                  wedlm_stream)
+from specdec.core.wedlm import WedlmSettings, settings_of
+from specdec.decode.wedlm import WedlmStats, generate_wedlm, reordered_logits, wedlm_stream
 from specdec.drafters.wedlm import WedlmDrafter
 from specdec.drafters.spec import DraftSpec
 from specdec.engine import resolve_drafter, token_stream
 from specdec.loader import ModelLoadError
-from specdec.loader.wedlm import load_wedlm, settings_of
+from specdec.loader.wedlm import load_wedlm
 
 VOCAB, MASK = 64, 63
 CFG = dict(model_type="qwen3", hidden_size=64, num_hidden_layers=2, intermediate_size=128,

@@ -31,34 +31,8 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from ..core.text import TextOut, encode_prompt
+from ..core.wedlm import WedlmSettings, pick
 from .tree_attention import TreeRoPE, rope_owners
-
-# The seed's (and Tencent's engine's) defaults: a 16-slot window, entropy threshold 0.3,
-# a penalty of 0.01 per slot of distance from the first mask.
-DEFAULT_WINDOW = 16
-DEFAULT_ENTROPY_THRESHOLD = 0.3
-DEFAULT_POSITION_PENALTY = 0.01
-DEFAULT_MASK_TOKEN_ID = 151665  # Tencent's engine: the id after Qwen's 22 added tokens
-
-
-@dataclass(frozen=True)
-class WedlmSettings:
-    """How to run WeDLM decoding; constructing one validates it."""
-
-    mask_token_id: int = DEFAULT_MASK_TOKEN_ID
-    window: int = DEFAULT_WINDOW
-    entropy_threshold: float = DEFAULT_ENTROPY_THRESHOLD
-    position_penalty: float = DEFAULT_POSITION_PENALTY
-
-    def __post_init__(self) -> None:
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
-            raise ValueError(f"--wedlm-window must be an integer >= 1, got {self.window!r}")
-        if self.entropy_threshold < 0 or self.position_penalty < 0:
-            raise ValueError("--entropy-threshold and --position-penalty must be >= 0, got "
-                             f"{self.entropy_threshold}, {self.position_penalty}")
-        if self.mask_token_id < 0:
-            raise ValueError(f"mask token id must be >= 0, got {self.mask_token_id}")
-
 
 @dataclass
 class WedlmStats:
@@ -107,16 +81,6 @@ def reordered_logits(model: nn.Module, cache: list, tokens: Sequence[int],
     with positions(model, rel):
         out = model(mx.array(list(tokens))[None], cache=cache)
     return out[0]
-
-
-def pick(logits: mx.array, distance: Sequence[int], s: WedlmSettings) -> tuple[mx.array, mx.array]:
-    """Argmax of each mask row and which rows to fill: entropy + penalty * distance (slots
-    from the first mask) below the threshold, and always the most confident row."""
-    logp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
-    entropy = -mx.sum(mx.exp(logp) * logp, axis=-1)
-    adjusted = entropy + s.position_penalty * mx.array(list(distance), dtype=mx.float32)
-    fill = (adjusted < s.entropy_threshold) | (mx.arange(logits.shape[0]) == mx.argmin(adjusted))
-    return mx.argmax(logits, axis=-1), fill
 
 
 @dataclass

@@ -178,7 +178,7 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
 
         return SuffixDrafter(max_history_tokens=spec.suffix_history, eos=eos, history=res.history)
     if name == "wedlm":
-        from ..loader.wedlm import settings_of
+        from ..core.wedlm import settings_of
         from .wedlm import WedlmDrafter
 
         if res.target is None:

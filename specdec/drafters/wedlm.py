@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-from ..decode.wedlm import WedlmSettings, pick
+from ..core.wedlm import WedlmSettings, pick
 from .base import EMPTY, Drafter, Proposal
 
 

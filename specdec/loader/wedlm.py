@@ -7,7 +7,7 @@ norms in the weights) load as mlx-lm's ``qwen3``, Qwen2.5-initialised ones (WeDL
 ``qwen2`` — mlx-lm's model type is overridden, no architecture is written here. The mask
 token id comes from the config, else the tokenizer's ``<|mask|>``, else Tencent's engine's
 default (151665). The loaded model carries its ``WedlmSettings`` as ``wedlm_settings``;
-``settings_of(model)`` reads it and raises a clear error for any other model.
+``core.wedlm.settings_of(model)`` reads it and raises a clear error for any other model.
 Tests: tests/test_wedlm.py (a synthetic directory with the same file names and keys).
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..decode.wedlm import DEFAULT_MASK_TOKEN_ID, WedlmSettings
+from ..core.wedlm import DEFAULT_MASK_TOKEN_ID, WedlmSettings
 from .errors import ModelLoadError
 
 MASK_TOKEN = "<|mask|>"
@@ -107,11 +107,3 @@ def load_wedlm(path: str | Path, **settings: Any) -> WedlmCheckpoint:
     return WedlmCheckpoint(model, tokenizer, s, base)
 
 
-def settings_of(model: Any) -> WedlmSettings:
-    """The WeDLM settings a loaded WeDLM model carries; a clear error for any other model."""
-    s = vars(model).get("wedlm_settings") if hasattr(model, "__dict__") else None
-    if not isinstance(s, WedlmSettings):
-        raise ValueError(f"{type(model).__module__}.{type(model).__name__} is not a WeDLM model: "
-                         "--decoder wedlm and --draft-type wedlm need a WeDLM checkpoint "
-                         "(e.g. tencent/WeDLM-8B-Instruct) given as --model")
-    return s
