@@ -18,14 +18,26 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ..cache.prompt_cache import PrefixStore
+from ..cache.recurrent import RecurrentCache
+from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
+from ..calibrate import Calibration
+from ..core.vocab import vocab_size
+from ..decode.batch import batchable
 from ..drafters.base import NoDrafter
 from ..drafters.spec import DraftResources, build_drafter
+from ..distributed import LeaderModel, Watchdog, is_group_failure, shard
+from ..loader import load
+from ..measure import cached_cost_curve, cost_curve_for, draft_cost_for
+from ..policy.block import curve_cost, unknown_cost
+from ..policy.pricing import BATCH_COST_LENGTHS
 from .batcher import Batcher
 from .config import ServerConfig
 from .errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
 from .kv_budget import budget_for
 from .memory import SharedMemory
+from .schemas import MAX_DRAFT_TOKENS
 
 log = logging.getLogger("specdec.server")
 DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
@@ -131,13 +143,9 @@ class InferenceWorker:
                 self.model.stop()  # the followers exit; MLX work stays on this thread
 
     def _load(self) -> None:
-        from ..loader import load
-
         cfg = self.cfg
         self.model, self.tokenizer = load(cfg.model, dtype=cfg.dtype)
         if self.group is not None:
-            from ..distributed import LeaderModel, Watchdog, shard
-
             shard(self.model, self.group)
             dog = Watchdog(self.group_timeout, lambda s: self._group_lost(
                 f"no forward finished for {s:.0f} s (a rank hung or its network is down)"))
@@ -145,15 +153,12 @@ class InferenceWorker:
         if cfg.speculation.draft_model:
             self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
         self.context_length = self._context_length()
-        from ..core.vocab import vocab_size
         self.vocab_size = vocab_size(self.model, self.tokenizer)
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
         # other tenants' memories (in RAM, one per API key), and the never-written one
         # salted requests draft from
         self._tenant_memory: dict[str, SharedMemory] = {}
         self._isolated = SharedMemory.open(None, self.tokenizer, replace(cfg.speculation, suffix_history=0))
-        from ..cache.prompt_cache import PrefixStore
-        from .schemas import MAX_DRAFT_TOKENS
 
         self.prefixes = PrefixStore(self.model, cfg.prompt_cache_bytes if self.group is None else 0,
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
@@ -165,7 +170,6 @@ class InferenceWorker:
     def _cannot_speculate(self) -> str | None:
         """Why no request can speculate on this model (None: they can); such a model
         serves plain decoding, said once at startup, rather than failing every request."""
-        from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
 
         try:
             make_cache(self.model, kv_bits=self.cfg.kv_bits, recurrent=True)
@@ -177,7 +181,6 @@ class InferenceWorker:
     def _setup_batching(self) -> None:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
         else 1, said in the log), make the batcher and find the verify cost curve."""
-        from ..decode.batch import batchable
 
         why = batchable(self.model, self.cfg.kv_bits)
         if self.group is not None:
@@ -197,10 +200,6 @@ class InferenceWorker:
     def _find_curve(self) -> None:
         """The verify cost curve from the cache; without one a ``Calibration`` measures it
         in idle time (``_calibrate``): the server answers at once, whatever it has seen."""
-        from ..calibrate import Calibration
-        from ..policy.pricing import BATCH_COST_LENGTHS
-        from ..policy.block import unknown_cost
-        from ..measure import cached_cost_curve
 
         lengths = [*range(1, 17), *(BATCH_COST_LENGTHS if self.max_batch > 1 else ())]
         curve = cached_cost_curve(self.model, lengths)
@@ -221,14 +220,9 @@ class InferenceWorker:
                  self.max_batch, self.calibration.total)
 
     def _recurrent(self) -> bool:
-        from ..cache.recurrent import RecurrentCache
-        from ..cache.rollback import make_cache
-
         return isinstance(make_cache(self.model, rollback=False, recurrent=True), RecurrentCache)
 
     def _use_curve(self, curve: dict[int, float]) -> None:
-        from ..policy.block import curve_cost
-
         self.curve = curve
         if self.max_batch > 1:
             self.batcher.price.reprice(curve_cost(curve))
@@ -351,7 +345,6 @@ class InferenceWorker:
         declared lost: every job fails with 503 and the server stops)."""
         if self.group is None:
             return False
-        from ..distributed import is_group_failure
 
         if is_group_failure(e):
             self._group_lost(str(e))
@@ -443,14 +436,12 @@ class InferenceWorker:
     def _gate_curve(self, max_len: int) -> dict[int, float]:
         """The known verify curve at every length 1..max_len (between and beyond the
         measured lengths: ``policy.block.curve_cost``'s interpolation)."""
-        from ..policy.block import curve_cost
 
         cost = curve_cost(self.curve)
         return {L: self.curve.get(L) or cost(L) for L in range(1, max_len + 1)}
 
     def _draft_cost(self, draft_type: str) -> dict[str, float]:
         if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)
-            from ..measure import draft_cost_for
 
             self._draft_costs[draft_type] = draft_cost_for(
                 draft_type, self.model, self.draft[0] if self.draft else None)
@@ -458,7 +449,6 @@ class InferenceWorker:
 
     def _cost_curve(self, max_len: int) -> dict[int, float]:
         if max_len not in self._costs:  # measured once per length (and cached on disk)
-            from ..measure import cost_curve_for
 
             self._costs[max_len] = cost_curve_for(self.model, max_len)
         return self._costs[max_len]
