@@ -66,7 +66,6 @@ def _counted(layer: Any) -> Any:
 
 def recurrent_layers(model: Any, layers: Sequence[Any]) -> "RecurrentCache":
     """``layers`` (a fresh cache) as a ``RecurrentCache`` whose recurrent layers count."""
-    replay.watch(model)
     return RecurrentCache(model, [_counted(c) for c in layers])
 
 
@@ -81,6 +80,8 @@ class RecurrentCache(list):
     def __init__(self, model: Any, layers: Sequence[Any]):
         super().__init__(layers)
         self.model = model
+        self.recorder = replay.Recorder(model)  # entered only while a block or a rerun runs
+        self._narrowed = False  # whether the recorder swaps only the recurrent layers yet
         leaves = [c for layer in layers for c in _leaves(layer)]
         self.states = [c for c in leaves if isinstance(c, ArraysCache)]
         self.attention = [c for c in leaves if not isinstance(c, ArraysCache)]
@@ -94,7 +95,7 @@ class RecurrentCache(list):
         self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
         self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (docs/design-notes.md)
         self._calls: list | None = None  # per recurrent layer, who wrote it in the block
-        self._memo: dict = {}  # what the block's modules remembered (``replay.stop``)
+        self._memo: dict = {}  # what the block's modules remembered (``Recorder.stop``)
         self.last_rollback: str | None = None  # how the last partial rewind did it
 
     def positions(self) -> set[int]:
@@ -114,7 +115,7 @@ class RecurrentCache(list):
     def settle(self) -> None:
         """Feed the pending kept tokens now (lazily: no host sync), so every layer holds
         exactly the accepted positions; callers outside a verify step need this."""
-        replay.stop()  # a block's memo never outlives it (nothing to roll back after this)
+        self.recorder.stop()  # a block's memo never outlives it (nothing to roll back after this)
         if self.pending:
             tokens, self.pending = self.pending, []
             # logits unused and never evaluated: only the cache arrays are computed
@@ -134,20 +135,25 @@ class RecurrentCache(list):
         for c in self.states:
             c.calls = [] if self.kind == "replay" else None
         if self.kind == "replay":
-            replay.record()
+            self.recorder.open()  # left in ``end_block``: the forward is built by then
+            self.recorder.record()
         return self._fed
 
     def end_block(self) -> None:
         """Right after the block's forward was built (the caller of ``begin``): what the
         layers recorded is kept for ``rewind``, and nothing after the block is recorded."""
         self._calls = [c.calls for c in self.states]
-        self._memo = replay.stop()
+        self._memo = self.recorder.stop()
+        self.recorder.close()
+        if not self._narrowed and self._replayable():  # the layers are known: swap only them
+            self.recorder.narrow([calls[0].module for calls in self._calls])
+            self._narrowed = True
         for c in self.states:
             c.calls = None
 
     def _replayable(self) -> bool:
         """Every recurrent layer was written exactly once in the block, by a module that got
-        its cache as an argument (``replay.caller_of``)."""
+        its cache as an argument (``Recorder.caller_of``)."""
         return len(self._calls) == len(self.states) and all(
             calls is not None and len(calls) == 1 and calls[0] is not None for calls in self._calls)
 
@@ -177,9 +183,10 @@ class RecurrentCache(list):
         if replayable:
             # each recurrent layer runs again on its kept input rows (lazily): its state
             # after exactly the kept positions, and ``advance`` puts its offset there
-            for call in calls:
-                if kept:
-                    replay.rerun(call, fed, kept, memo)
+            with self.recorder:
+                for call in calls:
+                    if kept:
+                        self.recorder.rerun(call, fed, kept, memo)
             self.pending, self.last_rollback = [], "replay"
         else:
             # the kept tokens ride in front of the next verify block (one forward, not
@@ -215,7 +222,7 @@ class RecurrentCache(list):
         for c, saved in zip(self.states, mark[1]):
             c.cache, c.offset, c.calls = list(saved), mark[0], None
         self._calls, self._memo = None, {}
-        replay.stop()
+        self.recorder.stop()
         self._snap, self._fed = None, []
         return mark[0]
 

@@ -232,8 +232,10 @@ def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]] | mx
                              "at a time (no token trees, no batched rows)")
         # the pre-block states a rollback returns to; the last rollback's kept tokens go first
         fed = cache.begin(blocks[0])
-        logits = model(mx.array([fed]), cache=cache)
-        cache.end_block()  # the forward is built: its recorded rows are all there is to replay
+        try:
+            logits = model(mx.array([fed]), cache=cache)
+        finally:  # the forward is built: its recorded rows are all there is to replay
+            cache.end_block()
         return logits[:, len(fed) - len(blocks[0]):]
     scope = tree_attention(model, cache, parents) if parents is not None else nullcontext()
     with scope:
