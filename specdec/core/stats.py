@@ -1,15 +1,9 @@
 """Speculation statistics for one request.
 
-Definitions (the ones vLLM and the published prompt-lookup write-ups use):
-- acceptance_rate = accepted / drafted.
-- mean_acceptance_length = (accepted + one target token) per verify step, i.e. emitted
-  tokens per decode forward; plain decoding scores exactly 1.0.
-- per-position acceptance: of the steps that drafted a token in slot i, how many accepted it.
-- p_cache = emitted tokens / tokens fed through decode forwards (1.0 for plain decoding;
-  below 1 when rejected draft tokens were computed and thrown away).
-- decode_tokens_per_s counts every emitted token over the time after prefill (the prefill
-  covers the prompt minus its last token, which the first decode step feeds), so plain and
-  speculative runs are timed over exactly the same work.
+Definitions (vLLM's): acceptance_rate = accepted / drafted; mean_acceptance_length =
+emitted tokens per verify step (plain decoding: 1.0); per-position acceptance; p_cache =
+emitted / fed (1.0 for plain decoding). decode_tokens_per_s times plain and speculative
+runs over exactly the same work (after prefill). Full definitions: docs/design-notes.md.
 Tests: tests/test_engine_tiny.py.
 """
 

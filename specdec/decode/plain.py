@@ -1,17 +1,12 @@
 """Plain decoding: one token per target forward, pipelined.
 
-Contract: ``plain_steps(model, cache, context, params, rng, diagnostics, top_logprobs,
-until=None)`` yields one ``step.Step`` (one token) per forward, the cache holding
-``context[:-1]`` on entry. The forward of token t+1 is queued before waiting for token t,
-as mlx-lm's loop does, so the host never stalls the device; ``rng`` is anything whose
-``next()`` gives the key of the next output position (a request's ``Rng``, or a seeded
-row's ``step.SeededSampler``). ``until()``, when given, is asked before each forward is
-queued: once it is true the token already computed is yielded unfed and the generator
-ends, the cache holding the context but that last token again (a single stream then
-goes back to speculating: ``request.Request``); the penalties' window therefore lives on the device
-and only processors that need no host state run here (``pipelined``: the penalties and
-the logit bias of ``core.processors``). This is the reference every speculative path must reproduce, and
-the path a request without a drafter runs when it decodes alone.
+Contract: ``plain_steps(model, cache, context, ...)`` yields one ``step.Step`` per forward,
+the cache holding ``context[:-1]`` on entry; the forward of token t+1 is queued before
+waiting for token t, so the host never stalls the device. ``until()``, when given, ends the
+generator with the computed token yielded unfed (the cache then holds the context but that
+token). Only ``pipelined`` processors run here. This is the reference every speculative path
+must reproduce. Full contract: docs/design-notes.md. Tests: tests/test_gate.py (paused
+stretches), tests/test_engine_tiny.py (parity with speculation).
 """
 
 from __future__ import annotations

@@ -2,15 +2,11 @@
 
 Contract: inside ``tree_attention(model, cache, parents)`` a forward of the block ``[last]
 + tokens`` returns, at row ``r``, the logits of a plain forward of the context plus the
-root path of row ``r``. Two temporary swaps make that happen: every attention layer's
-``rope`` module is wrapped so each token is rotated at ``offset + depth``
-(``mx.fast.rope`` takes one offset per batch row, so tokens move to the batch axis), and
-every layer cache's ``make_mask`` returns "cache prefix + ancestors" (intersected with the
-sliding window, counted in logical positions, for windowed layers). Both are restored on
-exit; the model graph is built before that, so lazy evaluation afterwards is unaffected.
-Not re-entrant: one forward of one model at a time (one inference thread per process).
-The cache then holds the whole block: ``cache.batch_cache.roll_back`` compacts it to the
-accepted path. Supported layers: KVCache, QuantizedKVCache, WindowKVCache.
+root path of row ``r`` (each token rotated at ``offset + depth``; each layer's mask "cache
+prefix + ancestors"). Both swaps are restored on exit; not re-entrant. The cache then holds
+the whole block: ``cache.batch_cache.roll_back`` compacts it to the accepted path.
+Supported layers: KVCache, QuantizedKVCache, WindowKVCache. Full contract:
+docs/design-notes.md. Tests: tests/test_tree.py.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """WeDLM parallel decoding (lossy) on an unmodified mlx-lm model.
 
-WeDLM checkpoints (Tencent's WeDLM-7B/8B, causal attention) predict the token *at* a mask
-position from the logits of that mask. Each step runs one forward over a window of W
-slots after the committed prefix: the window's filled tokens first, its masks after
-(*topological reordering*), each rotated at its logical RoPE position (per-token
-positions, the same ``TreeRoPE`` swap the tree path uses). Then:
-
-1. the leading run of filled slots is committed: their keys/values were computed in
-   logical order on top of the cache, so the cache keeps them and drops the rest
-   (invariant: after every step the cache equals a causal prefill of prompt + committed);
-2. every remaining mask gets its argmax and entropy; entropy + ``position_penalty`` *
-   (distance from the first mask) below ``entropy_threshold`` fills the slot (at least the
-   most confident one is filled each step);
-3. the window slides: committed slots leave, fresh masks join at the end.
-
-One host sync per step (the picks and the fill decisions are read together). This is NOT
-lossless: the output is what the mask predictions give, not the AR decoding. The lossless
-use of the same forward is ``specdec.drafters.wedlm``. Tests: tests/test_wedlm.py.
+Each step runs one forward over a window of W slots after the committed prefix (filled
+tokens first, masks after, each at its logical RoPE position), commits the leading run of
+filled slots, fills the confident masks (entropy + position penalty below the threshold,
+at least one) and slides the window. Invariant: after every step the cache equals a causal
+prefill of prompt + committed. NOT lossless; the lossless use of the same forward is
+``specdec.drafters.wedlm``. Full algorithm: docs/design-notes.md. Tests: tests/test_wedlm.py.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The ``grammar`` drafter: the tokens a request's grammar forces are free drafts.
 
-Contract: ``GrammarDrafter()`` takes the request's grammar from ``constrain`` (the request
-lifecycle calls it) and proposes ``grammar.forced(k)`` — the next tokens the
-request's ``core.grammar.Grammar`` allows alone (keys, braces, ``"arguments": {`` …) —
-and nothing where the grammar leaves a choice, so in a chain (``grammar,suffix``) the
-next drafter proposes there. Without a grammar (a request with no ``response_format``)
-it never proposes. Its proposals are also its ``forced`` ones, which the cost gate drafts
-unpriced: the grammar admits no other text there, so only another split of that text into
-tokens could reject them. The target still verifies every forced token: where the model would
-have written the same text in other tokens, the draft is rejected and the output is
-plain decoding's.
-Tests: tests/test_grammar.py.
+Contract: ``GrammarDrafter()`` takes the request's grammar from ``constrain`` and proposes
+``grammar.forced(k)`` (the tokens the grammar allows alone), nothing where the grammar leaves
+a choice (so in a chain the next drafter proposes there), and never without a grammar. The
+cost gate drafts these unpriced; the target still verifies every one, so the output stays
+plain decoding's. Full contract: docs/design-notes.md. Tests: tests/test_grammar.py.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Lossless WeDLM: the model's own mask predictions are the drafts (``--draft-type wedlm``).
 
-The target IS the WeDLM model. To propose k tokens after ``context`` the drafter runs one
-forward of the not-yet-cached context tokens followed by k mask tokens (all masks, so
-their logical order is already the physical one) and takes each mask row's argmax as the
-draft of that position (WeDLM predicts the token at a mask from the mask's own logits).
-Only the leading run of confident masks is proposed (entropy + position penalty below the
-threshold of its ``WedlmSettings``, WeDLM's own commit rule; at least one token), so a
-low threshold drafts fewer, likelier tokens.
-The engine's verifier then checks the drafts against the AR logits exactly as for every
-other drafter (greedy: accept while equal; sampled: rejection sampling with the drafts
-as point masses), so the output is token for token the AR decoding of the checkpoint.
-
-Shared and not: the weights are shared with the target (same model object); the KV cache
-is the drafter's own (a second mlx-lm cache of the same model, like the draft-model
-drafter's), holding exactly the context it has seen: the k mask slots are trimmed after
-every proposal. Tests: tests/test_wedlm.py.
+The target IS the WeDLM model: one forward of the uncached context plus k mask tokens, each
+mask row's argmax drafting its position; only the leading run of confident masks is proposed
+(``WedlmSettings``' threshold, at least one). The verifier checks them like any drafter's, so
+the output is token for token the AR decoding. Weights are shared with the target; the KV
+cache is the drafter's own, holding exactly the context it has seen (mask slots trimmed
+after every proposal). Full contract: docs/design-notes.md. Tests: tests/test_wedlm.py.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Load models for specdec: packaged GGUF models, any llama/qwen2/gemma3 GGUF, or mlx-lm.
 
-Public API:
-- ``load(model="smollm2-135m", *, dtype="auto") -> (mlx.nn.Module, TokenizerWrapper)``;
-  ``dtype`` is one of ``DTYPES`` (auto, native, float32, float16, bfloat16: see ``api``)
-- ``PACKAGED_MODELS``: name -> ``PackagedModel`` (pip packages, GGUF name, chat template?)
-- ``packaged_gguf_path(name) -> Path``: the packaged model's .gguf (assembled once if chunked)
-- ``ModelLoadError``: every user-facing failure; the message says what to do.
-
-GGUF models are converted once to an mlx-lm directory (float32 safetensors, config.json,
-tokenizer) under ``$SPECDEC_CACHE_DIR`` (default ``~/.cache/specdec``) and loaded from
-there with mlx-lm's own model classes. Importing this package does not import mlx.
-Tests: tests/test_loader.py.
+Public API: ``load(model, *, dtype="auto")`` -> (model, tokenizer), ``DTYPES``,
+``PACKAGED_MODELS``, ``packaged_gguf_path(name)``, ``ModelLoadError`` (every user-facing
+failure; the message says what to do). GGUF models are converted once to an mlx-lm
+directory under ``$SPECDEC_CACHE_DIR`` (default ``~/.cache/specdec``). Importing this
+package does not import mlx. Full contract: docs/design-notes.md. Tests: tests/test_loader.py.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Request bodies for tool calling: tools, ``tool_choice``, and the messages of a tool loop.
 
-Contract: the pydantic models here are OpenAI's shapes, strict as in ``schemas``:
-``ToolDef`` (``{"type": "function", "function": {name, description, parameters,
-strict}}``), ``ToolChoice`` (``"none"``, ``"auto"``, ``"required"`` or
-``NamedToolChoice``), ``ToolCallIn`` (an assistant message's earlier call, ``arguments``
-a JSON string). The checks are functions returning a message that says what to change,
-or ``None``; ``schemas`` raises them as 400s: ``part_problem`` (content parts other than
-text, such as images), ``message_problem`` (fields that belong to another role, missing
-``content`` or ``tool_call_id``), ``request_problem`` (duplicate tool names, a
-``tool_choice`` that needs tools or names an unknown one, a ``tool`` message that answers
-no call of the assistant message before it).
-Tests: tests/test_server_tools.py.
+Contract: the pydantic models here are OpenAI's shapes, strict as in ``schemas``
+(``ToolDef``, ``ToolChoice``, ``NamedToolChoice``, ``ToolCallIn``). The checks
+``part_problem``, ``message_problem`` and ``request_problem`` return a message that says
+what to change, or ``None``; ``schemas`` raises them as 400s. Full contract:
+docs/design-notes.md. Tests: tests/test_server_tools.py.
 """
 
 from __future__ import annotations
