@@ -15,10 +15,15 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backend import ensure_openblas
 from .config import DTYPES, KV_BITS, RunConfig, add_decoder_flags, add_distributed_flags, add_draft_flags
+
+if TYPE_CHECKING:  # these import mlx: `specdec --help` starts without it
+    from .cache.prompt_cache import PromptCache
+    from .core.stats import SpecStats
+    from .engine import GenerationResult
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -83,7 +88,7 @@ def _load(cfg: RunConfig):
     return load(cfg.model, dtype=cfg.dtype)
 
 
-def _stats_line(label: str, s: Any) -> str:
+def _stats_line(label: str, s: SpecStats) -> str:
     return (
         f"{label}: {s.generated_tokens} tokens, decode {s.decode_tokens_per_s:.1f} tok/s, "
         f"prefill {s.prefill_tokens_per_s:.1f} tok/s, ttft {s.ttft_s:.2f}s, "
@@ -93,7 +98,7 @@ def _stats_line(label: str, s: Any) -> str:
     )
 
 
-def _summary(res: Any, base: Any | None, sampled: bool = False) -> dict:
+def _summary(res: GenerationResult, base: GenerationResult | None, sampled: bool = False) -> dict:
     s = res.stats
     out = {
         "text": res.text,
@@ -118,7 +123,7 @@ def _summary(res: Any, base: Any | None, sampled: bool = False) -> dict:
     return out
 
 
-def _save_memory(cfg: RunConfig, prompt_cache: Any = None) -> None:
+def _save_memory(cfg: RunConfig, prompt_cache: PromptCache | None = None) -> None:
     """Persist the ngram-mod table when --ngram-mod-file names one, and the prompt cache
     when --prompt-cache-file does (each an atomic replace)."""
     if cfg.spec.ngram_mod_file and cfg.table is not None:
@@ -127,7 +132,7 @@ def _save_memory(cfg: RunConfig, prompt_cache: Any = None) -> None:
         prompt_cache.save(cfg.prompt_cache_file)
 
 
-def _prompt_cache(cfg: RunConfig, model: Any) -> Any:
+def _prompt_cache(cfg: RunConfig, model: Any) -> PromptCache | None:
     """The --prompt-cache-file cache: loaded when the file exists, else a new one."""
     if not cfg.prompt_cache_file:
         return None

@@ -7,16 +7,20 @@ Tests: tests/test_draft_cost.py.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
 from .loader import load
 from .measure import cost_curve_for, draft_cost_for
 
+if TYPE_CHECKING:
+    from .drafters.ngram_mod import NgramModTable
+    from .drafters.suffix import SuffixHistory
+
 
 def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str = "auto",
-                      draft: tuple[Any, Any] | None = None, table: Any = None,
-                      history: Any = None) -> DraftResources:
+                      draft: tuple[Any, Any] | None = None, table: NgramModTable | None = None,
+                      history: SuffixHistory | None = None) -> DraftResources:
     """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the
     ngram-mod table (from ``spec.ngram_mod_file`` if it exists, else a fresh one of the
     spec's size and n, unless ``table`` is given), the cost curve for the cost gate and

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..drafters.base import Drafter
 from ..drafters.spec import (DraftResources, DraftSpec, build_drafter, ngram_mod_table,
                              parse_tree_budget)
 
@@ -70,7 +71,7 @@ class BenchConfig:
 
     def drafter(self, tokenizer: Any, *, cost: Mapping[int, float] | None = None,
                 draft: tuple[Any, Any] | None = None, table: str | None = None,
-                draft_cost: Mapping[str, float] | None = None) -> Any:
+                draft_cost: Mapping[str, float] | None = None) -> Drafter | None:
         """A fresh drafter for one run (``None`` for the baseline).
 
         ``cost``: the verify cost curve (needed by the gate and ``adaptive``); ``draft``: (model,

@@ -19,8 +19,9 @@ import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from ..drafters.base import Drafter
 from ..engine import GenerationResult, generate
 from .analysis import ORACLE_PREFIX
 from .configs import BenchConfig
@@ -113,7 +114,7 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
                      [tuple(x) for x in res.steps])
 
 
-def conversation(model: Any, tok: Any, case: Workload, drafter: Any, k: int,
+def conversation(model: Any, tok: Any, case: Workload, drafter: Drafter | None, k: int,
                  max_tokens: int, kv_bits: int | None = None,
                  tree: int | str = 0) -> list[tuple[Any, GenerationResult]]:
     """Run every turn of ``case`` with one drafter: [(prompt of the turn, result)]."""
@@ -291,7 +292,7 @@ def _renderable(workloads: Sequence[Workload], tok: Any,
 
 
 def _measure(plan: BenchPlan, model: Any, tok: Any, case: Workload, length: int | None,
-             label: str, run: int, k: int, drafter: Any, result: BenchResult,
+             label: str, run: int, k: int, drafter: Drafter | None, result: BenchResult,
              tree: int | str = 0) -> list:
     """One run of every turn of ``case`` with ``drafter``; its records go into ``result``
     (the last one with a chain's accepted tokens per member over all turns)."""
@@ -310,7 +311,7 @@ def _measure(plan: BenchPlan, model: Any, tok: Any, case: Workload, length: int 
 
 
 def _bounds(tok: Any, case: Workload, length: int | None, turns: list, ks: Sequence[int],
-            cost: Any) -> list[dict]:
+            cost: Mapping[int, float]) -> list[dict]:
     """The offline replay bounds of each turn's plain output at each k."""
     out = []
     for t, (prompt, res) in enumerate(turns):

@@ -10,13 +10,14 @@ tests/test_parity_real.py, tests/test_gate.py, tests/test_engine_tiny.py.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
 
 from ..cache.recurrent import RecurrentCache
-from ..core.processors import processors_for
+from ..core.processors import LogitsProcessor, processors_for
+from ..core.sampling import Rng, SamplingParams
 from .batch import Batch, RowFailed
 from .pipeline import land, pipelined_step, pipelines
 from .plain import plain_steps
@@ -73,7 +74,26 @@ def _propose(batch: Batch, i: int) -> Drafted:
         raise RowFailed(i, e) from e
 
 
-def stream(request: Any) -> Iterator[Step]:
+class SingleStream(Protocol):
+    """What ``stream`` reads of a prefilled request (``request.Request``, which imports
+    this module: a Protocol keeps the seam typed without an import cycle)."""
+
+    model: Any
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    rng: Rng | None
+    diagnostics: bool
+    top_logprobs: int
+    processors: list[LogitsProcessor]
+
+    @property
+    def speculative(self) -> bool: ...
+    @property
+    def layers(self) -> list[Any]: ...
+    def row(self) -> Row: ...
+
+
+def stream(request: SingleStream) -> Iterator[Step]:
     """A single request's steps after its prefill (``request.Request``): pipelined plain
     decoding when nothing needs the host between tokens, else a batch of one that leaves
     for a pipelined plain stretch while its drafter is paused (6. pause / resume)."""
@@ -92,7 +112,7 @@ def stream(request: Any) -> Iterator[Step]:
         yield step(batch)[0]
 
 
-def _plain_stretch(request: Any, row: Row, layers: list[Any]) -> Iterator[Step]:
+def _plain_stretch(request: SingleStream, row: Row, layers: list[Any]) -> Iterator[Step]:
     """Pipelined plain steps while the drafter is paused; the cache then holds the row's
     context but its last token again, ready for the next verify step."""
     if isinstance(layers, RecurrentCache):

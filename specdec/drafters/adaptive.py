@@ -8,9 +8,12 @@ Tests: tests/test_drafter_wrappers.py, tests/test_draft_cost.py. Details: docs/d
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .base import EMPTY, Drafter, Proposal
+
+if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
+    from ..core.grammar import Grammar
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -133,7 +136,7 @@ class AdaptiveKDrafter(Drafter):
         self._proposed = proposal.depth
         return proposal
 
-    def constrain(self, grammar):
+    def constrain(self, grammar: Grammar | None) -> None:
         self.inner.constrain(grammar)
 
     def observe(self, num_accepted: int) -> None:

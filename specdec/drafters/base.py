@@ -12,9 +12,12 @@ docs/design-notes.md."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 from ..core.proposal import EMPTY, Proposal
+
+if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
+    from ..core.grammar import Grammar
 
 __all__ = ["EMPTY", "Constrainable", "Drafter", "NoDrafter", "Pausable", "Proposal", "Proposer",
            "TreeProposing"]
@@ -48,7 +51,7 @@ class Pausable(Protocol):
 class Constrainable(Protocol):
     """A drafter told the request's grammar, which may draft what it forces."""
 
-    def constrain(self, grammar: Any) -> None: ...
+    def constrain(self, grammar: Grammar | None) -> None: ...
     def forced(self, context: Sequence[int], k: int) -> Proposal: ...
 
 
@@ -91,7 +94,7 @@ class Drafter(ABC):
     def observe(self, num_accepted: int) -> None:
         """The target accepted ``num_accepted`` tokens of the last proposal."""
 
-    def constrain(self, grammar: Any) -> None:
+    def constrain(self, grammar: Grammar | None) -> None:
         """The request's ``core.grammar.Grammar`` (None: unconstrained), given before
         ``begin``; the ``grammar`` drafter drafts what it forces, wrappers pass it on."""
 

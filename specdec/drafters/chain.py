@@ -9,10 +9,13 @@ Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .base import EMPTY, Drafter, Proposal
 from .trie import merge_trees, shared_nodes, walk
+
+if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
+    from ..core.grammar import Grammar
 
 
 class ChainDrafter(Drafter):
@@ -102,7 +105,7 @@ class ChainDrafter(Drafter):
             self.stats[d.name]["accepted"] += got
             d.observe(got)
 
-    def constrain(self, grammar: Any) -> None:
+    def constrain(self, grammar: Grammar | None) -> None:
         for d in self.drafters:
             d.constrain(grammar)
 

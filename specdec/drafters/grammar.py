@@ -9,18 +9,21 @@ plain decoding's. Full contract: docs/design-notes.md. Tests: tests/test_grammar
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .base import EMPTY, Drafter, Proposal
+
+if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
+    from ..core.grammar import Grammar
 
 
 class GrammarDrafter(Drafter):
     name = "grammar"
 
-    def __init__(self, grammar: Any = None):
+    def __init__(self, grammar: Grammar | None = None):
         self.grammar = grammar
 
-    def constrain(self, grammar: Any) -> None:
+    def constrain(self, grammar: Grammar | None) -> None:
         self.grammar = grammar
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:

@@ -13,9 +13,13 @@ Tests: tests/test_draft_spec.py. Details: docs/design-notes.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .base import Drafter, NoDrafter
+
+if TYPE_CHECKING:  # imported when built (``_one``): annotations only
+    from .ngram_mod import NgramModTable
+    from .suffix import SuffixHistory
 
 DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm")
 DEFAULT_SUFFIX_HISTORY = 32768
@@ -132,14 +136,14 @@ class DraftResources:
 
     tokenizer: Any = None
     draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)
-    table: Any = None  # NgramModTable shared by ngram-mod drafters
-    history: Any = None  # SuffixHistory shared by suffix drafters
+    table: NgramModTable | None = None  # shared by ngram-mod drafters
+    history: SuffixHistory | None = None  # shared by suffix drafters
     cost: Mapping[int, float] | None = None  # verify cost curve, for the gate and adaptive k
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
     target: Any = None  # the target model: the wedlm drafter drafts with its mask predictions
 
 
-def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> Any:
+def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> NgramModTable:
     """The spec's ngram-mod table: loaded from its file when that exists (the file's size
     and n must then match any the spec sets), else empty with the spec's size and n."""
     import os

@@ -275,7 +275,7 @@ async def _parse(request: Request, model: type[CountRequest]) -> Any:
         raise err from None
 
 
-async def _prompt_tokens(api: Any, body: ChatCompletionRequest) -> int:
+async def _prompt_tokens(api: Api, body: ChatCompletionRequest) -> int:
     plan = api.tool_plan(body)
     return len(await api.prompt_ids(body, plan.template_tools if plan else None))
 

@@ -14,17 +14,20 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..cache.prompt_cache import common_prefix
+from ..cache.prompt_cache import PrefixStore, common_prefix
 from ..core.text import TextOut
 from ..decode import loop
 from ..decode.batch import Batch, RowFailed
-from ..decode.request import Request, prefill_together
+from ..decode.request import Emitted, Request, prefill_together
+from ..decode.step import Step
 from ..engine import grammar_for, tree_policy
 from ..policy.pricing import BlockPrice
 from ..drafters.base import Drafter
 from .config import ServerConfig
+from .errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
 from .kv_budget import KVBudget
 from .metrics import Metrics
@@ -33,7 +36,7 @@ log = logging.getLogger("specdec.server")
 CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
 
 
-def reserved(job: Any) -> int:
+def reserved(job: Job) -> int:
     """Tokens ``job``'s row may grow to: its prompt and all its max_tokens."""
     return len(job.request.prompt_ids) + job.request.max_tokens
 
@@ -47,13 +50,13 @@ class WorkerPort(Protocol):
     cfg: ServerConfig
     queue: JobQueue
     metrics: Metrics
-    prefixes: Any  # cache.prompt_cache.PrefixStore
+    prefixes: PrefixStore
     kv: KVBudget | None
     max_batch: int
 
     def drafter_for(self, req: GenRequest) -> Drafter: ...
-    def send_token(self, job: Job, text: str, r: Any) -> None: ...
-    def done_event(self, job: Job, req: Any, started: float) -> DoneEvent: ...
+    def send_token(self, job: Job, text: str, r: Emitted) -> None: ...
+    def done_event(self, job: Job, req: Request, started: float) -> DoneEvent: ...
     def error_event(self, e: BaseException) -> ErrorEvent: ...
     def group_failure(self, e: BaseException) -> bool: ...
     def commit(self, req: GenRequest, tokens: list[int]) -> None: ...
@@ -63,7 +66,7 @@ class WorkerPort(Protocol):
 class Active:
     """One admitted job and its request (prefilling, or decoding in the batch)."""
 
-    job: Any
+    job: Job
     req: Request
     started: float  # when the job left the queue
     last: float | None = None  # when the previous token went out (metrics)
@@ -73,14 +76,14 @@ class Batcher:
     """The batched scheduling loop of the inference thread: ``run_once(tick)`` admits,
     prefills, runs one decode step and finishes rows."""
 
-    def __init__(self, worker: WorkerPort, cost: Any):
+    def __init__(self, worker: WorkerPort, cost: Callable[[int], float] | None):
         self.worker = worker
         self.price = BlockPrice(cost)  # outlives each batch: what steps cost here stays true
         self.batch = Batch(worker.model, price=self.price)
         # in batch row order; None: a finished row's slot, parked (``Batch.park_rows``)
         self.decoding: list[Active | None] = []
         self.prefilling: list[Active] = []
-        self.held: Any = None  # the next job, waiting for KV budget (``_fits``)
+        self.held: Job | None = None  # the next job, waiting for KV budget (``_fits``)
         self.parked_tokens = 0  # the longest reservation among the parked slots
 
     def __len__(self) -> int:
@@ -95,7 +98,7 @@ class Batcher:
         for job in self.jobs:
             job.cancelled.set()
 
-    def end_all(self, error: Any) -> None:
+    def end_all(self, error: APIError) -> None:
         """On the inference thread: every admitted job ends with ``error`` (an APIError),
         which its client reads as an error event; the batch starts empty."""
         for a in self.running + self.prefilling:
@@ -161,7 +164,7 @@ class Batcher:
                 job.state = "finished"
                 job.emit(self.worker.error_event(e))
 
-    def _fits(self, job: Any) -> bool:
+    def _fits(self, job: Job) -> bool:
         """Whether ``job``'s row keeps the batch cache inside the KV budget (``kv_budget``):
         every slot, parked ones too, padded to the longest reservation (prompt + max_tokens:
         what a row may grow to). A job alone always runs (the API refused it if it could
@@ -180,7 +183,7 @@ class Batcher:
         longest = max(self.parked_tokens, *(reserved(a.job) for a in active))
         return kv.batch_bytes(len(self.decoding) + len(self.prefilling), longest)
 
-    def _start(self, job: Any) -> Active:
+    def _start(self, job: Job) -> Active:
         spec, w = job.request.speculation, self.worker
         gen = job.request
         job.state = "running"
@@ -271,7 +274,7 @@ class Batcher:
 
     # -- decoding -------------------------------------------------------------------------
 
-    def _deliver(self, i: int, step: Any) -> bool:
+    def _deliver(self, i: int, step: Step) -> bool:
         """Send row i's tokens; whether its request is finished."""
         a = self.decoding[i]
         if a is None:  # parked: its request has its answer
@@ -331,7 +334,7 @@ class Batcher:
             self._settle(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
             self._cancelled(a.job)
 
-    def _cancelled(self, job: Any) -> None:
+    def _cancelled(self, job: Job) -> None:
         job.state = "cancelled"
         self.worker.metrics.on_cancel()
         job.emit(DoneEvent("cancelled"))

@@ -17,10 +17,13 @@ import argparse
 import logging
 import os
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import DTYPES, KV_BITS, add_distributed_flags, add_draft_flags
 from ..toolcall import PARSERS
+
+if TYPE_CHECKING:  # the worker imports mlx; this module parses flags first
+    from .worker import InferenceWorker
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -131,7 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_draining(config: Any, worker: Any, seconds: float) -> None:
+def _serve_draining(config: Any, worker: InferenceWorker, seconds: float) -> None:
     """uvicorn's server, whose first SIGTERM (or Ctrl-C) drains: in-flight requests run
     up to ``--drain-timeout``, then end with an error event; the worker then stops and
     saves the memory (the app's shutdown)."""

@@ -12,10 +12,10 @@ Tests: tests/test_server_units.py, tests/test_server_params_units.py.
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ..config import RunConfig, check_kv_bits, draft_spec_from_args
 from ..drafters.spec import DraftSpec
@@ -83,7 +83,7 @@ class ServerConfig:
         return name == self.model_id or any(fnmatch.fnmatchcase(name, a) for a in self.model_alias)
 
     @classmethod
-    def from_args(cls, ns: Any) -> ServerConfig:
+    def from_args(cls, ns: argparse.Namespace) -> ServerConfig:
         if getattr(ns, "ngram_mod_file", None):
             raise ValueError("specdec serve keeps its ngram-mod table in --memory-file "
                              "(with the suffix history): use that instead of --ngram-mod-file")

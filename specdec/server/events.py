@@ -68,6 +68,9 @@ class ErrorEvent:
     error: APIError
 
 
+Event = TokenEvent | DoneEvent | ErrorEvent  # what a job emits, in order
+
+
 class Job:
     """One request on its way through the worker; events go to ``self.events``."""
 
@@ -78,13 +81,13 @@ class Job:
         self.state = "queued"  # -> running -> finished | cancelled
         self.submitted = time.perf_counter()
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: Event) -> None:
         try:  # from the worker thread: asyncio queues are not thread-safe
             self.loop.call_soon_threadsafe(self._put, event)
         except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
             pass
 
-    def _put(self, event: Any) -> None:
+    def _put(self, event: Event) -> None:
         """On the event loop. A reader this far behind has stopped reading (a stalled SSE
         client): its job is cancelled, which frees its batch slot, and nothing more is
         kept for it (the queue stays bounded)."""

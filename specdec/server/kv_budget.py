@@ -13,10 +13,13 @@ import functools
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
+
+if TYPE_CHECKING:
+    from .config import ServerConfig
 
 DEFAULT_SHARE = 0.3
 log = logging.getLogger("specdec.server")
@@ -96,7 +99,7 @@ def default_budget() -> int:
     return int(DEFAULT_SHARE * memory_bytes())
 
 
-def budget_for(model: Any, cfg: Any, sharded: bool) -> KVBudget | None:
+def budget_for(model: Any, cfg: ServerConfig, sharded: bool) -> KVBudget | None:
     """The server's budget: ``cfg.kv_budget`` bytes (None: ``default_budget()``), priced on
     ``model``'s measured footprint; None for a sharded target (its forward runs on every
     rank, one request at a time)."""

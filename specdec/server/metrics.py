@@ -9,7 +9,7 @@ Tests: tests/test_server_params_units.py. The list in full: docs/design-notes.md
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -21,6 +21,9 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:  # cache.prompt_cache imports mlx: annotations only
+    from ..cache.prompt_cache import PrefixStore
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5)
@@ -95,7 +98,7 @@ class Metrics:
             self._drafted += usage["drafted_tokens"]
             self._accepted += usage["accepted_tokens"]
 
-    def on_prefix_store(self, store: Any) -> None:
+    def on_prefix_store(self, store: PrefixStore) -> None:
         self._prefix_bytes.set(store.nbytes)
         self._prefix_entries.set(len(store.entries))
 

@@ -15,9 +15,9 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from .errors import APIError, error_response
+from .metrics import Metrics
 
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
@@ -114,7 +114,7 @@ _STATUS_REASONS = {499: "the client closed the connection", 500: "no answer (the
 
 
 class CountRequests:
-    def __init__(self, app: ASGIApp, metrics: Any):
+    def __init__(self, app: ASGIApp, metrics: Metrics):
         self.app, self.metrics = app, metrics
 
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
@@ -240,7 +240,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def wrap(app: ASGIApp, metrics: Any, api_keys: tuple[str, ...], max_body_bytes: int,
+def wrap(app: ASGIApp, metrics: Metrics, api_keys: tuple[str, ...], max_body_bytes: int,
          hosts: tuple[str, ...] | None = None) -> ASGIApp:
     """The stack; ``hosts`` None: any Host header (a server bound to a public address)."""
     inner = LimitBody(app, max_body_bytes)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..toolcall import FORMATS, CallDelta, CallFormat, ContentDelta, ToolCallStream, parse_tool_calls
 from ..toolcall.formats import detect_format
@@ -21,6 +21,9 @@ from .errors import APIError
 from .events import DoneEvent, TokenEvent
 from .reasoning import ReasoningSplitter
 from .responses import Responder
+
+if TYPE_CHECKING:  # schemas is the layer above tool parsing: annotations only
+    from .schemas import ChatCompletionRequest
 
 log = logging.getLogger("specdec.server")
 
@@ -62,7 +65,7 @@ def _refuse_template(model_id: str, needs: str) -> APIError:
         "message yourself.", param="tools", code="tools_not_supported")
 
 
-def plan_tools(body: Any, support: ToolSupport, model_id: str) -> ToolPlan | None:
+def plan_tools(body: ChatCompletionRequest, support: ToolSupport, model_id: str) -> ToolPlan | None:
     """What ``body``'s tools change (None: nothing); ``APIError`` 400 when the template
     cannot do what the request needs."""
     tools = [t.model_dump(exclude_none=True) for t in body.tools or []]

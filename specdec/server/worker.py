@@ -15,6 +15,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
 from ..calibrate import Calibration
 from ..core.vocab import vocab_size
 from ..decode.batch import batchable
+from ..decode.request import Emitted, Request
 from ..drafters.base import NoDrafter
 from ..drafters.spec import DraftResources, build_drafter
 from ..distributed import LeaderModel, Watchdog, is_group_failure, shard
@@ -35,8 +37,9 @@ from .batcher import Batcher
 from .config import ServerConfig
 from .errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
-from .kv_budget import budget_for
+from .kv_budget import KVBudget, budget_for
 from .memory import SharedMemory
+from .metrics import Metrics
 from .schemas import MAX_DRAFT_TOKENS
 
 log = logging.getLogger("specdec.server")
@@ -52,8 +55,9 @@ class InferenceWorker:
     """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
     full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
-    def __init__(self, cfg: ServerConfig, metrics: Any, group: Any = None,
-                 group_timeout: float = 120.0, on_group_lost: Any = None):
+    def __init__(self, cfg: ServerConfig, metrics: Metrics, group: Any = None,
+                 group_timeout: float = 120.0,
+                 on_group_lost: Callable[[], None] | None = None):
         self.cfg, self.metrics = cfg, metrics
         self.group, self.group_timeout, self.on_group_lost = group, group_timeout, on_group_lost
         self.group_error: str | None = None
@@ -66,7 +70,7 @@ class InferenceWorker:
         self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
-        self.kv: Any = None  # the KV memory budget (kv_budget.KVBudget; None: sharded, none)
+        self.kv: KVBudget | None = None  # the KV memory budget (None: sharded, or none)
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._stopping = False
@@ -75,7 +79,7 @@ class InferenceWorker:
         self._costs: dict[int, dict[int, float]] = {}
         self.curve: dict[int, float] | None = None  # the verify cost curve, once known
         self._gate_off_said = False
-        self.calibration: Any = None  # a calibrate.Calibration while the curve is unknown
+        self.calibration: Calibration | None = None  # while the curve is unknown
         self._draft_costs: dict[str, dict[str, float]] = {}
         self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
         self._drain_until: float | None = None  # set by drain(): SIGTERM's deadline
@@ -324,8 +328,8 @@ class InferenceWorker:
             self.memory.dirty = True
             log.error("could not save the shared memory to %s: %s", self.cfg.memory_file, e)
 
-    def send_token(self, job: Job, text: str, r: Any) -> None:
-        """One token to the client (``r``: a ``decode.request.Emitted``)."""
+    def send_token(self, job: Job, text: str, r: Emitted) -> None:
+        """One token to the client."""
         event = TokenEvent(text, r.token)
         if job.request.logprobs:
             event.logprob, event.token_text = r.logprob, self._decode(r.token)
@@ -370,7 +374,7 @@ class InferenceWorker:
         with self.tokenizer_lock:
             return self.tokenizer.decode([token])
 
-    def done_event(self, job: Job, req: Any, started: float) -> DoneEvent:
+    def done_event(self, job: Job, req: Request, started: float) -> DoneEvent:
         """The final event of a finished ``decode.request.Request``: usage and timings."""
         s, n_prompt = req.stats, len(job.request.prompt_ids)
         usage = {
