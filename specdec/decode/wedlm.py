@@ -122,12 +122,13 @@ def _step(model: Any, cache: list, win: _Window, s: WedlmSettings,
     return committed
 
 
-def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
-                 max_tokens: int = 256, eos: Sequence[int] = (),
-                 stats: WedlmStats | None = None, cache: list | None = None) -> Iterator[int]:
-    """Yields committed tokens (EOS not yielded) until EOS or ``max_tokens``. ``cache`` (a
-    fresh ``make_prompt_cache``) may be passed in to inspect it; it then holds the prompt
-    and the committed tokens (plus up to one step's commits past a stop)."""
+def step_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
+                max_tokens: int = 256, eos: Sequence[int] = (),
+                stats: WedlmStats | None = None, cache: list | None = None) -> Iterator[list[int]]:
+    """Yields each step's committed tokens (cut before EOS and at ``max_tokens``; a step
+    may commit none) until EOS or ``max_tokens``. ``cache`` (a fresh ``make_prompt_cache``)
+    may be passed in to inspect it; it then holds the prompt and the committed tokens (plus
+    up to one step's commits past a stop). The server streams a request step by step."""
     if not prompt_ids:
         raise ValueError("wedlm decoding needs a non-empty prompt")
     stats = stats if stats is not None else WedlmStats()
@@ -140,14 +141,22 @@ def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings,
         if committed:
             stats.commit_steps += 1
         stats.commits.append(len(committed))
-        for t in committed:
-            if t in stop:
-                return
-            stats.tokens += 1
-            emitted += 1
-            yield t
-            if emitted >= max_tokens:
-                return
+        cut = next((i for i, t in enumerate(committed) if t in stop), None)
+        out = committed[:cut][:max_tokens - emitted]
+        stats.tokens += len(out)
+        emitted += len(out)
+        yield out
+        if cut is not None:
+            return
+
+
+def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
+                 max_tokens: int = 256, eos: Sequence[int] = (),
+                 stats: WedlmStats | None = None, cache: list | None = None) -> Iterator[int]:
+    """``step_stream``'s tokens one by one (EOS not yielded)."""
+    for committed in step_stream(model, prompt_ids, settings, max_tokens=max_tokens, eos=eos,
+                                 stats=stats, cache=cache):
+        yield from committed
 
 
 @dataclass(frozen=True)
