@@ -1,6 +1,6 @@
 """``specdec serve --decoder wedlm`` (issue #37): a real server subprocess on a tiny
-random-weight WeDLM checkpoint answers with the same text as the library's decoder; what
-the lossy decoder cannot do gets a 400; a non-WeDLM model is refused at startup."""
+random-weight WeDLM checkpoint answers with the same text as the library's decoder; seeded
+sampling too; what the decoder cannot do gets a 400; a non-WeDLM model is refused at startup."""
 
 from __future__ import annotations
 
@@ -48,7 +48,13 @@ def test_server_answers_with_the_wedlm_decoder(tmp_path):
             streamed = "".join(
                 c["choices"][0]["text"] for c in _chunks(body) if c.get("choices"))
             assert streamed == want[4].text
-            for bad in ({"temperature": 0.7}, {"logprobs": 1}):
+            sampled = generate_wedlm(ckpt.model, ckpt.tokenizer, IDS, WedlmSettings(
+                mask_token_id=270, window=4, entropy_threshold=2.0), max_tokens=16,
+                temperature=0.9, seed=3)
+            r = complete(temperature=0.9, seed=3)
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["text"] == sampled.text
+            for bad in ({"top_p": 0.5}, {"logprobs": 1}):
                 r = complete(**bad)
                 assert r.status_code == 400 and "--decoder wedlm" in r.text, (bad, r.text)
     finally:
@@ -79,7 +85,7 @@ def test_serve_decoder_wedlm_refuses_a_plain_model(tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (("--temp", "0.5"), "--temp"), (("--draft-type", "ngram"), "--draft-type"),
+    (("--top-p", "0.9"), "--top-p"), (("--draft-type", "ngram"), "--draft-type"),
     (("--wedlm-window", "0"), "--wedlm-window")])
 def test_serve_decoder_wedlm_flags_are_checked(flags, message):
     from specdec.server.cli import add_serve_parser

@@ -4,10 +4,11 @@ parallel decoder, in the batcher's place.
 Contract (inference thread only): ``WedlmRunner.run_once(tick)`` takes the next job when
 none runs and advances the running one by one decoder step (its committed tokens go out as
 ``TokenEvent``s); a job ends with a ``DoneEvent`` whose usage says ``lossless: false``.
-Jobs run one at a time through ``decode.wedlm.wedlm_stream``, the same decoder function
-``specdec generate --decoder wedlm`` runs: no second generation path, nothing batched with
-speculative rows. ``check(req)`` is the 400 for what the decoder cannot do (sampling,
-logprobs, response_format). Tests: tests/test_wedlm_serve.py.
+Jobs run one at a time through ``decode.wedlm.step_stream``, the decoder that ``specdec
+generate --decoder wedlm`` runs: no second generation path, nothing batched with
+speculative rows. ``check(req)`` is the 400 for what the decoder cannot do (top-p/k,
+penalties, logprobs, response_format); temperature and seed are the decoder's own.
+Tests: tests/test_wedlm_serve.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import time
 from typing import Any, Iterator
 
+from ..core.sampling import Rng
 from ..core.text import TextOut
 from ..core.wedlm import WedlmSettings
 from ..decode.wedlm import WedlmStats, step_stream
@@ -26,15 +28,20 @@ log = logging.getLogger("specdec.server")
 
 
 def check(req: GenRequest) -> None:
-    """Refuse (400) what the greedy window decoder cannot honour, rather than ignore it."""
+    """Refuse (400) what the window decoder cannot honour (it is greedy or samples at a
+    temperature, nothing more), rather than ignore it."""
+    sp = req.sampling
     unsupported = [name for name, asked in (
-        ("temperature > 0", req.sampling.temperature > 0), ("logprobs", req.logprobs),
+        ("top_p", sp.top_p < 1), ("top_k", sp.top_k > 0), ("min_p", sp.min_p > 0),
+        ("repetition/presence/frequency penalties", sp.repetition_penalty != 1
+         or sp.presence_penalty != 0 or sp.frequency_penalty != 0),
+        ("logit_bias", bool(sp.logit_bias)), ("logprobs", req.logprobs),
         ("response_format", req.response_format is not None)) if asked]
     if unsupported:
         raise APIError(400, f"{', '.join(unsupported)} not supported: this server decodes with "
-                       "--decoder wedlm (greedy window decoding); send temperature 0 without "
-                       "them, or restart the server with --draft-type wedlm (lossless)",
-                       param=None, code="unsupported_with_wedlm")
+                       "--decoder wedlm (window decoding, greedy or at a temperature); send "
+                       "the request without them, or restart the server with --draft-type "
+                       "wedlm (lossless)", code="unsupported_with_wedlm")
 
 
 class _Running:
@@ -97,8 +104,10 @@ class WedlmRunner:
         w, gen = self.worker, job.request
         job.state = "running"
         stats = WedlmStats()
+        t = gen.sampling.temperature
         steps = step_stream(w.model, gen.prompt_ids, self.settings, max_tokens=gen.max_tokens,
-                            eos=w.tokenizer.eos_token_ids, stats=stats)
+                            eos=w.tokenizer.eos_token_ids, stats=stats, temperature=t,
+                            rng=Rng(gen.sampling.seed) if t > 0 else None)
         return _Running(job, steps, TextOut(w.tokenizer, gen.stop), stats)
 
     def _advance(self, r: _Running) -> None:
