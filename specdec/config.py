@@ -27,7 +27,7 @@ DECODERS = ("speculative", "wedlm")
 
 
 def add_decoder_flags(p: argparse.ArgumentParser) -> None:
-    """``--decoder`` and WeDLM's flags (``specdec generate``)."""
+    """``--decoder`` and WeDLM's flags (``specdec generate`` and ``specdec serve``)."""
     p.add_argument("--decoder", choices=DECODERS, default="speculative",
                    help="speculative (default; lossless) or wedlm: WeDLM's parallel mask-window "
                         "decoder for WeDLM checkpoints. NOT lossless: its output may differ from "
