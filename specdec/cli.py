@@ -169,10 +169,10 @@ def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model
     settings = cfg.wedlm_settings(settings_of(model).mask_token_id)
     kw = dict(max_tokens=cfg.max_tokens, stop=cfg.stop, system=cfg.system,
               chat=False if cfg.raw else None)
-    res = generate_wedlm(model, tokenizer, prompt, settings, **kw)
+    res = generate_wedlm(model, tokenizer, prompt, settings, temperature=cfg.temp, seed=cfg.seed, **kw)
     out = res.to_dict()
     if args.compare:  # plain AR decoding of the same checkpoint: how far the lossy output is
-        base = generate(model, tokenizer, prompt, drafter=None, **kw)
+        base = generate(model, tokenizer, prompt, drafter=None, temperature=cfg.temp, seed=cfg.seed, **kw)
         out.update(baseline_tokens_per_s=base.stats.decode_tokens_per_s,
                    parity=base.tokens == res.tokens)
     if args.json:

@@ -31,7 +31,7 @@ DECODERS = ("speculative", "wedlm")
 
 
 def add_decoder_flags(p: argparse.ArgumentParser) -> None:
-    """``--decoder`` and WeDLM's flags (``specdec generate``)."""
+    """``--decoder`` and WeDLM's flags (``specdec generate`` and ``specdec serve``)."""
     p.add_argument("--decoder", choices=DECODERS, default="speculative",
                    help="speculative (default; lossless) or wedlm: WeDLM's parallel mask-window "
                         "decoder for WeDLM checkpoints. NOT lossless: its output may differ from "
@@ -154,12 +154,15 @@ class RunConfig:
             return
         self.wedlm_settings(0)  # validates the window, threshold and penalty
         unsupported = [flag for flag, set_ in (
-            ("--temp", self.temp > 0), ("--json-schema", self.json_schema),
+            ("--top-p", self.top_p < 1), ("--top-k", self.top_k > 0), ("--min-p", self.min_p > 0),
+            ("--repetition-penalty", self.repetition_penalty != 1),
+            ("--json-schema", self.json_schema),
             ("--prompt-cache-file", self.prompt_cache_file), ("--kv-bits", self.kv_bits),
             ("--draft-type", self.spec.draft_type != DraftSpec.draft_type)) if set_]
         if unsupported:
-            raise ValueError(f"{', '.join(unsupported)} not supported with --decoder wedlm (greedy "
-                             "window decoding): drop it, or use --draft-type wedlm (lossless)")
+            raise ValueError(f"{', '.join(unsupported)} not supported with --decoder wedlm (window "
+                             "decoding: greedy or --temp only): drop it, or use --draft-type "
+                             "wedlm (lossless)")
 
     def wedlm_settings(self, mask_token_id: int) -> Any:
         """The ``decode.wedlm.WedlmSettings`` of the --wedlm-* flags for this mask token."""

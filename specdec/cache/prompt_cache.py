@@ -24,16 +24,20 @@ from .rollback import RollbackError, WindowKVCache, make_cache, trim
 FORMAT = "specdec-prompt-cache-1"
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix.
+def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0,
+                  limit: int | None = None) -> int:
+    """Length of the longest common prefix, at most ``limit``. ``a[:start]`` and
+    ``b[:start]`` are known to be equal and not compared again (a drafter that follows its
+    context token by token compares only what is new).
 
     >>> common_prefix([1, 2, 3, 4], [1, 2, 5])
     2
+    >>> common_prefix([1, 2, 3, 4], [1, 2, 3, 4, 5], start=2, limit=3)
+    3
     """
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
+    end = min(len(a), len(b), len(a) if limit is None else limit)
+    n = max(0, min(start, end))
+    while n < end and a[n] == b[n]:
         n += 1
     return n
 

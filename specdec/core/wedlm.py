@@ -39,13 +39,19 @@ class WedlmSettings:
             raise ValueError(f"mask token id must be >= 0, got {self.mask_token_id}")
 
 
-def pick(logits: mx.array, distance: Sequence[int], s: WedlmSettings) -> tuple[mx.array, mx.array]:
-    """Argmax of each mask row and which rows to fill: entropy + penalty * distance (slots
-    from the first mask) below the threshold, and always the most confident row."""
-    logp = logits.astype(mx.float32) - mx.logsumexp(logits.astype(mx.float32), axis=-1, keepdims=True)
+def pick(logits: mx.array, distance: Sequence[int], s: WedlmSettings, temperature: float = 0.0,
+         key: mx.array | None = None) -> tuple[mx.array, mx.array]:
+    """Each mask row's token and which rows to fill: entropy + penalty * distance (slots
+    from the first mask) below the threshold, and always the most confident row. The token
+    is the argmax, or with ``temperature`` > 0 a draw from softmax(logits / temperature)
+    with ``key`` (the seed's sampler); the entropy is always the unscaled distribution's."""
+    logits = logits.astype(mx.float32)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     entropy = -mx.sum(mx.exp(logp) * logp, axis=-1)
     adjusted = entropy + s.position_penalty * mx.array(list(distance), dtype=mx.float32)
     fill = (adjusted < s.entropy_threshold) | (mx.arange(logits.shape[0]) == mx.argmin(adjusted))
+    if temperature > 0:
+        return mx.random.categorical(logits / temperature, axis=-1, key=key), fill
     return mx.argmax(logits, axis=-1), fill
 
 

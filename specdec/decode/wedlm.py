@@ -3,9 +3,10 @@
 Each step runs one forward over a window of W slots after the committed prefix (filled
 tokens first, masks after, each at its logical RoPE position), commits the leading run of
 filled slots, fills the confident masks (entropy + position penalty below the threshold,
-at least one) and slides the window. Invariant: after every step the cache equals a causal
-prefill of prompt + committed. NOT lossless; the lossless use of the same forward is
-``specdec.drafters.wedlm``. Full algorithm: docs/design-notes.md. Tests: tests/test_wedlm.py.
+at least one) and slides the window; greedy, or sampled at a temperature with one key
+of the request's seeded ``Rng`` per step (entropies unscaled). Invariant: after every
+step the cache equals a causal prefill of prompt + committed. NOT lossless; the lossless
+use of the same forward is ``specdec.drafters.wedlm``. Full algorithm: docs/design-notes.md. Tests: tests/test_wedlm.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from ..core.sampling import Rng
 from ..core.text import TextOut, encode_prompt
 from ..core.wedlm import WedlmSettings, pick
 from .tree_attention import TreeRoPE, rope_owners
@@ -85,8 +87,8 @@ class _Window:
         return next((i for i, m in enumerate(self.masked) if m), len(self.masked))
 
 
-def _step(model: Any, cache: list, win: _Window, s: WedlmSettings,
-          stats: WedlmStats) -> list[int]:
+def _step(model: Any, cache: list, win: _Window, s: WedlmSettings, stats: WedlmStats,
+          temperature: float = 0.0, rng: Rng | None = None) -> list[int]:
     """One forward: the leading filled run is forwarded with fresh masks refilling the
     window behind it (as Tencent's engine does), then committed while the rest is trimmed
     from the cache; confident masks are filled. Returns the committed tokens."""
@@ -101,7 +103,8 @@ def _step(model: Any, cache: list, win: _Window, s: WedlmSettings,
     committed = win.tokens[:c]
     trim_prompt_cache(cache, len(order) - c)  # the run is physically first: keep only it
     masks = order[n_filled:]  # never empty: slot c is a mask by the choice of c
-    tok, fill = pick(logits[n_filled:], [i - masks[0] for i in masks], s)
+    key = rng.next() if temperature > 0 else None
+    tok, fill = pick(logits[n_filled:], [i - masks[0] for i in masks], s, temperature, key)
     mx.eval(tok, fill)
     stats.host_syncs += 1
     for i, t, f in zip(masks, tok.tolist(), fill.tolist()):
@@ -111,32 +114,46 @@ def _step(model: Any, cache: list, win: _Window, s: WedlmSettings,
     return committed
 
 
-def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
-                 max_tokens: int = 256, eos: Sequence[int] = (),
-                 stats: WedlmStats | None = None, cache: list | None = None) -> Iterator[int]:
-    """Yields committed tokens (EOS not yielded) until EOS or ``max_tokens``. ``cache`` (a
-    fresh ``make_prompt_cache``) may be passed in to inspect it; it then holds the prompt
-    and the committed tokens (plus up to one step's commits past a stop)."""
+def step_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
+                max_tokens: int = 256, eos: Sequence[int] = (),
+                stats: WedlmStats | None = None, cache: list | None = None,
+                temperature: float = 0.0, rng: Rng | None = None) -> Iterator[list[int]]:
+    """Yields each step's committed tokens (cut before EOS and at ``max_tokens``; a step
+    may commit none) until EOS or ``max_tokens``. ``cache`` (a fresh ``make_prompt_cache``)
+    may be passed in to inspect it; it then holds the prompt and the committed tokens (plus
+    up to one step's commits past a stop). ``temperature`` > 0 draws each mask's token with
+    one key of ``rng`` per step (unseeded when None). The server streams step by step."""
     if not prompt_ids:
         raise ValueError("wedlm decoding needs a non-empty prompt")
+    if temperature > 0 and rng is None:
+        rng = Rng(None)
     stats = stats if stats is not None else WedlmStats()
     cache = cache if cache is not None else make_prompt_cache(model)
     mx.eval(model(mx.array(list(prompt_ids))[None], cache=cache))
     win = _Window([settings.mask_token_id] * settings.window, [True] * settings.window)
     stop, emitted = set(int(e) for e in eos), 0
     while emitted < max_tokens:
-        committed = _step(model, cache, win, settings, stats)
+        committed = _step(model, cache, win, settings, stats, temperature, rng)
         if committed:
             stats.commit_steps += 1
         stats.commits.append(len(committed))
-        for t in committed:
-            if t in stop:
-                return
-            stats.tokens += 1
-            emitted += 1
-            yield t
-            if emitted >= max_tokens:
-                return
+        cut = next((i for i, t in enumerate(committed) if t in stop), None)
+        out = committed[:cut][:max_tokens - emitted]
+        stats.tokens += len(out)
+        emitted += len(out)
+        yield out
+        if cut is not None:
+            return
+
+
+def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
+                 max_tokens: int = 256, eos: Sequence[int] = (),
+                 stats: WedlmStats | None = None, cache: list | None = None,
+                 temperature: float = 0.0, rng: Rng | None = None) -> Iterator[int]:
+    """``step_stream``'s tokens one by one (EOS not yielded)."""
+    for committed in step_stream(model, prompt_ids, settings, max_tokens=max_tokens, eos=eos,
+                                 stats=stats, cache=cache, temperature=temperature, rng=rng):
+        yield from committed
 
 
 @dataclass(frozen=True)
@@ -157,15 +174,18 @@ class WedlmResult:
 
 def generate_wedlm(model: Any, tokenizer: Any, prompt: Any, settings: WedlmSettings, *,
                    max_tokens: int = 256, stop: Sequence[str] | None = None,
-                   system: str | None = None, chat: bool | None = None) -> WedlmResult:
+                   system: str | None = None, chat: bool | None = None,
+                   temperature: float = 0.0, seed: int | None = None) -> WedlmResult:
     """Lossy WeDLM decoding of ``prompt`` (text, ids or chat messages), cut at EOS, a
-    stop string or ``max_tokens``. Not lossless: see the module doc."""
+    stop string or ``max_tokens``; greedy, or sampled at ``temperature`` (reproducible with
+    ``seed``). Not lossless: see the module doc."""
     ids = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     out, stats, text, tokens = TextOut(tokenizer, stop), WedlmStats(), [], []
     stopped = False
     t0 = time.perf_counter()
+    rng = Rng(seed) if temperature > 0 else None
     for t in wedlm_stream(model, ids, settings, max_tokens=max_tokens,
-                          eos=tokenizer.eos_token_ids, stats=stats):
+                          eos=tokenizer.eos_token_ids, stats=stats, temperature=temperature, rng=rng):
         tokens.append(t)
         segment, stopped = out.feed(t)
         text.append(segment)

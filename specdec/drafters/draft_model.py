@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..cache.marks import StepMarks
+from ..cache.prompt_cache import common_prefix
 from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
 from ..core.sampling import PositionKeys, Rng
@@ -200,10 +201,8 @@ class DraftModelDrafter(Drafter):
 
     def _sync(self, context: Sequence[int], k: int) -> int:
         """Roll the cache back to the longest usable shared prefix; returns its length."""
-        limit = min(len(self._tokens), len(context) - 1)  # context[-1] must be fed
-        keep = min(self._known, limit)
-        while keep < limit and self._tokens[keep] == context[keep]:
-            keep += 1
+        # context[-1] must be fed; context[:_known] is already known to match
+        keep = common_prefix(self._tokens, context, self._known, len(context) - 1)
         # Window caches can roll back at most their slack; each step trims up to k - 1.
         windowed = any(isinstance(c, WindowKVCache) for c in self._cache or ())
         if self._cache is None or keep == 0 or (windowed and k > self._slack):

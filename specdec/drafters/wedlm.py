@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from ..cache.prompt_cache import common_prefix
 from ..core.wedlm import WedlmSettings, pick
 from .base import EMPTY, Drafter, Proposal
 
@@ -31,6 +32,7 @@ class WedlmDrafter(Drafter):
         self.eos = eos
         self._cache: list | None = None
         self._tokens: list[int] = []
+        self._known = 0  # context[:_known] is known to equal _tokens[:_known]
         self.stats = {"proposals": 0, "drafted": 0, "accepted": 0, "forwards": 0}
 
     @property
@@ -39,23 +41,26 @@ class WedlmDrafter(Drafter):
         return list(self._tokens)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        """Prefill the drafter's cache with the prompt (inside the engine's prefill)."""
+        """Prefill the drafter's cache with the prompt (inside the engine's prefill); a
+        new request compares its prompt with what the cache holds once, from its start."""
+        self._known = 0
         self._sync(prompt_ids)
         if len(prompt_ids) > len(self._tokens):
             mx.eval(self.model(mx.array(list(prompt_ids[len(self._tokens):]))[None], cache=self._cache))
             self._tokens = list(prompt_ids)
+        self._known = len(self._tokens)
 
     def _sync(self, context: Sequence[int]) -> None:
-        """Trim the cache back to its longest prefix shared with ``context``."""
+        """Trim the cache back to its longest prefix shared with ``context``. Within a
+        request the context only grows past what was fed (``_known``): only the tokens
+        after it are compared, not the whole context at every step."""
         if self._cache is None:
-            self._cache, self._tokens = make_prompt_cache(self.model), []
-        keep = 0
-        limit = min(len(self._tokens), len(context))
-        while keep < limit and self._tokens[keep] == context[keep]:
-            keep += 1
+            self._cache, self._tokens, self._known = make_prompt_cache(self.model), [], 0
+        keep = common_prefix(self._tokens, context, self._known)
         if keep < len(self._tokens):
             trim_prompt_cache(self._cache, len(self._tokens) - keep)
             del self._tokens[keep:]
+        self._known = keep
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         if k < 1 or not context:
@@ -72,6 +77,7 @@ class WedlmDrafter(Drafter):
         drafts = tok.tolist()[:max(1, n)]
         trim_prompt_cache(self._cache, k)  # drop the mask slots: the cache holds the context
         self._tokens += new
+        self._known = len(self._tokens)  # == len(context): it matches by construction
         self.stats["forwards"] += 1
         for i, t in enumerate(drafts):  # nothing after an EOS can be emitted
             if t in self.eos:

@@ -19,7 +19,7 @@ import os
 import signal
 from typing import TYPE_CHECKING, Any
 
-from ..config import DTYPES, KV_BITS, add_distributed_flags, add_draft_flags
+from ..config import DTYPES, KV_BITS, add_decoder_flags, add_distributed_flags, add_draft_flags
 from ..toolcall import PARSERS
 
 if TYPE_CHECKING:  # the worker imports mlx; this module parses flags first
@@ -45,6 +45,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-keys-file", metavar="FILE",
                    help="more tenants' keys, one per line ('#' comments)")
     add_draft_flags(p, draft_type="grammar,suffix")
+    add_decoder_flags(p)
     p.add_argument("--memory-file",
                    help="load the shared ngram-mod table from FILE and the suffix history from "
                         "FILE.suffix at start; save both there periodically and at shutdown")

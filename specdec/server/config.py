@@ -23,6 +23,7 @@ from ..toolcall import PARSERS
 from .schemas import MAX_DRAFT_TOKENS
 
 API_KEY_ENV = "SPECDEC_API_KEY"
+SERVE_DRAFT_TYPE = "grammar,suffix"  # serve's --draft-type default
 
 
 @dataclass
@@ -53,7 +54,13 @@ class ServerConfig:
     min_p: float = 0.0
     tool_call_parser: str = "auto"  # a toolcall.PARSERS name
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback's
-    speculation: DraftSpec = field(default_factory=lambda: DraftSpec("grammar,suffix"))
+    speculation: DraftSpec = field(default_factory=lambda: DraftSpec(SERVE_DRAFT_TYPE))
+    # --decoder wedlm: every request decodes with WeDLM's lossy window decoder (RunConfig's
+    # fields and checks, the same as specdec generate's)
+    decoder: str = "speculative"
+    wedlm_window: int = 16
+    entropy_threshold: float = 0.3
+    position_penalty: float = 0.01
 
     @property
     def model_id(self) -> str:
@@ -101,17 +108,31 @@ class ServerConfig:
         cfg.validate()
         return cfg
 
+    def run_config(self) -> RunConfig:
+        """The ``specdec generate`` settings these flags amount to: their checks (sampling,
+        dtype, drafter, decoder) and ``wedlm_settings`` are RunConfig's."""
+        s = self.speculation
+        wedlm = self.decoder == "wedlm"
+        # with --decoder wedlm, serve's default drafter is unused; one given is refused
+        draft_type = DraftSpec.draft_type if wedlm and s.draft_type == SERVE_DRAFT_TYPE else s.draft_type
+        return RunConfig(
+            model=self.model, max_tokens=self.max_tokens or 1, temp=self.temp, top_p=self.top_p,
+            top_k=self.top_k, min_p=self.min_p, dtype=self.dtype,
+            kv_bits=self.kv_bits if wedlm else None, decoder=self.decoder,
+            wedlm_window=self.wedlm_window, entropy_threshold=self.entropy_threshold,
+            position_penalty=self.position_penalty,
+            spec=replace(s, draft_type=draft_type,
+                         draft_model=s.draft_model if s.uses("model") else None,
+                         suffix_history=DraftSpec.suffix_history,
+                         ngram_mod_size=None, ngram_mod_n=None))
+
     def validate(self) -> None:
         s = self.speculation
         # requests may ask for draft_type "model" later, so a loaded draft model may go
         # unused now; the suffix history and the table are the server's shared memory
         if s.uses("model") and not s.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
-        RunConfig(model=self.model, max_tokens=self.max_tokens or 1, temp=self.temp, top_p=self.top_p,
-                  top_k=self.top_k, min_p=self.min_p, dtype=self.dtype,
-                  spec=replace(s, draft_model=s.draft_model if s.uses("model") else None,
-                               suffix_history=DraftSpec.suffix_history,
-                               ngram_mod_size=None, ngram_mod_n=None)).validate()
+        self.run_config().validate()
         check_kv_bits(self.kv_bits)
         if s.num_draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"--num-draft-tokens must be <= {MAX_DRAFT_TOKENS}")

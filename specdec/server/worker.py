@@ -1,5 +1,6 @@
 """The one inference thread: it owns the model and the shared memory, and runs requests
-from a bounded queue through one path, the batcher.
+from a bounded queue through one path, the batcher (with ``--decoder wedlm``: the WeDLM
+decoder, one request at a time, ``wedlm_runner``).
 
 Contract: ``start()`` loads on the worker thread and returns when ready (never measures: a
 missing cost curve is calibrated in idle moments); only that thread runs the model or
@@ -24,6 +25,7 @@ from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
 from ..calibrate import Calibration
 from ..core.vocab import vocab_size
+from ..core.wedlm import settings_of
 from ..decode.batch import batchable
 from ..decode.request import Emitted, Request
 from ..drafters.base import NoDrafter
@@ -41,6 +43,7 @@ from .kv_budget import KVBudget, budget_for
 from .memory import SharedMemory
 from .metrics import Metrics
 from .schemas import MAX_DRAFT_TOKENS
+from .wedlm_runner import WedlmRunner, check as check_wedlm
 
 log = logging.getLogger("specdec.server")
 DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
@@ -63,7 +66,7 @@ class InferenceWorker:
         self.group_error: str | None = None
         self.queue = JobQueue(cfg.queue_size)
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
-        self.batcher: Batcher | None = None  # the scheduler (set once the model is loaded)
+        self.batcher: Batcher | WedlmRunner | None = None  # the scheduler (once loaded)
         self.max_batch = 1
         self.one_at_a_time: str | None = None  # why requests do not batch (None: they do)
         self.plain_only: str | None = None  # why no request speculates (None: they may)
@@ -168,8 +171,20 @@ class InferenceWorker:
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
         self.max_draft_tokens = MAX_DRAFT_TOKENS
         self.kv = budget_for(self.model, self.cfg, sharded=self.group is not None)
+        if cfg.decoder == "wedlm":  # WeDLM's lossy decoder serves every request
+            self._setup_wedlm()
+            return
         self.plain_only = self._cannot_speculate()
         self._setup_batching()
+
+    def _setup_wedlm(self) -> None:
+        """--decoder wedlm: a WeDLM model (else the startup error saying so); requests run
+        one at a time through the WeDLM decoder instead of the batcher."""
+        mask = settings_of(self.model).mask_token_id  # ValueError: not a WeDLM model
+        self.plain_only = self.one_at_a_time = "--decoder wedlm decodes one request at a time"
+        self.max_batch = 1
+        self.batcher = WedlmRunner(self, self.cfg.run_config().wedlm_settings(mask))
+        log.info("serving with --decoder wedlm: WeDLM's parallel window decoder, NOT lossless")
 
     def _cannot_speculate(self) -> str | None:
         """Why no request can speculate on this model (None: they can); such a model
@@ -281,6 +296,8 @@ class InferenceWorker:
 
     def submit(self, job: Job) -> None:
         self.check_room()
+        if self.cfg.decoder == "wedlm":
+            check_wedlm(job.request)  # 400 for what the window decoder cannot do
         if not self.queue.put_nowait(job):
             self._queue_full()
 
