@@ -6,7 +6,8 @@ filled slots, fills the confident masks (entropy + position penalty below the th
 at least one) and slides the window; greedy, or sampled at a temperature with one key
 of the request's seeded ``Rng`` per step (entropies unscaled). Invariant: after every
 step the cache equals a causal prefill of prompt + committed. NOT lossless; the lossless
-use of the same forward is ``specdec.drafters.wedlm``. Full algorithm: docs/design-notes.md. Tests: tests/test_wedlm.py.
+use of the same forward is ``specdec.drafters.wedlm``. Full algorithm: docs/design-notes.md.
+Tests: tests/test_wedlm.py, tests/test_wedlm_sampling.py.
 """
 
 from __future__ import annotations
