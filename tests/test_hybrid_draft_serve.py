@@ -68,6 +68,8 @@ def test_serve_with_a_hybrid_draft_answers_as_the_cli(arch, distinct, tmp_path):
             assert server.health()["status"] == "ok"
         finally:
             server.stop()
+    # answers to compare, mostly distinct (a random model answers two prompts alike at times)
+    assert all(want[p]["tokens"] for p in want) and len({want[p]["text"] for p in want}) >= distinct // 2
     assert [g["choices"][0]["message"]["content"] for g in got] == [want[p]["text"] for p in jobs]
     assert [g["usage"]["completion_tokens"] for g in got] == [len(want[p]["tokens"]) for p in jobs]
     drafted = sum(g["usage"]["drafted_tokens"] for g in got)
