@@ -45,8 +45,8 @@ PROFILES: dict[str, Profile] = {
         prompt_tokens=(300, 600), runs=3, max_tokens=64,
         peers=("hf-transformers", "llama.cpp", "mlx-lm")),
     "quick": Profile(
-        "CI smoke test (< 5 min on 2 cores): four classes, ngram and suffix at k=4, an "
-        "auto-sized ngram tree, the oracle",
+        "CI smoke test (about 8 min on 2 cores, 4 with --no-warmup): four classes, ngram "
+        "and suffix at k=4, an auto-sized ngram tree, the oracle",
         workloads=("code_hints", "passage_json", "json_add", "open_story"),
         configs=("ngram:k=4", "suffix:k=4", "ngram:k=4:tree=auto"), runs=1, max_tokens=40),
     "rag3": Profile(

@@ -220,7 +220,10 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     cases, skipped = _cases(plan, tok)
     k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
     context = max(len(c.encode(tok)) for c, _ in cases)
-    cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=TREE_LENGTHS)
+    # the longer blocks only where a tree config will be priced by them: they are most of
+    # the curve's cost (a 64-token block at up to 2048 tokens of context, 7 repeats)
+    trees = TREE_LENGTHS if any(c.tree_budget for c in plan.configs) else ()
+    cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=trees)
     loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
     peers, notes = _load_peers(plan, loaded)
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes | skipped)
