@@ -9,7 +9,7 @@ alike. Each run returns one ``RunRecord`` per turn (a multi-turn workload feeds 
 model's own reply back before the next user turn, with one drafter for the whole
 conversation, as a chat user would). Peers run the first turn only. Nothing is averaged
 here: ``analysis`` does that.
-Tests: tests/test_bench.py, tests/test_bench_workloads.py.
+Tests: tests/bench/test_runner.py, tests/bench/test_workloads.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Definitions (the ones vLLM and the published prompt-lookup write-ups use):
 - decode_tokens_per_s counts every emitted token over the time after prefill (the prefill
   covers the prompt minus its last token, which the first decode step feeds), so plain and
   speculative runs are timed over exactly the same work.
-Tests: tests/test_engine_tiny.py.
+Tests: tests/test_engine.py.
 """
 
 from __future__ import annotations

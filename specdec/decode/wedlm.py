@@ -16,7 +16,7 @@ positions, the same ``TreeRoPE`` swap the tree path uses). Then:
 
 One host sync per step (the picks and the fill decisions are read together). This is NOT
 lossless: the output is what the mask predictions give, not the AR decoding. The lossless
-use of the same forward is ``specdec.drafters.wedlm``. Tests: tests/test_wedlm.py.
+use of the same forward is ``specdec.drafters.wedlm``. Tests: tests/decode/test_wedlm.py.
 """
 
 from __future__ import annotations

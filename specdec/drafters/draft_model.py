@@ -6,7 +6,7 @@ equal to what it holds (``context + draft[:-1]`` after a proposal); ``propose`` 
 k-step chain on the device with one host sync; ``propose_tree`` (greedy) adds the draft's
 top alternatives at its first depths as leaves, best first; sampling draws with
 per-position keys (``coupled``) and returns ``q``.
-Tests: tests/test_draft_model.py, tests/test_draft_model_tree.py. Details: docs/design-notes.md."""
+Tests: tests/drafters/test_draft_model.py, tests/drafters/test_draft_model_tree.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ unpriced: the grammar admits no other text there, so only another split of that 
 tokens could reject them. The target still verifies every forced token: where the model would
 have written the same text in other tokens, the draft is rejected and the output is
 plain decoding's.
-Tests: tests/test_grammar.py.
+Tests: tests/drafters/test_grammar.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ as point masses), so the output is token for token the AR decoding of the checkp
 Shared and not: the weights are shared with the target (same model object); the KV cache
 is the drafter's own (a second mlx-lm cache of the same model, like the draft-model
 drafter's), holding exactly the context it has seen: the k mask slots are trimmed after
-every proposal. Tests: tests/test_wedlm.py.
+every proposal. Tests: tests/decode/test_wedlm.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Public API:
 GGUF models are converted once to an mlx-lm directory (float32 safetensors, config.json,
 tokenizer) under ``$SPECDEC_CACHE_DIR`` (default ``~/.cache/specdec``) and loaded from
 there with mlx-lm's own model classes. Importing this package does not import mlx.
-Tests: tests/test_loader.py.
+Tests: tests/loader/test_api.py.
 """
 
 from __future__ import annotations

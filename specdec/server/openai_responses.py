@@ -9,7 +9,7 @@ run are dropped and listed in the extension field ``dropped_tools``), ``tool_cho
 chunks fold into output items, whole or as typed SSE events (``Folder``). Stored responses
 (``store``, default true; ``ResponseStore``, bounded) back ``previous_response_id``, GET and
 DELETE. Accepted and ignored: include, prompt_cache_key, user, service_tier, truncation,
-metadata (echoed), background, top_logprobs, unknown fields. Tests: tests/test_server_responses.py.
+metadata (echoed), background, top_logprobs, unknown fields. Tests: tests/server/test_openai_responses.py.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ text, such as images), ``message_problem`` (fields that belong to another role, 
 ``content`` or ``tool_call_id``), ``request_problem`` (duplicate tool names, a
 ``tool_choice`` that needs tools or names an unknown one, a ``tool`` message that answers
 no call of the assistant message before it).
-Tests: tests/test_server_tools.py.
+Tests: tests/server/test_tool_calls.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ missing cost curve is calibrated in idle moments); only that thread runs the mod
 changes the memory. ``submit`` raises ``APIError(503)`` past ``queue_size``; each job gets
 its events in order, ending in ``DoneEvent`` or ``ErrorEvent``; ``cancel`` frees its place
 at once. Hybrids speculate one request at a time; a lost rank fails jobs with 503.
-Tests: tests/test_server_units.py, tests/test_server_limits.py, tests/test_hybrid_serve.py.
+Tests: tests/server/test_events.py, tests/server/test_limits.py, tests/server/test_worker.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations

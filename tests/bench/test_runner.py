@@ -23,7 +23,7 @@ from specdec.bench.workloads import (
 )
 from specdec.core.text import encode_prompt
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- workloads --------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from conftest import cached_tiny
 from hybrid_tiny import VOCAB, build, cached, save_dir
 from mlx.utils import tree_map
-from test_hybrid import _arrays
+from cache.test_recurrent import _arrays
 
 from specdec.backend import preload_env
 from specdec.cache.recurrent import RecurrentCache
@@ -187,7 +187,7 @@ def test_attention_target_with_a_hybrid_draft_and_trees(arch):
 def test_batch_rows_each_with_a_hybrid_draft(monkeypatch):
     """The batcher drafts row by row, each row's draft model with its own cache: several
     rows of an attention target, each drafted for by a hybrid model, equal decoding alone."""
-    import test_batch
+    from decode import test_batch
     from conftest import repetitive_prompt
 
     monkeypatch.setitem(test_batch.DRAFTERS, "hybrid", lambda: DraftModelDrafter(cached("lfm2")))

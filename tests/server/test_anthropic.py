@@ -4,7 +4,7 @@ SSE event order, usage and count_tokens, the prefix cache across Claude Code's p
 billing line, stop sequences, errors in Anthropic's shape, model aliases. One server on
 SmolLM2-135M (an API key, ``--model-alias 'claude-*'``) serves the fast tests; tool use
 (SmolLM2's template renders no tools) runs on a second, Qwen2.5-Coder-0.5B server. The
-real Claude Code CLI is tested in tests/test_agent_clis.py.
+real Claude Code CLI is tested in tests/server/test_agent_clis.py.
 """
 
 from __future__ import annotations

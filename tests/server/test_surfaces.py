@@ -2,7 +2,7 @@
 completions, Anthropic messages, OpenAI responses, Ollama chat — must give the same
 answer (greedy, token for token: one request model, one generation path), streamed or
 whole, and each wire's own error shape. Raw HTTP here; the SDK and CLI tests are in
-tests/test_server_{anthropic,responses,ollama}.py."""
+tests/server/test_{anthropic,openai_responses,ollama}.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ SmolLM2-135M (one module-scoped server) checks text, streaming, the store
 (``previous_response_id``, GET, DELETE, ``store: false``), ``text.format`` and dropped
 hosted tools, each greedy answer token-exact against ``/v1/chat/completions``. Function
 calls need a template that renders tools: Qwen2.5-Coder-0.5B, on a second server (slow).
-The Codex CLI is tested in tests/test_agent_clis.py. The chunk-to-item folding of a think
+The Codex CLI is tested in tests/server/test_agent_clis.py. The chunk-to-item folding of a think
 template's reasoning is checked on chunks directly (no installed model thinks).
 """
 

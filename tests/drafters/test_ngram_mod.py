@@ -29,7 +29,7 @@ from specdec.drafters.ngram_mod import (
     tokenizer_fingerprint,
 )
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 tokens_st = st.lists(st.integers(0, 5), max_size=50)  # small alphabet: many repeats
 
 

@@ -4,7 +4,7 @@ independently of any real model.
 
 Run with OpenBLAS preloaded (mlx-cpu's bundled BLAS is ~30x slower):
   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0 \
-      python -m pytest tests/test_loader.py -q
+      python -m pytest tests/loader/test_api.py -q
 Real models convert once into the user's cache ($SPECDEC_CACHE_DIR or ~/.cache/specdec);
 tests that must observe a first conversion use a private temporary cache.
 """

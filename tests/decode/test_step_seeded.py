@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from conftest import TINY_VOCAB, assert_speculated, cached_tiny, repetitive_prompt
 from scipy.stats import chisquare
-from test_batch import run_batch
-from test_draft_model import near_draft
-from test_tree import TruthTreeDrafter
+from decode.test_batch import run_batch
+from drafters.test_draft_model import near_draft
+from decode.test_tree_attention import TruthTreeDrafter
 
 from specdec.core.proposal import Proposal
 from specdec.core.sampling import PositionKeys, Rng, SamplingParams, draw_token
@@ -102,7 +102,7 @@ def test_a_coupled_draft_model_draws_with_the_targets_noise():
     seed) draws output position t with the target's key of t: a draft equal to the target
     then has every draft accepted, and a near one far more than with its own keys; the
     output is plain seeded sampling's either way."""
-    from test_draft_model import near_draft as near
+    from drafters.test_draft_model import near_draft as near
 
     model, params = cached_tiny("llama"), SamplingParams(temperature=0.8, seed=4)
     rates = {}

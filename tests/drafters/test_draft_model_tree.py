@@ -9,7 +9,7 @@ import math
 import mlx.core as mx
 import pytest
 from conftest import TINY_VOCAB, Passthrough, assert_speculated, cached_tiny
-from test_draft_model import assert_bookkeeping, near_draft, plain, prompt_of, run
+from drafters.test_draft_model import assert_bookkeeping, near_draft, plain, prompt_of, run
 
 from specdec.drafters import DraftResources, DraftSpec, build_drafter
 from specdec.drafters.draft_model import DraftModelDrafter, branch_tree

@@ -44,7 +44,7 @@ def mlx_lm_tokens(name, prompt_ids, max_tokens, sampler=None):
 
 def spec(name, prompt, max_tokens=MAX_TOKENS, drafter="ngram", **kw):
     """Speculative decoding that drafts at every step (the cost gate off), so acceptance,
-    rejection and rollback are all exercised; the gate's own paths: tests/test_gate.py."""
+    rejection and rollback are all exercised; the gate's own paths: tests/drafters/test_gate.py."""
     model, tok = real_model(name)
     n = {key: kw.pop(key) for key in ("ngram_min", "ngram_max") if key in kw}
     n.setdefault("ngram_max", max(3, n.get("ngram_min", 1)))

@@ -14,7 +14,7 @@ import mlx.core as mx
 
 from specdec.cache.rollback import make_cache, prefill
 
-_PATH = Path(__file__).resolve().parent.parent / "scripts" / "hybrid_rollback_cost.py"
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "hybrid_rollback_cost.py"
 _spec = importlib.util.spec_from_file_location("hybrid_rollback_cost", _PATH)
 cost = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = cost  # dataclasses resolve their module through sys.modules

@@ -95,7 +95,7 @@ def prompt(seed):
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
 def test_constrained_speculation_equals_plain_constrained_decoding(arch):
-    from test_tree import TruthTreeDrafter
+    from decode.test_tree_attention import TruthTreeDrafter
 
     model, logs = cached_tiny(arch), []
     for seed in range(3):

@@ -16,7 +16,7 @@ from specdec.bench.peer_process import PeerProcess
 from specdec.bench.peers import (PEERS, NativeSpec, PeerCrashed, PeerRun, PeerUnavailable,
                                   make_peer)
 
-CRASHING = str(Path(__file__).with_name("crashing_peer.py"))
+CRASHING = str(Path(__file__).resolve().parents[1] / "crashing_peer.py")
 
 MODEL = "smollm2-135m"
 MAX_TOKENS = 32
@@ -157,7 +157,7 @@ def test_a_peer_that_crashes_while_loading_is_reported_by_make_peer(monkeypatch)
 def test_the_bench_reports_a_crashed_peer_and_goes_on(monkeypatch):
     """``specdec bench --peers llama.cpp`` on a host where llama.cpp dies of SIGILL: the
     report says so for llama.cpp, and our runs are all there (the bench went on)."""
-    from test_bench import _small_plan
+    from bench.test_runner import _small_plan
 
     from specdec.bench.runner import run_plan
 

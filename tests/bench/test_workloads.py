@@ -13,7 +13,7 @@ from conftest import real_model, requires_model
 
 from specdec.bench.workloads import Workload, load_workloads, parse_workload, write_workloads
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAT = [{"role": "user", "content": "Say hello.\n\nReply in one word."}]
 
 

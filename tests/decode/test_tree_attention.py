@@ -426,7 +426,7 @@ def test_tree_parity_smollm():
 @pytest.mark.slow
 @requires_model("gemma3-270m")
 def test_tree_parity_gemma_across_the_window():
-    from test_parity_real import WINDOW, gemma_prompt
+    from parity.test_parity_real import WINDOW, gemma_prompt
 
     prompt = gemma_prompt()
     ref = plain_reference("gemma3-270m", prompt, 160)  # shared with test_parity_real
@@ -558,7 +558,7 @@ def test_real_tree_drafters_equal_plain_decoding_smollm(draft_type, budget, tmp_
 @pytest.mark.slow
 @requires_model("qwen2.5-coder-0.5b")
 def test_ngram_trees_equal_plain_decoding_qwen():
-    from test_parity_real import QWEN_PROMPT
+    from parity.test_parity_real import QWEN_PROMPT
 
     ref = plain_reference("qwen2.5-coder-0.5b", QWEN_PROMPT, 64)  # shared with test_parity_real
     model, tok = real_model("qwen2.5-coder-0.5b")

@@ -1,6 +1,6 @@
 """``cache.replay``: the recorder's scope (no class swap or hook outlives it), which path
 the installed mlx-lm gives (the per-step hook present: the fast path), and that records
-live only within a verify block. Parity of hybrid generation: tests/test_hybrid*.py."""
+live only within a verify block. Parity of hybrid generation: tests/cache/test_recurrent.py, tests/drafters/test_draft_model_hybrid.py."""
 
 import logging
 import types

@@ -1,6 +1,6 @@
 """Speculative sampling end to end: what ``engine.token_stream`` emits is plain sampling.
 
-tests/test_sampling.py checks the acceptance rule (``rejection_sample``/``resolve``) on
+tests/core/test_sampling.py checks the acceptance rule (``rejection_sample``/``resolve``) on
 explicit distributions. Here the whole loop runs — drafter, verify forward, rollback, the
 engine's seeded keys — on a tiny random mlx-lm llama with an 8-token vocabulary, with
 every drafter kind: point masses (n-gram; a draft model at temperature 0), a draft model's
