@@ -167,6 +167,11 @@ class DraftModelDrafter(Drafter):
 
     # ---- state ---------------------------------------------------------------------------
     @property
+    def cache(self) -> list | None:
+        """The draft model's per-layer cache (None before ``begin``): read it, do not change it."""
+        return self._cache
+
+    @property
     def cached_tokens(self) -> list[int]:
         """The tokens whose keys/values the draft cache holds, in order (a copy)."""
         return list(self._tokens)

@@ -164,10 +164,10 @@ class InferenceWorker:
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
         self.max_draft_tokens = MAX_DRAFT_TOKENS
         self.kv = budget_for(self.model, self.cfg, sharded=self.group is not None)
-        self.plain_only = self._cannot_speculate()
+        self.plain_only = self.cannot_speculate()
         self._setup_batching()
 
-    def _cannot_speculate(self) -> str | None:
+    def cannot_speculate(self) -> str | None:
         """Why no request can speculate on this model (None: they can); such a model
         serves plain decoding, said once at startup, rather than failing every request."""
 

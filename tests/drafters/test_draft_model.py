@@ -61,7 +61,7 @@ def prompt_of(seed, length=20):
 def assert_bookkeeping(drafter):
     """The draft cache holds exactly ``cached_tokens``: every layer's offset agrees."""
     n = len(drafter.cached_tokens)
-    assert all(c.offset == n for c in drafter._cache)
+    assert all(c.offset == n for c in drafter.cache)
 
 
 # ---- greedy parity on tiny models -------------------------------------------------------

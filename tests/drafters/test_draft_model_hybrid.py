@@ -67,7 +67,7 @@ def near(arch, noise=0.02):
 def test_self_draft_is_accepted(arch):
     stats, drafter = SpecStats(), DraftModelDrafter(cached(arch))
     assert run(cached(arch), drafter=drafter, num_draft_tokens=5, stats=stats) == plain(cached(arch))
-    assert isinstance(drafter._cache, RecurrentCache)
+    assert isinstance(drafter.cache, RecurrentCache)
     assert stats.drafted > 0 and stats.acceptance_rate > 0.9
     assert drafter.stats["rebuilds"] == 1
 
@@ -113,13 +113,13 @@ def test_restored_state_equals_feeding_the_accepted_tokens(arch, accept):
     keep = drafter._sync(ctx, 4)  # the roll-back the next propose starts with
     assert keep == len(PROMPT) + min(a, 3) == len(drafter.cached_tokens)
     ref = _fed_one_at_a_time(model, PROMPT, [PROMPT[-1], *draft[:min(a, 3)]])
-    assert drafter._cache.positions() == ref.positions() == {keep}
-    for x, y in zip(_arrays(drafter._cache), _arrays(ref), strict=True):
+    assert drafter.cache.positions() == ref.positions() == {keep}
+    for x, y in zip(_arrays(drafter.cache), _arrays(ref), strict=True):
         assert mx.array_equal(x, y).item()
     draft2 = list(drafter.propose(ctx, 3).tokens)
     ref = _fed_one_at_a_time(model, PROMPT, (ctx + draft2[:-1])[len(PROMPT) - 1:])
     assert drafter.cached_tokens == ctx + draft2[:-1]
-    for x, y in zip(_arrays(drafter._cache), _arrays(ref), strict=True):
+    for x, y in zip(_arrays(drafter.cache), _arrays(ref), strict=True):
         assert x.shape == y.shape and mx.allclose(x, y, atol=1e-4, rtol=1e-4).item()
     assert drafter.stats["rebuilds"] == 1
 

@@ -452,7 +452,7 @@ def smol():
 def test_fingerprint_of_mlx_lm_wrapper(smol):
     _, tok = smol
     fp = tokenizer_fingerprint(tok)
-    assert fp == tokenizer_fingerprint(tok._tokenizer) and fp.startswith("vocab-sha256:")
+    assert fp == tokenizer_fingerprint(tok.backend_tokenizer) and fp.startswith("vocab-sha256:")
 
 
 def run(model, prompt, drafter, max_tokens, eos):

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
+from transformers import AutoTokenizer
 
 from specdec.core.text import encode_prompt
 from specdec.server.app import create_app
@@ -117,8 +118,17 @@ def test_template_kwargs_and_reasoning_effort():
     assert ChatCompletionRequest.model_validate(body).template_kwargs(True) == {"enable_thinking": True, "x": [1]}
 
 
-def test_encode_prompt_passes_template_kwargs(smollm):
-    tok = copy.copy(smollm[1]._tokenizer)
+@pytest.fixture(scope="module")
+def smol_tok(smollm, tmp_path_factory):
+    """SmolLM2's Hugging Face tokenizer, its own copy (tests set its chat template): saved
+    and reloaded through public API rather than read out of mlx-lm's wrapper."""
+    out = tmp_path_factory.mktemp("smol_tok")
+    smollm[1].save_pretrained(str(out))
+    return AutoTokenizer.from_pretrained(str(out))
+
+
+def test_encode_prompt_passes_template_kwargs(smol_tok):
+    tok = copy.copy(smol_tok)
     tok.chat_template = THINK_TEMPLATE
     plain = tok.decode(encode_prompt(tok, MSG))
     off = tok.decode(encode_prompt(tok, MSG, template_kwargs={"enable_thinking": False}))
@@ -164,8 +174,8 @@ class ScriptedWorker:
 
 
 @pytest.fixture
-def think_tok(smollm):
-    tok = copy.copy(smollm[1]._tokenizer)
+def think_tok(smol_tok):
+    tok = copy.copy(smol_tok)
     tok.chat_template = THINK_TEMPLATE
     return tok
 
@@ -194,11 +204,11 @@ def test_reasoning_content_whole_and_streamed(think_tok):
                    for d in deltas)
 
 
-def test_a_prompt_that_opens_the_block_and_a_model_without_one(think_tok, smollm):
+def test_a_prompt_that_opens_the_block_and_a_model_without_one(think_tok, smol_tok):
     client, worker = serve(think_tok, script=["Plan.", "</think>", "Done."])
     r = post(client, chat_template_kwargs={"open_think": True}).json()["choices"][0]["message"]
     assert (r["content"], r["reasoning_content"]) == ("Done.", "Plan.")
-    plain, _ = serve(smollm[1]._tokenizer)  # SmolLM2's template: no think block
+    plain, _ = serve(smol_tok)  # SmolLM2's template: no think block
     msg = post(plain).json()["choices"][0]["message"]
     assert msg == {"role": "assistant", "content": "".join(THOUGHT)}
     thinker, _ = serve(think_tok)
@@ -217,8 +227,8 @@ def test_template_kwargs_and_reasoning_effort_reach_the_template(think_tok):
     assert r.status_code == 400 and r.json()["error"]["param"] == "chat_template_kwargs"
 
 
-def test_max_tokens_default_runs_to_the_context(smollm):
-    tok = smollm[1]._tokenizer
+def test_max_tokens_default_runs_to_the_context(smol_tok):
+    tok = smol_tok
     client, worker = serve(tok, script=["x"])
     for cap, body, want in ((None, {}, "room"), (None, {"max_tokens": 5}, 5),
                             (None, {"max_completion_tokens": 7}, 7)):
@@ -247,14 +257,14 @@ def test_max_tokens_default_runs_to_the_context(smollm):
     ({"presence_penalty": 3}, "presence_penalty", "2"),
     ({"store": "yes"}, "store", "boolean"),
 ])
-def test_refusals_name_their_parameter(smollm, body, param, needle):
-    client, _ = serve(smollm[1]._tokenizer)
+def test_refusals_name_their_parameter(smol_tok, body, param, needle):
+    client, _ = serve(smol_tok)
     err = post(client, **body).json()["error"]
     assert (err["param"], needle in err["message"]) == (param, True), err
 
 
-def test_completions_refusals_name_their_parameter(smollm):
-    client, _ = serve(smollm[1]._tokenizer)
+def test_completions_refusals_name_their_parameter(smol_tok):
+    client, _ = serve(smol_tok)
     for body, param in (({"echo": True}, "echo"), ({"best_of": 3}, "best_of"), ({"store": True}, "store")):
         r = client.post("/v1/completions", json={"model": "m", "prompt": "hi", **body})
         assert (r.status_code, r.json()["error"]["param"]) == (400, param)
@@ -263,8 +273,8 @@ def test_completions_refusals_name_their_parameter(smollm):
 # -- the access log ------------------------------------------------------------------------
 
 
-def test_every_request_gets_one_access_line(smollm, caplog):
-    client, worker = serve(smollm[1]._tokenizer, script=["x"], api_key="k", max_body_bytes=2048)
+def test_every_request_gets_one_access_line(smol_tok, caplog):
+    client, worker = serve(smol_tok, script=["x"], api_key="k", max_body_bytes=2048)
     caplog.set_level(logging.INFO, logger="specdec.access")
     key = {"Authorization": "Bearer k"}
     chat = {"model": "m", "messages": MSG}
@@ -302,38 +312,38 @@ def test_every_request_gets_one_access_line(smollm, caplog):
 # -- the edges: Host header, what the key guards, the operator's cap, template failures ----
 
 
-def test_a_loopback_server_answers_loopback_host_names_only(smollm):
-    client, _ = serve(smollm[1]._tokenizer)
+def test_a_loopback_server_answers_loopback_host_names_only(smol_tok):
+    client, _ = serve(smol_tok)
     for host in ("localhost:8080", "127.0.0.1:8080", "[::1]:8080", "testserver"):
         assert client.get("/health", headers={"Host": host}).status_code == 200, host
     for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example", ""):
         r = client.post("/v1/chat/completions", json={"model": "m", "messages": MSG},
                         headers={"Host": host})
         assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_host", host
-    public, _ = serve(smollm[1]._tokenizer, host="0.0.0.0", allowed_hosts=())
+    public, _ = serve(smol_tok, host="0.0.0.0", allowed_hosts=())
     assert public.get("/health", headers={"Host": "my.server"}).status_code == 200
 
 
-def test_the_key_guards_metrics_and_the_schema_and_accepts_x_api_key(smollm):
-    client, _ = serve(smollm[1]._tokenizer, api_key="k")
+def test_the_key_guards_metrics_and_the_schema_and_accepts_x_api_key(smol_tok):
+    client, _ = serve(smol_tok, api_key="k")
     for path in ("/metrics", "/openapi.json", "/docs", "/v1/models", "/api/tags"):
         assert client.get(path).status_code == 401, path
         assert client.get(path, headers={"Authorization": "Bearer k"}).status_code == 200, path
     assert client.get("/v1/models", headers={"x-api-key": "k"}).status_code == 200
     assert client.get("/v1/models", headers={"x-api-key": "K"}).status_code == 401
     assert client.get("/health").status_code == 200  # open: a load balancer's probe
-    open_client, _ = serve(smollm[1]._tokenizer)
+    open_client, _ = serve(smol_tok)
     assert open_client.get("/metrics").status_code == 200
 
 
-def test_health_shows_no_paths(smollm):
-    client, worker = serve(smollm[1]._tokenizer)
+def test_health_shows_no_paths(smol_tok):
+    client, worker = serve(smol_tok)
     worker.memory = SimpleNamespace(info=lambda: {"file": "/home/me/secret/serve.mem", "saves": 2})
     assert client.get("/health").json()["memory"] == {"saves": 2}
 
 
-def test_a_template_that_fails_on_the_messages_is_the_clients_400(smollm):
-    tok = copy.copy(smollm[1]._tokenizer)
+def test_a_template_that_fails_on_the_messages_is_the_clients_400(smol_tok):
+    tok = copy.copy(smol_tok)
     tok.chat_template = "{{ 1 / 0 }}"
     client, _ = serve(tok)
     r = post(client)
@@ -344,8 +354,8 @@ def test_a_template_that_fails_on_the_messages_is_the_clients_400(smollm):
 # -- admission: bounded inputs, the queue before any work, readers that stop reading ------
 
 
-def test_inputs_past_the_limits_are_refused_naming_them(smollm):
-    client, worker = serve(smollm[1]._tokenizer)
+def test_inputs_past_the_limits_are_refused_naming_them(smol_tok):
+    client, worker = serve(smol_tok)
     deep: dict = {"type": "string"}
     for _ in range(40):
         deep = {"type": "array", "items": deep}
@@ -363,8 +373,8 @@ def test_inputs_past_the_limits_are_refused_naming_them(smollm):
     assert worker.requests == []
 
 
-def test_a_full_queue_refuses_before_the_prompt_is_even_read(smollm):
-    tok = copy.copy(smollm[1]._tokenizer)
+def test_a_full_queue_refuses_before_the_prompt_is_even_read(smol_tok):
+    tok = copy.copy(smol_tok)
     tok.chat_template = "{{ 1 / 0 }}"  # a prompt that would fail, if it were templated
     client, worker = serve(tok)
     worker.refuse = True

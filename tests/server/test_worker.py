@@ -96,6 +96,6 @@ def test_a_model_that_cannot_roll_back_serves_plain(caplog):
     w = InferenceWorker(ServerConfig(), metrics=None)
     w.model = Sinks()
     with caplog.at_level("WARNING", logger="specdec.server"):
-        w.plain_only = w._cannot_speculate()
+        w.plain_only = w.cannot_speculate()
     assert "keep=4" in w.plain_only and "serving plain decoding" in caplog.text
     assert isinstance(w.drafter_for(None), NoDrafter)
