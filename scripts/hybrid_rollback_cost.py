@@ -42,7 +42,7 @@ plain decode step, per size and j, then per size the pooled figures: the deferre
 per kept token and the eager re-feed whatever j, medians over every (round, j), which a
 shared machine moves far less than one j's median); ``--out`` writes the JSON of
 ``measure`` per size (with the raw times, the context and the greedy truth).
-``measure(model, ...)`` is importable (``tests/test_hybrid_rollback_cost.py``).
+``measure(model, ...)`` is importable (``tests/cache/test_recurrent_rollback_cost.py``).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def drafter(kind: str, arch: str, temp: float, seed: int, coupled: bool):
 
     if kind == "ngram":
         return NgramDrafter(1, 3)
-    from test_draft_model import near_draft  # the target's weights + 2 % noise
+    from drafters.test_draft_model import near_draft  # the target's weights + 2 % noise
 
     return DraftModelDrafter(near_draft(arch), temperature=temp, seed=seed, coupled=coupled)
 

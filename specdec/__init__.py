@@ -6,7 +6,7 @@
 
 Names are imported lazily so that ``import specdec`` does not load mlx: the CLI must be
 able to preload OpenBLAS before mlx starts (see ``specdec.backend``).
-Tests: tests/test_engine_tiny.py (the API), tests/test_layers.py.
+Tests: tests/test_engine.py (the API), tests/test_layers.py.
 """
 
 from __future__ import annotations

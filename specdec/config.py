@@ -6,7 +6,7 @@ Contract: ``add_draft_flags(parser)`` adds the drafter flags (``specdec generate
 (``draft_spec_from_args``, shared with ``specdec serve``); ``build_drafter`` loads what
 the spec needs and returns a fresh drafter; ``engine_kwargs()`` gives the keyword
 arguments of ``specdec.generate`` / ``stream_generate`` other than the drafter.
-Tests: tests/test_cli.py, tests/test_draft_spec.py.
+Tests: tests/test_cli.py, tests/drafters/test_spec.py.
 """
 
 from __future__ import annotations

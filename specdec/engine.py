@@ -6,7 +6,7 @@ plain greedy decoding with any drafter; sampled output is distributed as plain s
 (exact rejection sampling). Stops apply token by token. The lifecycle is
 ``decode.request.Request``; each step ``decode.step.verify_step``. Options beyond mlx-lm's:
 ``prompt_cache``, ``draft_tree_budget``, ``response_format``, ``logits_processors``.
-Tests: tests/test_engine_tiny.py, tests/test_parity_real.py. Details: docs/design-notes.md."""
+Tests: tests/test_engine.py, tests/parity/test_parity_real.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ a step emitting m tokens beats plain only if m > c(L)/c(1)); ``cost_curve_for`` 
 model fingerprint under ``$SPECDEC_CACHE_DIR/cost``; ``tree_overhead`` is a tree step over a
 linear one, timed interleaved; ``resolve_tree_budget``, ``proposal_cost``, ``draft_cost_for``
 ({"fixed", "per_token"} seconds, cached).
-Tests: tests/test_draft_cost.py, tests/test_calibrate.py. Details: docs/design-notes.md."""
+Tests: tests/test_measure.py, tests/test_calibrate.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Contract: ``check_parity(...)`` returns a ``ParityReport``; on a divergence it n
 differing position, both tokens, their top-2 margins and a verdict against the shape-matched
 reference (the speculative tokens teacher-forced in the same block boundaries): disagreeing
 with it is a logic bug, agreeing is a near-tie rounded differently by block-shaped kernels.
-Tests: tests/test_diagnosis.py."""
+Tests: tests/test_parity.py."""
 
 from __future__ import annotations
 

@@ -5,5 +5,5 @@ Modules: ``workloads`` (JSONL format, built-in real-text workloads, prompt fitti
 loop), ``analysis`` (medians, speedups, parity, per-position acceptance, zero-cost bound, oracle), ``oracle`` (oracle drafter, replay bounds),
 ``report`` and ``plots`` (Markdown, JSON, PNG), ``profiles`` (named experiments),
 ``peers`` (HF transformers, llama.cpp and mlx-lm on the same prompts), ``cli``.
-Tests: tests/test_bench*.py.
+Tests: tests/bench/.
 """

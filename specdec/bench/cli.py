@@ -8,7 +8,7 @@ from ``--config SPEC`` (repeatable) or the sweep flags (``--draft-type`` × ``--
 report.md, results.json and PNG plots to ``--out``, prints the headline, and exits 1 if
 any of our configs produced tokens different from plain decoding (peers' mismatches are
 reported, not fatal: they are not our output).
-Tests: tests/test_bench_pair.py, tests/test_bench.py.
+Tests: tests/bench/test_report.py, tests/bench/test_runner.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Contract: ``OracleDrafter(turns)`` proposes exactly the next ``k`` tokens plain 
 produced (every draft accepted: the bound of any drafter at that k on this hardware);
 ``replay_bound(prompt, plain, k, cost)`` replays the plain output offline and models the
 speedup of linear prompt lookup against every earlier match's continuation as one tree.
-Tests: tests/test_bench_oracle.py. Details: docs/design-notes.md."""
+Tests: tests/bench/test_oracle.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

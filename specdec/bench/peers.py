@@ -5,7 +5,7 @@ Contract: ``make_peer(name, model, draft_model=None)`` returns a peer with ``bas
 ``speculative`` runs (``PeerRun``: tokens, prefill_s, decode_s) and ``close()``. A peer is
 compared only with its own baseline. A missing package raises ``PeerUnavailable`` naming the
 pip command, a crashed native peer ``PeerCrashed``; nothing falls back silently.
-Tests: tests/test_bench_peers.py. Each peer's method and costs: docs/design-notes.md."""
+Tests: tests/bench/test_peers.py. Each peer's method and costs: docs/design-notes.md."""
 
 from __future__ import annotations
 

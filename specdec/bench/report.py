@@ -9,7 +9,7 @@ note quotes: geometric-mean speedup on the echo-heavy classes, the open-ended ra
 the fraction of the oracle, engine efficiency, and each peer's speedup. With a draft
 model, ``pair_table(summary)`` lines up our ``model k=K`` configs with mlx-lm's
 draft-model speculation at the same k (the README's pair table).
-Tests: tests/test_bench_pair.py, tests/test_bench.py.
+Tests: tests/bench/test_report.py, tests/bench/test_runner.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ alike. Each run returns one ``RunRecord`` per turn (a multi-turn workload feeds 
 model's own reply back before the next user turn, with one drafter for the whole
 conversation, as a chat user would). Peers run the first turn only. Nothing is averaged
 here: ``analysis`` does that.
-Tests: tests/test_bench.py, tests/test_bench_workloads.py.
+Tests: tests/bench/test_runner.py, tests/bench/test_workloads.py.
 """
 
 from __future__ import annotations
@@ -220,9 +220,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     cases, skipped = _cases(plan, tok)
     k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
     context = max(len(c.encode(tok)) for c, _ in cases)
-    # the longer blocks only where a tree config will be priced by them: they are most of
-    # the curve's cost (a 64-token block at up to 2048 tokens of context, 7 repeats)
-    trees = TREE_LENGTHS if any(c.tree_budget for c in plan.configs) else ()
+    trees = TREE_LENGTHS if any(c.tree_budget for c in plan.configs) else ()  # most of its time
     cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=trees)
     loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
     peers, notes = _load_peers(plan, loaded)

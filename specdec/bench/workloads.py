@@ -5,7 +5,7 @@ Contract: ``load_workloads(path)`` validates a JSONL file (``class`` and exactly
 ``response_format``, ``tools``, ``tool_choice``) naming the bad line and field;
 ``builtin_workloads()`` builds every class from real text this project did not write;
 ``fit_prompt(tokenizer, workload, n)`` cuts or pads to ``n`` tokens, never touching the final
-instruction. Tests: tests/test_bench_workloads.py, tests/test_bench.py.
+instruction. Tests: tests/bench/test_workloads.py, tests/bench/test_runner.py.
 The format in full: docs/design-notes.md."""
 
 from __future__ import annotations

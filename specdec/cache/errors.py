@@ -1,6 +1,6 @@
 """The cache package's checked errors (``rollback`` re-exports them; ``recurrent`` raises them
 too, and imports them from here so the two modules do not import each other).
-Tests: tests/test_rollback.py, tests/test_hybrid.py."""
+Tests: tests/cache/test_rollback.py, tests/cache/test_recurrent.py."""
 
 
 class RollbackError(RuntimeError):

@@ -6,7 +6,7 @@ none, never approximate); ``settle`` trims to prompt + emitted after a call; ``f
 arrays, never objects; ``PrefixStore`` keeps finished caches under a byte budget (LRU);
 ``save``/``load_prompt_cache`` refuse another model's file. Recurrent models reuse only an
 exact extension or their last prefill's checkpoint.
-Tests: tests/test_prompt_cache.py, tests/test_hybrid.py. Details: docs/design-notes.md."""
+Tests: tests/cache/test_prompt_cache.py, tests/cache/test_recurrent.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Contract: ``RecurrentCache`` is the model's cache list (mlx-lm runs on it unchan
 by ``"replay"`` (re-run recurrent layers on their kept rows; the default) or ``"refeed"``
 (kept tokens ride in front of the next block); ``settle()`` feeds them at once. Rewinding
 past the last block, batched rows and trees raise ``RollbackError``.
-Tests: tests/test_hybrid.py, tests/test_hybrid_draft.py. Why replay (measured) and the
+Tests: tests/cache/test_recurrent.py, tests/drafters/test_draft_model_hybrid.py. Why replay (measured) and the
 contract in full: docs/design-notes.md; docs/how-it-works.md, "Hybrid models"."""
 
 from __future__ import annotations

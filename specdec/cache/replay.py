@@ -8,7 +8,7 @@ again on its first ``kept`` rows, reusing what the block computed. Invariant: on
 module has its own class again and mlx-lm's hook is its own; inside, each computes exactly
 what its class does. Scope: ``RecurrentCache`` enters it around a verify block's forward and
 around a rollback's reruns only (after its first block, only the recurrent layers swap).
-Tests: tests/test_replay.py; parity in tests/test_hybrid*.py; why: docs/how-it-works.md.
+Tests: tests/cache/test_replay.py; parity in tests/cache/test_recurrent.py, tests/drafters/test_draft_model_hybrid.py; why: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ mlx-lm's ``make_logits_processors`` takes them; ``validate()`` names a bad field
 min-p, top-k filters, then softmax(x / T)); ``Rng`` is a per-request seeded generator (never
 the global state); ``PositionKeys``/``seeded_tokens`` make the token at output position t a
 function of (seed, t, the distribution there) alone, whatever was drafted before it.
-Tests: tests/test_sampling.py, tests/test_seeded.py. Details: docs/design-notes.md."""
+Tests: tests/core/test_sampling.py, tests/decode/test_step_seeded.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ would give (greedy: the same token; sampling: the same distribution). ``greedy_a
 the longest agreeing prefix plus the target's correction or bonus; ``rejection_sample``
 accepts with min(1, p/q) and resamples the residual (Leviathan et al. 2023);
 ``tree_rejection_sample`` tries a row's children in turn (SpecInfer). Device arrays come
-back for one host sync per step. Tests: tests/test_sampling.py, tests/test_verify_text.py.
+back for one host sync per step. Tests: tests/core/test_sampling.py, tests/core/test_verify.py.
 The rules in full: docs/design-notes.md."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Contract: ``vocab_size(model, tokenizer=None)`` is the number of ids the model scores, from
 ``args.vocab_size``, else the output (or largest embedding) rows, else the tokenizer's
 vocabulary; padding rows count. It raises ``ValueError`` rather than guess.
-Tests: tests/test_vocab.py. Details: docs/design-notes.md."""
+Tests: tests/core/test_vocab.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Invariant: row i's part of the cache holds exactly ``rows[i].context[:-1]`` betw
 its request's own cache layers, of any kind; a second row turns every layer into a
 ``batch_cache.RowsKVCache`` (full-attention only: ``batchable``). Each join and leave copies
 the batch cache once, so finished rows are parked until enough leave together
-(docs/how-it-works.md). Tests: tests/test_batch.py, tests/test_server_batching.py.
+(docs/how-it-works.md). Tests: tests/decode/test_batch.py, tests/server/test_batcher.py.
 """
 
 from __future__ import annotations

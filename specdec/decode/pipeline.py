@@ -4,7 +4,7 @@ does for one stream.
 
 Invariant: the tokens and logprobs are those ``step.verify_step`` gives the same rows; a
 queued step (``Batch.inflight``) has fed its rows one token more than their contexts'
-``[:-1]``. Tests: tests/test_batch.py (pipelined and landed steps), tests/test_gate.py.
+``[:-1]``. Tests: tests/decode/test_batch.py (pipelined and landed steps), tests/drafters/test_gate.py.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 
 Invariant: ``feed`` ends the output at EOS (not emitted), ``max_tokens`` or a stop string,
 even inside an accepted block; a prompt cache afterwards holds exactly prompt + emitted
-tokens, or is emptied after an error. Tests: tests/test_engine_tiny.py,
-tests/test_prompt_cache.py, tests/test_batch.py.
+tokens, or is emptied after an error. Tests: tests/test_engine.py,
+tests/cache/test_prompt_cache.py, tests/decode/test_batch.py.
 """
 
 from __future__ import annotations

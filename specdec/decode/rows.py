@@ -3,7 +3,7 @@
 
 Invariant: ``row.context`` is the prompt plus every emitted token, and the batch cache holds
 ``context[:-1]`` between steps (the last token is the next block's root). Tests:
-tests/test_batch.py, tests/test_step.py, tests/test_tree.py.
+tests/decode/test_batch.py, tests/decode/test_step.py, tests/decode/test_tree_attention.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ plain step of a batch.
 Invariant: a row's emitted tokens are what plain decoding of its context gives (greedy,
 seeded) or are distributed as them (rejection sampling), and its cache afterwards holds
 its context plus the accepted path, nothing else (checked on every cache kind).
-Tests: tests/test_step.py, tests/test_sampling.py, tests/test_seeded.py, tests/test_tree.py.
+Tests: tests/decode/test_step.py, tests/core/test_sampling.py, tests/decode/test_step_seeded.py, tests/decode/test_tree_attention.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ at least one) and slides the window; greedy, or sampled at a temperature with on
 of the request's seeded ``Rng`` per step (entropies unscaled). Invariant: after every
 step the cache equals a causal prefill of prompt + committed. NOT lossless; the lossless
 use of the same forward is ``specdec.drafters.wedlm``. Full algorithm: docs/design-notes.md.
-Tests: tests/test_wedlm.py, tests/test_wedlm_sampling.py.
+Tests: tests/decode/test_wedlm.py, tests/core/test_wedlm.py.
 """
 
 from __future__ import annotations

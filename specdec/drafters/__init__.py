@@ -3,7 +3,7 @@
 ``DraftSpec`` describes a drafter (types, k, n-gram bounds, gate, adaptive k, files);
 ``build_drafter(spec, resources)`` builds a fresh one for a request. Imports of the
 heavier drafters are lazy.
-Tests: tests/test_draft_spec.py.
+Tests: tests/drafters/test_spec.py.
 """
 
 from __future__ import annotations

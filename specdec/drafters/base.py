@@ -6,7 +6,7 @@ step (empty = a plain step); ``observe(num_accepted)`` after each verify of a no
 ``propose_tree(context, k, budget)`` the tree form (default: the linear proposal). Optional:
 ``constrain``/``forced`` (grammars), ``paused``/``watch``/``step_time`` (the cost gate).
 Capabilities are declared attributes, never probed: ``name``, ``branches``, ``draft_cost``.
-Tests: tests/test_step.py, tests/test_tree_drafters.py. The contract in full:
+Tests: tests/decode/test_step.py, tests/drafters/test_trie.py. The contract in full:
 docs/design-notes.md."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Contract: ``ChainDrafter([d1, d2, ...])`` returns the first non-empty ``Proposal
 ``q`` too); ``observe`` goes to the member that proposed; ``stats`` counts each member's
 steps won, drafted and accepted. ``propose_tree`` merges the members' tries, first member
 first (a sampled tree with ``q`` is returned whole), telling each member how many of its own
-tokens were accepted. Tests: tests/test_drafter_wrappers.py, tests/test_tree_drafters.py.
+tokens were accepted. Tests: tests/drafters/test_chain.py, tests/drafters/test_trie.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations

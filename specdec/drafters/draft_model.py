@@ -6,7 +6,7 @@ equal to what it holds (``context + draft[:-1]`` after a proposal); ``propose`` 
 k-step chain on the device with one host sync; ``propose_tree`` (greedy) adds the draft's
 top alternatives at its first depths as leaves, best first; sampling draws with
 per-position keys (``coupled``) and returns ``q``.
-Tests: tests/test_draft_model.py, tests/test_draft_model_tree.py. Details: docs/design-notes.md."""
+Tests: tests/drafters/test_draft_model.py, tests/drafters/test_draft_model_tree.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -167,6 +167,11 @@ class DraftModelDrafter(Drafter):
         self.stats = {"proposals": 0, "drafted": 0, "accepted": 0, "rebuilds": 0, "fed": 0}
 
     # ---- state ---------------------------------------------------------------------------
+    @property
+    def cache(self) -> list | None:
+        """The draft model's per-layer cache (None before ``begin``): read it, do not change it."""
+        return self._cache
+
     @property
     def cached_tokens(self) -> list[int]:
         """The tokens whose keys/values the draft cache holds, in order (a copy)."""

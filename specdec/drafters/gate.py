@@ -6,7 +6,7 @@ miss, a run of misses), the measured verify curve, the drafter's cost and observ
 times; no hand-set threshold. k* = 0 pauses it (plain, pipelined steps) while shadow guesses
 score the drafter; it resumes when a shadow guess comes true and drafting pays. Forced
 grammar tokens are always proposed. Output never changes: a paused step is a plain step.
-Tests: tests/test_gate.py. The pricing in full: docs/design-notes.md."""
+Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Contract: ``NgramModTable(size, n)`` is a fixed-size lossy map hash(n tokens) ->
 hash, ``insert`` records a stretch; writes hold a lock, reads take none and can only yield a
 worse draft. ``NgramModDrafter`` inserts prompts and generated text in chunks and resets the
 table on a streak of poor acceptance. ``save`` is atomic; ``load`` refuses another
-tokenizer's file. Tests: tests/test_ngram_mod.py. Defaults by measurement: docs/design-notes.md."""
+tokenizer's file. Tests: tests/drafters/test_ngram_mod.py. Defaults by measurement: docs/design-notes.md."""
 
 from __future__ import annotations
 

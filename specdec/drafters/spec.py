@@ -5,7 +5,7 @@ the server, the bench and the library all build one. ``DraftResources`` holds wh
 need but a spec only names (loaded by ``specdec.resources``); ``build_drafter`` returns a
 fresh drafter per request, wrapped in the cost gate (default) or adaptive k;
 ``parse_tree_budget`` is the one reader of a tree budget.
-Tests: tests/test_draft_spec.py. Details: docs/design-notes.md.
+Tests: tests/drafters/test_spec.py. Details: docs/design-notes.md.
 
     >>> DraftSpec("ngram, suffix", num_draft_tokens=8).draft_types
     ('ngram', 'suffix')"""

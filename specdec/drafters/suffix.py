@@ -6,7 +6,7 @@ the shared ``SuffixHistory`` (documents never match across boundaries; live wins
 draft ``min(k, max(1, ceil(alpha * m)))`` tokens; continue with the most frequent follower
 (counts capped at ``count_cap``, recency breaks ties). Appending is amortised O(1); the
 history saves and loads atomically, refusing another tokenizer's file.
-Tests: tests/test_suffix.py, tests/test_server_suffix_history.py. Why the cap, costs:
+Tests: tests/drafters/test_suffix.py, tests/drafters/test_suffix_match.py. Why the cap, costs:
 docs/design-notes.md."""
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class SuffixHistory:
         window keeps its latest tokens). Past the window, the oldest requests go down to
         ``LOW_WATER`` of it (the newest always stays) and the automaton is rebuilt: a
         rebuild then comes once per quarter window added, not once per request, so the
-        tokens ever fed to automata stay under 4x those added (``test_suffix``)."""
+        tokens ever fed to automata stay under 4x those added (``tests/drafters/test_suffix.py``)."""
         budget = self.max_tokens
         if budget <= 0 or not doc:
             return

@@ -3,7 +3,7 @@
 Invariant of every tree built here: siblings best first (the first-child path is the
 ``best_path``) and prefix closed (the first ``m`` nodes are the drafter's tree for a budget
 of ``m``). A one-chain tree comes back with ``parents=None`` (linear).
-Tests: tests/test_tree_drafters.py, tests/test_tree_shape.py."""
+Tests: tests/drafters/test_trie.py, tests/policy/test_tree_shape.py."""
 
 from __future__ import annotations
 

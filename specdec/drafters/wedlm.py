@@ -5,7 +5,8 @@ mask row's argmax drafting its position; only the leading run of confident masks
 (``WedlmSettings``' threshold, at least one). The verifier checks them like any drafter's, so
 the output is token for token the AR decoding. Weights are shared with the target; the KV
 cache is the drafter's own, holding exactly the context it has seen (mask slots trimmed
-after every proposal). Full contract: docs/design-notes.md. Tests: tests/test_wedlm.py.
+after every proposal). Full contract: docs/design-notes.md. Tests: tests/decode/test_wedlm.py,
+tests/drafters/test_wedlm.py.
 """
 
 from __future__ import annotations

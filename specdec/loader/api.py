@@ -4,7 +4,7 @@ Contract: ``model`` is a packaged name, a GGUF file or mlx-lm directory, or a Hu
 repo id (else ``ModelLoadError`` listing the forms); the model is always an mlx-lm class
 loaded by ``mlx_lm.utils.load``. ``dtype="auto"``: float32 on CPU, ``"native"`` on GPU
 (low-bit GGUFs re-quantized to 4 bits with embeddings and head at 8); explicit float dtypes
-dequantize and cast. Tests: tests/test_loader.py, tests/test_loader_quant.py.
+dequantize and cast. Tests: tests/loader/test_api.py, tests/loader/test_api_quantize.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ tree. ``node_hits``/``best_cut`` judge every node against the emitted tokens (no
 exploration needed); ``node_slots`` names each node's (depth, rank, only child).
 ``TreeShaper`` keeps per-slot acceptance given the parent (Beta prior) and picks
 N* = argmax (1 + a_0 + ... + a_{N-1}) / ((c(N + 1) + p) / c(1)), pricing branches with the
-tree curve past the leading chain. Tests: tests/test_tree_shape.py.
+tree curve past the leading chain. Tests: tests/policy/test_tree_shape.py.
 Measured slot rates and worked examples: docs/design-notes.md."""
 
 from __future__ import annotations

@@ -4,4 +4,4 @@ Modules (each states its contract): cli, config, app (routes), api, middleware, 
 responses, worker, batcher, memory, metrics, errors, events, reasoning, kv_budget,
 tool_schemas, tool_calls; other wires as adapters onto ``api.chat``: anthropic,
 openai_responses, ollama. Importing this package does not import mlx.
-Tests: tests/test_server_*.py."""
+Tests: tests/server/."""

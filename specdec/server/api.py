@@ -6,7 +6,7 @@ length, speculation options, the queue's 503) and waits for its first event; ``c
 answers OpenAI's wire; ``chat`` is the one event stream (``chat.completion.chunk`` dicts,
 usage last) that the other surfaces (``anthropic``, ``openai_responses``, ``ollama``)
 translate. A client that disconnects, queued or generating, has its job cancelled.
-Tests: tests/test_server_api.py, tests/test_server_surfaces.py.
+Tests: tests/server/test_api.py, tests/server/test_surfaces.py.
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ class Api:
         ``choices[0].text``), the last one carrying ``usage``. Raises
         ``APIError`` for a request refused before its first token, and from the iterator
         for one that fails after; a client gone before its first token raises
-        ``NoTokens``. Tests: tests/test_server_surfaces.py (the conformance table)."""
+        ``NoTokens``. Tests: tests/server/test_surfaces.py (the conformance table)."""
         try:
             run = await self.start(request, body)
         except NoTokens as e:

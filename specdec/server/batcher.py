@@ -6,7 +6,7 @@ prompts together in one forward, else a chunk of the oldest); one batched decode
 prefilled rows, without drafts while prompts wait; send tokens; finish rows at once and park
 their slots until leaving pays. Each job is a ``decode.request.Request``; a job's failure is
 its own error, a failed step fails the running jobs with 500 and the thread keeps serving.
-Tests: tests/test_server_batching.py. Measurements and the contract in full:
+Tests: tests/server/test_batcher.py. Measurements and the contract in full:
 docs/design-notes.md."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Contract: a ``GenRequest`` is one validated generation; a ``Job`` carries it thr
 its events back to its asyncio side in order through ``Job.events``: one ``TokenEvent``
 per generated token, then a ``DoneEvent`` (finish reason, usage, timings) or an
 ``ErrorEvent``. ``Job.emit`` is safe from any thread.
-Tests: tests/test_server_units.py.
+Tests: tests/server/test_events.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Contract: ``Footprint.measure`` finds one row's bytes per token (and recurrent l
 bytes) from mlx-lm's own cache; ``KVBudget.batch_bytes(slots, tokens)`` prices rows padded to
 the longest; reservations count prompt + ``max_tokens``, so an admitted batch never outgrows
 the budget (the batcher holds back, the API refuses what never fits); ``default_budget()`` is
-``DEFAULT_SHARE`` of memory. Tests: tests/test_server_kv_budget.py. Details:
+``DEFAULT_SHARE`` of memory. Tests: tests/server/test_kv_budget.py. Details:
 docs/design-notes.md."""
 
 from __future__ import annotations

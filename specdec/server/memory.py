@@ -4,7 +4,7 @@ Contract: ``SharedMemory.open`` loads both files or starts empty when missing (a
 file is an error, never silently replaced); ``commit(tokens)`` adds a finished request,
 called only by the inference thread; ``save()`` writes what changed, each file staged,
 fsynced and ``os.replace``d, so a kill leaves the old or the new file, never a torn one.
-Test hook: ``SPECDEC_SERVE_SAVE_PAUSE_S``. Tests: tests/test_server_memory.py.
+Test hook: ``SPECDEC_SERVE_SAVE_PAUSE_S``. Tests: tests/server/test_memory.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ object (``ollama_stream``). Omitted options keep the server's defaults (greedy u
 ``--temp``), not Ollama's temperature 0.8. Accepted and ignored: ``keep_alive``, load-time
 options (``num_ctx``, ``num_gpu``, ``num_thread``...), ``num_keep``, ``repeat_last_n``,
 ``typical_p``, ``tfs_z``, ``mirostat*``, ``penalize_newline``, a message's ``thinking``.
-Tests: tests/test_server_ollama.py.
+Tests: tests/server/test_ollama.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Contract: ``POST /v1/responses`` turns the request into one chat request
 events (``openai_responses_events.Folder``), and keeps the answer in a bounded
 ``ResponseStore`` (``store``, default true) behind ``previous_response_id``, GET and DELETE.
 Accepted and ignored: include, prompt_cache_key, user, service_tier, truncation, metadata
-(echoed), background, top_logprobs, unknown fields. Tests: tests/test_server_responses.py.
+(echoed), background, top_logprobs, unknown fields. Tests: tests/server/test_openai_responses.py.
 """
 
 from __future__ import annotations

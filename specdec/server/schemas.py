@@ -6,7 +6,7 @@ names, types and ranges, plus ``speculative``, ``top_k``, ``min_p``, ``repetitio
 parameters are errors; unimplemented ones only at their neutral value; parameters that
 change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``merge_speculative``
 applies ``speculative`` to the server's ``DraftSpec``. Tokenizer checks come later (``api.Api``).
-Tests: tests/test_server_params_units.py, tests/test_server_fuzz.py. Details:
+Tests: tests/server/test_app.py, tests/server/test_schemas.py. Details:
 docs/design-notes.md."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Contract: ``ToolSupport.of`` (does the template render tools; which call format)
 ``plan_tools(body, support)`` -> ``ToolPlan`` or None (``auto``, ``none``, ``required`` and a
 named function, forced through a JSON-schema grammar); ``ToolResponder`` renders
 ``message.tool_calls`` and streams each call once complete, tag text never in ``content``.
-Tests: tests/test_server_tools.py. Details: docs/design-notes.md."""
+Tests: tests/server/test_tool_calls.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Jobs run one at a time through ``decode.wedlm.step_stream``, the decoder that ``
 generate --decoder wedlm`` runs: no second generation path, nothing batched with
 speculative rows. ``check(req)`` is the 400 for what the decoder cannot do (top-p/k,
 penalties, logprobs, response_format); temperature and seed are the decoder's own.
-Tests: tests/test_wedlm_serve.py, tests/test_wedlm_runner.py.
+Tests: tests/server/test_wedlm_serve.py, tests/server/test_wedlm_runner.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ missing cost curve is calibrated in idle moments); only that thread runs the mod
 changes the memory. ``submit`` raises ``APIError(503)`` past ``queue_size``; each job gets
 its events in order, ending in ``DoneEvent`` or ``ErrorEvent``; ``cancel`` frees its place
 at once. Hybrids speculate one request at a time; a lost rank fails jobs with 503.
-Tests: tests/test_server_units.py, tests/test_server_limits.py, tests/test_hybrid_serve.py.
+Tests: tests/server/test_events.py, tests/server/test_limits.py, tests/server/test_worker.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class InferenceWorker:
         if cfg.decoder == "wedlm":  # WeDLM's lossy decoder serves every request
             self._setup_wedlm()
             return
-        self.plain_only = self._cannot_speculate()
+        self.plain_only = self.cannot_speculate()
         self._setup_batching()
 
     def _setup_wedlm(self) -> None:
@@ -186,7 +186,7 @@ class InferenceWorker:
         self.batcher = WedlmRunner(self, self.cfg.run_config().wedlm_settings(mask))
         log.info("serving with --decoder wedlm: WeDLM's parallel window decoder, NOT lossless")
 
-    def _cannot_speculate(self) -> str | None:
+    def cannot_speculate(self) -> str | None:
         """Why no request can speculate on this model (None: they can); such a model
         serves plain decoding, said once at startup, rather than failing every request."""
 

@@ -1,0 +1,173 @@
+"""The bench's peers on real models: each is lossless against its own baseline, and the
+mlx-lm peer's plain decoding is exactly ours (same weights, same kernels)."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import INSTALL_PEERS, requires
+
+from specdec.bench import peers as peers_module
+from specdec.bench.peer_process import PeerProcess
+from specdec.bench.peers import (PEERS, NativeSpec, PeerCrashed, PeerRun, PeerUnavailable,
+                                  make_peer)
+
+CRASHING = str(Path(__file__).resolve().parents[1] / "crashing_peer.py")
+
+MODEL = "smollm2-135m"
+MAX_TOKENS = 32
+
+
+_PEERS: dict[tuple, object] = {}  # (name, model, draft) -> peer
+# what each peer imports; a test of a peer whose packages are missing skips (requires)
+NEEDS = {"hf-transformers": requires("torch", "accelerate", pip=INSTALL_PEERS),
+         "llama.cpp": requires("llama-cpp-python", pip=INSTALL_PEERS)}
+
+
+def peer(name: str, model: str = MODEL, draft: str | None = None):
+    # One load per (peer, model) for the whole module.
+    key = (name, model, draft)
+    if key not in _PEERS:
+        _PEERS[key] = make_peer(name, model, draft)
+    return _PEERS[key]
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(smollm):
+    from specdec.prompts import parity_prompts
+    from specdec.core.text import encode_prompt
+
+    _, tokenizer = smollm
+    return encode_prompt(tokenizer, parity_prompts()["code_textwrap_doc"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_peers():
+    yield
+    for p in _PEERS.values():
+        p.close()  # now, not in __del__ at interpreter exit (llama.cpp fails there)
+    _PEERS.clear()  # and let their models go: later test modules load their own
+
+
+def _check_run(run: PeerRun, max_tokens: int) -> None:
+    assert 0 < len(run.tokens) <= max_tokens
+    assert all(isinstance(t, int) for t in run.tokens)
+    assert run.prefill_s > 0
+    assert run.decode_s > 0 if len(run.tokens) > 1 else run.decode_s >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NEEDS[n]) for n in ["hf-transformers", "llama.cpp"]])
+def test_prompt_lookup_peer_is_lossless_against_itself(name, prompt_ids):
+    p = peer(name)
+    base = p.baseline(prompt_ids, MAX_TOKENS)
+    spec = p.speculative(prompt_ids, MAX_TOKENS, 4)
+    _check_run(base, MAX_TOKENS)
+    _check_run(spec, MAX_TOKENS)
+    assert spec.tokens == base.tokens
+    # A second run (its own prompt evaluation) agrees.
+    assert p.baseline(prompt_ids, MAX_TOKENS).tokens == base.tokens
+
+
+@pytest.mark.slow
+@NEEDS["llama.cpp"]
+def test_llama_cpp_prompt_lookup_past_its_batch_size(prompt_ids):
+    # llama-cpp-python sizes its logits buffer by n_batch (512) unless logits_all=True is
+    # passed explicitly; a longer sequence then failed with a broadcast error.
+    p = peer("llama.cpp")
+    long_ids = prompt_ids + prompt_ids[1:]
+    assert len(long_ids) > 512
+    assert p.speculative(long_ids, 8, 4).tokens == p.baseline(long_ids, 8).tokens
+
+
+@pytest.mark.slow
+def test_mlx_lm_plain_equals_ours(smollm, prompt_ids):
+    import specdec
+
+    p = peer("mlx-lm")
+    base = p.baseline(prompt_ids, MAX_TOKENS)
+    _check_run(base, MAX_TOKENS)
+    model, tokenizer = smollm
+    ours = specdec.generate(model, tokenizer, prompt_ids, drafter=None, max_tokens=MAX_TOKENS)
+    assert base.tokens == ours.tokens
+
+
+def test_mlx_lm_without_draft_model_has_no_speculation(prompt_ids):
+    p = peer("mlx-lm")
+    with pytest.raises(PeerUnavailable, match="no n-gram drafter; give a draft model"):
+        p.speculative(prompt_ids, 4, 4)
+
+
+def test_bad_arguments_are_refused(prompt_ids):
+    p = peer("mlx-lm")
+    with pytest.raises(ValueError, match="empty"):
+        p.baseline([], 4)
+    with pytest.raises(ValueError, match="max_tokens"):
+        p.baseline(prompt_ids, 0)
+    with pytest.raises(ValueError, match="k "):
+        p.speculative(prompt_ids, 4, 0)
+
+
+def test_unknown_peer_lists_the_peers():
+    with pytest.raises(ValueError) as e:
+        make_peer("vllm", MODEL)
+    for name in PEERS:
+        assert name in str(e.value)
+
+
+def test_hf_without_torch_names_the_pip_command(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # Python's own "cannot be imported" marker
+    with pytest.raises(PeerUnavailable, match=r"pip install torch==2\.13\.0"):
+        make_peer("hf-transformers", MODEL)
+
+
+def test_decode_rate_definition():
+    assert PeerRun([1, 2, 3], prefill_s=0.1, decode_s=0.5).decode_tokens_per_s == 4.0
+    assert math.isnan(PeerRun([1], prefill_s=0.1, decode_s=0.0).decode_tokens_per_s)
+
+
+# --- a native peer that crashes: its failure alone --------------------------------------
+
+@pytest.mark.parametrize("how, signame", [("SIGILL", "SIGILL (illegal instruction)"),
+                                          ("abort", "SIGABRT (aborted)"),
+                                          ("SIGSEGV", "SIGSEGV (segmentation fault)")])
+def test_a_peer_killed_by_a_signal_is_that_peers_failure(how, signame):
+    p = PeerProcess("llama.cpp", CRASHING, "Crashing", ["unused.gguf", how], hint="rebuild it")
+    with pytest.raises(PeerCrashed, match="^" + re.escape(f"llama.cpp crashed: {signame} — rebuild it") + "$"):
+        p.call("baseline", prompt_ids=[1, 2], max_tokens=4)
+    # dead stays dead, saying so, and is not started again
+    with pytest.raises(PeerCrashed, match="earlier; not run again"):
+        p.call("speculative", prompt_ids=[1, 2], max_tokens=4, k=2)
+    p.close()
+
+
+def test_a_peer_that_crashes_while_loading_is_reported_by_make_peer(monkeypatch):
+    crashing = NativeSpec(CRASHING, "Crashing", (), "", "rebuild it")
+    monkeypatch.setitem(peers_module.NATIVE, "llama.cpp", crashing)
+    monkeypatch.setattr(peers_module, "LLAMA_CPP_N_CTX", "SIGILL at load")
+    with pytest.raises(PeerCrashed, match="^llama.cpp crashed: SIGILL .* — rebuild it$"):
+        make_peer("llama.cpp", MODEL)
+
+
+@pytest.mark.slow
+def test_the_bench_reports_a_crashed_peer_and_goes_on(monkeypatch):
+    """``specdec bench --peers llama.cpp`` on a host where llama.cpp dies of SIGILL: the
+    report says so for llama.cpp, and our runs are all there (the bench went on)."""
+    from bench.test_runner import _small_plan
+
+    from specdec.bench.runner import run_plan
+
+    crashing = NativeSpec(CRASHING, "Crashing", (), "", "rebuild it")
+    monkeypatch.setitem(peers_module.NATIVE, "llama.cpp", crashing)
+    plan = _small_plan(peers=("llama.cpp",))
+    plan.workloads = plan.workloads[:1]
+    result = run_plan(plan)
+    notes = result.peer_notes
+    assert notes["llama.cpp: plain"] == "failed: llama.cpp crashed: SIGILL (illegal instruction) — rebuild it"
+    assert all("llama.cpp" not in r.source for r in result.records)
+    assert result.records and {r.source for r in result.records} == {"specdec"}
+    assert len({r.config for r in result.records}) == 2  # plain and the ngram config

@@ -1,0 +1,46 @@
+"""policy.pricing: the running average, size classes, and a batch block's learnt price."""
+
+import pytest
+
+from specdec.policy.pricing import EMA_WEIGHT, BlockPrice, ema, size_class
+
+
+def test_ema_starts_at_the_first_observation_and_moves_by_its_weight():
+    assert ema(None, 3.0) == 3.0
+    assert ema(1.0, 2.0) == pytest.approx(1.0 + EMA_WEIGHT)
+    assert ema(1.0, 2.0, weight=1.0) == 2.0
+
+
+def test_size_classes_double():
+    assert [size_class(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 2, 3, 3, 4, 4]
+
+
+def test_no_curve_or_a_lone_row_drafts_as_alone():
+    assert BlockPrice().block([3, 1], [0.9, 0.9]) == 4
+    assert BlockPrice(lambda n: 1.0).block([5], [0.1]) == 6
+    assert not BlockPrice().hopeless(4, 3) and not BlockPrice(lambda n: 1.0).hopeless(1, 0)
+
+
+def test_observed_steps_scale_the_price_from_their_length_up():
+    price = BlockPrice(lambda n: 0.01 * n)
+    price.observe(4, 2, 0.16)  # twice what the curve says for 4 x 2 tokens
+    assert price.cost(4)(4 * 2) == pytest.approx(0.16)
+    assert price.cost(4)(4 * 5) == pytest.approx(0.01 * 20 * 2)  # nearest L <= 5 is 2
+    assert price.cost(4)(4 * 1) == pytest.approx(0.04)  # shorter than any observed: as said
+    assert price.cost(16)(16 * 2) == pytest.approx(0.32)  # another size class learnt nothing
+    price.reprice(lambda n: 0.02 * n)
+    assert price.ratio == {} and price.cost(4)(8) == pytest.approx(0.16)
+
+
+def test_a_price_that_does_not_learn_keeps_the_curve():
+    price = BlockPrice(lambda n: 0.01 * n, learn=False)
+    price.observe(4, 2, 1.0)
+    assert price.ratio == {}
+
+
+def test_a_flat_curve_drafts_and_a_steep_one_is_hopeless():
+    flat = BlockPrice(lambda n: 1.0)  # verifying more tokens costs nothing more
+    assert flat.block([4, 4], [0.9, 0.9]) > 1 and not flat.hopeless(2, 4)
+    steep = BlockPrice(lambda n: float(n) ** 2)  # every extra token costs more than it gives
+    assert steep.block([4, 4], [0.9, 0.9]) == 1 and steep.hopeless(2, 4)
+    assert flat.hopeless(2, 0)  # nothing to draft: no block can pay
