@@ -202,12 +202,23 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
     return out
 
 
+def _cost_curve(plan: BenchPlan, model: Any, tok: Any, cases: list) -> dict[int, float]:
+    """The verify cost curve at the workloads' context, L = 1 .. the largest k + 1; the
+    long blocks (most of its time) only when a config drafts token trees."""
+    from ..measure import verify_cost_curve
+
+    k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
+    context = max(len(c.encode(tok)) for c, _ in cases)
+    trees = TREE_LENGTHS if any(c.tree_budget for c in plan.configs) else ()
+    return verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=trees)
+
+
 def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
              target: tuple[Any, Any] | None = None) -> BenchResult:
     """Run ``plan``; ``target`` is the (model, tokenizer) to measure when the caller
     loaded it (rank 0's ``LeaderModel`` under ``--distributed``), else it is loaded here."""
     from ..loader import load
-    from ..measure import draft_cost_for, verify_cost_curve
+    from ..measure import draft_cost_for
 
     if plan.runs < 1:
         raise ValueError("--runs must be >= 1")
@@ -218,10 +229,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
             raise ValueError("a 'model' config needs --draft-model")
         draft = load(plan.draft_model, dtype=plan.dtype)
     cases, skipped = _cases(plan, tok)
-    k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
-    context = max(len(c.encode(tok)) for c, _ in cases)
-    trees = TREE_LENGTHS if any(c.tree_budget for c in plan.configs) else ()  # most of its time
-    cost = verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=trees)
+    cost = _cost_curve(plan, model, tok, cases)
     loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
     peers, notes = _load_peers(plan, loaded)
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes | skipped)
