@@ -21,7 +21,7 @@ from ..core.sampling import Rng, SamplingParams
 from .batch import Batch, RowFailed
 from .pipeline import land, pipelined_step, pipelines
 from .plain import plain_steps
-from .rows import NOTHING, Drafted, Row, observe, propose
+from .rows import NOTHING, Drafted, Row, observe_row, propose
 from .step import SeededSampler, Step, Verify, verify_step
 
 
@@ -57,9 +57,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
         batch.price.observe(len(rows), L, time.perf_counter() - t0)
         if len(rows) == 1:
             rows[0].drafter.step_time(L, time.perf_counter() - t_start)
-        for r, d, s in zip(rows, drafted, steps):
-            observe(r, d, s)
-        return steps
+        return [observe_row(rows, i, lambda d=d: d, s) for i, (d, s) in enumerate(zip(drafted, steps))]
 
 
 def _propose(batch: Batch, i: int) -> Drafted:

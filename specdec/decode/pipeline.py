@@ -18,7 +18,7 @@ from ..cache.batch_cache import RowsKVCache
 from ..cache.recurrent import RecurrentCache
 from ..core.proposal import EMPTY
 from .batch import Batch, InFlight
-from .rows import NOTHING, Drafted, draft_for_step, drafting, last_tokens, observe, plain_row
+from .rows import NOTHING, Drafted, draft_for_step, drafting, last_tokens, observe_row, plain_row
 from .step import Step, Verify, land_plain_step, queue_plain_step
 
 
@@ -65,10 +65,11 @@ def land(batch: Batch, cur: InFlight) -> list[Step]:
     rows = batch.rows[: cur.covers]
     steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
     hopeless = batch.price.hopeless(len(rows), max((r.k for r in rows if r.speculative), default=0))
-    for r, s in zip(rows, steps):
+    for i, (r, s) in enumerate(zip(rows, steps)):
         paused = r.speculative and r.drafter.paused
         asks = r.speculative and not paused and not hopeless
-        observe(r, Drafted(draft_for_step(r.drafter, r.context, r.depth), EMPTY) if asks else NOTHING, s)
-        if paused:
+        steps[i] = observe_row(rows, i, lambda r=r: Drafted(draft_for_step(r.drafter, r.context, r.depth), EMPTY)
+                               if asks else NOTHING, s)
+        if paused and steps[i].error is None:
             r.drafter.watch(r.context)
     return steps

@@ -8,8 +8,8 @@ tests/decode/test_batch.py, tests/decode/test_step.py, tests/decode/test_tree_at
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, NamedTuple, Sequence
 
 import mlx.core as mx
 
@@ -105,6 +105,19 @@ def propose(row: Row, alone: bool) -> Drafted:
         # draft distributions on a tree: its best branch is verified (exact, linear)
         verifies = first_branch(verifies)
     return Drafted(full, verifies)
+
+
+def observe_row(rows: Sequence[Row], i: int, drafted: Callable[[], Drafted], step: Step) -> Step:
+    """``observe`` for row i of a batch, ``drafted`` made first (a pipelined step drafts
+    after it lands). A failure beside other rows is that row's: it comes back on its Step
+    (``Step.error``) and the other rows still observe theirs; a lone row's is raised."""
+    try:
+        observe(rows[i], drafted(), step)
+        return step
+    except Exception as e:
+        if len(rows) == 1:
+            raise
+        return replace(step, error=e)
 
 
 def observe(row: Row, drafted: Drafted, step: Step) -> None:

@@ -41,6 +41,9 @@ class Step:
     margins: list[float] | None = None
     top: list[list[tuple[int, float]]] | None = None  # per emitted token, when asked
     depth: int | None = None  # a tree's depth (None: a linear draft, depth = drafted)
+    # set when this row failed after its tokens were computed (its drafter's next proposal,
+    # its processors' update): that row's request ends with it, the batch steps on
+    error: BaseException | None = None
 
 
 # ---- samplers: how a row's block of logits becomes emitted tokens ------------------------

@@ -42,7 +42,8 @@ def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> 
     metrics.watch(lambda: len(worker.queue), lambda: worker.busy, lambda: worker.kv_reserved,
                   lambda: worker.kv.budget if worker.kv is not None else 0)
     _routes(app, api, cfg, worker, metrics)
-    return wrap(app, metrics, cfg.keys(), cfg.max_body_bytes, cfg.host_allowlist())
+    return wrap(app, metrics, cfg.keys(), cfg.max_body_bytes, cfg.host_allowlist(),
+                cfg.max_in_flight())
 
 
 def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,

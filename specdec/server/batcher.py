@@ -279,6 +279,8 @@ class Batcher:
         a = self.decoding[i]
         if a is None:  # parked: its request has its answer
             return False
+        if step.error is not None:  # that row failed after its step: its request's error
+            raise step.error
         for e in a.req.feed(step):
             now = time.perf_counter()
             self.worker.metrics.on_token(a.last is None, now - (a.job.submitted if a.last is None else a.last))

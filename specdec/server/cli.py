@@ -117,12 +117,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         # graceful-shutdown timeout: open streams are cancelled (their jobs with them)
         # instead of holding shutdown, and the memory save, for minutes
-        # connections past the queue, the batch and room for probes get uvicorn's 503
-        # before any of our work; idle keep-alive connections close after 5 s
+        # requests past the queue, the batch and room for probes get our 503 + Retry-After
+        # (middleware.LimitInFlight); uvicorn's limit counts connections and, once reached,
+        # refuses every request with a bare 503: only a backstop against open sockets
+        # idle keep-alive connections close after 5 s
         config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
                                 timeout_graceful_shutdown=cfg.drain_timeout + 5,
                                 access_log=False, timeout_keep_alive=5,
-                                limit_concurrency=cfg.queue_size + (cfg.max_batch or 32) + 64)
+                                limit_concurrency=cfg.max_in_flight() + 1024)
         _serve_draining(config, worker, cfg.drain_timeout)
     finally:
         # idempotent; also covers a uvicorn that failed to bind (a hung thread: do not wait)

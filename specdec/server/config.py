@@ -75,6 +75,10 @@ class ServerConfig:
             return (*LOOPBACK_HOSTS, self.host, *self.allowed_hosts)
         return self.allowed_hosts or None
 
+    def max_in_flight(self) -> int:
+        """Requests inside the app at once: the queue, the batch and room for probes."""
+        return self.queue_size + (self.max_batch or 32) + 64
+
     def keys(self) -> tuple[str, ...]:
         """Every API key (none: the API is open). With more than one, each key is a tenant:
         its own prefix-cache entries and drafting memory, nothing read across keys."""

@@ -1,5 +1,6 @@
 """ASGI middleware around the FastAPI app, outermost first: ``AccessLog`` (one line per
 request, with the error's reason), ``CountRequests`` (every status in the metrics),
+``LimitInFlight`` (503 + Retry-After past the in-flight cap, before any work),
 ``AllowHosts`` (400 for a foreign Host: no DNS rebinding), ``RequireKey`` (401 without the
 Bearer or ``x-api-key`` key; /health open), ``LimitBody`` (413 past the limit, announced or
 chunked).
@@ -240,12 +241,38 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+class LimitInFlight:
+    """At most ``limit`` requests in the app at once; the next get the queue's own 503
+    with Retry-After. uvicorn's ``limit_concurrency`` alone counts connections and refuses
+    every request, even the first, while a burst holds more sockets than the limit, with
+    a bare text 503 and no Retry-After (a 1000-request burst got nothing but that)."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app, self.limit, self.in_flight = app, limit, 0
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] == "/health":  # probes always answered
+            return await self.app(scope, receive, send)
+        if self.in_flight >= self.limit:
+            err = APIError(503, f"{self.limit} requests are in flight, this server's limit "
+                           "(--queue-size + --max-batch + 64); retry later", code="queue_full",
+                           headers={"Retry-After": "1"})
+            return await refuse(err, scope, receive, send)
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
 def wrap(app: ASGIApp, metrics: Metrics, api_keys: tuple[str, ...], max_body_bytes: int,
-         hosts: tuple[str, ...] | None = None) -> ASGIApp:
+         hosts: tuple[str, ...] | None = None, max_in_flight: int | None = None) -> ASGIApp:
     """The stack; ``hosts`` None: any Host header (a server bound to a public address)."""
     inner = LimitBody(app, max_body_bytes)
     if api_keys:
         inner = RequireKey(inner, api_keys)
     if hosts is not None:
         inner = AllowHosts(inner, hosts)
+    if max_in_flight is not None:
+        inner = LimitInFlight(inner, max_in_flight)
     return AccessLog(CountRequests(inner, metrics))

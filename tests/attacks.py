@@ -1,0 +1,303 @@
+"""The attacks of issue #34 item 7 on a real ``specdec serve``, parametrised by size: the
+suite runs them small (tests/server/test_attacks.py), scripts/serve_attacks.py at full
+size with figures. Each returns a plain dict of what it measured; the callers assert."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import socket
+import time
+
+import httpx
+from serverproc import MODEL, Server, wait_for
+
+SHORT = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}],
+         "max_tokens": 4}
+
+
+def rss_kib(pid: int) -> dict[str, int]:
+    """Resident memory now and its peak (VmRSS, VmHWM) from /proc, in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    return {k: int(fields[k].split()[0]) for k in ("VmRSS", "VmHWM")}
+
+
+def idle(server: Server) -> bool:
+    h = server.health()
+    return h["queue_depth"] == 0 and not h["running"]
+
+
+def alive(server: Server) -> bool:
+    """The process runs, /health is ok and it answers a short chat request."""
+    if server.proc.poll() is not None:
+        return False
+    r = server.http(timeout=600).post("/v1/chat/completions", json=SHORT)
+    return r.status_code == 200 and server.health()["status"] == "ok"
+
+
+def fuzz(server: Server, examples: int) -> dict:
+    """schemathesis generates requests for every operation of the server's OpenAPI schema
+    (valid and invalid); counts the statuses per operation. No 5xx is the pass."""
+    import schemathesis
+
+    schema = schemathesis.openapi.from_url(server.base + "/openapi.json", headers=server.headers())
+    statuses: dict[str, collections.Counter] = {}
+    five_xx: list[str] = []
+    with httpx.Client(base_url=server.base, headers=server.headers(), timeout=600) as http:
+        for result in schema.get_all_operations():
+            op = result.ok()
+
+            _fuzz_operation(http, server, op, examples, statuses.setdefault(op.label, collections.Counter()),
+                            five_xx)
+    return {"operations": len(statuses), "requests": sum(sum(c.values()) for c in statuses.values()),
+            "statuses": {k: dict(sorted(c.items())) for k, c in sorted(statuses.items())},
+            "five_xx": len(five_xx), "five_xx_examples": five_xx[:5], "alive": alive(server)}
+
+
+def _fuzz_operation(http: httpx.Client, server: Server, op, examples: int,
+                    seen: collections.Counter, five_xx: list[str]) -> None:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=_strategy(op), served=st.booleans())
+    def one(case, served):
+        case, free = case
+        if served and isinstance(case.body, dict) and "model" in case.body:
+            case.body["model"] = MODEL  # past the unknown-model check, into the handlers
+        kw = case.as_transport_kwargs(base_url=server.base)
+        if free is not None:
+            kw["json"] = free
+            kw["headers"] = {**(kw.get("headers") or {}), "Content-Type": "application/json"}
+        r = http.request(kw["method"], kw["url"], params=kw.get("params"),
+                         headers={**(kw.get("headers") or {}), **server.headers()}, content=_body(kw))
+        seen[r.status_code] += 1
+        if r.status_code >= 500:
+            five_xx.append(f"{op.label} {r.status_code} {_body(kw)[:300]!r} {r.text[:300]}")
+
+    one()
+
+
+# the surfaces whose handlers read the raw JSON (no body schema for schemathesis to
+# follow): a served request of each, whose fields the fuzzer then replaces or adds to
+MESSAGES = [{"role": "user", "content": "hi"}]
+FREE_BODIES = {
+    "POST /api/chat": {"model": MODEL, "messages": MESSAGES, "stream": False},
+    "POST /api/generate": {"model": MODEL, "prompt": "hi", "stream": False},
+    "POST /api/show": {"model": MODEL},
+    "POST /v1/messages": {"model": MODEL, "max_tokens": 2, "messages": MESSAGES},
+    "POST /v1/messages/count_tokens": {"model": MODEL, "messages": MESSAGES},
+    "POST /v1/responses": {"model": MODEL, "input": "hi", "max_output_tokens": 2},
+}
+FREE_FIELDS = ("stream", "options", "format", "tools", "tool_choice", "system", "think",
+               "raw", "template", "images", "keep_alive", "stop_sequences", "temperature",
+               "top_p", "top_k", "metadata", "instructions", "text", "reasoning", "store",
+               "previous_response_id", "thinking", "output_config", "suffix", "context")
+
+
+def _free_body(label: str):
+    from hypothesis import strategies as st
+
+    values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+        max_leaves=8)
+    base = FREE_BODIES[label]
+    keys = st.sampled_from(sorted(set(base) | set(FREE_FIELDS)))
+    return st.dictionaries(keys, values, max_size=3).map(lambda extra: {**base, **extra})
+
+
+def _strategy(op):
+    """Valid requests and, where the schema can be negated, invalid ones."""
+    from hypothesis import strategies as st
+    from schemathesis.generation import GenerationMode
+
+    if op.label in FREE_BODIES:
+        return st.tuples(op.as_strategy(), _free_body(op.label))
+    strategies = [op.as_strategy(generation_mode=GenerationMode.POSITIVE)]
+    try:
+        strategies.append(op.as_strategy(generation_mode=GenerationMode.NEGATIVE))
+    except Exception:  # noqa: BLE001 (nothing in this operation's schema to negate)
+        pass
+    return st.tuples(st.one_of(strategies), st.none())
+
+
+def _body(kw: dict) -> bytes:
+    if kw.get("json") is not None:
+        return json.dumps(kw["json"]).encode()
+    data = kw.get("data") or kw.get("content") or b""
+    return data.encode() if isinstance(data, str) else data
+
+
+async def _flood(base: str, headers: dict, bodies: list[dict], path: str) -> list[tuple[int, str | None]]:
+    limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=3600) as c:
+        async def one(body):
+            try:
+                r = await c.post(path, json=body)
+                return r.status_code, r.headers.get("retry-after")
+            except httpx.TransportError as e:
+                return -1, type(e).__name__
+        return await asyncio.gather(*(one(b) for b in bodies))
+
+
+def concurrent(server: Server, n: int) -> dict:
+    """n chat requests at once: each is answered 200 or 503 with Retry-After; nothing dies."""
+    t0 = time.monotonic()
+    out = asyncio.run(_flood(server.base, server.headers(), [SHORT] * n, "/v1/chat/completions"))
+    wall = time.monotonic() - t0
+    counts = collections.Counter(s for s, _ in out)
+    no_retry = sum(1 for s, ra in out if s == 503 and not (ra and ra.isdigit() and int(ra) >= 1))
+    wait_for(lambda: idle(server), timeout=600, what="the queue to drain")
+    return {"requests": n, "statuses": dict(sorted(counts.items())), "ok": counts[200],
+            "503": counts[503], "503_without_retry_after": no_retry,
+            "other": n - counts[200] - counts[503], "wall_s": round(wall, 1),
+            "alive": alive(server)}
+
+
+def long_prompt(words: int) -> str:
+    return " ".join(f"item{i % 997}" for i in range(words))
+
+
+def flood(server: Server, n_long: int, long_words: int, n_short: int) -> dict:
+    """n_long near-context prompts sent together with n_short short questions; the server's
+    peak resident memory (VmHWM) against its resident memory before the flood plus the
+    KV budget; every short request answered."""
+    pid = server.proc.pid
+    before = rss_kib(pid)
+    budget = server.health()["kv"]["budget_bytes"]
+    longs = [{"model": MODEL, "max_tokens": 8, "messages": [
+        {"role": "user", "content": f"{i}: " + long_prompt(long_words)}]} for i in range(n_long)]
+    shorts = [{**SHORT, "messages": [{"role": "user", "content": f"Name colour number {i}."}]}
+              for i in range(n_short)]
+    t0 = time.monotonic()
+    out = asyncio.run(_flood(server.base, server.headers(), longs + shorts, "/v1/chat/completions"))
+    wall = time.monotonic() - t0
+    after = rss_kib(pid)
+    peak = after["VmHWM"] * 1024
+    return {"long": n_long, "long_words": long_words, "short": n_short,
+            "long_statuses": dict(collections.Counter(s for s, _ in out[:n_long])),
+            "short_statuses": dict(collections.Counter(s for s, _ in out[n_long:])),
+            "budget_bytes": budget, "rss_before_bytes": before["VmRSS"] * 1024,
+            "peak_rss_bytes": peak, "peak_over_before_bytes": peak - before["VmRSS"] * 1024,
+            "within": peak <= before["VmRSS"] * 1024 + budget, "wall_s": round(wall, 1),
+            "alive": alive(server)}
+
+
+def _slow_socket(port: int, body: bytes) -> socket.socket:
+    """A slowloris: headers and half of the body sent, the rest never."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+              + b"Content-Type: application/json\r\n"
+              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body[: len(body) // 2])
+    return s
+
+
+def _stopped_reader(port: int, body: bytes) -> socket.socket:
+    """A streamed request whose client never reads (a small receive buffer fills fast)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+              + b"Content-Type: application/json\r\n"
+              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    return s
+
+
+def slowloris(server: Server, n_slow: int, n_readers: int, reader_tokens: int) -> dict:
+    """n_slow sockets that never finish their body and n_readers streams nobody reads:
+    while they hang, a short request is still answered (or refused with 503); once the
+    body-read timeout has passed and the readers' generations ended, the queue and the
+    batch are empty and resident memory is back near where it was."""
+    before = rss_kib(server.proc.pid)["VmRSS"]
+    body = json.dumps(SHORT).encode()
+    reader = json.dumps({**SHORT, "stream": True, "max_tokens": reader_tokens, "logprobs": True,
+                         "top_logprobs": 20, "speculative": {"draft_type": "none"}}).encode()
+    t0 = time.monotonic()
+    slow = [_slow_socket(server.port, body) for _ in range(n_slow)]
+    readers = [_stopped_reader(server.port, reader) for _ in range(n_readers)]
+    during = server.http(timeout=600).post("/v1/chat/completions", json=SHORT).status_code
+    wait_for(lambda: idle(server), timeout=1800, what="the slots to return")
+    freed_s = time.monotonic() - t0
+    answered = collections.Counter(_read_status(s) for s in slow)
+    for s in slow + readers:
+        s.close()
+    wait_for(lambda: idle(server), timeout=60, what="the slots to return")
+    after = rss_kib(server.proc.pid)["VmRSS"]
+    return {"slow_sockets": n_slow, "stopped_readers": n_readers, "reader_max_tokens": reader_tokens,
+            "short_request_during": during, "slow_statuses": {str(k): v for k, v in answered.items()},
+            "slots_free_after_s": round(freed_s, 1), "rss_before_bytes": before * 1024,
+            "rss_after_bytes": after * 1024, "alive": alive(server)}
+
+
+# -- one row raising mid-batch, in process (the loop the server's batcher runs) -----------------------------------------------
+
+
+def row_raises(loaded, rows: int, max_tokens: int) -> dict:
+    """``rows`` requests batched; row 1's drafter raises on its third proposal. The batch
+    loop the server runs (``decode.loop.step``) hands that row its ``RowFailed``; every
+    other row's tokens must equal its solo run's."""
+    from specdec.decode import loop
+    from specdec.decode.batch import Batch, RowFailed
+    from specdec.decode.request import Request
+    from specdec.drafters import NgramDrafter
+    from specdec.engine import token_stream
+    from specdec.prompts import short_questions
+
+    class Faulty(NgramDrafter):
+        calls = 0
+
+        def propose(self, context, k):
+            self.calls += 1
+            if self.calls == 3:
+                raise KeyError("drafter bug")
+            return super().propose(context, k)
+
+    model, tok = loaded
+    prompts = [tok.encode(q) for q in short_questions()[:rows]]
+    reqs = []
+    for i, p in enumerate(prompts):
+        req = Request(model, p, drafter=Faulty(1, 3) if i == 1 else NgramDrafter(1, 3),
+                      max_tokens=max_tokens, num_draft_tokens=4)
+        req.start()
+        req.prefill()
+        reqs.append(req)
+    batch = Batch(model, lambda n: 1.0, learn=False)  # a flat cost: every row drafts
+    for r in reqs:
+        batch.join(r.row(), r.layers)
+    live, out, failed = list(range(rows)), {i: [] for i in range(rows)}, []
+    t0 = time.monotonic()
+    while live:
+        try:
+            steps = loop.step(batch)
+        except RowFailed as e:
+            failed.append(live.pop(e.row))
+            batch.leave_rows([e.row])
+            continue
+        for i, s in zip(live, steps):
+            if s.error is not None:  # failed after its step (as the server's batcher reads it)
+                failed.append(i)
+                continue
+            out[i] += [e.token for e in reqs[i].feed(s)]
+        done = [j for j, i in enumerate(live) if reqs[i].finish_reason or i in failed]
+        batch.leave_rows(done)
+        live = [i for j, i in enumerate(live) if j not in done]
+    wall = time.monotonic() - t0
+    solo = {i: [e.token for e in token_stream(model, prompts[i], drafter=NgramDrafter(1, 3),
+                                              max_tokens=max_tokens, num_draft_tokens=4)]
+            for i in range(rows) if i != 1}
+    return {"rows": rows, "max_tokens": max_tokens, "failed_rows": failed,
+            "rows_equal_to_solo": sum(out[i] == solo[i] for i in solo), "other_rows": len(solo),
+            "batched_wall_s": round(wall, 1)}
+
+
+def _read_status(s: socket.socket) -> int | None:
+    s.settimeout(60)
+    try:
+        head = s.recv(64).split(b" ")
+        return int(head[1]) if len(head) > 1 and head[1].isdigit() else None
+    except OSError:
+        return None
