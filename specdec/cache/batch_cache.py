@@ -37,20 +37,23 @@ class RowsKVCache(BatchKVCache):
         """One row holding exactly what ``layer`` holds."""
         c = cls([0])
         if layer.keys is not None and layer.offset:
-            c.keys = layer.keys[..., : layer.offset, :]
-            c.values = layer.values[..., : layer.offset, :]
-            c.offset, c._idx = mx.array([layer.offset]), layer.offset
+            c.update_and_fetch(layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :])
         return c
+
+    @property
+    def width(self) -> int:
+        """Slots written per row, padding and holes included (mlx-lm's ``size()``)."""
+        return self.size()
 
     def held(self) -> list[int]:
         """The tokens each row holds (its width less its left padding and its holes)."""
-        return [self._idx - p - h for p, h in zip(self.pads, self.holes)]
+        return [self.width - p - h for p, h in zip(self.pads, self.holes)]
 
     def _plain(self) -> bool:
         return self.valid is None and not any(self.pads)
 
     def update_and_fetch(self, keys: mx.array, values: mx.array):
-        prev = self._idx
+        prev = self.width
         out = super().update_and_fetch(keys, values)
         if self.valid is not None:  # the written slots (and any new capacity) are valid
             head = self.valid[:, :prev]
@@ -61,10 +64,10 @@ class RowsKVCache(BatchKVCache):
     def make_mask(self, N: int, return_array: bool = False, **kwargs: Any):
         if self._plain():
             return None if N == 1 and not return_array else (
-                create_causal_mask(N, self._idx) if return_array else "causal")
-        mask = create_causal_mask(N, offset=self._idx, left_padding=self.left_padding)
+                create_causal_mask(N, self.width) if return_array else "causal")
+        mask = create_causal_mask(N, offset=self.width, left_padding=self.left_padding)
         if self.valid is not None:  # the slots this block writes are valid until trimmed
-            held = self.valid[:, : self._idx]
+            held = self.valid[:, : self.width]
             ahead = mx.ones((held.shape[0], N), mx.bool_)
             mask = mask & mx.concatenate([held, ahead], axis=1)[:, None, None, :]
         return mask
@@ -82,15 +85,18 @@ class RowsKVCache(BatchKVCache):
         """Squeeze out the holes: each row's kept slots, right-aligned (one sync)."""
         if self.valid is None:
             return
-        rows = self.valid[:, : self._idx].tolist()
-        kept = [[j for j in range(self.pads[i], self._idx) if r[j]] for i, r in enumerate(rows)]
+        rows = self.valid[:, : self.width].tolist()
+        kept = [[j for j in range(self.pads[i], self.width) if r[j]] for i, r in enumerate(rows)]
         width = max(map(len, kept))
         index = mx.array([[0] * (width - len(k)) + k for k in kept])[:, None, :, None]
-        self.keys = mx.take_along_axis(self.keys, index, axis=2)
-        self.values = mx.take_along_axis(self.values, index, axis=2)
-        self.pads = [width - len(k) for k in kept]
+        keys = mx.take_along_axis(self.keys, index, axis=2)
+        values = mx.take_along_axis(self.values, index, axis=2)
+        offset, self.valid, self.holes = self.offset, None, [0] * len(kept)
+        self.trim(self.width)  # rewrite through mlx-lm's own update: it owns the write index
+        self.keys = self.values = None
+        self.update_and_fetch(keys, values)
+        self.offset, self.pads = offset, [width - len(k) for k in kept]
         self.left_padding = mx.array(self.pads)
-        self._idx, self.valid, self.holes = width, None, [0] * len(kept)
 
     def filter(self, batch_indices: Any) -> None:
         """Keep rows ``batch_indices`` with their holes (no compaction: one gather of the
@@ -106,15 +112,15 @@ class RowsKVCache(BatchKVCache):
 
     def extend(self, other: "RowsKVCache") -> None:
         """Join ``other``'s rows, holes and all (mlx-lm's extend right-aligns both buffers
-        at the longer ``_idx``; the hole flags move with them, so nothing is compacted)."""
-        mine, theirs = self._idx, other._idx
-        flags = [(c.valid[:, :c._idx] if c.valid is not None else None, len(c.pads), c._idx)
+        at the longer ``width``; the hole flags move with them, so nothing is compacted)."""
+        mine, theirs = self.width, other.width
+        flags = [(c.valid[:, :c.width] if c.valid is not None else None, len(c.pads), c.width)
                  for c in (self, other)] if self.valid is not None or other.valid is not None else None
         super().extend(other)
         top = max(mine, theirs)
         if flags is not None:
-            width = self.keys.shape[2]
-            self.valid = mx.concatenate([_aligned(v, n, top - idx, idx, width) for v, n, idx in flags])
+            capacity = self.keys.shape[2]
+            self.valid = mx.concatenate([_aligned(v, n, top - idx, idx, capacity) for v, n, idx in flags])
         self.pads = [p + top - mine for p in self.pads] + [p + top - theirs for p in other.pads]
         self.holes = self.holes + other.holes
 
@@ -124,7 +130,7 @@ class RowsKVCache(BatchKVCache):
         if not self.holes[idx]:
             return super().extract(idx)
         start = self.pads[idx]
-        flags = self.valid[idx, start : self._idx].tolist()
+        flags = self.valid[idx, start : self.width].tolist()
         index = mx.array([start + j for j, ok in enumerate(flags) if ok], mx.int32)
         cache = KVCache()
         cache.keys = mx.contiguous(self.keys[idx : idx + 1, :, index])
