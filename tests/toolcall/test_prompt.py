@@ -1,0 +1,40 @@
+"""The chat-template side of tool calling (``specdec.toolcall.prompt``): messages as
+templates want them, and the forced-call schema that constrains ``tool_choice``."""
+
+from __future__ import annotations
+
+from specdec.toolcall import FORMATS, parse_tool_calls
+from specdec.toolcall.prompt import forced_call_schema, template_messages
+
+
+def test_template_messages_and_forced_schema():
+    msgs = template_messages([
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "not json"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}])
+    assert msgs[0] == {"role": "user", "content": "hi"}
+    assert msgs[1]["tool_calls"][0]["function"]["arguments"] == "not json"  # kept as sent
+    assert msgs[2]["name"] == "f"
+    tools = [{"type": "function", "function": {"name": n, "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}}}} for n in ("a", "b")]
+    one = forced_call_schema(tools, "required", parallel=False)
+    assert [s["properties"]["name"]["const"] for s in one["anyOf"]] == ["a", "b"]
+    assert forced_call_schema(tools, "none") is None
+
+
+def test_forced_schema_compiles_and_its_replies_parse():
+    """The seam for constrained tool_choice: the grammar engine compiles the schema, and
+    every format reads a reply that follows it (as Qwen2.5-Coder-0.5B writes under it)."""
+    from specdec.core.grammar import response_grammar
+    from specdec.toolcall.prompt import forced_response_format
+
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    for choice, reply in (("required", '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'),
+                          ({"type": "function", "function": {"name": "get_weather"}},
+                           '{"name": "get_weather", "arguments": {"city": "Paris"}}')):
+        assert response_grammar(forced_response_format(forced_call_schema([tool], choice)))
+        for fmt in FORMATS:
+            p = parse_tool_calls(reply, fmt, {"get_weather"})
+            assert p.content is None and [d.call.args() for d in p.calls] == [{"city": "Paris"}]
