@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from starlette.testclient import TestClient

@@ -51,6 +51,10 @@ def test_tool_messages_answer_the_calls_before_them():
     calls = req.messages[1].tool_calls
     assert json.loads(calls[0].function.arguments) == {"city": "Oslo"} and calls[1].id == "t2"
     assert [m.tool_call_id for m in req.messages[2:]] == ["t2", calls[0].id]
+    in_order = chat(messages=[*msgs[:2], {"role": "tool", "content": "rain"},
+                              {"role": "tool", "content": "noon"}])
+    first = in_order.messages[1].tool_calls[0].id  # a fresh id: the call came without one
+    assert [m.tool_call_id for m in in_order.messages[2:]] == [first, "t2"]
     with pytest.raises(APIError) as e:
         chat(messages=[*msgs, {"role": "tool", "content": "again"}])
     assert e.value.param == "messages" and "messages[4]" in e.value.message

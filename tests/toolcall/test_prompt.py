@@ -3,6 +3,9 @@ templates want them, and the forced-call schema that constrains ``tool_choice``.
 
 from __future__ import annotations
 
+import jsonschema
+import pytest
+
 from specdec.toolcall import FORMATS, parse_tool_calls
 from specdec.toolcall.prompt import forced_call_schema, template_messages
 
@@ -38,3 +41,31 @@ def test_forced_schema_compiles_and_its_replies_parse():
         for fmt in FORMATS:
             p = parse_tool_calls(reply, fmt, {"get_weather"})
             assert p.content is None and [d.call.args() for d in p.calls] == [{"city": "Paris"}]
+
+
+def test_the_forced_schema_admits_declared_calls_only():
+    tools = [{"type": "function", "function": {"name": n, "parameters": {
+        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}}}
+        for n in ("a", "b")]
+    schema = forced_call_schema(tools, "required")
+    jsonschema.validate([{"name": "b", "arguments": {"x": 2}}, {"name": "a", "arguments": {"x": 1}}],
+                        schema)
+    for bad in ([], [{"name": "c", "arguments": {"x": 1}}], [{"name": "a", "arguments": {"x": "1"}}],
+                [{"name": "a", "arguments": {"x": 1}, "id": "c1"}], {"name": "a", "arguments": {"x": 1}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    bare = forced_call_schema([{"type": "function", "function": {"name": "now"}}],
+                              {"type": "function", "function": {"name": "now"}})
+    jsonschema.validate({"name": "now", "arguments": {}}, bare)
+
+
+def test_template_messages_decode_object_arguments_only():
+    calls = [{"id": "c1", "function": {"name": "f", "arguments": '[1, 2]'}},
+             {"id": "c2", "function": {"name": "g", "arguments": {"already": "an object"}}}]
+    out = template_messages([{"role": "assistant", "tool_calls": calls},
+                             {"role": "tool", "tool_call_id": "c2", "content": "ok"},
+                             {"role": "tool", "tool_call_id": "c1", "name": "own", "content": "ok"}])
+    assert [c["function"]["arguments"] for c in out[0]["tool_calls"]] == [
+        "[1, 2]", {"already": "an object"}]
+    assert (out[1]["name"], out[2]["name"]) == ("g", "own")
+    assert calls[0]["function"]["arguments"] == "[1, 2]"  # the caller's messages are not changed
