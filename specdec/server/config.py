@@ -7,7 +7,7 @@ history size and ngram-mod table shape); sampling and dtype flags are checked by
 ``RunConfig.validate`` (the same rules and messages as ``specdec generate``); the
 server's own flags here. ``temp`` ... ``min_p`` are the defaults of omitted sampling
 parameters; ``max_tokens`` (None: none) caps every request's completion.
-Tests: tests/server/test_events.py, tests/server/test_app.py.
+Tests: tests/server/test_config.py.
 """
 
 from __future__ import annotations
