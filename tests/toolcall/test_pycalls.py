@@ -27,6 +27,7 @@ def test_gemma_python_calls_round_trip(calls, fenced):
     assert same_calls(parse_tool_calls(text, "gemma", {c.name for c in calls}), calls)
 
 
+@settings(max_examples=40)
 @given(NAMES, ARGS)
 def test_function_gemma_calls_round_trip(name, args):
     call = ToolCall(name, json.dumps(args))
