@@ -8,7 +8,7 @@ requests). ``cmd_serve(args)`` validates the flags, loads the model on the
 inference thread, then serves with uvicorn until SIGINT/SIGTERM, after which the worker
 stops and the shared memory is saved. Errors in flags, model or memory file raise
 ``ValueError`` / ``ModelLoadError`` before anything listens (``specdec`` prints them).
-Tests: tests/server/test_events.py.
+Tests: tests/server/test_cli.py.
 """
 
 from __future__ import annotations

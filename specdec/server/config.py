@@ -7,7 +7,7 @@ history size and ngram-mod table shape); sampling and dtype flags are checked by
 ``RunConfig.validate`` (the same rules and messages as ``specdec generate``); the
 server's own flags here. ``temp`` ... ``min_p`` are the defaults of omitted sampling
 parameters; ``max_tokens`` (None: none) caps every request's completion.
-Tests: tests/server/test_events.py, tests/server/test_app.py.
+Tests: tests/server/test_config.py.
 """
 
 from __future__ import annotations
@@ -140,6 +140,9 @@ class ServerConfig:
         check_kv_bits(self.kv_bits)
         if s.num_draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"--num-draft-tokens must be <= {MAX_DRAFT_TOKENS}")
+        if self.api_keys_file is not None and not os.path.isfile(self.api_keys_file):
+            # before the checks below: building them reads the file
+            raise ValueError(f"--api-keys-file {self.api_keys_file}: no such file")
         checks = [
             (1 <= self.port <= 65535, "--port must be in 1..65535"),
             (self.max_tokens is None or self.max_tokens >= 1, "--max-tokens must be >= 1"),
@@ -156,8 +159,6 @@ class ServerConfig:
              f"--tool-call-parser must be one of {', '.join(PARSERS)}"),
             (all(k.strip() == k != "" for k in (self.api_key or "x", *self.more_api_keys)),
              "--api-key must be non-empty without surrounding spaces"),
-            (self.api_keys_file is None or os.path.isfile(self.api_keys_file),
-             f"--api-keys-file {self.api_keys_file}: no such file"),
             (not self.api_keys_file or self.api_key is not None or bool(self.keys()),
              f"--api-keys-file {self.api_keys_file} holds no key"),
         ]

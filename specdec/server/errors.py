@@ -8,7 +8,7 @@ queue full or shutting down (with ``Retry-After``), 500 a bug. ``APIError`` carr
 of it; ``error_response`` renders one; ``install_handlers(app)`` maps FastAPI's own
 exceptions onto that shape so no request ever gets FastAPI's default ``{"detail": ...}``.
 Messages say what to change, not just what is wrong.
-Tests: tests/server/test_app.py.
+Tests: tests/server/test_errors.py.
 """
 
 from __future__ import annotations

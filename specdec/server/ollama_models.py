@@ -2,7 +2,7 @@
 parameter count, quantization label and architecture fields, computed once.
 
 Contract: ``model_card(api)`` never fails for a model it cannot measure (a distributed
-leader's wrapper): those fields are then empty. Tests: tests/server/test_ollama.py.
+leader's wrapper): those fields are then empty. Tests: tests/server/test_ollama_models.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 one ``ChatCompletionRequest`` (a ``CompletionRequest`` for raw generate, or a model without
 a chat template): calls get ids, ``tool`` messages answer the calls before them in order (or
 by ``tool_call_id`` / ``tool_name``), omitted options keep the server's defaults. A 400 names
-the field as the client sent it (``RENAMES``). Tests: tests/server/test_ollama.py.
+the field as the client sent it (``RENAMES``). Tests: tests/server/test_ollama_request.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Ollama's answers: OpenAI chunks translated into Ollama's pieces (``Translator``), sent
 as NDJSON lines or one object. Tool calls go out whole, with object arguments, once their
 JSON is complete; durations come in ns from the server's own timings.
-Tests: tests/server/test_ollama.py.
+Tests: tests/server/test_ollama_stream.py.
 """
 
 from __future__ import annotations

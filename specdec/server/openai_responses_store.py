@@ -1,6 +1,6 @@
 """The Responses API's store: the stored responses behind ``previous_response_id``,
 ``item_reference``, GET and DELETE, an LRU bounded in count and in total JSON bytes.
-Tests: tests/server/test_openai_responses.py.
+Tests: tests/server/test_openai_responses_store.py.
 """
 
 from __future__ import annotations

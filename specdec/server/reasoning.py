@@ -4,7 +4,7 @@ Contract: ``TemplateTraits.of(tokenizer)`` (does the template know a think block
 ``enable_thinking``); ``opens_thinking(prompt_tail)``; ``ReasoningSplitter`` turns text deltas
 into ``(content, reasoning)`` deltas: tags never reach either part, however they are split,
 and any cut of a text yields the same two strings as ``split_reasoning`` on the whole.
-Tests: tests/server/test_app.py, tests/server/test_tool_calls.py. Details:
+Tests: tests/server/test_reasoning.py. Details:
 docs/design-notes.md."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Contract: a ``Responder`` renders exactly OpenAI's shapes, one id per request, `
 extended with drafted/accepted counts and a ``specdec`` timings field; log-probabilities in
 each endpoint's own format; a think block goes to ``reasoning_content``. ``sse(obj)`` frames
 one event, ``SSE_DONE`` ends a stream.
-Tests: tests/server/test_api.py, tests/server/test_params.py.
+Tests: tests/server/test_responses.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations

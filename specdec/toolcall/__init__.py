@@ -4,7 +4,7 @@ reading calls out of replies (whole or streamed), and the chat-template side.
 ``ToolCall``, ``FORMATS``/``detect_format``, ``ToolCallStream``/``parse_tool_calls`` and
 the ``prompt`` helpers; nothing here touches a model, so the server and the tests use
 the same functions.
-Tests: tests/toolcall/test_formats.py.
+Tests: tests/toolcall/.
 """
 
 from .calls import ToolCall

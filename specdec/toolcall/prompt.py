@@ -5,7 +5,7 @@ Contract: ``template_messages`` (arguments as objects, tool messages named);
 ``renders_tools(tokenizer)`` (probe render with and without a tool);
 ``forced_call_schema(tools, tool_choice, parallel)`` (one call or an array; None for
 auto/none), which every format reads back; ``forced_response_format`` wraps it for
-``core.grammar``. Tests: tests/toolcall/test_formats.py, tests/server/test_tool_calls.py.
+``core.grammar``. Tests: tests/toolcall/test_prompt.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations

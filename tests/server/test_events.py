@@ -72,22 +72,3 @@ def test_top_logprobs_plain_and_speculative(temperature):
             assert [lp for _, lp in a.top] == pytest.approx([lp for _, lp in b.top], abs=1e-4)
     assert runs["plain"][0].top is not None
     assert all(e.top is None for e in token_stream(model, prompt, max_tokens=3))  # off by default
-
-
-def _serve_config(*argv: str):
-    import argparse
-
-    from specdec.server.cli import add_serve_parser
-    from specdec.server.config import ServerConfig
-
-    parser = argparse.ArgumentParser()
-    add_serve_parser(parser.add_subparsers())
-    return ServerConfig.from_args(parser.parse_args(["serve", *argv]))
-
-
-def test_serve_flags_reach_the_config():
-    cfg = _serve_config("--draft-type", "model", "--draft-model", "smollm2-135m")
-    assert cfg.speculation.uses("model") and cfg.speculation.draft_model == "smollm2-135m"
-    cfg = _serve_config("--api-key", "a", "--api-key", "b", "--model-alias", "claude-*")
-    assert cfg.keys() == ("a", "b") and cfg.serves("claude-sonnet-4") and not cfg.serves("gpt-4")
-    assert _serve_config().keys() == ()

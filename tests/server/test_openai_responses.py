@@ -5,7 +5,7 @@ SmolLM2-135M (one module-scoped server) checks text, streaming, the store
 hosted tools, each greedy answer token-exact against ``/v1/chat/completions``. Function
 calls need a template that renders tools: Qwen2.5-Coder-0.5B, on a second server (slow).
 The Codex CLI is tested in tests/server/test_agent_clis.py. The chunk-to-item folding of a think
-template's reasoning is checked on chunks directly (no installed model thinks).
+template's reasoning (no installed model thinks) is in test_openai_responses_events.py.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ from conftest import requires_model
 from serverproc import MODEL, Server
 
 pytestmark = pytest.mark.slow  # server processes on a real model
-
-from specdec.server.openai_responses import Folder, map_tools
 
 QWEN = "qwen2.5-coder-0.5b"
 QUESTION = "What is the capital of France?"
@@ -196,51 +194,6 @@ def test_unknown_fields_are_accepted_and_ignored(client):
                prompt_cache_key="k", user="u", service_tier="auto", truncation="auto",
                metadata={"run": "1"}, extra_body={"some_future_field": {"x": 1}})
     assert r.output_text == plain.output_text and r.metadata == {"run": "1"}
-
-
-# -- without a server: reasoning chunks and namespaces -----------------------------------
-
-
-def chunk(**delta):
-    finish = delta.pop("finish", None)
-    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-
-def test_a_thought_becomes_a_reasoning_item_with_a_summary():
-    folder = Folder({"output": [], "status": "in_progress"}, {})
-    events = folder.start()
-    for c in (chunk(role="assistant", content=""), chunk(reasoning_content="Paris is "),
-              chunk(reasoning_content="the capital."), chunk(content="Paris"),
-              chunk(finish="stop"), {"choices": [], "usage": {"prompt_tokens": 5,
-                                                              "completion_tokens": 3}}):
-        events += folder.feed(c)
-    events += folder.end()
-    assert [e["type"] for e in events][2:9] == [
-        "response.output_item.added", "response.reasoning_summary_part.added",
-        "response.reasoning_summary_text.delta", "response.reasoning_summary_text.delta",
-        "response.reasoning_summary_text.done", "response.reasoning_summary_part.done",
-        "response.output_item.done"]
-    thought, message = folder.response["output"]
-    assert thought["summary"] == [{"type": "summary_text", "text": "Paris is the capital."}]
-    assert message["content"][0]["text"] == "Paris" and events[-1]["type"] == "response.completed"
-    assert folder.response["usage"]["total_tokens"] == 8
-
-
-def test_namespace_tools_are_flattened_and_calls_answered_with_their_namespace():
-    tools = map_tools([WEATHER, {"type": "namespace", "name": "crm", "description": "CRM",
-                                 "tools": [{**WEATHER, "name": "lookup"},
-                                           {"type": "custom", "name": "patch"}]},
-                       {"type": "web_search_preview"}])
-    assert [f["function"]["name"] for f in tools.functions] == ["get_weather", "crm__lookup"]
-    assert tools.dropped == ["crm.patch", "web_search_preview"]
-    folder = Folder({"output": [], "status": "in_progress"}, tools.spaces)
-    folder.feed(chunk(tool_calls=[{"index": 0, "id": "call_1", "type": "function",
-                                   "function": {"name": "crm__lookup", "arguments": ""}}]))
-    folder.feed(chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}]))
-    folder.feed(chunk(finish="tool_calls"))
-    [call] = folder.response["output"]
-    assert (call["name"], call["namespace"], call["call_id"]) == ("lookup", "crm", "call_1")
-    assert call["arguments"] == '{"city": "Oslo"}'
 
 
 # -- function calls, and the Codex CLI: Qwen2.5-Coder-0.5B (slow) --------------------------

@@ -82,26 +82,3 @@ def test_serve_decoder_wedlm_refuses_a_plain_model(tmp_path):
     d = str(write_checkpoint(tmp_path, wedlm=False))
     r = _serve(tmp_path, "--model", d, "--decoder", "wedlm")
     assert r.returncode != 0 and "not a WeDLM model" in r.stderr, r.stderr[-2000:]
-
-
-@pytest.mark.parametrize("flags,message", [
-    (("--top-p", "0.9"), "--top-p"), (("--draft-type", "ngram"), "--draft-type"),
-    (("--wedlm-window", "0"), "--wedlm-window")])
-def test_serve_decoder_wedlm_flags_are_checked(flags, message):
-    from specdec.server.cli import add_serve_parser
-    from specdec.server.config import ServerConfig
-    import argparse
-
-    p = argparse.ArgumentParser()
-    add_serve_parser(p.add_subparsers())
-    ns = p.parse_args(["serve", "--decoder", "wedlm", *flags])
-    with pytest.raises(ValueError, match=message):
-        ServerConfig.from_args(ns)
-
-
-def test_serve_decoder_wedlm_config_gives_the_generate_settings():
-    from specdec.server.config import ServerConfig
-
-    cfg = ServerConfig(decoder="wedlm", wedlm_window=4, entropy_threshold=2.0)
-    cfg.validate()  # serve's default drafter does not count against --decoder wedlm
-    assert cfg.run_config().wedlm_settings(270) == WedlmSettings(270, 4, 2.0, 0.01)
