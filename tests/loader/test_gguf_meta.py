@@ -4,13 +4,12 @@ refused with a ``ModelLoadError`` that says what to do."""
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
 
 from specdec.loader.errors import ModelLoadError
 from specdec.loader.gguf_meta import GEMMA3_SWA_PATTERN, build_config, open_gguf, quant_summary
-
-gguf = pytest.importorskip("gguf")
 
 HIDDEN, HEADS, VOCAB = 8, 2, 16
 
