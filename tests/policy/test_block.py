@@ -47,3 +47,11 @@ def test_curve_cost_interpolates_between_and_extends_beyond_measured_lengths():
 def test_a_curve_needs_two_lengths():
     with pytest.raises(ValueError, match="at least two lengths"):
         curve_cost({1: 1.0})
+
+
+def test_choose_block_prefers_speculation_only_where_it_pays():
+    rates = [0.9, 0.9, 0.9, 0.9]
+    flat_then_steep = curve_cost({1: 1.0, 8: 1.0, 16: 2.0, 64: 8.0})
+    assert choose_block([4] * 4, rates, flat_then_steep) == 2  # 4 rows x 2 = 8 tokens, still flat
+    assert choose_block([0] * 4, rates, flat_then_steep) == 1  # nothing drafted: plain
+    assert choose_block([4], [0.0], lambda n: 1.0 + n) == 1
