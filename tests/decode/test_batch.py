@@ -191,34 +191,6 @@ def test_real_questions_prefilled_together_equal_each_alone():
     assert len({len(p) for p in prompts}) > 1 and max(blocks) > 1
 
 
-def test_plain_rows_pipeline_and_join_and_leave_exactly():
-    """Plain greedy rows: the next step is queued before one is read; a row leaving then
-    gets back exactly its context but the last token, and a row joining gets its first
-    token from the call after (the earlier rows keep theirs coming): all tokens equal
-    each request alone."""
-    model = cached_tiny("qwen2")
-    prompts = [repetitive_prompt(s, n) for s, n in ((40, 30), (41, 22), (42, 35))]
-    want = [alone(model, p, "none", 10) for p in prompts]
-    batch, got, sizes = Batch(model, float, learn=False), [[], [], []], []
-    join_all(model, batch, [(p, "none", 10, SamplingParams(), None) for p in prompts[:2]], True)
-    for n in range(8):
-        if n == 3:
-            join_all(model, batch, [(prompts[2], "none", 10, SamplingParams(), None)], False)
-        steps = loop.step(batch)
-        sizes.append(len(steps))
-        for i, s in enumerate(steps):
-            got[i] += s.tokens
-        assert batch.queued
-    held = batch.leave(0)
-    for _ in range(2):  # the others go on after it left
-        for i, s in zip((1, 2), loop.step(batch)):
-            got[i] += s.tokens
-    assert sizes == [2, 2, 2, 2, 3, 3, 3, 3]  # the joining row's first token: one call later
-    assert held[0].offset == len(prompts[0]) + len(got[0]) - 1
-    assert [g == w[: len(g)] for g, w in zip(got, want)] == [True] * 3
-    assert [len(g) for g in got] == [8, 10, 6]
-
-
 class Scripted(Drafter):
     """Proposes the next token of a known continuation (``right``) or a wrong one."""
     name = "scripted"
