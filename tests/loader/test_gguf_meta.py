@@ -92,7 +92,8 @@ def test_a_missing_or_foreign_file_is_refused(tmp_path):
 
 
 def test_an_unsupported_architecture_names_the_supported_ones(tmp_path):
-    with pytest.raises(ModelLoadError, match="architecture 'mamba'.*Supported GGUF architectures: llama, qwen2, gemma3"):
+    with pytest.raises(ModelLoadError,
+                       match="architecture 'mamba'.*Supported GGUF architectures: llama, qwen2, gemma3"):
         open_gguf(write(tmp_path / "m.gguf", "mamba"))
 
 
