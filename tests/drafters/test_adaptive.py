@@ -56,7 +56,8 @@ def test_best_k_counts_the_drafters_own_cost_and_the_hit_rate_by_brute_force():
             if k == 0:
                 return 1.0 / (cost[1] * scale)
             gain = hit * expected_tokens(acc, k) + 1.0 - hit
-            return gain / (scale * (hit * cost[k + 1] + (1 - hit) * cost[1]) + dc["fixed"] + dc["per_token"] * k)
+            verify = scale * (hit * cost[k + 1] + (1 - hit) * cost[1])
+            return gain / (verify + dc["fixed"] + dc["per_token"] * k)
 
         rates = [rate(k) for k in range(6)]
         want = min(k for k in range(6) if rates[k] == max(rates))  # ties: the smaller k

