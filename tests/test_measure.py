@@ -173,7 +173,7 @@ def test_drafter_cost_bound_against_brute_force(steps, slopes, dc):
 
 
 def test_summary_reports_the_drafter_cost_bound_per_config():
-    from bench.test_runner import _rec
+    from bench.test_analysis import _rec
 
     recs = [_rec("plain", r, [1] * 4) for r in (1, 2)]
     recs += [_rec(c, r, [1] * 4, verify_steps=2, steps=[(3, 1), (3, 1)]) for r in (1, 2)

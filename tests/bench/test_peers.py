@@ -3,8 +3,6 @@ mlx-lm peer's plain decoding is exactly ours (same weights, same kernels)."""
 
 from __future__ import annotations
 
-import math
-import re
 import sys
 from pathlib import Path
 
@@ -12,7 +10,6 @@ import pytest
 from conftest import INSTALL_PEERS, requires
 
 from specdec.bench import peers as peers_module
-from specdec.bench.peer_process import PeerProcess
 from specdec.bench.peers import (PEERS, NativeSpec, PeerCrashed, PeerRun, PeerUnavailable,
                                   make_peer)
 
@@ -125,25 +122,7 @@ def test_hf_without_torch_names_the_pip_command(monkeypatch):
         make_peer("hf-transformers", MODEL)
 
 
-def test_decode_rate_definition():
-    assert PeerRun([1, 2, 3], prefill_s=0.1, decode_s=0.5).decode_tokens_per_s == 4.0
-    assert math.isnan(PeerRun([1], prefill_s=0.1, decode_s=0.0).decode_tokens_per_s)
-
-
-# --- a native peer that crashes: its failure alone --------------------------------------
-
-@pytest.mark.parametrize("how, signame", [("SIGILL", "SIGILL (illegal instruction)"),
-                                          ("abort", "SIGABRT (aborted)"),
-                                          ("SIGSEGV", "SIGSEGV (segmentation fault)")])
-def test_a_peer_killed_by_a_signal_is_that_peers_failure(how, signame):
-    p = PeerProcess("llama.cpp", CRASHING, "Crashing", ["unused.gguf", how], hint="rebuild it")
-    with pytest.raises(PeerCrashed, match="^" + re.escape(f"llama.cpp crashed: {signame} — rebuild it") + "$"):
-        p.call("baseline", prompt_ids=[1, 2], max_tokens=4)
-    # dead stays dead, saying so, and is not started again
-    with pytest.raises(PeerCrashed, match="earlier; not run again"):
-        p.call("speculative", prompt_ids=[1, 2], max_tokens=4, k=2)
-    p.close()
-
+# --- a native peer that crashes: its failure alone (a lone PeerProcess: test_peer_process.py)
 
 def test_a_peer_that_crashes_while_loading_is_reported_by_make_peer(monkeypatch):
     crashing = NativeSpec(CRASHING, "Crashing", (), "", "rebuild it")

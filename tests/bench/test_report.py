@@ -2,28 +2,23 @@
 lossless against the peer's own plain run, and the pair table built from a real run.
 
 One tiny run (SmolLM2-135M drafting for itself, one workload, 16 tokens) serves every
-test that needs records; the flag and profile checks load no model.
+test that needs records (the flags: test_cli.py; the pair profile: test_profiles.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
-from specdec.bench.cli import add_bench_parser, build_plan
+from specdec.bench.cli import build_plan
 from specdec.bench.report import build_summary, pair_table, write_report
-from specdec.bench.runner import BenchPlan, run_plan, total_steps
+from specdec.bench.runner import run_plan
+
+from .test_cli import _parse
 
 MODEL = "smollm2-135m"
 PEER = "mlx-lm: draft model smollm2-135m (num_draft_tokens=k)"
-
-
-def _parse(*argv: str) -> argparse.Namespace:
-    ap = argparse.ArgumentParser()
-    add_bench_parser(ap.add_subparsers())
-    return ap.parse_args(["bench", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -87,39 +82,3 @@ def test_pair_table_lines_up_ours_and_mlx_lm_per_k(pair_run, tmp_path):
     assert table[2].startswith("| model k=2 nogate | ")
     assert f"{by[('model k=2 nogate', 'specdec')]['speedup']:.2f}×" in table[2]
     assert f"{by[(f'{PEER} k=4', 'mlx-lm')]['speedup']:.2f}×" in table[3]
-
-
-@pytest.mark.parametrize("value, needle", [
-    ("0", ">= 1"), ("2,-1", ">= 1"), ("2,x", "comma list"), ("", "comma list"),
-    ("2,,4", "comma list"), ("4,4", "once"),
-])
-def test_bad_peer_k_is_refused_with_a_message(value, needle, capsys):
-    with pytest.raises(SystemExit):
-        _parse("--peer-k", value)
-    err = capsys.readouterr().err
-    assert "--peer-k" in err and needle in err
-
-
-def test_peer_k_reaches_the_plan_and_a_single_k_stays_a_single_run():
-    assert build_plan(_parse("--peer-k", "2,3,8"))[0].peer_k == (2, 3, 8)
-    assert build_plan(_parse())[0].peer_k == (4,)  # the default profile: one k, as before
-    assert BenchPlan(MODEL, [], [], peer_k=6).peer_k == (6,)  # a caller's old int still works
-    for bad in ((), (0,), (2, 2)):
-        with pytest.raises(ValueError, match="peer_k"):
-            BenchPlan(MODEL, [], [], peer_k=bad)
-
-
-def test_pair_profile_sweeps_the_ks_on_both_models():
-    plan, prof, _ = build_plan(_parse("--profile", "pair"))
-    assert (plan.model, plan.draft_model) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
-    assert [w.name for w in plan.workloads] == ["code_hints", "json_add"]
-    assert plan.peer_k == (2, 3, 4, 6, 8) and list(plan.peers) == ["mlx-lm"]
-    labels = [c.label for c in plan.configs]
-    assert labels[:5] == [f"model k={k}" for k in plan.peer_k]
-    assert {"model k=4 tree=auto", "model k=6 tree=8", "ngram,model k=4"} <= set(labels)
-    assert plan.max_tokens == 128 and plan.runs == 1 and plan.oracle
-    assert plan.warmup and total_steps(plan) == 2 * 2 * (1 + 8 + 1 + 1)
-    no_warm = build_plan(_parse("--profile", "pair", "--no-warmup", "--no-oracle"))[0]
-    assert not no_warm.warmup and total_steps(no_warm) == 2 * 1 * (1 + 8 + 1)
-    # flags still override the profile
-    assert build_plan(_parse("--profile", "pair", "--peer-k", "4"))[0].peer_k == (4,)

@@ -1,5 +1,6 @@
-"""specdec bench: workloads, configs, the analysis maths, and the whole command on the
-real default model (the CI smoke test: ``specdec bench --quick``)."""
+"""specdec bench: workloads, and the whole command on the real default model (the CI smoke
+test: ``specdec bench --quick``); configs and the analysis maths: tests/bench/test_configs.py,
+tests/bench/test_analysis.py."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 import specdec.cache.batch_cache as steps  # the verify step rolls back through it
 from specdec.bench import analysis
-from specdec.bench.configs import BenchConfig, parse_config, sweep
-from specdec.drafters import DraftSpec
+from specdec.bench.configs import parse_config
 from specdec.bench.runner import BenchPlan, run_plan
 from specdec.bench.workloads import (
     CLASSES, builtin_workloads, fit_prompt, load_workloads, parse_workload,
@@ -96,83 +96,6 @@ def test_fit_prompt_refuses_a_length_below_the_instruction(smollm):
     w = parse_workload({"name": "x", "class": "c", "prompt": "material\n\n" + "word " * 50})
     with pytest.raises(ValueError, match="instruction alone"):
         fit_prompt(tok, w, 10)
-
-
-# --- configs ----------------------------------------------------------------------
-
-def test_config_specs_parse_and_label():
-    c = parse_config("ngram:k=8:n=2:adaptive")
-    assert c == BenchConfig(DraftSpec("ngram", 8, 2, 3, adaptive_k=True))
-    assert parse_config(c.text) == c and c.label == "ngram k=8 n=2 adaptive"
-    assert parse_config("ngram,suffix:k=2:nogate").draft_type == "ngram,suffix"
-    assert not parse_config("ngram:nogate").spec.gate and parse_config("ngram").spec.gate
-    assert parse_config("ngram:nogate").label == "ngram k=8 nogate"  # the default k
-    assert parse_config("none").baseline
-    for bad in ("nope", "ngram:k=0", "ngram:x=1", "none:k=2", "ngram:warm", "ngram,none", "ngram:gate"):
-        with pytest.raises(ValueError):
-            parse_config(bad)
-
-
-def test_sweep_is_the_cartesian_product():
-    cfgs = sweep(["ngram", "suffix"], [2, 4], [1, 3], adaptive=True, gate=True)
-    labels = [c.label for c in cfgs]
-    # ngram: 2 k × 2 n + adaptive + nogate; suffix: 2 k (n only varies ngram) + adaptive + nogate
-    assert len(cfgs) == 6 + 4 and len(set(labels)) == len(labels)
-    assert "ngram k=2 n=3" in labels and "suffix k=4 adaptive" in labels
-
-
-# --- analysis ---------------------------------------------------------------------
-
-def test_zero_cost_bound_worked_example():
-    assert analysis.zero_cost([(5, 4), (5, 1)], 7, {1: 1.0, 5: 1.4}) == pytest.approx(2.5)
-    assert analysis.zero_cost([(1, 0)] * 9, 9, {1: 0.1, 2: 0.12}) == pytest.approx(1.0)
-
-
-def _rec(config, run, tokens, source="specdec", decode_s=1.0, workload="w", turn=0, **kw):
-    base = dict(model="m", workload=workload, cls="code_edit", length=None, prompt_tokens=10,
-                config=config, source=source, run=run, turn=turn, k=4, tokens=tokens,
-                prefill_s=0.1, decode_s=decode_s, generated=len(tokens), drafted=0,
-                accepted=0, verify_steps=len(tokens), fed_tokens=len(tokens),
-                drafted_by_position=[], accepted_by_position=[],
-                steps=[(1, 0)] * len(tokens))
-    return {**base, **kw}
-
-
-def test_parity_is_n_by_n_and_finds_one_bad_run():
-    recs = [_rec("plain", r, [1, 2, 3]) for r in (0, 1, 2, 3)]
-    recs += [_rec("ngram k=4", r, [1, 2, 3]) for r in (1, 2)]
-    recs += [_rec("ngram k=4", 3, [1, 9, 3])]
-    recs += [_rec("ngram k=4", 0, [7, 7, 7])]  # the warm-up is not compared
-    rows = {r["config"]: r for r in analysis.parity(recs)}
-    assert rows["plain"]["comparisons"] == 9 and rows["plain"]["mismatches"] == 0
-    assert rows["ngram k=4"]["comparisons"] == 9
-    assert rows["ngram k=4"]["mismatches"] == 3 and rows["ngram k=4"]["first_divergence"] == 1
-
-
-def test_summary_speedup_is_against_the_same_engines_plain_runs():
-    recs = [_rec("plain", r, [1] * 10, decode_s=d) for r, d in ((1, 1.0), (2, 2.0), (3, 1.25))]
-    recs += [_rec("ngram k=4", r, [1] * 10, decode_s=0.5) for r in (1, 2, 3)]
-    recs += [_rec("peer: plain", r, [1] * 10, source="peer", decode_s=0.25) for r in (1, 2, 3)]
-    recs += [_rec("peer: pld k=4", r, [1] * 10, source="peer", decode_s=0.125) for r in (1, 2, 3)]
-    rows = {r["config"]: r for r in analysis.summarize(recs, {1: 1.0, 2: 1.0})}
-    assert rows["plain"]["tok_s"] == pytest.approx(8.0)  # median of 10, 5, 8
-    assert rows["ngram k=4"]["speedup"] == pytest.approx(20 / 8)
-    assert rows["peer: pld k=4"]["speedup"] == pytest.approx(2.0)
-    assert rows["plain"]["tok_s_min"] == 5.0 and rows["plain"]["tok_s_max"] == 10.0
-
-
-def test_per_position_acceptance_sums_over_runs():
-    recs = [_rec("c", 1, [1], drafted_by_position=[2, 2, 1], accepted_by_position=[2, 1, 0]),
-            _rec("c", 2, [1], drafted_by_position=[2, 1], accepted_by_position=[1, 1])]
-    assert analysis.per_position(recs)["c"] == pytest.approx([0.75, 2 / 3, 0.0])
-
-
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.floats(0.1, 10), min_size=1, max_size=6))
-def test_geomean_matches_the_definition(xs):
-    import math
-
-    assert analysis.geomean(xs) == pytest.approx(math.prod(xs) ** (1 / len(xs)))
 
 
 # --- the real thing ---------------------------------------------------------------

@@ -8,8 +8,6 @@ distributions, then seeded reproducibility end to end.
 import mlx.core as mx
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from specdec.core.sampling import SamplingParams, processed_probs
@@ -209,34 +207,3 @@ def test_seeded_sampling_is_reproducible_and_greedy_is_unchanged(smollm):
     g0 = generate(model, tok, prompt, drafter=None, max_tokens=32)
     g1 = generate(model, tok, prompt, drafter="ngram", max_tokens=32, temperature=0.0, seed=3)
     assert g0.tokens == g1.tokens
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 11), min_size=0, max_size=30), st.lists(st.integers(0, 11), max_size=5),
-       st.floats(-2, 2), st.floats(-2, 2), st.floats(0.5, 2.0), st.integers(1, 8))
-def test_processors_match_mlx_lm_make_logits_processors(context, seen, presence, frequency, rep, size):
-    """Our processors (vectorised over verify rows) give exactly what mlx-lm's own
-    ``make_logits_processors`` gives for each row's full history (the oracle)."""
-    from mlx_lm.sample_utils import make_logits_processors
-
-    from specdec.core.processors import processors_for
-
-    bias = {1: 2.0, 5: -1.5}
-    params = SamplingParams(repetition_penalty=rep, repetition_context_size=size,
-                            presence_penalty=presence, presence_context_size=size + 1,
-                            frequency_penalty=frequency, frequency_context_size=size + 2,
-                            logit_bias=bias)
-    rows = [seen[:i] for i in range(len(seen) + 1)]
-    logits = mx.random.normal((len(rows), 12), key=mx.random.key(len(context)))
-    ours = logits
-    for proc in processors_for(params):
-        ours = proc(ours, context, rows)
-    theirs = []
-    procs = make_logits_processors(bias, rep, size, presence, size + 1, frequency, size + 2)
-    for i, r in enumerate(rows):
-        row = logits[i : i + 1]
-        history = mx.array(context + r, dtype=mx.int32)
-        for proc in procs:
-            row = proc(history, row)
-        theirs.append(row)
-    assert mx.allclose(ours, mx.concatenate(theirs), atol=1e-6).item()

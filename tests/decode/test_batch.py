@@ -1,18 +1,14 @@
 """Continuous batching with per-row speculation (``specdec.decode.batch``) against each request
-decoded alone: rows join mid-run and leave when done, drafts differ per row, and the
-per-row rollback (``batch_cache.trim_rows``) is checked against brute force."""
+decoded alone: rows join mid-run and leave when done, drafts differ per row (the per-row
+rollback itself: tests/cache/test_batch_cache.py)."""
 
 
-import mlx.core as mx
 import pytest
 from conftest import TINY_VOCAB, cached_tiny, real_model, repetitive_prompt
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from mlx_lm.models.cache import KVCache
 
 from specdec.decode import loop
 from specdec.decode.batch import PARK_STEPS, Batch, batchable
-from specdec.policy.block import choose_block, curve_cost, unknown_cost
+from specdec.policy.block import curve_cost, unknown_cost
 from specdec.policy.pricing import BlockPrice, ema
 from specdec.core.proposal import Proposal
 from specdec.drafters import NgramDrafter, NoDrafter
@@ -21,8 +17,6 @@ from specdec.drafters.suffix import SuffixDrafter
 from specdec.decode.request import Request, prefill_together
 from specdec.engine import token_stream
 from specdec.cache.prompt_cache import make_prompt_cache
-from specdec.cache.batch_cache import RowsKVCache, trim_rows
-from specdec.cache.rollback import RollbackError, make_cache
 from specdec.core.sampling import SamplingParams
 from specdec.prompts import short_questions
 
@@ -197,34 +191,6 @@ def test_real_questions_prefilled_together_equal_each_alone():
     assert len({len(p) for p in prompts}) > 1 and max(blocks) > 1
 
 
-def test_plain_rows_pipeline_and_join_and_leave_exactly():
-    """Plain greedy rows: the next step is queued before one is read; a row leaving then
-    gets back exactly its context but the last token, and a row joining gets its first
-    token from the call after (the earlier rows keep theirs coming): all tokens equal
-    each request alone."""
-    model = cached_tiny("qwen2")
-    prompts = [repetitive_prompt(s, n) for s, n in ((40, 30), (41, 22), (42, 35))]
-    want = [alone(model, p, "none", 10) for p in prompts]
-    batch, got, sizes = Batch(model, float, learn=False), [[], [], []], []
-    join_all(model, batch, [(p, "none", 10, SamplingParams(), None) for p in prompts[:2]], True)
-    for n in range(8):
-        if n == 3:
-            join_all(model, batch, [(prompts[2], "none", 10, SamplingParams(), None)], False)
-        steps = loop.step(batch)
-        sizes.append(len(steps))
-        for i, s in enumerate(steps):
-            got[i] += s.tokens
-        assert batch.queued
-    held = batch.leave(0)
-    for _ in range(2):  # the others go on after it left
-        for i, s in zip((1, 2), loop.step(batch)):
-            got[i] += s.tokens
-    assert sizes == [2, 2, 2, 2, 3, 3, 3, 3]  # the joining row's first token: one call later
-    assert held[0].offset == len(prompts[0]) + len(got[0]) - 1
-    assert [g == w[: len(g)] for g, w in zip(got, want)] == [True] * 3
-    assert [len(g) for g in got] == [8, 10, 6]
-
-
 class Scripted(Drafter):
     """Proposes the next token of a known continuation (``right``) or a wrong one."""
     name = "scripted"
@@ -318,82 +284,6 @@ def test_a_price_learns_from_batched_steps_only():
     frozen = BlockPrice(lambda n: float(n), learn=False)
     frozen.observe(4, 3, 24.0)
     assert frozen.ratio == {} and ema(2.0, 1.0) == pytest.approx(1.8)
-
-
-def test_choose_block_prefers_speculation_only_where_it_pays():
-    rates = [0.9, 0.9, 0.9, 0.9]
-    flat_then_steep = curve_cost({1: 1.0, 8: 1.0, 16: 2.0, 64: 8.0})
-    assert choose_block([4] * 4, rates, flat_then_steep) == 2  # 4 rows x 2 = 8 tokens, still flat
-    assert choose_block([0] * 4, rates, flat_then_steep) == 1  # nothing drafted: plain
-    assert choose_block([4], [0.0], lambda n: 1.0 + n) == 1
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(0, 9), min_size=1, max_size=4),
-       st.lists(st.integers(1, 5), min_size=1, max_size=4), st.data())
-def test_rows_cache_equals_brute_force(lengths, blocks, data):
-    """Rows of different lengths join, then take blocks and keep a random prefix of each
-    (``trim_rows``), rows leaving and joining on the way (``extract`` then ``filter``,
-    ``extend``; holes and all):
-    every row's unmasked keys equal exactly what it kept, in order, its RoPE offset counts
-    them, and ``extract`` returns them as a KVCache."""
-    B, tag = len(lengths), iter(range(1, 10_000))
-    rows = [[float(next(tag)) for _ in range(n)] for n in lengths]
-    cache = None
-    def kv_of(r):
-        kv = KVCache()
-        if r:
-            a = mx.array(r).reshape(1, 1, len(r), 1)
-            kv.update_and_fetch(a, a)
-        return kv
-
-    for r in rows:
-        one = RowsKVCache.from_kv(kv_of(r))
-        cache = one if cache is None else (cache.extend(one) or cache)
-    def extracted(i):
-        got = cache.extract(i)
-        assert got.offset == len(rows[i])
-        assert (got.keys[0, 0, :, 0].tolist() if rows[i] else []) == rows[i]
-
-    for fed in blocks:
-        new = [[float(next(tag)) for _ in range(fed)] for _ in range(B)]
-        keep = [data.draw(st.integers(0, fed)) for _ in range(B)]
-        mask = cache.make_mask(fed, return_array=True)
-        a = mx.array(new).reshape(B, 1, fed, 1)
-        k, _ = cache.update_and_fetch(a, a)
-        mask = mx.broadcast_to(mask, (B, 1, fed, k.shape[2]))  # (N, S) when nothing is masked
-        # the last query of each row sees exactly that row's keys so far
-        seen = [[v for v, m in zip(k[i, 0, :, 0].tolist(), mask[i, 0, -1].tolist()) if m]
-                for i in range(B)]
-        assert seen == [rows[i] + new[i] for i in range(B)]
-        trim_rows([cache], fed, keep)
-        rows = [rows[i] + new[i][: keep[i]] for i in range(B)]
-        assert cache.offset.tolist() == [len(r) for r in rows]
-        leaving = data.draw(st.sets(st.integers(0, B - 1), max_size=B - 1)) if B > 1 else set()
-        for i in leaving:
-            extracted(i)
-        if leaving:
-            stay = [i for i in range(B) if i not in leaving]
-            cache.filter(stay)
-            rows, B = [rows[i] for i in stay], len(stay)
-            assert cache.offset.tolist() == [len(r) for r in rows]
-        for n in data.draw(st.lists(st.integers(0, 9), max_size=2)):  # rows join the holes
-            rows.append([float(next(tag)) for _ in range(n)])
-            cache.extend(RowsKVCache.from_kv(kv_of(rows[-1])))
-            B += 1
-    for i in reversed(range(B)):
-        extracted(i)
-
-
-def test_trim_rows_refuses_what_it_cannot_do():
-    c = RowsKVCache([0, 0])
-    c.update_and_fetch(mx.zeros((2, 1, 3, 1)), mx.zeros((2, 1, 3, 1)))
-    with pytest.raises(RollbackError, match="keep"):
-        trim_rows([c], 2, [3, 0])
-    with pytest.raises(RollbackError, match="cannot trim"):
-        trim_rows([c], 4, [0, 0])
-    with pytest.raises(RollbackError, match="not a RowsKVCache"):
-        trim_rows(make_cache(cached_tiny("llama")), 1, [0])
 
 
 def test_batchable_names_what_cannot_batch():

@@ -74,16 +74,6 @@ def test_the_rollback_contract_refuses_what_it_cannot_keep():
     assert rows[0].size() == len(context) - 1 + 2
 
 
-def test_a_sampled_row_without_its_key_stream_is_refused():
-    from specdec.core.sampling import SamplingParams
-    from specdec.decode.rows import Row, TokensLeft
-    from specdec.drafters.base import NoDrafter
-
-    with pytest.raises(ValueError, match="Rng"):
-        Row([1, 2], NoDrafter(), 4, SamplingParams(temperature=0.5), TokensLeft(4))
-    assert TINY_VOCAB > 9  # the forced token is in the tiny vocabulary
-
-
 def test_greedy_rows_decided_together_equal_rows_decided_one_by_one():
     """Greedy rows without extras are decided in one set of batched ops; the same rows
     with diagnostics on (each decided alone) get the same tokens and logprobs, drafts

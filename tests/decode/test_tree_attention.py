@@ -6,7 +6,7 @@ unmodified mlx-lm models, greedy tree acceptance and cache compaction, against b
 - After compacting a random accepted path, the cache equals a fresh prefill of context +
   path (offset, keys, values) and the next step's logits match; KVCache, WindowKVCache
   and QuantizedKVCache.
-- ``greedy_tree_accept`` equals a brute-force oracle.
+- The host-side tree functions (``core.trees``) are tested in tests/core/test_trees.py.
 - Through the engine, a drafter that proposes trees (the plain output as one branch at a
   random rank, random siblings and subtrees, sometimes no true branch at all) gives
   output token-identical to plain decoding, on tiny models and real SmolLM2 / Gemma 3
@@ -26,6 +26,7 @@ from conftest import (TINY_VOCAB, Passthrough, assert_stats_speculated, cached_t
                       requires_model)
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tree_gen import path_nodes, root_path, trees
 
 from specdec.drafters.base import Drafter, Proposal
 from specdec.engine import generate, token_stream
@@ -33,13 +34,7 @@ from specdec.cache.rollback import RollbackError, WindowKVCache, compact, make_c
 from specdec.core.sampling import SamplingParams
 from specdec.cache.rollback import prefill
 from specdec.policy.tree_shape import cost_at
-from specdec.core.trees import (
-    ancestor_mask,
-    first_branch,
-    greedy_tree_accept,
-    prune_tree,
-    tree_positions,
-)
+from specdec.core.trees import first_branch
 from specdec.decode.step import verify_forward
 
 
@@ -58,89 +53,6 @@ def _cpu():
     mx.set_default_device(mx.gpu if os.environ.get("SPECDEC_TEST_DEVICE") == "gpu" else mx.cpu)
     yield
     mx.set_default_device(old)
-
-
-@st.composite
-def trees(draw, max_nodes=10, vocab=TINY_VOCAB):
-    n = draw(st.integers(1, max_nodes))
-    # half the nodes extend the previous one, so deep branches (past gemma's window) occur
-    parents = [draw(st.just(j - 1) | st.integers(-1, j - 1)) for j in range(n)]
-    tokens = [draw(st.integers(0, vocab - 1)) for _ in range(n)]
-    return tokens, parents
-
-
-def root_path(tokens, parents, node):
-    out = []
-    while node >= 0:
-        out.append(tokens[node])
-        node = parents[node]
-    return out[::-1]
-
-
-def path_nodes(parents, node):
-    out = []
-    while node >= 0:
-        out.append(node)
-        node = parents[node]
-    return out[::-1]
-
-
-# ---- host-side structure ------------------------------------------------------------------
-@given(trees())
-def test_positions_and_mask_match_root_paths(tree):
-    tokens, parents = tree
-    depth, mask = tree_positions(parents), ancestor_mask(parents)
-    for j in range(len(parents)):
-        nodes = path_nodes(parents, j)
-        assert depth[j] == len(nodes)
-        assert [c for c in range(len(parents) + 1) if mask[j + 1][c]] == [0] + [i + 1 for i in nodes]
-    assert mask[0] == [True] + [False] * len(parents)
-
-
-def accept_oracle(tokens, parents, fix):
-    """Brute force: a node is on the accepted path iff every node of its root path carries
-    the target's token at its parent's row; the first (by index) deepest such node wins
-    among siblings that tie, which is what walking first-matching children gives when
-    sibling tokens are distinct."""
-    ok = [all(tokens[i] == fix[parents[i] + 1] for i in path_nodes(parents, j)) for j in range(len(tokens))]
-    best = max((j for j in range(len(tokens)) if ok[j]), key=lambda j: len(path_nodes(parents, j)),
-               default=None)
-    path = [] if best is None else path_nodes(parents, best)
-    last = path[-1] + 1 if path else 0
-    return path, [tokens[j] for j in path] + [fix[last]]
-
-
-@given(trees(vocab=3), st.data())
-def test_greedy_tree_accept_equals_brute_force(tree, data):
-    tokens, parents = tree
-    fix = data.draw(st.lists(st.integers(0, 2), min_size=len(tokens) + 1, max_size=len(tokens) + 1))
-    path, emitted = greedy_tree_accept(tokens, parents, fix)
-    # always: a valid root path whose end has no agreeing child
-    assert all(tokens[j] == fix[parents[j] + 1] for j in path)
-    assert path == path_nodes(parents, path[-1]) if path else True
-    end = path[-1] if path else -1
-    assert not any(p == end and tokens[j] == fix[end + 1] for j, p in enumerate(parents))
-    assert emitted == [tokens[j] for j in path] + [fix[end + 1]]
-    siblings = {}
-    for j, p in enumerate(parents):
-        siblings.setdefault(p, []).append(tokens[j])
-    if all(len(v) == len(set(v)) for v in siblings.values()):  # distinct siblings: unique answer
-        assert (path, emitted) == accept_oracle(tokens, parents, fix)
-
-
-@given(trees(), st.integers(1, 5), st.integers(1, 10))
-def test_prune_tree_keeps_closed_depth_limited_prefix(tree, max_depth, max_nodes):
-    tokens, parents = tree
-    p = prune_tree(Proposal(tokens, parents=parents), max_depth, max_nodes)
-    assert len(p) <= max_nodes and p.depth <= max_depth
-    # the kept nodes are the first max_nodes nodes within the depth (their parents come
-    # earlier and are within it too), in order, with their root paths
-    ok = [j for j in range(len(tokens)) if len(path_nodes(parents, j)) <= max_depth][:max_nodes]
-    assert [p.path(j) for j in range(len(p))] == [root_path(tokens, parents, j) for j in ok]
-
-
-def test_first_branch():
-    assert first_branch(Proposal([1, 2, 3], parents=(-1, -1, 1))).tokens == (1,)
 
 
 # ---- one forward over a tree --------------------------------------------------------------

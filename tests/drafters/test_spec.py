@@ -166,18 +166,6 @@ def test_ngram_mod_file_shape_must_match_the_flags(tmp_path, smollm):
 # ---------------------------------------------------------------- the drafter base and the engine
 
 
-def test_proposal_checks_its_shape():
-    assert not Proposal() and len(Proposal([1, 2])) == 2
-    with pytest.raises(ValueError, match="parent"):
-        Proposal([1, 2], parents=(-1, 1))  # a node cannot hang below itself
-    with pytest.raises(ValueError, match="parent indices"):
-        Proposal([1, 2], parents=(-1,))
-    tree = Proposal([1, 2, 3, 4], parents=(-1, 0, 0, 2))
-    assert [tree.path(i) for i in range(4)] == [[1], [1, 2], [1, 3], [1, 3, 4]]
-    assert tree.depth == 3 and not tree.is_linear
-    assert Proposal([1, 2, 3], parents=(-1, 0, 1)).is_linear
-
-
 class Recorder(Drafter):
     """Proposes the token that followed the last one earlier on (a tiny prompt lookup) and
     records every call the engine makes."""

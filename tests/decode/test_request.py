@@ -1,0 +1,69 @@
+"""``specdec.decode.request``: the request's argument checks, and ``feed`` ending the output
+at EOS (not emitted), at ``max_tokens`` or inside an accepted block, with its stats (a tiny
+random-weight model; steps written by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import cached_tiny
+
+from specdec.core.sampling import SamplingParams
+from specdec.decode.request import Request, check_args
+from specdec.decode.step import Step
+
+
+def step(tokens, accepted=0, drafted=0):
+    return Step(tokens=tokens, drafted=drafted, accepted=accepted, fed=drafted + 1,
+                logprobs=[-0.5] * len(tokens))
+
+
+def started(**kw):
+    r = Request(cached_tiny("llama"), [1, 2, 3], **kw)
+    r.start()
+    assert r.prefill()
+    return r
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, 4, 512, 0), "max_tokens must be >= 1, got 0"),
+    ((8, 0, 512, 0), "num_draft_tokens must be >= 1, got 0"),
+    ((8, 4, 0, 0), "prefill_step_size must be >= 1, got 0"),
+    ((8, 4, 512, 101), r"top_logprobs must be in \[0, 100\], got 101"),
+    ((8, 4, 512, -1), r"top_logprobs must be in \[0, 100\], got -1"),
+])
+def test_arguments_are_checked_with_the_value_given(args, message):
+    with pytest.raises(ValueError, match=message):
+        check_args(*args)
+    check_args(1, 1, 1, 100)  # the edges themselves are fine
+
+
+def test_an_empty_prompt_and_bad_sampling_are_refused_before_anything_runs():
+    with pytest.raises(ValueError, match="the prompt encodes to no tokens"):
+        Request(cached_tiny("llama"), [])
+    with pytest.raises(ValueError, match="max_tokens"):
+        Request(cached_tiny("llama"), [1], max_tokens=0)
+    with pytest.raises(ValueError):
+        Request(cached_tiny("llama"), [1], sampling=SamplingParams(temperature=-1.0))
+
+
+def test_feed_ends_at_max_tokens_inside_an_accepted_block():
+    r = started(max_tokens=3)
+    first = r.feed(step([4, 5], accepted=1, drafted=1))
+    assert [(e.token, e.from_draft, e.logprob) for e in first] == [(4, True, -0.5), (5, False, -0.5)]
+    assert r.finish_reason is None and r.left.n == 1
+    assert [e.token for e in r.feed(step([6, 7], accepted=1, drafted=1))] == [6]
+    assert (r.finish_reason, r.tokens, r.stats.generated_tokens) == ("length", [4, 5, 6], 3)
+    assert (r.stats.verify_steps, r.stats.drafted, r.stats.accepted) == (2, 2, 2)
+
+
+def test_feed_ends_at_eos_without_emitting_it():
+    r = started(max_tokens=10, eos={9})
+    assert [e.token for e in r.feed(step([4, 9, 5], accepted=2, drafted=2))] == [4]
+    assert r.finish_reason == "stop" and r.tokens == [4] and r.left.n == 9
+
+
+def test_run_streams_max_tokens_plain_tokens():
+    r = started(max_tokens=5)
+    out = list(r.run())
+    assert len(out) == 5 and r.finish_reason == "length"
+    assert r.tokens == [e.token for e in out] and not any(e.from_draft for e in out)
