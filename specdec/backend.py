@@ -4,7 +4,8 @@ Contract: ``openblas_path()`` finds OpenBLAS on Linux without importing mlx;
 ``ensure_openblas(argv)`` re-executes with it in ``LD_PRELOAD`` (a faster BLAS wins only
 when preloaded) or warns once, and returns only when no re-exec happened; on the CPU backend
 ``default_dtype()`` is float32, on Metal/CUDA ``None`` (keep the weights as loaded).
-Tests: tests/test_cli.py (the preload), tests/conftest.py. Details: docs/design-notes.md."""
+Tests: tests/test_backend.py, tests/test_cli.py (the preload), tests/conftest.py. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
 """One dataclass carries a run's configuration from argparse to the engine.
 
 Contract: ``add_draft_flags(parser)`` adds the drafter flags (``specdec generate``,
-``parity`` and ``serve`` share them); ``RunConfig.from_args(namespace)`` validates at the boundary (raising
+``parity`` and ``serve`` share them); ``RunConfig.from_args(namespace)`` validates at the
+boundary (raising
 ``ValueError`` with what to change). The drafter flags become one ``DraftSpec``
 (``draft_spec_from_args``, shared with ``specdec serve``); ``build_drafter`` loads what
 the spec needs and returns a fresh drafter; ``engine_kwargs()`` gives the keyword
 arguments of ``specdec.generate`` / ``stream_generate`` other than the drafter.
-Tests: tests/test_cli.py, tests/drafters/test_spec.py.
+Tests: tests/test_config.py, tests/test_cli.py, tests/drafters/test_spec.py.
 """
 
 from __future__ import annotations

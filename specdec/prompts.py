@@ -4,7 +4,8 @@ Contract: every builder uses only material installed on any Python machine (stan
 sources, installed package metadata) plus an instruction whose answer quotes it; nothing is
 downloaded. ``demo_prompt``, ``code_edit_prompt``, ``json_prompt``, ``passage_prompt``,
 ``parity_prompts``, ``short_questions``, ``agent_transcript``.
-Tests: used by tests/parity/test_parity_real.py, tests/drafters/test_suffix.py and others. Details:
+Tests: tests/test_prompts.py, used by tests/parity/test_parity_real.py,
+tests/drafters/test_suffix.py and others. Details:
 docs/design-notes.md."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 tokenizer)`` loads the draft model, opens the ngram-mod table and measures (once, cached on
 disk) the verify cost curve and the drafter's own cost, returning ``DraftResources`` for
 ``build_drafter``. It sits above measurement and loading; drafters do neither.
-Tests: tests/test_measure.py.
+Tests: tests/test_resources.py, tests/test_measure.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ only), speedup against the same source's plain runs, acceptance, the oracle frac
 zero-cost bound (verify steps priced by the cost curve, drafting free) and the drafter-cost
 bound; ``parity`` compares every measured run with every plain run token by token;
 ``per_position``, ``class_summary`` and ``bounds`` aggregate.
-Tests: tests/bench/test_runner.py, tests/test_measure.py. The formulas with worked examples:
+Tests: tests/bench/test_analysis.py, tests/bench/test_runner.py, tests/test_measure.py. The
+formulas with worked examples:
 docs/design-notes.md."""
 
 from __future__ import annotations

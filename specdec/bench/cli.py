@@ -3,12 +3,13 @@
 Contract: a profile (``--profile``, ``--quick`` = ``--profile quick``) supplies every
 default; each flag given overrides it. Workloads come from ``--workload FILE`` (JSONL, see
 ``workloads``) or the built-in set, filtered by ``--workloads``/``--classes``. Configs come
-from ``--config SPEC`` (repeatable) or the sweep flags (``--draft-type`` × ``--num-draft-tokens``
+from ``--config SPEC`` (repeatable) or the sweep flags (``--draft-type`` ×
+``--num-draft-tokens``
 × ``--ngram-min``, plus ``--adaptive-k`` / ``--gate`` variants). The command writes
 report.md, results.json and PNG plots to ``--out``, prints the headline, and exits 1 if
 any of our configs produced tokens different from plain decoding (peers' mismatches are
 reported, not fatal: they are not our output).
-Tests: tests/bench/test_report.py, tests/bench/test_runner.py.
+Tests: tests/bench/test_cli.py, tests/bench/test_report.py, tests/bench/test_runner.py.
 """
 
 from __future__ import annotations

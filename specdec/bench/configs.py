@@ -4,7 +4,8 @@ Contract: ``parse_config(text)`` -> ``BenchConfig`` (a ``DraftSpec`` plus the be
 ``warm``); options ``k=``, ``n=``, ``adaptive``, ``nogate``, ``mod-size=``, ``mod-n=``,
 ``tree=N|auto``, ``warm``; ``none`` is plain decoding. ``BenchConfig.drafter()`` builds a
 fresh drafter per run, so no state leaks between measured runs.
-Tests: tests/bench/test_runner.py, tests/bench/test_workloads.py. Options in full: docs/design-notes.md.
+Tests: tests/bench/test_configs.py, tests/bench/test_runner.py, tests/bench/test_workloads.py.
+Options in full: docs/design-notes.md.
 
     >>> parse_config("ngram:k=8:n=2:adaptive:nogate").label
     'ngram k=8 n=2 adaptive nogate'"""

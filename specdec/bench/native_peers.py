@@ -5,7 +5,8 @@ library at the top and nothing relative. ``serve(file, cls, args)`` builds ``cls
 from ``file`` and answers one JSON request per stdin line (``{"method", "kwargs"}``) with one
 JSON reply per stdout line (``{"result"}`` or ``{"error"}``) until stdin closes. Each peer
 model's ``baseline``/``speculative`` return a ``PeerRun`` as a dict, timed here so the pipe
-costs nothing in the numbers. Tests: tests/bench/test_peers.py.
+costs nothing in the numbers. Tests: tests/bench/test_native_peers.py,
+tests/bench/test_peers.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ Contract: ``PeerProcess(name, file, cls, args, hint)`` starts a Python child tha
 native library's illegal instruction, an abort) raises ``PeerCrashed`` naming the signal
 and ``hint`` (what to do); an exception inside the child raises ``RuntimeError`` with its
 text; a load failure raises ``PeerUnavailable``. Native code never runs in the caller's
-process. Tests: tests/bench/test_peers.py (a real child sent SIGILL and ``os.abort()``).
+process. Tests: tests/bench/test_peer_process.py, tests/bench/test_peers.py (a real child sent
+SIGILL and ``os.abort()``).
 """
 
 from __future__ import annotations

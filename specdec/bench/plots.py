@@ -5,7 +5,8 @@ Contract: ``make_all(result, summary, out_dir)`` writes and returns the paths of
 ``per_position.png`` (acceptance of draft slot i), ``cost_curve.png`` (cost(L)/cost(1))
 and, when peers ran, ``peers.png`` (each engine's speedup over its own plain decoding
 and its absolute tok/s on the same prompts).
-Tests: none of its own (tests/bench/test_report.py writes its report with plots off).
+Tests: tests/bench/test_plots.py, none of its own (tests/bench/test_report.py writes its
+report with plots off).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Contract: ``PROFILES[name]`` is a ``Profile`` whose fields are the defaults of a
 cross-model warm-start experiment: before measuring, ``build_warm_table`` serves the
 profile's workloads (all turns) on that model with one shared ngram-mod table and saves
 it, and the ``warm`` configs of the measured model start from that file.
-Tests: tests/bench/test_report.py.
+Tests: tests/bench/test_profiles.py, tests/bench/test_report.py.
 """
 
 from __future__ import annotations

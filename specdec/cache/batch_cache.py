@@ -5,7 +5,8 @@ row rolled back), masked out and not counted in the row's RoPE offset, so a row 
 the keys it would see alone. ``roll_back(cache, fed, kept)`` is the one rollback of a verify
 step for every cache kind; ``trim_rows`` the batched form; ``prefill_rows`` prefills several
 prompts in one forward. Anything that cannot roll back raises ``RollbackError``, never a
-silent no-op. Tests: tests/decode/test_batch.py, tests/decode/test_step.py. Why holes (measured) and the
+silent no-op. Tests: tests/cache/test_batch_cache.py, tests/decode/test_batch.py,
+tests/decode/test_step.py. Why holes (measured) and the
 contract in full: docs/design-notes.md."""
 
 from __future__ import annotations

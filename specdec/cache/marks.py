@@ -9,7 +9,7 @@
 Why marks, not the target's replay or re-feed: a draft model's chain feeds one token per
 forward, so the state after every drafted position exists already; keeping a reference
 to it is exact and costs nothing, where a replay or a re-feed computes again.
-Tests: tests/drafters/test_draft_model_hybrid.py.
+Tests: tests/cache/test_marks.py, tests/drafters/test_draft_model_hybrid.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ saying what to fix). ``Grammar`` is one request's constraint: as a ``stateful`` 
 processor it masks each verified position to what the grammar allows after that position's
 own history and rolls back to the output; ``accept(tokens)`` advances it; ``forced(k)`` is
 what the grammar alone allows (free drafts). Plain decoding applies the same mask, so output
-is unchanged. Tests: tests/drafters/test_grammar.py, tests/toolcall/test_formats.py.
+is unchanged. Tests: tests/core/test_grammar.py, tests/drafters/test_grammar.py,
+tests/toolcall/test_formats.py.
 Why llguidance (measured): docs/design-notes.md."""
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ seen[r]``, so every verified position is processed as plain decoding would; a
 ``WindowProcessor`` reads only the last ``size`` tokens (same arithmetic on host and device);
 a ``stateful`` one gets ``accept(tokens)`` after each step; ``processors_for(params)`` is
 mlx-lm's order: logit bias, repetition, presence, frequency.
-Tests: tests/core/test_sampling.py, tests/test_engine.py. Details: docs/design-notes.md.
+Tests: tests/core/test_processors.py, tests/core/test_sampling.py, tests/test_engine.py.
+Details: docs/design-notes.md.
 
     >>> import mlx.core as mx
     >>> FrequencyPenalty(0.5, 4)(mx.zeros((2, 5)), [1, 1, 2], [[], [1]]).tolist()

@@ -2,7 +2,8 @@
 
 A ``Proposal`` is a tree in topological order: ``tokens[i]`` hangs below ``parents[i]``
 (``-1`` = the root, the last context token; ``parents=None`` = a linear chain); ``q`` is each
-token's draft distribution, ``None`` for point masses. Tests: tests/decode/test_step.py,
+token's draft distribution, ``None`` for point masses. Tests: tests/core/test_proposal.py,
+tests/decode/test_step.py,
 tests/decode/test_tree_attention.py.
 
     >>> t = Proposal([5, 6, 8], parents=(-1, 0, 0))   # 5 -> 6 and 5 -> 8: two branches

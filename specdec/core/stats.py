@@ -4,7 +4,7 @@ Definitions (vLLM's): acceptance_rate = accepted / drafted; mean_acceptance_leng
 emitted tokens per verify step (plain decoding: 1.0); per-position acceptance; p_cache =
 emitted / fed (1.0 for plain decoding). decode_tokens_per_s times plain and speculative
 runs over exactly the same work (after prefill). Full definitions: docs/design-notes.md.
-Tests: tests/test_engine.py.
+Tests: tests/core/test_stats.py, tests/test_engine.py.
 """
 
 from __future__ import annotations

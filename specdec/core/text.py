@@ -4,7 +4,8 @@ Contract: ``encode_prompt`` turns text, token ids or chat messages into ids (cha
 unless ``chat=False``; BOS as mlx-lm adds it; a template's refusal is a ``ValueError``);
 ``StopMatcher`` releases text only once it cannot begin a stop string, so a stop string split
 across tokens or inside an accepted block is never emitted, nor anything after it;
-``TextOut.feed(token)`` -> (text, stopped). Tests: tests/core/test_verify.py,
+``TextOut.feed(token)`` -> (text, stopped). Tests: tests/core/test_text.py,
+tests/core/test_verify.py,
 tests/core/test_sampling.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the lossless drafter (``drafters.wedlm``) and the loader (``loader.wedlm``).
 
 Invariant: a ``WedlmSettings`` is valid once constructed; ``pick`` fills at least one mask
-per call. Tests: tests/decode/test_wedlm.py.
+per call. Tests: tests/core/test_wedlm.py, tests/decode/test_wedlm.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ stream is a batch of one), ``stream`` a single request's steps.
 
 Invariant: each row's output is token for token what plain decoding of it alone gives
 (greedy, seeded) or is distributed as it (unseeded sampling), whatever was drafted, priced
-or batched beside it. Words: see ``specdec.decode``. Tests: tests/decode/test_batch.py,
+or batched beside it. Words: see ``specdec.decode``. Tests: tests/decode/test_loop.py,
+tests/decode/test_batch.py,
 tests/parity/test_parity_real.py, tests/drafters/test_gate.py, tests/test_engine.py.
 """
 

@@ -4,7 +4,8 @@ does for one stream.
 
 Invariant: the tokens and logprobs are those ``step.verify_step`` gives the same rows; a
 queued step (``Batch.inflight``) has fed its rows one token more than their contexts'
-``[:-1]``. Tests: tests/decode/test_batch.py (pipelined and landed steps), tests/drafters/test_gate.py.
+``[:-1]``. Tests: tests/decode/test_pipeline.py, tests/decode/test_batch.py (pipelined and
+landed steps), tests/drafters/test_gate.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 Invariant: ``feed`` ends the output at EOS (not emitted), ``max_tokens`` or a stop string,
 even inside an accepted block; a prompt cache afterwards holds exactly prompt + emitted
-tokens, or is emptied after an error. Tests: tests/test_engine.py,
+tokens, or is emptied after an error. Tests: tests/decode/test_request.py, tests/test_engine.py,
 tests/cache/test_prompt_cache.py, tests/decode/test_batch.py.
 """
 

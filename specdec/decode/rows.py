@@ -3,7 +3,8 @@
 
 Invariant: ``row.context`` is the prompt plus every emitted token, and the batch cache holds
 ``context[:-1]`` between steps (the last token is the next block's root). Tests:
-tests/decode/test_batch.py, tests/decode/test_step.py, tests/decode/test_tree_attention.py.
+tests/decode/test_rows.py, tests/decode/test_batch.py, tests/decode/test_step.py,
+tests/decode/test_tree_attention.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Contract of ``AdaptiveKDrafter(inner, cost, k_max, draft_cost=None)``: before ea
 k* = argmax_k E[tokens | k] / (cost(k + 1) + draft(k)) over 0..k_max, E from the recent
 per-slot acceptance (decayed counts from ``observe``), cost the measured verify curve, draft
 the drafter's own cost (None = free). k* = 0 is a plain step; output is unchanged for any k.
-Tests: tests/drafters/test_chain.py, tests/test_measure.py. Details: docs/design-notes.md."""
+Tests: tests/drafters/test_adaptive.py, tests/drafters/test_chain.py, tests/test_measure.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

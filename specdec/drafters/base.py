@@ -1,4 +1,5 @@
-"""The drafter contract: one base class (``Drafter``); its ``Proposal`` lives in ``core.proposal``.
+"""The drafter contract: one base class (``Drafter``); its ``Proposal`` lives in
+``core.proposal``.
 
 A drafter only changes speed, never output. Per request: ``begin(prompt_ids)`` once before any
 proposal (state is reset here, never guessed later); ``propose(context, k) -> Proposal`` each
@@ -6,7 +7,8 @@ step (empty = a plain step); ``observe(num_accepted)`` after each verify of a no
 ``propose_tree(context, k, budget)`` the tree form (default: the linear proposal). Optional:
 ``constrain``/``forced`` (grammars), ``paused``/``watch``/``step_time`` (the cost gate).
 Capabilities are declared attributes, never probed: ``name``, ``branches``, ``draft_cost``.
-Tests: tests/decode/test_step.py, tests/drafters/test_trie.py. The contract in full:
+Tests: tests/drafters/test_base.py, tests/decode/test_step.py, tests/drafters/test_trie.py.
+The contract in full:
 docs/design-notes.md."""
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ suffix n-gram (n_max down to n_min), cut to ``k`` and after the first EOS; ``pro
 states it purely, ``NgramIndex`` computes it incrementally (O(n_max - n_min + k) per
 proposal), ``NgramDrafter`` wraps it. ``propose_tree`` merges every earlier match's
 continuation best first (``all_match_continuations``); its best path starts with the linear
-draft. Tests: tests/drafters/test_trie.py, tests/drafters/test_grammar.py. Details: docs/design-notes.md."""
+draft. Tests: tests/drafters/test_ngram.py, tests/drafters/test_trie.py,
+tests/drafters/test_grammar.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Contract: ``occurrences(docs, pattern)`` lists every (doc, end) where ``pattern`
 that occurred before; ``most_frequent_continuation`` counts what followed it;
 ``draft_length(m, k, alpha)`` caps a draft by the match length; ``suffix_proposal`` puts
 them together (the reference the automata in ``suffix`` are tested against).
-Tests: tests/drafters/test_suffix.py.
+Tests: tests/drafters/test_suffix_match.py, tests/drafters/test_suffix.py.
 """
 
 from __future__ import annotations

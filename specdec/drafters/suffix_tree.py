@@ -4,7 +4,8 @@ Contract (``suffix_tree_proposal`` by brute force; ``index_tree`` over a ``Suffi
 match and depth as the linear drafter; a path's probability is the product of its
 followers' capped-count shares (SuffixDecoding's estimate); with ``linear_first`` the
 linear draft is placed first, then the most probable candidates up to ``budget``. Siblings
-best first, nodes in the order placed. Tests: tests/drafters/test_trie.py.
+best first, nodes in the order placed. Tests: tests/drafters/test_suffix_tree.py,
+tests/drafters/test_trie.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Contract: ``cache_root()`` is ``$SPECDEC_CACHE_DIR`` or ``~/.cache/specdec``;
 ``source_key(path, version)`` changes with the source or converter, so stale conversions are
 never reused; ``atomic_dir``/``atomic_file`` publish by one rename (a reader sees nothing or
 a complete result; the first finisher wins). Nothing here imports mlx.
-Tests: tests/loader/test_api.py, tests/test_calibrate.py."""
+Tests: tests/loader/test_cache.py, tests/loader/test_api.py, tests/test_calibrate.py."""
 
 from __future__ import annotations
 

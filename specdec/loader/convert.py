@@ -4,7 +4,8 @@ Contract: ``convert_gguf(path)`` returns ``<cache>/converted/<stem>-<key>`` (reu
 when present; written to a temp dir and renamed), with ``specdec.json`` (source, quantization
 summary, conversion time); older conversions of the same source are deleted;
 ``conversion_count()`` counts real conversions. Weights are exact float32; casting happens at
-load. Nothing here imports mlx. Tests: tests/loader/test_api.py. Details: docs/design-notes.md."""
+load. Nothing here imports mlx. Tests: tests/loader/test_convert.py, tests/loader/test_api.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Contract: every user-facing failure in ``specdec.loader`` (missing package, unkn
 name, bad path, unsupported GGUF architecture or tensor type, bad dtype, a corrupt chunk)
 raises ``ModelLoadError`` whose message says what went wrong *and* what to do about it.
 Programming errors (bugs) are left as ordinary exceptions.
-Tests: tests/loader/test_api.py.
+Tests: tests/loader/test_errors.py, tests/loader/test_api.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Contract: ``open_gguf`` (``ModelLoadError`` for a bad file or an architecture outside
 ``SUPPORTED_ARCHS``), ``build_config`` (llama / qwen2 / gemma3_text; llama.cpp's constants
 where it hard-codes them), ``quant_summary``. Nothing here imports mlx.
-Tests: through the loader, tests/loader/test_api.py. Details: docs/design-notes.md."""
+Tests: tests/loader/test_gguf_meta.py, through the loader, tests/loader/test_api.py. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ Contract: ``iter_hf_tensors`` yields every tensor in HF layout with llama.cpp's 
 transformations undone (llama's q/k RoPE permutation, gemma3's norm ``+ 1``); an unknown
 name or quantization raises ``ModelLoadError``; ``write_safetensors`` writes ~1 GiB shards.
 Dequantization is exact. Nothing here imports mlx.
-Tests: through the loader, tests/loader/test_api.py. Details: docs/design-notes.md."""
+Tests: tests/loader/test_gguf_weights.py, through the loader, tests/loader/test_api.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

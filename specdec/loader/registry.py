@@ -4,7 +4,8 @@ Contract: ``PACKAGED_MODELS`` maps a short name to a ``PackagedModel``;
 ``packaged_gguf_path(name)`` returns its ``.gguf`` (chunk packages concatenated once into
 ``<cache>/gguf/``, checked, re-assembled when a chunk changes); a missing package, unknown
 name or corrupt chunk raises ``ModelLoadError`` naming the pip command. Nothing here
-imports mlx. Tests: tests/loader/test_api.py. Details: docs/design-notes.md."""
+imports mlx. Tests: tests/loader/test_registry.py, tests/loader/test_api.py. Details:
+docs/design-notes.md."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ norms in the weights) load as mlx-lm's ``qwen3``, Qwen2.5-initialised ones (WeDL
 token id comes from the config, else the tokenizer's ``<|mask|>``, else Tencent's engine's
 default (151665). The loaded model carries its ``WedlmSettings`` as ``wedlm_settings``;
 ``core.wedlm.settings_of(model)`` reads it and raises a clear error for any other model.
-Tests: tests/decode/test_wedlm.py (a synthetic directory with the same file names and keys).
+Tests: tests/loader/test_wedlm.py, tests/decode/test_wedlm.py (a synthetic directory with the
+same file names and keys).
 """
 
 from __future__ import annotations

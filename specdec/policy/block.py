@@ -7,7 +7,7 @@ with its row's ``alpha`` given its predecessors were) over ``cost(B * L)``; ties
 the shorter block, so L = 1 (plain batching) unless drafting pays. ``curve_cost`` prices
 a forward from a measured verify cost curve; ``unknown_cost`` is the price while none is
 known (every token a one-token forward: no block pays).
-Tests: tests/decode/test_batch.py.
+Tests: tests/policy/test_block.py, tests/decode/test_batch.py.
 """
 
 from __future__ import annotations

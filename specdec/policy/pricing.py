@@ -3,7 +3,8 @@ it chooses a block length.
 
 Invariant: with no curve (``curve`` None) or a lone row, nothing is priced and a row drafts
 as it would alone; otherwise a block is chosen only where ``choose_block`` predicts fewer
-seconds per emitted token than plain batching. Tests: tests/decode/test_batch.py (pricing),
+seconds per emitted token than plain batching. Tests: tests/policy/test_pricing.py,
+tests/decode/test_batch.py (pricing),
 tests/test_measure.py.
 """
 

@@ -6,7 +6,7 @@ with ``data: [DONE]``), ``GET /v1/models`` (and ``/v1/models/{id}``, with the co
 length), ``GET /health`` and ``GET /metrics``; Anthropic's ``/v1/messages``, OpenAI's
 ``/v1/responses`` and Ollama's ``/api/*`` through their adapters onto ``Api.chat`` (one
 request model, one generation path). The request logic is ``api.Api``; the app's shutdown
-stops the worker, which saves the shared memory. Tests: tests/server/.
+stops the worker, which saves the shared memory. Tests: tests/server/test_app.py, tests/server/.
 """
 
 from __future__ import annotations
