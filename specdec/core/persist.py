@@ -9,8 +9,7 @@ Contract:
   array holds a JSON header with ``format`` and ``version``; it returns ``(meta, {name:
   array})`` or raises ``ValueError`` naming the file, what it should have been and what to
   do, for unreadable data, a missing array or another format/version.
-Tests: tests/core/test_persist.py, tests/drafters/test_ngram_mod.py,
-tests/server/test_memory.py.
+Tests: tests/core/test_persist.py; in use: tests/drafters/test_ngram_mod.py.
 """
 
 from __future__ import annotations
