@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..cache.prompt_cache import PrefixStore
-from ..cache.recurrent import RecurrentCache
+from ..cache.recurrent import RecurrentCache, refuse_trees
 from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
 from ..calibrate import Calibration
 from ..core.vocab import vocab_size
@@ -201,6 +201,8 @@ class InferenceWorker:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
         else 1, said in the log), make the batcher and find the verify cost curve."""
 
+        # refused at start-up, not on every request
+        refuse_trees(make_cache(self.model, rollback=False), self.cfg.speculation.draft_tree_budget)
         why = batchable(self.model, self.cfg.kv_bits)
         if self.group is not None:
             why = "the target is sharded (--distributed)"
