@@ -80,6 +80,19 @@ def test_serve_defaults_concurrent_and_multi_turn(server):
     assert server.health()["status"] == "ok"
 
 
+def test_a_tree_request_on_a_hybrid_is_a_400(server):
+    """Issue #35: a request's own tree budget is refused with the one message (it failed
+    when its job started), and the server goes on answering."""
+    with server.http() as http:
+        model = http.get("/v1/models").json()["data"][0]["id"]
+        r = http.post("/v1/chat/completions", json={
+            "model": model, "messages": [{"role": "user", "content": "abc"}], "max_tokens": 4,
+            "speculative": {"draft_tree_budget": "auto"}})
+        assert r.status_code == 400, r.text
+        assert "recurrent layers (hybrids): send speculative.draft_tree_budget 0" in r.text
+        _chat(http, model, [{"role": "user", "content": "abc"}])
+
+
 def test_a_model_that_cannot_roll_back_serves_plain(caplog):
     """A cache kind that cannot roll back at all (attention sinks here) turns speculation
     off for the whole server with one warning, instead of failing every request."""
