@@ -48,27 +48,31 @@ def add_decoder_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_draft_flags(p: argparse.ArgumentParser, *, draft_type: str = DraftSpec.draft_type) -> None:
-    """The drafter flags (one per ``DraftSpec`` field, its defaults), shared with ``specdec serve``."""
-    p.add_argument("--draft-type", default=draft_type,
-                   help=f"one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix,model")
+    """The drafter flags (one per ``DraftSpec`` field), shared with ``specdec serve``. Their
+    argparse defaults are None, so a flag given can be told from one left out (``--decoder
+    wedlm`` refuses any given); ``draft_spec_from_args`` fills in the spec's defaults."""
+    p.add_argument("--draft-type",
+                   help=f"one of {', '.join(DRAFT_TYPES)}, or a chain like ngram,suffix,model "
+                        f"(default: {draft_type})")
     p.add_argument("--draft-model", help="draft model for --draft-type model (same tokenizer)")
-    p.add_argument("--num-draft-tokens", type=int, default=DraftSpec.num_draft_tokens,
-                   help="draft length k (the most; the cost gate picks each step's)")
-    p.add_argument("--ngram-min", type=int, default=1)
-    p.add_argument("--ngram-max", type=int, default=3)
+    p.add_argument("--num-draft-tokens", type=int,
+                   help=f"draft length k (the most; the cost gate picks each step's; default: "
+                        f"{DraftSpec.num_draft_tokens})")
+    p.add_argument("--ngram-min", type=int, help=f"default: {DraftSpec.ngram_min}")
+    p.add_argument("--ngram-max", type=int, help=f"default: {DraftSpec.ngram_max}")
     p.add_argument("--ngram-mod-file", help="load the ngram-mod table from / save it to this file")
     p.add_argument("--ngram-mod-size", type=int, help="ngram-mod table slots (default 2**18)")
     p.add_argument("--ngram-mod-n", type=int, help="ngram-mod hashed n-gram length (default 4)")
-    p.add_argument("--suffix-history", type=int, default=DEFAULT_SUFFIX_HISTORY,
-                   help="suffix history tokens")
-    p.add_argument("--gate", action=argparse.BooleanOptionalAction, default=True,
+    p.add_argument("--suffix-history", type=int,
+                   help=f"suffix history tokens (default: {DEFAULT_SUFFIX_HISTORY})")
+    p.add_argument("--gate", action=argparse.BooleanOptionalAction, default=None,
                    help="the cost gate (default on): draft only while drafting beats plain decoding "
                         "on the measured verify cost, picking each step's k; --no-gate drafts k always")
-    p.add_argument("--adaptive-k", action="store_true",
+    p.add_argument("--adaptive-k", action="store_true", default=None,
                    help="choose k per step from acceptance and the measured verify cost")
-    p.add_argument("--draft-tree-budget", type=tree_budget_arg, default=0,
-                   help="max token-tree nodes verified per step (0 = linear drafts; 'auto' = "
-                        "from the measured verify cost); --num-draft-tokens stays the max depth")
+    p.add_argument("--draft-tree-budget", type=tree_budget_arg,
+                   help="max token-tree nodes verified per step (0 = linear drafts, the default; "
+                        "'auto' = from the measured verify cost); --num-draft-tokens stays the max depth")
 
 
 def tree_budget_arg(text: str) -> int | str:
@@ -88,10 +92,16 @@ def add_distributed_flags(p: argparse.ArgumentParser) -> None:
                         "declares the group hung and stops")
 
 
-def draft_spec_from_args(ns: argparse.Namespace) -> DraftSpec:
-    """The ``DraftSpec`` of the drafter flags in an argparse namespace (missing flags
-    take the spec's defaults)."""
-    return DraftSpec(**{f: getattr(ns, f) for f in DRAFT_FIELDS if getattr(ns, f, None) is not None})
+def draft_spec_from_args(ns: argparse.Namespace, draft_type: str = DraftSpec.draft_type) -> DraftSpec:
+    """The ``DraftSpec`` of the drafter flags in an argparse namespace (flags left out
+    take the spec's defaults; ``--draft-type`` left out is ``draft_type``)."""
+    return DraftSpec(**{"draft_type": draft_type, **{f: getattr(ns, f) for f in DRAFT_FIELDS
+                                                     if getattr(ns, f, None) is not None}})
+
+
+def draft_flags_given(ns: argparse.Namespace) -> tuple[str, ...]:
+    """The drafter flags given on the command line (their argparse defaults are None)."""
+    return tuple(f"--{f.replace('_', '-')}" for f in DRAFT_FIELDS if getattr(ns, f, None) is not None)
 
 
 def check_kv_bits(kv_bits: int | None) -> None:
@@ -126,16 +136,19 @@ class RunConfig:
     wedlm_window: int = 16
     entropy_threshold: float = 0.3
     position_penalty: float = 0.01
+    draft_flags: tuple[str, ...] = ()  # the drafter flags given (``--decoder wedlm`` refuses them)
     table: NgramModTable | None = field(default=None, init=False, repr=False)  # in use
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> "RunConfig":
-        names = {f.name for f in fields(cls) if f.init} - {"spec"}
-        cfg = cls(**{k: v for k, v in vars(ns).items() if k in names}, spec=draft_spec_from_args(ns))
+        names = {f.name for f in fields(cls) if f.init} - {"spec", "draft_flags"}
+        cfg = cls(**{k: v for k, v in vars(ns).items() if k in names}, spec=draft_spec_from_args(ns),
+                  draft_flags=draft_flags_given(ns))
         cfg.validate()
         return cfg
 
     def validate(self) -> None:
+        self._check_decoder()  # first: with --decoder wedlm no drafter flag applies at all
         self.spec.check_used()
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}")
@@ -146,7 +159,6 @@ class RunConfig:
             raise ValueError("give either --prompt or --prompt-file, not both")
         self.sampling().validate()
         check_kv_bits(self.kv_bits)
-        self._check_decoder()
 
     def _check_decoder(self) -> None:
         if self.decoder not in DECODERS:
@@ -158,8 +170,13 @@ class RunConfig:
             ("--top-p", self.top_p < 1), ("--top-k", self.top_k > 0), ("--min-p", self.min_p > 0),
             ("--repetition-penalty", self.repetition_penalty != 1),
             ("--json-schema", self.json_schema),
-            ("--prompt-cache-file", self.prompt_cache_file), ("--kv-bits", self.kv_bits),
-            ("--draft-type", self.spec.draft_type != DraftSpec.draft_type)) if set_]
+            ("--prompt-cache-file", self.prompt_cache_file), ("--kv-bits", self.kv_bits)) if set_]
+        drafter = self.draft_flags or (("--draft-type",) if self.spec != DraftSpec() else ())
+        if drafter:
+            raise ValueError(f"{', '.join(drafter)} not supported with --decoder wedlm: the wedlm "
+                             "decoder drafts itself (its mask window), so drafter flags do not "
+                             "apply: drop them, or use --draft-type wedlm without --decoder wedlm "
+                             "for the lossless mode")
         if unsupported:
             raise ValueError(f"{', '.join(unsupported)} not supported with --decoder wedlm (window "
                              "decoding: greedy or --temp only): drop it, or use --draft-type "

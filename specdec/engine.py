@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from .cache.prompt_cache import PromptCache
+from .cache.recurrent import refuse_trees
+from .cache.rollback import make_cache
 from .core.grammar import Grammar, response_grammar
 from .core.processors import LogitsProcessor
 from .core.sampling import SamplingParams
@@ -102,6 +104,7 @@ def tree_policy(model: Any, tree_budget: int | str, drafter: Drafter | None,
     measured it)."""
     if not tree_budget:
         return 0, None
+    refuse_trees(make_cache(model, rollback=False), tree_budget)  # before "auto" measures trees
     propose_cost = draft_seconds(drafter.draft_cost if drafter is not None else None, num_draft_tokens)
     return resolve_tree_budget(model, tree_budget, propose_cost=propose_cost)
 

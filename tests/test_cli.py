@@ -81,3 +81,29 @@ def test_a_seed_pins_sampled_tokens_whatever_the_drafter():
         assert out["parity"] is True, draft
         outs.append(out["tokens"])
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("flags", [["--draft-type", "suffix"], ["--num-draft-tokens", "8"],
+                                   ["--draft-model", "x"], ["--no-gate"]])
+def test_decoder_wedlm_refuses_drafter_flags_even_at_their_defaults(flags):
+    """Issue #37: the wedlm decoder drafts itself, so any drafter flag given (even the
+    default drafter, which was indistinguishable and silently ignored) is refused up front."""
+    from specdec.cli import build_parser
+    from specdec.config import RunConfig
+
+    ns = build_parser().parse_args(["generate", "--decoder", "wedlm", *flags])
+    with pytest.raises(ValueError, match=f"{flags[0].replace('no-', '')} not supported with --decoder "
+                                         "wedlm: the wedlm decoder drafts itself.*--draft-type wedlm"):
+        RunConfig.from_args(ns)
+
+
+def test_drafter_flags_left_out_take_the_default_drafter():
+    from specdec.cli import build_parser
+    from specdec.config import RunConfig
+    from specdec.drafters import DraftSpec
+
+    for decoder in ("speculative", "wedlm"):
+        cfg = RunConfig.from_args(build_parser().parse_args(["generate", "--decoder", decoder]))
+        assert cfg.spec == DraftSpec() and cfg.draft_flags == ()
+    cfg = RunConfig.from_args(build_parser().parse_args(["generate", "--no-gate", "--adaptive-k"]))
+    assert cfg.spec == DraftSpec(gate=False, adaptive_k=True) and cfg.draft_flags == ("--gate", "--adaptive-k")

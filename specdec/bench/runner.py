@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from ..cache.recurrent import refuse_trees
+from ..cache.rollback import make_cache
 from ..drafters.base import Drafter
 from ..engine import GenerationResult, generate
 from .analysis import ORACLE_PREFIX
@@ -223,6 +225,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     if plan.runs < 1:
         raise ValueError("--runs must be >= 1")
     model, tok = target or load(plan.model, dtype=plan.dtype)
+    _refuse_trees(plan, model)
     draft = None
     if any(c.spec.uses("model") for c in plan.configs):
         if not plan.draft_model:
@@ -271,6 +274,15 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         peer.close()
     result.diagnoses = _diagnose(model, tok, plan, result, cost, draft)
     return result
+
+
+def _refuse_trees(plan: BenchPlan, model: Any) -> None:
+    """Tree configs on a hybrid target, refused before any measurement (the engine's check):
+    a tree step cannot roll back a recurrent state."""
+    trees = [c.text for c in plan.configs if c.tree_budget]
+    if trees:
+        refuse_trees(make_cache(model, rollback=False), len(trees),
+                     f"drop tree= from the configs {', '.join(trees)} (linear drafts)")
 
 
 def _cases(plan: BenchPlan, tok: Any) -> tuple[list[tuple[Workload, int | None]], dict[str, str]]:

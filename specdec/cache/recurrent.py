@@ -33,6 +33,22 @@ def has_recurrent(layers: Sequence[Any]) -> bool:
     return any(isinstance(c, ArraysCache) for layer in layers for c in _leaves(layer))
 
 
+LINEAR_DRAFTS = "use linear drafts (--draft-tree-budget 0)"
+
+
+def trees_refused(fix: str = LINEAR_DRAFTS) -> str:
+    return f"token trees are not verified on models with recurrent layers (hybrids): {fix}"
+
+
+def refuse_trees(layers: Sequence[Any], tree_budget: int | str, fix: str = LINEAR_DRAFTS) -> None:
+    """The one check for token trees on a hybrid: a tree branches the cache and a recurrent
+    state cannot, so a tree budget (a number or "auto") on ``layers`` (a model's cache, e.g.
+    ``make_cache(model, rollback=False)``) with recurrent layers is refused before anything
+    is measured or run; ``fix`` says what to do instead (the caller's flag or config)."""
+    if tree_budget and has_recurrent(layers):
+        raise ValueError(trees_refused(fix))
+
+
 class CountedArraysCache(ArraysCache):
     """mlx-lm's ``ArraysCache`` that also counts the positions it has seen (``offset``,
     as attention caches have): every mlx-lm recurrent layer calls ``advance(n)`` once per
@@ -227,5 +243,4 @@ class RecurrentCache(list):
         return mark[0]
 
     def compact(self, *_: Any) -> None:
-        raise RollbackError("token trees are not verified on models with recurrent layers: "
-                            "use linear drafts (--draft-tree-budget 0)")
+        raise RollbackError(trees_refused())

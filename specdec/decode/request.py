@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 
 from ..cache.batch_cache import RowsKVCache, prefill_rows
 from ..cache.prompt_cache import PromptCache
-from ..cache.recurrent import RecurrentCache
+from ..cache.recurrent import refuse_trees
 from ..cache.rollback import make_cache, prefill
 from ..core.grammar import Grammar
 from ..core.processors import LogitsProcessor
@@ -116,9 +116,7 @@ class Request:
         return old
 
     def _start(self, reused: int) -> None:
-        if self.tree_budget and isinstance(self.layers, RecurrentCache):
-            raise ValueError("token trees (--draft-tree-budget) are not verified on models with "
-                             "recurrent layers: use linear drafts (--draft-tree-budget 0)")
+        refuse_trees(self.layers, self.tree_budget)
         s = self.stats
         s.drafter, s.prompt_tokens, s.cached_tokens = self.drafter.name, len(self.prompt_ids), reused
         self.rng = None if self.sampling.greedy else Rng(self.sampling.seed)

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .api import Api, NoTokens
 from .errors import APIError, surface_body, validation_error
+from .events import decoder_stats
 from .schemas import MAX_STOPS, ChatCompletionRequest
 
 log = logging.getLogger("specdec.server")
@@ -380,11 +381,12 @@ class Blocks:
             return "stop_sequence"
         return STOP_REASONS.get(self.finish or "", "end_turn")
 
-    def usage_json(self) -> dict[str, int]:
+    def usage_json(self) -> dict[str, Any]:
+        """Anthropic's usage, plus --decoder wedlm's stats as extra fields (as on OpenAI's)."""
         cached = (self.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
         return {"input_tokens": self.usage.get("prompt_tokens", 0) - cached,
                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached,
-                "output_tokens": self.usage.get("completion_tokens", 0)}
+                "output_tokens": self.usage.get("completion_tokens", 0), **decoder_stats(self.usage)}
 
     def end(self) -> list[Event]:
         delta = {"stop_reason": self.stop_reason(), "stop_sequence": self.stop_sequence()}
@@ -392,7 +394,7 @@ class Blocks:
                                 ("message_stop", {})]
 
 
-def _message(msg_id: str, model: str, content: list[dict[str, Any]], usage: dict[str, int],
+def _message(msg_id: str, model: str, content: list[dict[str, Any]], usage: dict[str, Any],
              stop_reason: str | None = None, stop_sequence: str | None = None) -> dict[str, Any]:
     return {"id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,

@@ -21,6 +21,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from ..cache.recurrent import trees_refused
 from ..core.grammar import response_grammar
 from ..core.sampling import SamplingParams
 from ..core.text import encode_prompt
@@ -194,6 +195,9 @@ class Api:
         if spec.uses("model") and self.worker.draft is None:
             raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
                            param="speculative.draft_type")
+        if spec.draft_tree_budget and self.worker.recurrent:
+            raise APIError(400, trees_refused("send speculative.draft_tree_budget 0 (linear drafts)"),
+                           param="speculative.draft_tree_budget")
         if spec.draft_tree_budget and self.worker.max_batch > 1:
             raise APIError(400, "token trees (draft_tree_budget) are verified one request at a "
                            "time: this server batches requests (start it with --max-batch 1 "

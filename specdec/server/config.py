@@ -17,7 +17,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field, replace
 
-from ..config import RunConfig, check_kv_bits, draft_spec_from_args
+from ..config import RunConfig, check_kv_bits, draft_flags_given, draft_spec_from_args
 from ..drafters.spec import DraftSpec
 from ..toolcall import PARSERS
 from .schemas import MAX_DRAFT_TOKENS
@@ -55,6 +55,7 @@ class ServerConfig:
     tool_call_parser: str = "auto"  # a toolcall.PARSERS name
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback's
     speculation: DraftSpec = field(default_factory=lambda: DraftSpec(SERVE_DRAFT_TYPE))
+    draft_flags: tuple[str, ...] = ()  # the drafter flags given (``--decoder wedlm`` refuses them)
     # --decoder wedlm: every request decodes with WeDLM's lossy window decoder (RunConfig's
     # fields and checks, the same as specdec generate's)
     decoder: str = "speculative"
@@ -99,14 +100,15 @@ class ServerConfig:
             raise ValueError("specdec serve keeps its ngram-mod table in --memory-file "
                              "(with the suffix history): use that instead of --ngram-mod-file")
         own = {k: getattr(ns, k) for k in cls.__dataclass_fields__
-               if k not in ("speculation", "more_api_keys")}
+               if k not in ("speculation", "more_api_keys", "draft_flags")}
         own["model_alias"] = tuple(own["model_alias"] or ())
         own["allowed_hosts"] = tuple(own["allowed_hosts"] or ())
         given = own.pop("api_key") or []  # --api-key is repeatable
         given = [given] if isinstance(given, str) else list(given)
         own["more_api_keys"] = tuple(given[1:])
         cfg = cls(**own, api_key=given[0] if given else None,
-                  speculation=draft_spec_from_args(ns))
+                  speculation=draft_spec_from_args(ns, SERVE_DRAFT_TYPE),
+                  draft_flags=draft_flags_given(ns))
         if cfg.api_key is None:
             cfg.api_key = os.environ.get(API_KEY_ENV) or None
         cfg.validate()
@@ -124,7 +126,7 @@ class ServerConfig:
             top_k=self.top_k, min_p=self.min_p, dtype=self.dtype,
             kv_bits=self.kv_bits if wedlm else None, decoder=self.decoder,
             wedlm_window=self.wedlm_window, entropy_threshold=self.entropy_threshold,
-            position_penalty=self.position_penalty,
+            position_penalty=self.position_penalty, draft_flags=self.draft_flags,
             spec=replace(s, draft_type=draft_type,
                          draft_model=s.draft_model if s.uses("model") else None,
                          suffix_history=DraftSpec.suffix_history,

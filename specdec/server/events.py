@@ -63,6 +63,17 @@ class DoneEvent:
     timings: dict[str, Any] = field(default_factory=dict)
 
 
+# what --decoder wedlm adds to a request's usage (``decode.wedlm.WedlmStats.as_dict``, less
+# its token count): every API's answer reports them where its wire has room for usage fields
+DECODER_STATS = ("decoder", "forwards", "tokens_per_forward", "commits_per_step", "p_cache",
+                 "lossless")
+
+
+def decoder_stats(usage: dict[str, Any]) -> dict[str, Any]:
+    """The decoder's own stats in an OpenAI ``usage`` (none for speculative decoding)."""
+    return {k: usage[k] for k in DECODER_STATS if k in usage}
+
+
 @dataclass
 class ErrorEvent:
     error: APIError

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import APIError
+from .events import decoder_stats
 from .ollama_models import now
 
 log = logging.getLogger("specdec.server")
@@ -123,7 +124,8 @@ class Translator:
         return out
 
     def done(self, started: float) -> dict[str, Any]:
-        """Ollama's closing fields; durations in ns, from the server's own timings."""
+        """Ollama's closing fields; durations in ns, from the server's own timings; plus
+        --decoder wedlm's stats as extra fields (as in OpenAI's usage)."""
         u, t, end = self.usage, self.timings, time.perf_counter()
         n_out, rate = u.get("completion_tokens", 0), t.get("decode_tokens_per_s") or 0
         decode = n_out / rate if rate else (end - self.first_token_at if self.first_token_at else 0)
@@ -131,7 +133,7 @@ class Translator:
                 "total_duration": _ns(end - started), "load_duration": 0,  # loaded at start
                 "prompt_eval_count": u.get("prompt_tokens", 0),
                 "prompt_eval_duration": _ns(t.get("prefill_s", 0)),
-                "eval_count": n_out, "eval_duration": _ns(decode)}
+                "eval_count": n_out, "eval_duration": _ns(decode), **decoder_stats(u)}
 
 
 def chat_fields(p: Piece) -> dict[str, Any]:

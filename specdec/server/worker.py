@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..cache.prompt_cache import PrefixStore
-from ..cache.recurrent import RecurrentCache
+from ..cache.recurrent import has_recurrent, refuse_trees
 from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
 from ..calibrate import Calibration
 from ..core.vocab import vocab_size
@@ -70,6 +70,7 @@ class InferenceWorker:
         self.max_batch = 1
         self.one_at_a_time: str | None = None  # why requests do not batch (None: they do)
         self.plain_only: str | None = None  # why no request speculates (None: they may)
+        self.recurrent = False  # a hybrid target: no token trees (cache.recurrent.refuse_trees)
         self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
@@ -201,6 +202,9 @@ class InferenceWorker:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
         else 1, said in the log), make the batcher and find the verify cost curve."""
 
+        layers = make_cache(self.model, rollback=False)
+        self.recurrent = has_recurrent(layers)
+        refuse_trees(layers, self.cfg.speculation.draft_tree_budget)  # at start-up, not per request
         why = batchable(self.model, self.cfg.kv_bits)
         if self.group is not None:
             why = "the target is sharded (--distributed)"
@@ -227,7 +231,7 @@ class InferenceWorker:
             log.info("batching up to %d requests; blocks and cost gates priced by the cached "
                      "verify cost curve", self.max_batch)
             return
-        if self.group is not None or self.plain_only is not None or self._recurrent():
+        if self.group is not None or self.plain_only is not None or self.recurrent:
             log.info("no verify cost curve cached for this model and none is measured here (a "
                      "sharded or hybrid target): requests draft without the cost gate")
             return
@@ -237,9 +241,6 @@ class InferenceWorker:
                  "batches of several requests decode plain and a lone request drafts without "
                  "the cost gate until it is measured, %d forwards in idle time",
                  self.max_batch, self.calibration.total)
-
-    def _recurrent(self) -> bool:
-        return isinstance(make_cache(self.model, rollback=False, recurrent=True), RecurrentCache)
 
     def _use_curve(self, curve: dict[int, float]) -> None:
         self.curve = curve

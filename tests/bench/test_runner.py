@@ -204,3 +204,17 @@ def test_quick_bench_produces_the_report_and_holds_parity(tmp_path):
     assert "drafter-cost bound" in report and "tokens / verify step" in report
     assert "## Parity (strict, N×N)" in report and "**0 mismatches**" in report
     assert "of oracle" in report and "## Ceilings from the plain output" in report
+
+
+@pytest.mark.parametrize("config", ["model:k=4:tree=auto", "ngram:k=4:tree=8"])
+def test_tree_configs_on_a_hybrid_target_are_refused_before_measuring(tmp_path, config):
+    """Issue #35: a tree config on a hybrid (recurrent-cache) target is refused up front by
+    the engine's own check, naming the configs (it crashed in the tree-overhead measurement)."""
+    from hybrid_tiny import save_dir
+
+    target = save_dir("qwen3_next", tmp_path / "qwen3_next")
+    plan = BenchPlan(model=str(target), workloads=builtin_workloads()[:1],
+                     configs=[parse_config("ngram:k=4"), parse_config(config)],
+                     draft_model=str(target), runs=1, max_tokens=8, oracle=False, warmup=False)
+    with pytest.raises(ValueError, match=f"recurrent layers.*drop tree= from the configs {config} "):
+        run_plan(plan)

@@ -202,9 +202,11 @@ def test_rollback_is_checked():
         make_cache(model)  # without recurrent=True, refused as before
 
 
-def test_trees_refused():
-    with pytest.raises(ValueError, match="recurrent layers"):
-        run(cached("lfm2"), drafter=build_drafter(DraftSpec("ngram", gate=False)), tree_budget=4)
+@pytest.mark.parametrize("budget", [4, "auto"])
+def test_trees_refused(budget):
+    """"auto" too, before it measures a tree step (which cannot roll back: issue #35)."""
+    with pytest.raises(ValueError, match="recurrent layers.*--draft-tree-budget 0"):
+        run(cached("lfm2"), drafter=build_drafter(DraftSpec("ngram", gate=False)), tree_budget=budget)
 
 
 @pytest.mark.parametrize("arch", ["qwen3_next", "mamba2"])

@@ -30,7 +30,10 @@ def test_serve_flags_reach_the_config():
 
 @pytest.mark.parametrize("flags,message", [
     (("--top-p", "0.9"), "--top-p"), (("--draft-type", "ngram"), "--draft-type"),
-    (("--wedlm-window", "0"), "--wedlm-window")])
+    # serve's own default drafter, given (issue #37: it was silently ignored)
+    (("--draft-type", "grammar,suffix"), "--draft-type not supported with --decoder wedlm: the "
+     "wedlm decoder drafts itself.*--draft-type wedlm"),
+    (("--num-draft-tokens", "8"), "--num-draft-tokens"), (("--wedlm-window", "0"), "--wedlm-window")])
 def test_serve_decoder_wedlm_flags_are_checked(flags, message):
     p = argparse.ArgumentParser()
     add_serve_parser(p.add_subparsers())

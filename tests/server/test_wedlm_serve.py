@@ -57,8 +57,28 @@ def test_server_answers_with_the_wedlm_decoder(tmp_path):
             for bad in ({"top_p": 0.5}, {"logprobs": 1}):
                 r = complete(**bad)
                 assert r.status_code == 400 and "--decoder wedlm" in r.text, (bad, r.text)
+            _other_apis_report_the_decoder_stats(http, d)
     finally:
         s.stop()
+
+
+def _other_apis_report_the_decoder_stats(http, model: str) -> None:
+    """The Anthropic and Ollama answers carry the decoder's stats in their usage fields as
+    the OpenAI chat answer does (the same greedy request: the same stats)."""
+    from specdec.server.events import DECODER_STATS
+
+    msgs = [{"role": "user", "content": "abc abc"}]
+    r = http.post("/v1/chat/completions", json={"model": model, "messages": msgs, "max_tokens": 12})
+    assert r.status_code == 200, r.text
+    want = {k: r.json()["usage"][k] for k in DECODER_STATS}
+    assert want["lossless"] is False and want["forwards"] > 0
+    r = http.post("/v1/messages", json={"model": model, "messages": msgs, "max_tokens": 12})
+    assert r.status_code == 200, r.text
+    assert {k: r.json()["usage"].get(k) for k in DECODER_STATS} == want
+    r = http.post("/api/chat", json={"model": model, "messages": msgs, "stream": False,
+                                     "options": {"num_predict": 12, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    assert {k: r.json().get(k) for k in DECODER_STATS} == want
 
 
 def _chunks(body: str) -> list[dict]:

@@ -80,6 +80,19 @@ def test_serve_defaults_concurrent_and_multi_turn(server):
     assert server.health()["status"] == "ok"
 
 
+def test_a_tree_request_on_a_hybrid_is_a_400(server):
+    """Issue #35: a request's own tree budget is refused with the one message (it failed
+    when its job started), and the server goes on answering."""
+    with server.http() as http:
+        model = http.get("/v1/models").json()["data"][0]["id"]
+        r = http.post("/v1/chat/completions", json={
+            "model": model, "messages": [{"role": "user", "content": "abc"}], "max_tokens": 4,
+            "speculative": {"draft_tree_budget": "auto"}})
+        assert r.status_code == 400, r.text
+        assert "recurrent layers (hybrids): send speculative.draft_tree_budget 0" in r.text
+        _chat(http, model, [{"role": "user", "content": "abc"}])
+
+
 def test_a_model_that_cannot_roll_back_serves_plain(caplog):
     """A cache kind that cannot roll back at all (attention sinks here) turns speculation
     off for the whole server with one warning, instead of failing every request."""
@@ -99,3 +112,16 @@ def test_a_model_that_cannot_roll_back_serves_plain(caplog):
         w.plain_only = w.cannot_speculate()
     assert "keep=4" in w.plain_only and "serving plain decoding" in caplog.text
     assert isinstance(w.drafter_for(None), NoDrafter)
+
+
+@pytest.mark.parametrize("argv", [["generate", "--draft-tree-budget", "4", "--prompt", "abc"],
+                                  ["generate", "--draft-tree-budget", "auto", "--prompt", "abc"],
+                                  ["serve", "--draft-tree-budget", "4", "--port", "1"]])
+def test_tree_flags_on_a_hybrid_are_refused_at_start(model_dir, argv):
+    """Issue #35: token trees on a hybrid target stop with the one message saying what to do
+    (``auto`` crashed measuring a tree step; ``serve`` started and failed every request; it
+    is refused before it listens: port 1 is never bound)."""
+    r = subprocess.run([sys.executable, "-m", "specdec", argv[0], "--model", str(model_dir), *argv[1:]],
+                       capture_output=True, text=True, env=preload_env(), timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert "recurrent layers (hybrids): use linear drafts (--draft-tree-budget 0)" in r.stderr
