@@ -218,3 +218,20 @@ def test_tree_configs_on_a_hybrid_target_are_refused_before_measuring(tmp_path, 
                      draft_model=str(target), runs=1, max_tokens=8, oracle=False, warmup=False)
     with pytest.raises(ValueError, match=f"recurrent layers.*drop tree= from the configs {config} "):
         run_plan(plan)
+
+
+def test_a_hybrid_pair_benches_with_parity(tmp_path):
+    """Issue #35 item 1: the bench's pair profile with a hybrid target drafted for by a hybrid
+    draft model (a differently seeded one of the same family) runs every config with parity."""
+    from hybrid_tiny import save_dir
+
+    target = save_dir("qwen3_next", tmp_path / "target")
+    draft = save_dir("qwen3_next", tmp_path / "draft", seed=1)
+    # the gate off: on a tiny model its timed choice is host noise, and drafts must be verified
+    plan = BenchPlan(model=str(target), workloads=builtin_workloads()[:1],
+                     configs=[parse_config("model:k=4:nogate"), parse_config("model,suffix:k=3:nogate")],
+                     draft_model=str(draft), runs=1, max_tokens=12, oracle=False, warmup=False)
+    result = run_plan(plan)
+    assert {r.config for r in result.records if r.source == "specdec"} >= {"plain", "model k=4 nogate"}
+    assert sum(r.drafted for r in result.records) > 0
+    assert all(row["mismatches"] == 0 for row in analysis.parity([r.to_dict() for r in result.records]))
