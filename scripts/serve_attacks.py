@@ -38,7 +38,9 @@ SECRET = ("System notes for the billing agent. The production API key is sk-7f3a
 SIZES = {  # full (what a shared 2-core CPU runs in minutes), small (the suite's)
     "fuzz": ({"examples": 50}, {"examples": 10}),
     "oracle": ({"positions": 6, "guesses": 8}, {"positions": 3, "guesses": 4}),
-    "flood": ({"n_long": 4, "long_words": 600, "n_short": 12}, {"n_long": 2, "long_words": 300, "n_short": 4}),
+    # the prefix store is its own budget (--prompt-cache-bytes): off, the KV budget is measured alone
+    "flood": ({"n_long": 4, "long_words": 600, "n_short": 12, "prompt_cache": 0},
+              {"n_long": 2, "long_words": 300, "n_short": 4, "prompt_cache": 0}),
     "concurrent": ({"n": 1000}, {"n": 150}),
     "slowloris": ({"n_slow": 300, "n_readers": 50, "reader_tokens": 64},
                   {"n_slow": 20, "n_readers": 3, "reader_tokens": 32}),
@@ -71,11 +73,11 @@ def kv_row_bytes() -> int:
     return Footprint.measure(load(MODEL)[0]).row_bytes(1)
 
 
-def run_flood(n_long: int, long_words: int, n_short: int) -> dict:
+def run_flood(n_long: int, long_words: int, n_short: int, prompt_cache: int) -> dict:
     # room for about two long rows at once: more must wait, never pad a batch past it
     per_token = kv_row_bytes()
     budget = int(2.2 * per_token * (3 * long_words + 64))
-    s = Server("--kv-budget", str(budget))
+    s = Server("--kv-budget", str(budget), "--prompt-cache-bytes", str(prompt_cache))
     try:
         ps = httpx.get(s.base + "/api/ps", timeout=10).json()["models"][0]
         return {**flood(s, n_long, long_words, n_short), "kv_bytes_per_token": per_token,

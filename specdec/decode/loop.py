@@ -58,7 +58,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
         batch.price.observe(len(rows), L, time.perf_counter() - t0)
         if len(rows) == 1:
             rows[0].drafter.step_time(L, time.perf_counter() - t_start)
-        return [observe_row(rows, i, lambda d=d: d, s) for i, (d, s) in enumerate(zip(drafted, steps))]
+        return [observe_row(rows, i, d, s) for i, (d, s) in enumerate(zip(drafted, steps))]
 
 
 def _propose(batch: Batch, i: int) -> Drafted:

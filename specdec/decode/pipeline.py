@@ -19,7 +19,8 @@ from ..cache.batch_cache import RowsKVCache
 from ..cache.recurrent import RecurrentCache
 from ..core.proposal import EMPTY
 from .batch import Batch, InFlight
-from .rows import NOTHING, Drafted, draft_for_step, drafting, last_tokens, observe_row, plain_row
+from .rows import (NOTHING, Drafted, draft_for_step, drafting, last_tokens, observe_row, plain_row,
+                   row_failed)
 from .step import Step, Verify, land_plain_step, queue_plain_step
 
 
@@ -69,8 +70,12 @@ def land(batch: Batch, cur: InFlight) -> list[Step]:
     for i, (r, s) in enumerate(zip(rows, steps)):
         paused = r.speculative and r.drafter.paused
         asks = r.speculative and not paused and not hopeless
-        steps[i] = observe_row(rows, i, lambda r=r: Drafted(draft_for_step(r.drafter, r.context, r.depth), EMPTY)
-                               if asks else NOTHING, s)
+        try:  # a pipelined step drafts after it landed: a drafter's failure is its row's
+            drafted = Drafted(draft_for_step(r.drafter, r.context, r.depth), EMPTY) if asks else NOTHING
+        except Exception as e:
+            steps[i] = row_failed(rows, s, e)
+            continue
+        steps[i] = observe_row(rows, i, drafted, s)
         if paused and steps[i].error is None:
             r.drafter.watch(r.context)
     return steps

@@ -10,7 +10,7 @@ tests/decode/test_tree_attention.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 import mlx.core as mx
 
@@ -108,17 +108,22 @@ def propose(row: Row, alone: bool) -> Drafted:
     return Drafted(full, verifies)
 
 
-def observe_row(rows: Sequence[Row], i: int, drafted: Callable[[], Drafted], step: Step) -> Step:
-    """``observe`` for row i of a batch, ``drafted`` made first (a pipelined step drafts
-    after it lands). A failure beside other rows is that row's: it comes back on its Step
-    (``Step.error``) and the other rows still observe theirs; a lone row's is raised."""
+def observe_row(rows: Sequence[Row], i: int, drafted: Drafted, step: Step) -> Step:
+    """``observe`` for row i of a batch. A failure beside other rows is that row's: it
+    comes back on its Step (``Step.error``) and the other rows still observe theirs; a
+    lone row's is raised."""
     try:
-        observe(rows[i], drafted(), step)
+        observe(rows[i], drafted, step)
         return step
     except Exception as e:
-        if len(rows) == 1:
-            raise
-        return replace(step, error=e)
+        return row_failed(rows, step, e)
+
+
+def row_failed(rows: Sequence[Row], step: Step, error: Exception) -> Step:
+    """``step`` carrying ``error`` as its row's own (``Step.error``); a lone row's is raised."""
+    if len(rows) == 1:
+        raise error
+    return replace(step, error=error)
 
 
 def observe(row: Row, drafted: Drafted, step: Step) -> None:

@@ -75,7 +75,8 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
                 "queue_size": cfg.queue_size, "running": worker.busy,
                 "max_batch": worker.max_batch, "one_at_a_time": worker.one_at_a_time,
                 "memory": {k: v for k, v in worker.memory.info().items() if k != "file"},
-                "kv": worker.kv.info(worker.kv_reserved) if worker.kv is not None else None}
+                "kv": worker.kv.info(worker.kv_reserved) if worker.kv is not None else None,
+                "mlx_limits": worker.limits.info() if worker.limits is not None else None}
         return JSONResponse(body, status_code=200 if worker.alive else 503)
 
     @app.get("/metrics")

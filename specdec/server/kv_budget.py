@@ -4,8 +4,9 @@ Contract: ``Footprint.measure`` finds one row's bytes per token (and recurrent l
 bytes) from mlx-lm's own cache; ``KVBudget.batch_bytes(slots, tokens)`` prices rows padded to
 the longest; reservations count prompt + ``max_tokens``, so an admitted batch never outgrows
 the budget (the batcher holds back, the API refuses what never fits); ``default_budget()`` is
-``DEFAULT_SHARE`` of memory. Tests: tests/server/test_kv_budget.py. Details:
-docs/design-notes.md."""
+``DEFAULT_SHARE`` of memory; ``set_limits`` gives mlx a memory limit of weights + twice the KV
+budget + prompt cache + headroom and a small buffer cache. Tests: tests/server/test_kv_budget.py.
+Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
     from .config import ServerConfig
 
 DEFAULT_SHARE = 0.3
+# activations outside every cache (a prefill chunk's attention scores, MLP, logits):
+# a share of what the caches and weights hold, at least ACTIVATION_FLOOR
+ACTIVATION_SHARE, ACTIVATION_FLOOR = 0.25, 256 << 20
+CACHE_LIMIT = 16 << 20  # mlx keeps at most this much freed memory for reuse
 log = logging.getLogger("specdec.server")
 
 
@@ -111,3 +116,39 @@ def budget_for(model: Any, cfg: ServerConfig, sharded: bool) -> KVBudget | None:
     kv = KVBudget(cfg.kv_budget or default_budget(), Footprint.measure(model, cfg.kv_bits))
     log.info("KV budget %.2f GiB: one request of %d tokens at most", kv.budget / 2**30, kv.longest)
     return kv
+
+
+@dataclass(frozen=True)
+class MemoryLimits:
+    """What ``set_limits`` gave mlx: ``memory_limit`` = the weights + the batch cache's peak
+    (twice the KV budget: joining a row copies it once) + the prefix store's bytes +
+    ``headroom`` for activations; ``cache_limit`` caps freed buffers kept for reuse
+    (Metal's default keeps up to the memory limit)."""
+
+    weights: int
+    kv_peak: int
+    prompt_cache: int
+    headroom: int
+    memory_limit: int
+    cache_limit: int
+
+    def info(self) -> dict[str, int]:
+        return {f"{k}_bytes": v for k, v in self.__dict__.items()}
+
+
+def set_limits(models: list[Any], kv: KVBudget, prompt_cache: int) -> MemoryLimits:
+    """Set mlx's memory and cache limits from the budgets (once, at server start). On
+    Metal and CUDA the memory limit makes allocations past it wait for running work or
+    fail; mlx's CPU allocator only records it (std::malloc underneath), so there the
+    budgets themselves bound memory and the cache limit returns freed buffers. Admission
+    keeps a batch inside the limit: mlx's wait or failure is only a backstop."""
+    weights = sum(_bytes(m.parameters()) for m in models)
+    held = weights + 2 * kv.budget + prompt_cache
+    headroom = max(ACTIVATION_FLOOR, int(ACTIVATION_SHARE * held))
+    limits = MemoryLimits(weights, 2 * kv.budget, prompt_cache, headroom, held + headroom, CACHE_LIMIT)
+    mx.set_memory_limit(limits.memory_limit)
+    mx.set_cache_limit(limits.cache_limit)
+    log.info("mlx memory limit %.2f GiB (weights %.2f + 2 x KV budget %.2f + prompt cache %.2f + "
+             "activations %.2f), buffer cache %d MiB", limits.memory_limit / 2**30, weights / 2**30,
+             kv.budget / 2**30, prompt_cache / 2**30, headroom / 2**30, CACHE_LIMIT >> 20)
+    return limits

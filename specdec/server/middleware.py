@@ -40,9 +40,14 @@ def endpoint_label(path: str) -> str:
 
 
 async def drain(receive: Receive, seen: int = 0) -> None:
+    """Read the body up to DRAIN_CAP; a client that stops sending is not waited for past
+    BODY_READ_TIMEOUT_S (a refused slowloris held its task until shutdown)."""
     more = True
     while more and seen <= DRAIN_CAP:
-        msg = await receive()
+        try:
+            msg = await asyncio.wait_for(receive(), BODY_READ_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return
         if msg["type"] != "http.request":
             return
         seen += len(msg.get("body", b""))

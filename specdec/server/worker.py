@@ -39,7 +39,7 @@ from .batcher import Batcher
 from .config import ServerConfig
 from .errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
-from .kv_budget import KVBudget, budget_for
+from .kv_budget import KVBudget, MemoryLimits, budget_for, set_limits
 from .memory import SharedMemory
 from .metrics import Metrics
 from .schemas import MAX_DRAFT_TOKENS
@@ -75,6 +75,7 @@ class InferenceWorker:
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
         self.kv: KVBudget | None = None  # the KV memory budget (None: sharded, or none)
+        self.limits: MemoryLimits | None = None  # mlx's limits, set from the budgets
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._stopping = False
@@ -172,6 +173,9 @@ class InferenceWorker:
                                     max_draft_tokens=MAX_DRAFT_TOKENS, kv_bits=cfg.kv_bits)
         self.max_draft_tokens = MAX_DRAFT_TOKENS
         self.kv = budget_for(self.model, self.cfg, sharded=self.group is not None)
+        if self.kv is not None:
+            models = [self.model] + ([self.draft[0]] if self.draft else [])
+            self.limits = set_limits(models, self.kv, self.prefixes.max_bytes)
         if cfg.decoder == "wedlm":  # WeDLM's lossy decoder serves every request
             self._setup_wedlm()
             return

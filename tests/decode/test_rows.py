@@ -92,11 +92,11 @@ def test_observe_teaches_the_drafter_and_the_estimate_and_grows_the_context():
 def test_a_failing_drafter_ends_only_its_row_beside_others_and_raises_alone():
     rows = [row(Listed(Proposal([1]), fail=True)), row(Listed(Proposal([1])))]
     drafted = Drafted(Proposal([1]), Proposal([1]))
-    got = observe_row(rows, 0, lambda: drafted, step([1, 2], accepted=1, drafted=1))
+    got = observe_row(rows, 0, drafted, step([1, 2], accepted=1, drafted=1))
     assert isinstance(got.error, RuntimeError) and got.tokens == [1, 2]
-    assert observe_row(rows, 1, lambda: drafted, step([1, 2], 1, 1)).error is None
+    assert observe_row(rows, 1, drafted, step([1, 2], 1, 1)).error is None
     with pytest.raises(RuntimeError, match="drafter broke"):
-        observe_row(rows[:1], 0, lambda: drafted, step([1, 2], 1, 1))
+        observe_row(rows[:1], 0, drafted, step([1, 2], 1, 1))
 
 
 def test_plain_rows_parked_stand_ins_and_last_tokens():

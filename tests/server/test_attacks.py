@@ -3,8 +3,8 @@
 schemathesis on every operation of the OpenAPI schema, a burst past the in-flight limit,
 slowloris bodies beside streams nobody reads, long prompts flooding beside short ones, and
 one row's drafter raising after a pipelined plain step. Covered elsewhere: the
-cached_tokens oracle (test_server_tenants.py), SIGTERM mid-stream (test_server_memory.py),
-a drafter raising before a speculative step (test_batch.py)."""
+cached_tokens oracle (tests/server/test_tenants.py), SIGTERM mid-stream (tests/server/test_memory.py),
+a drafter raising before a speculative step (tests/decode/test_batch.py)."""
 
 from __future__ import annotations
 

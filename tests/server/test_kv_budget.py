@@ -17,6 +17,8 @@ import pytest
 from conftest import real_model
 from serverproc import MODEL, Server
 
+from mlx.utils import tree_flatten
+
 from specdec.server.kv_budget import Footprint, KVBudget
 
 MAX_TOKENS = 24
@@ -110,3 +112,32 @@ def test_a_request_that_never_fits_is_refused_and_one_without_max_tokens_is_clam
     assert err["code"] == "kv_budget_exceeded" and "--kv-budget" in err["message"]
     _, usage = ask(server, "Count from one to one thousand in words.")
     assert usage.prompt_tokens + usage.completion_tokens <= longest
+
+
+def test_a_started_server_gives_mlx_the_limits_its_budgets_make():
+    """A real worker start (the server's, model loaded): mlx holds the memory limit of
+    weights + twice the KV budget (a join copies the batch cache) + prompt cache +
+    headroom, and the small buffer cache."""
+    import mlx.core as mx
+
+    from specdec.server.config import ServerConfig
+    from specdec.server.kv_budget import ACTIVATION_FLOOR, CACHE_LIMIT
+    from specdec.server.metrics import Metrics
+    from specdec.server.worker import InferenceWorker
+
+    before = mx.get_memory_limit(), mx.set_cache_limit(1 << 30)
+    budget, prompt_cache = 40 << 20, 8 << 20
+    w = InferenceWorker(ServerConfig(kv_budget=budget, prompt_cache_bytes=prompt_cache), Metrics())
+    try:
+        w.start()
+        lim = w.limits
+        weights = sum(v.nbytes for _, v in tree_flatten(w.model.parameters()))
+        assert (lim.weights, lim.kv_peak, lim.prompt_cache) == (weights, 2 * budget, prompt_cache)
+        assert lim.headroom >= ACTIVATION_FLOOR
+        assert lim.memory_limit == weights + 2 * budget + prompt_cache + lim.headroom
+        assert mx.get_memory_limit() == lim.memory_limit  # read back from mlx
+        assert mx.set_cache_limit(before[1]) == lim.cache_limit == CACHE_LIMIT
+    finally:
+        w.stop()
+        mx.set_memory_limit(before[0])
+        mx.set_cache_limit(before[1])
