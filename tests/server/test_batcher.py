@@ -163,7 +163,7 @@ def test_tree_budget_is_refused_while_batching(server):
 # -- the scheduling in process: a real worker's batcher, driven round by round ------------
 
 
-SPEC = DraftSpec("suffix", gate=False)  # drafts at every step: no cost curve needed
+SPEC = DraftSpec("suffix", num_draft_tokens=2, gate=False)  # drafts at every step, cheaply
 
 
 @pytest.fixture(scope="module")
@@ -228,15 +228,16 @@ def chat_ids(worker, text):
 
 
 _greedy: dict = {}
+REF_TOKENS = 16  # the longest job here: a prompt's reference is decoded once, to this length
 
 
 def greedy(worker, ids, max_tokens):
-    """Plain greedy decoding of ``ids`` alone (once per prompt and length)."""
-    key = (tuple(ids), max_tokens)
-    if key not in _greedy:
-        _greedy[key] = generate(worker.model, worker.tokenizer, list(ids), drafter=None,
-                                max_tokens=max_tokens).tokens
-    return _greedy[key]
+    """Plain greedy decoding of ``ids`` alone: its first ``max_tokens`` tokens."""
+    assert max_tokens <= REF_TOKENS
+    if tuple(ids) not in _greedy:
+        _greedy[tuple(ids)] = generate(worker.model, worker.tokenizer, list(ids), drafter=None,
+                                       max_tokens=REF_TOKENS).tokens
+    return _greedy[tuple(ids)][:max_tokens]
 
 
 def test_at_most_max_batch_rows_admitted_first_in_first_out(worker):
@@ -284,7 +285,7 @@ def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
     run = Rounds(worker, max_batch=2)
     qs = short_questions(4)
     leaver, stays, waits, gone = [run.submit(chat_ids(worker, q), n)
-                                  for q, n in zip(qs, (24, 10, 6, 6))]
+                                  for q, n in zip(qs, (16, 10, 6, 6))]
     worker.cancel(gone)  # left while queued: it never runs
     run.until(lambda: len(run.tokens(leaver)) >= 2)
     assert waits.state == "queued" and stays.state == "running"
@@ -294,8 +295,8 @@ def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
     run.finish(lambda: None)
     assert run.done(leaver).finish_reason == "cancelled" and run.done(gone).finish_reason == "cancelled"
     assert run.tokens(gone) == [] and run.admitted == [leaver, stays, waits]
-    want = greedy(worker, leaver.request.prompt_ids, 24)
-    assert run.tokens(leaver) == want[:len(run.tokens(leaver))] and len(run.tokens(leaver)) < 24
+    want = greedy(worker, leaver.request.prompt_ids, 16)
+    assert run.tokens(leaver) == want[:len(run.tokens(leaver))] and len(run.tokens(leaver)) < 16
     for job in (stays, waits):
         assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.max_tokens)
 
@@ -303,11 +304,11 @@ def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
 def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
     run = Rounds(worker, max_batch=2)
     ngram = DraftSpec("ngram", num_draft_tokens=4, gate=False)
-    counting = run.submit(chat_ids(worker, "Count from 1 to 60, separated by commas."), 32, ngram)
+    counting = run.submit(chat_ids(worker, "Count from 1 to 60, separated by commas."), 16, ngram)
     run.until(lambda: worker.busy and worker.batcher.running)
     stats = worker.batcher.running[0].req.stats
     run.until(lambda: stats.draft_steps >= 2)  # alone, it drafts
-    long_ids = chat_ids(worker, "Summarise: " + " ".join(["the cat sat on the mat"] * 120))
+    long_ids = chat_ids(worker, "Summarise: " + " ".join(["the cat sat on the mat"] * 88))
     assert len(long_ids) > 2 * CHUNK  # several rounds of prefill
     late = run.submit(long_ids, 2)
     waiting = 0
@@ -320,5 +321,5 @@ def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
             assert len(run.tokens(counting)) > tokens or waiting == 1  # it kept decoding
     assert waiting >= 2
     run.finish()
-    assert run.tokens(counting) == greedy(worker, counting.request.prompt_ids, 32)
+    assert run.tokens(counting) == greedy(worker, counting.request.prompt_ids, 16)
     assert run.done(late).finish_reason == "length"
