@@ -228,7 +228,7 @@ def chat_ids(worker, text):
 
 
 _greedy: dict = {}
-REF_TOKENS = 16  # the longest job here: a prompt's reference is decoded once, to this length
+REF_TOKENS = 12  # the longest job here: a prompt's reference is decoded once, to this length
 
 
 def greedy(worker, ids, max_tokens):
@@ -274,7 +274,6 @@ def test_a_job_past_the_kv_budget_waits_for_a_row_to_leave(worker):
             assert "finished" in (first.state, second.state)
 
     run.until(lambda: third.state != "queued", check)
-    assert first.state == "finished"  # the shorter job left first and made room
     run.finish(check)
     assert max(seen) == 2 and run.admitted == [first, second, third]
     for job in (first, second, third):
@@ -285,18 +284,18 @@ def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
     run = Rounds(worker, max_batch=2)
     qs = short_questions(4)
     leaver, stays, waits, gone = [run.submit(chat_ids(worker, q), n)
-                                  for q, n in zip(qs, (16, 10, 6, 6))]
+                                  for q, n in zip(qs, (12, 10, 6, 6))]
     worker.cancel(gone)  # left while queued: it never runs
     run.until(lambda: len(run.tokens(leaver)) >= 2)
     assert waits.state == "queued" and stays.state == "running"
     worker.cancel(leaver)
     run.until(lambda: waits.state != "queued")
     assert stays.state == "running"  # the cancelled row's slot, not a finished one's
-    run.finish(lambda: None)
+    run.finish()
     assert run.done(leaver).finish_reason == "cancelled" and run.done(gone).finish_reason == "cancelled"
     assert run.tokens(gone) == [] and run.admitted == [leaver, stays, waits]
-    want = greedy(worker, leaver.request.prompt_ids, 16)
-    assert run.tokens(leaver) == want[:len(run.tokens(leaver))] and len(run.tokens(leaver)) < 16
+    want = greedy(worker, leaver.request.prompt_ids, 12)
+    assert run.tokens(leaver) == want[:len(run.tokens(leaver))] and len(run.tokens(leaver)) < 12
     for job in (stays, waits):
         assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.max_tokens)
 
@@ -304,7 +303,7 @@ def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
 def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
     run = Rounds(worker, max_batch=2)
     ngram = DraftSpec("ngram", num_draft_tokens=4, gate=False)
-    counting = run.submit(chat_ids(worker, "Count from 1 to 60, separated by commas."), 16, ngram)
+    counting = run.submit(chat_ids(worker, "Count from 1 to 60, separated by commas."), 12, ngram)
     run.until(lambda: worker.busy and worker.batcher.running)
     stats = worker.batcher.running[0].req.stats
     run.until(lambda: stats.draft_steps >= 2)  # alone, it drafts
@@ -318,8 +317,9 @@ def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
         if worker.batcher.prefilling:  # this round's step ran while a prompt waited
             waiting += 1
             assert stats.draft_steps == drafts
-            assert len(run.tokens(counting)) > tokens or waiting == 1  # it kept decoding
+            # it kept decoding (the first plain step may be pipelined: it lands a round later)
+            assert len(run.tokens(counting)) > tokens or waiting == 1
     assert waiting >= 2
     run.finish()
-    assert run.tokens(counting) == greedy(worker, counting.request.prompt_ids, 16)
+    assert run.tokens(counting) == greedy(worker, counting.request.prompt_ids, 12)
     assert run.done(late).finish_reason == "length"
