@@ -136,7 +136,7 @@ class InferenceWorker:
 
     def _main(self) -> None:
         try:
-            self._load()
+            self.load()
         except Exception as e:  # noqa: BLE001 (any load failure is re-raised by start())
             self._error = e
             self._ready.set()
@@ -151,7 +151,9 @@ class InferenceWorker:
             if self.group is not None and self.group_error is None:
                 self.model.stop()  # the followers exit; MLX work stays on this thread
 
-    def _load(self) -> None:
+    def load(self) -> None:
+        """Load the model and build the scheduler on the calling thread (``start`` calls it on
+        the inference thread; in-process tests call it and drive ``batcher.run_once``)."""
         cfg = self.cfg
         self.model, self.tokenizer = load(cfg.model, dtype=cfg.dtype)
         if self.group is not None:

@@ -1,11 +1,17 @@
-"""Continuous batching on a real `specdec serve` (SmolLM2-135M, up to 3 requests decoding
-together, 5 waiting): a mixed batch (drafters, k, a stop string, a client leaving
-mid-stream, requests joining as others finish, a conversation's second turn reusing the
-prefix cache) gives every request exactly what plain decoding gives it alone; a full
-batch plus a full queue answers 503."""
+"""The batcher's scheduling (``specdec.server.batcher``).
+
+In process (fast): a real ``InferenceWorker`` on SmolLM2-135M, its ``Batcher`` driven round
+by round on the test thread: at most ``max_batch`` rows, FIFO admission as slots free, the
+KV budget holding a job back, a cancelled job freeing its slot, no drafts while a prompt
+waits for its prefill, and every job's tokens equal to plain greedy decoding alone.
+On a real `specdec serve` (slow; up to 3 requests decoding together, 5 waiting): a mixed
+batch (drafters, k, a stop string, a client leaving mid-stream, requests joining as others
+finish, a conversation's second turn reusing the prefix cache) gives every request exactly
+what plain decoding gives it alone; a full batch plus a full queue answers 503."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import httpx
@@ -14,14 +20,19 @@ from conftest import real_model
 from serverproc import LONG, MODEL, Server, raw_request, wait_for
 
 from specdec import generate
+from specdec.drafters.spec import DraftSpec
 from specdec.prompts import parity_prompts, short_questions
-
-pytestmark = pytest.mark.slow  # a server process on a real model
+from specdec.server.batcher import CHUNK, Batcher
+from specdec.server.config import ServerConfig
+from specdec.server.events import DoneEvent, GenRequest, Job, TokenEvent
+from specdec.server.kv_budget import Footprint, KVBudget
+from specdec.server.metrics import Metrics
+from specdec.server.worker import InferenceWorker
 
 P = parity_prompts()
 
 @pytest.fixture(scope="module")
-def server():
+def server():  # a server process on a real model: each test using it is slow
     s = Server("--max-batch", "3", "--queue-size", "5")
     yield s
     s.stop()
@@ -45,6 +56,7 @@ def user(text):
     return [{"role": "user", "content": text}]
 
 
+@pytest.mark.slow
 def test_mixed_batch_equals_each_request_alone(server):
     edit, story, doc = user(P["code_fnmatch_rename"]), user(P["demo_colorsys"]), user(P["code_textwrap_doc"])
     words = plain(story, 20).split()
@@ -87,6 +99,7 @@ def test_mixed_batch_equals_each_request_alone(server):
     wait_for(lambda: server.health()["running"] == 0, timeout=20, what="an idle server")
 
 
+@pytest.mark.slow
 def test_short_requests_arriving_together_equal_each_alone(server):
     """Short questions sent at once (prefilled together when they arrive within one
     scheduling round, with their shared system prompt from the prefix cache): each
@@ -103,6 +116,7 @@ def test_short_requests_arriving_together_equal_each_alone(server):
         assert got[i]["choices"][0]["message"]["content"] == plain(msgs, n), i
 
 
+@pytest.mark.slow
 def test_prompts_arriving_together_share_a_prefill(server):
     """Requests that arrive together and start with the same long document: the first to
     finish its prefill hands a fork of its cache to the others still waiting (the prefix
@@ -125,6 +139,7 @@ def test_prompts_arriving_together_share_a_prefill(server):
     assert prompt > 300 and cached[-1] > prompt - 20 and cached[-2] > prompt - 40, (cached, prompt)
 
 
+@pytest.mark.slow
 def test_full_batch_and_full_queue_answer_503(server):
     socks = [raw_request(server.port, LONG) for _ in range(3)]
     wait_for(lambda: server.health()["running"] == 3, what="3 running rows")
@@ -138,7 +153,173 @@ def test_full_batch_and_full_queue_answer_503(server):
              timeout=30, what="every request to leave")
 
 
+@pytest.mark.slow
 def test_tree_budget_is_refused_while_batching(server):
     r = httpx.post(server.base + "/v1/completions", json={
         "model": MODEL, "prompt": "Hi", "max_tokens": 2, "speculative": {"draft_tree_budget": 8}})
     assert r.status_code == 400 and "--max-batch 1" in r.json()["error"]["message"]
+
+
+# -- the scheduling in process: a real worker's batcher, driven round by round ------------
+
+
+SPEC = DraftSpec("suffix", num_draft_tokens=2, gate=False)  # drafts at every step, cheaply
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """A loaded ``InferenceWorker`` whose inference thread never starts: each test gives it
+    a fresh ``Batcher`` (and its max_batch, KV budget) and calls ``run_once`` itself."""
+    w = InferenceWorker(ServerConfig(model=MODEL, save_interval=0, max_batch=4), Metrics())
+    w.load()
+    return w
+
+
+class Rounds:
+    """Jobs through ``worker``'s new batcher, one ``run_once`` per round, on this thread."""
+
+    def __init__(self, worker, max_batch, kv=None):
+        worker.max_batch, worker.kv = max_batch, kv
+        worker.batcher = Batcher(worker, None)  # no cost curve: rows draft unpriced
+        self.worker, self.batcher = worker, worker.batcher
+        self.loop = asyncio.new_event_loop()
+        self.events: dict[Job, list] = {}
+        self.admitted: list[Job] = []  # in the order they left the queue
+
+    def submit(self, ids, max_tokens, spec=SPEC) -> Job:
+        job = Job(GenRequest(prompt_ids=ids, max_tokens=max_tokens, speculation=spec, store=False),
+                  self.loop)  # store=False: no job drafts from an earlier one's answer
+        assert self.worker.queue.put_nowait(job)
+        self.events[job] = []
+        return job
+
+    def round(self) -> None:
+        queued = [j for j in self.events if j.state == "queued"]
+        self.batcher.run_once(0)
+        self.admitted += [j for j in queued if j.state != "queued"]
+        self.loop.run_until_complete(asyncio.sleep(0))  # the jobs' emit callbacks run
+        for job, got in self.events.items():
+            while not job.events.empty():
+                got.append(job.events.get_nowait())
+
+    def until(self, done, check=lambda: None, rounds=400) -> None:
+        for _ in range(rounds):
+            if done():
+                return
+            self.round()
+            check()
+        raise AssertionError("the batcher did not get there in %d rounds" % rounds)
+
+    def finish(self, check=lambda: None) -> None:
+        self.until(lambda: all(j.state in ("finished", "cancelled") for j in self.events), check)
+        self.loop.close()
+
+    def tokens(self, job) -> list[int]:
+        return [e.token for e in self.events[job] if isinstance(e, TokenEvent)]
+
+    def done(self, job) -> DoneEvent:
+        assert isinstance(self.events[job][-1], DoneEvent), self.events[job][-1]
+        return self.events[job][-1]
+
+
+def chat_ids(worker, text):
+    return worker.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                add_generation_prompt=True)
+
+
+_greedy: dict = {}
+REF_TOKENS = 12  # the longest job here: a prompt's reference is decoded once, to this length
+
+
+def greedy(worker, ids, max_tokens):
+    """Plain greedy decoding of ``ids`` alone: its first ``max_tokens`` tokens."""
+    assert max_tokens <= REF_TOKENS
+    if tuple(ids) not in _greedy:
+        _greedy[tuple(ids)] = generate(worker.model, worker.tokenizer, list(ids), drafter=None,
+                                       max_tokens=REF_TOKENS).tokens
+    return _greedy[tuple(ids)][:max_tokens]
+
+
+def test_at_most_max_batch_rows_admitted_first_in_first_out(worker):
+    run = Rounds(worker, max_batch=2)
+    lengths = [4, 8, 6, 8]
+    jobs = [run.submit(chat_ids(worker, q), n) for q, n in zip(short_questions(4), lengths)]
+    sizes = []
+
+    def check():
+        sizes.append(worker.busy)
+        assert worker.busy <= 2, worker.busy
+
+    run.finish(check)
+    assert max(sizes) == 2  # the cap was reached, not merely respected
+    assert run.admitted == jobs
+    for job, n in zip(jobs, lengths):
+        assert run.done(job).finish_reason in ("length", "stop")
+        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, n)
+
+
+def test_a_job_past_the_kv_budget_waits_for_a_row_to_leave(worker):
+    ids = [chat_ids(worker, q) for q in short_questions(3)]
+    row = max(map(len, ids)) + 8
+    fp = Footprint.measure(worker.model)
+    kv = KVBudget(int(2.5 * fp.row_bytes(row)), fp)  # two rows of these jobs, not three
+    run = Rounds(worker, max_batch=4, kv=kv)
+    first, second, third = [run.submit(p, n) for p, n in zip(ids, (4, 8, 8))]
+    seen = []
+
+    def check():
+        seen.append(worker.busy)
+        assert worker.busy <= 2 and worker.kv_reserved <= kv.budget, (worker.busy, worker.kv_reserved)
+        if third.state != "queued":
+            assert "finished" in (first.state, second.state)
+
+    run.until(lambda: third.state != "queued", check)
+    run.finish(check)
+    assert max(seen) == 2 and run.admitted == [first, second, third]
+    for job in (first, second, third):
+        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.max_tokens)
+
+
+def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
+    run = Rounds(worker, max_batch=2)
+    qs = short_questions(4)
+    leaver, stays, waits, gone = [run.submit(chat_ids(worker, q), n)
+                                  for q, n in zip(qs, (12, 10, 6, 6))]
+    worker.cancel(gone)  # left while queued: it never runs
+    run.until(lambda: len(run.tokens(leaver)) >= 2)
+    assert waits.state == "queued" and stays.state == "running"
+    worker.cancel(leaver)
+    run.until(lambda: waits.state != "queued")
+    assert stays.state == "running"  # the cancelled row's slot, not a finished one's
+    run.finish()
+    assert run.done(leaver).finish_reason == "cancelled" and run.done(gone).finish_reason == "cancelled"
+    assert run.tokens(gone) == [] and run.admitted == [leaver, stays, waits]
+    want = greedy(worker, leaver.request.prompt_ids, 12)
+    assert run.tokens(leaver) == want[:len(run.tokens(leaver))] and len(run.tokens(leaver)) < 12
+    for job in (stays, waits):
+        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.max_tokens)
+
+
+def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
+    run = Rounds(worker, max_batch=2)
+    ngram = DraftSpec("ngram", num_draft_tokens=4, gate=False)
+    counting = run.submit(chat_ids(worker, "Count from 1 to 60, separated by commas."), 12, ngram)
+    run.until(lambda: worker.busy and worker.batcher.running)
+    stats = worker.batcher.running[0].req.stats
+    run.until(lambda: stats.draft_steps >= 2)  # alone, it drafts
+    long_ids = chat_ids(worker, "Summarise: " + " ".join(["the cat sat on the mat"] * 88))
+    assert len(long_ids) > 2 * CHUNK  # several rounds of prefill
+    late = run.submit(long_ids, 2)
+    waiting = 0
+    while late.state == "queued" or worker.batcher.prefilling:
+        drafts, tokens = stats.draft_steps, len(run.tokens(counting))
+        run.round()
+        if worker.batcher.prefilling:  # this round's step ran while a prompt waited
+            waiting += 1
+            assert stats.draft_steps == drafts
+            # it kept decoding (the first plain step may be pipelined: it lands a round later)
+            assert len(run.tokens(counting)) > tokens or waiting == 1
+    assert waiting >= 2
+    run.finish()
+    assert run.tokens(counting) == greedy(worker, counting.request.prompt_ids, 12)
+    assert run.done(late).finish_reason == "length"
