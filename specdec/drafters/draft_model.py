@@ -189,7 +189,7 @@ class DraftModelDrafter(Drafter):
         self._prompt_len = len(prompt_ids)
         if self._coupled is not None:  # a new request: its output positions start at 0
             self._positions = PositionKeys(Rng(self._coupled))
-        keep = self._sync(prompt_ids, self.max_trim)
+        keep = self.sync(prompt_ids, self.max_trim)
         missing = list(prompt_ids[keep:-1])
         prefill(self.model, self._cache, missing, self.prefill_step_size)
         self._tokens += missing
@@ -204,8 +204,9 @@ class DraftModelDrafter(Drafter):
         self._slack, self._tokens = slack, []
         self.stats["rebuilds"] += 1
 
-    def _sync(self, context: Sequence[int], k: int) -> int:
-        """Roll the cache back to the longest usable shared prefix; returns its length."""
+    def sync(self, context: Sequence[int], k: int) -> int:
+        """Roll the cache back to the longest usable shared prefix of ``context`` (what each
+        proposal starts with; blocks of up to ``k``); returns its length."""
         # context[-1] must be fed; context[:_known] is already known to match
         keep = common_prefix(self._tokens, context, self._known, len(context) - 1)
         # Window caches can roll back at most their slack; each step trims up to k - 1.
@@ -321,7 +322,7 @@ class DraftModelDrafter(Drafter):
         """``propose``'s body: roll back, feed what is missing, run the chain, one host
         sync, bookkeeping. Returns (chain tokens, q, the chain's scores as lists)."""
         try:
-            keep = self._sync(context, k)
+            keep = self.sync(context, k)
             missing = context[keep:]
             # The chain's first input must end with context[-1]. A few missing tokens (the
             # usual decode step: the unfed last draft + the target's token) go in as one

@@ -37,6 +37,11 @@ class WedlmDrafter(Drafter):
         self.stats = {"proposals": 0, "drafted": 0, "accepted": 0, "forwards": 0}
 
     @property
+    def cache(self) -> list | None:
+        """The drafter's per-layer cache (None before ``begin``): read it, do not change it."""
+        return self._cache
+
+    @property
     def cached_tokens(self) -> list[int]:
         """The tokens whose keys/values the drafter's cache holds (a copy)."""
         return list(self._tokens)

@@ -110,7 +110,7 @@ def test_restored_state_equals_feeding_the_accepted_tokens(arch, accept):
     draft = list(drafter.propose(PROMPT, 4).tokens)
     a = 4 if accept == "all" else accept
     ctx = PROMPT + draft[:a] + [(draft[a] + 1) % VOCAB if a < 4 else 7]
-    keep = drafter._sync(ctx, 4)  # the roll-back the next propose starts with
+    keep = drafter.sync(ctx, 4)  # the roll-back the next propose starts with
     assert keep == len(PROMPT) + min(a, 3) == len(drafter.cached_tokens)
     ref = _fed_one_at_a_time(model, PROMPT, [PROMPT[-1], *draft[:min(a, 3)]])
     assert drafter.cache.positions() == ref.positions() == {keep}

@@ -22,4 +22,4 @@ def test_one_drafter_across_requests_keeps_parity_and_its_cache_exact():
         assert held == (prompt + out)[:len(held)] and len(held) > len(prompt)
     d.begin(prompts[0])  # back to a prompt sharing only 4 tokens: trimmed, then refed
     assert d.cached_tokens == prompts[0]
-    assert d._cache[0].offset == len(prompts[0])
+    assert d.cache[0].offset == len(prompts[0])
