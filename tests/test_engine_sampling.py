@@ -144,9 +144,13 @@ CASES = {
 }
 
 
-# 1000 requests a case (~10 s each): the vocabulary-width cases run in the slow suite
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow)
-                                  if c in ("wider-draft", "narrower-draft") else c for c in CASES])
+# 1000 requests a case (~10 s each): the fast suite keeps the point-mass cases (a draft
+# model's q: tests/core/test_sampling.py); the q and vocabulary-width cases run in the slow one
+SLOW_CASES = ("draft-q-filtered", "wider-draft", "narrower-draft")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES
+                                  else c for c in CASES])
 def test_speculative_sampling_emits_the_exact_joint_distribution(case):
     params, drafter = CASES[case]
     counts = sample_counts(params, drafter)
