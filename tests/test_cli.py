@@ -43,6 +43,7 @@ def test_parity_command_reports_identical():
     assert json.loads(r.stdout)["verdict"] == "identical"
 
 
+@pytest.mark.slow  # two processes (~5 s); a refused flag's exit 2 stays fast in test_wedlm.py
 def test_bad_flags_fail_with_a_message():
     r = specdec("generate", "--num-draft-tokens", "0", "--prompt", "hi")
     assert r.returncode == 2 and "--num-draft-tokens must be an integer >= 1" in r.stderr

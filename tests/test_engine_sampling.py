@@ -144,7 +144,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# 1000 requests a case (~10 s each): the fast suite keeps the point-mass cases (a draft
+# model's q: tests/core/test_sampling.py); the q and vocabulary-width cases run in the slow one
+SLOW_CASES = ("draft-q-filtered", "wider-draft", "narrower-draft")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES
+                                  else c for c in CASES])
 def test_speculative_sampling_emits_the_exact_joint_distribution(case):
     params, drafter = CASES[case]
     counts = sample_counts(params, drafter)
@@ -161,7 +167,8 @@ def test_seeded_speculative_sampling_emits_the_exact_joint_distribution(case):
     assert p > PASS, f"seeded {case}: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
-@pytest.mark.parametrize("params", [T1, FILTERED], ids=["t1", "top-p"])
+@pytest.mark.parametrize("params", [T1, pytest.param(FILTERED, marks=pytest.mark.slow)],
+                         ids=["t1", "top-p"])
 def test_sampled_token_trees_emit_the_exact_joint_distribution(params):
     """Multi-candidate rejection sampling through the engine: trees of deterministic drafts
     (siblings tried in turn, subtrees below the first two) give plain sampling's joint."""
@@ -178,6 +185,7 @@ def test_plain_sampling_matches_the_oracle_and_the_test_has_power():
     assert chi2_pvalue(counts, exact_joint(SamplingParams(temperature=0.7))) < FAIL
 
 
+@pytest.mark.slow  # the fast suite keeps the power check of plain sampling above
 def test_a_drafter_misreporting_q_is_caught():
     """The same end-to-end test with a wrong acceptance ratio (a drafter whose q is not the
     distribution of its drafts) must fail."""

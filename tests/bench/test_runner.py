@@ -158,7 +158,10 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
 
 @pytest.mark.slow
 def test_multi_turn_runs_feed_the_models_reply_back():
-    result = run_plan(_small_plan(oracle=True))
+    plan = _small_plan(oracle=True)  # the multi-turn case alone: 16 tokens a turn suffice
+    plan.workloads = [w for w in plan.workloads if w.name == "multiturn_short"]
+    plan.max_tokens = 16
+    result = run_plan(plan)
     turns = [r for r in result.records if r.workload == "multiturn_short" and r.run == 1
              and r.config == "plain"]
     # the oracle follows the conversation turn by turn: every draft of every turn accepted
@@ -175,9 +178,11 @@ def test_multi_turn_runs_feed_the_models_reply_back():
 @pytest.mark.slow
 def test_quick_bench_produces_the_report_and_holds_parity(tmp_path):
     """The CI smoke test: the whole command on the default model (without the warm-up
-    repetition, which would double its ~8 minutes here)."""
+    repetition, which would double its ~8 minutes here), on two of its four cases (an echo
+    class and the open-ended one) and 24 tokens: every config, the oracle and the plots."""
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     proc = subprocess.run([sys.executable, "-m", "specdec", "bench", "--quick", "--no-warmup",
+                           "--workloads", "code_hints,open_story", "--max-tokens", "24",
                            "--out", str(tmp_path)], capture_output=True, text=True, env=env,
                           timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -115,13 +115,13 @@ def test_a_structured_workload_round_trips_and_a_bad_format_names_its_line(tmp_p
         load_workloads(path)
 
 
-def _grammar_run(target, name, ws):
+def _grammar_run(target, name, ws, max_tokens=48):
     from specdec.bench.configs import parse_config
     from specdec.bench.runner import BenchPlan, run_plan
 
     # nogate: drafts every step (the gate's timed choices would make "accepted" load-dependent)
     plan = BenchPlan(name, ws, [parse_config("grammar,suffix:k=4:nogate")], runs=1,
-                     max_tokens=48, peers=(), oracle=False, warmup=False)
+                     max_tokens=max_tokens, peers=(), oracle=False, warmup=False)
     result = run_plan(plan, target=target)
     assert not result.diagnoses
     return result
@@ -163,5 +163,6 @@ def test_the_bench_runs_an_agent_transcript_whose_forced_call_quotes_the_tool_re
 
     target = real_model("qwen2.5-coder-0.5b")
     ws = [w for w in builtin_workloads() if w.name == "agent_update_record"]
-    plain = _plain_and_spec(_grammar_run(target, "qwen2.5-coder-0.5b", ws), ws[0].name)
+    # 24 tokens hold the forced call's name and the start of its arguments
+    plain = _plain_and_spec(_grammar_run(target, "qwen2.5-coder-0.5b", ws, 24), ws[0].name)
     assert target[1].decode(plain.tokens).startswith('{"name": "update_record", "arguments": {')

@@ -232,6 +232,7 @@ def _cli(tmp_path, *args):
                           text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow  # three CLI subprocesses (~9 s)
 def test_cli_decoder_and_drafter_on_a_checkpoint_directory(tmp_path):
     (tmp_path / "ckpt").mkdir()
     d = str(write_checkpoint(tmp_path / "ckpt"))
@@ -252,6 +253,7 @@ def test_cli_decoder_wedlm_refuses_a_plain_model(tmp_path):
     assert r.returncode == 2 and "not a WeDLM model" in r.stderr
 
 
+@pytest.mark.slow  # a server subprocess
 def test_server_answers_with_the_wedlm_drafter(tmp_path):
     """``specdec serve`` with ``--draft-type wedlm``: the same text as plain decoding."""
     from serverproc import Server

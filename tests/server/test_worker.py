@@ -25,8 +25,9 @@ def model_dir(tmp_path_factory):
     return save_dir("qwen3_next", tmp_path_factory.mktemp("hybrid") / "qwen3_next")
 
 
-@pytest.mark.parametrize("arch,draft_type", [("qwen3_next", "ngram"), ("qwen3_next", "suffix"),
-                                              ("lfm2", "suffix"), ("mamba2", "ngram")])
+@pytest.mark.parametrize("arch,draft_type", [("qwen3_next", "ngram"), *(
+    pytest.param(*p, marks=pytest.mark.slow)  # a subprocess each (~4 s): one case stays fast
+    for p in (("qwen3_next", "suffix"), ("lfm2", "suffix"), ("mamba2", "ngram")))])
 def test_generate_compare_reports_parity(model_dir, tmp_path, arch, draft_type):
     path = model_dir if arch == "qwen3_next" else save_dir(arch, tmp_path / arch)
     r = subprocess.run([sys.executable, "-m", "specdec", "generate", "--model", str(path),
@@ -54,6 +55,7 @@ def _chat(http, model, messages, **kw):
     return r.json()
 
 
+@pytest.mark.slow  # a server subprocess (~10 s with its start)
 def test_serve_defaults_concurrent_and_multi_turn(server):
     health = server.health()
     assert health["status"] == "ok" and health["max_batch"] == 1
