@@ -87,6 +87,7 @@ class ScriptedWorker:
         self.one_at_a_time, self.model = None, None  # no weights: the script answers
         self.memory = SimpleNamespace(info=dict)
         self.kv, self.kv_reserved = None, 0  # no KV budget: nothing is cached
+        self.limits = None  # mlx's memory limits untouched: no model
         self.script, self.ending, self.refuse, self.requests = script, DoneEvent("stop"), False, []
 
     def check_room(self):
