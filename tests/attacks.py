@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import re
 import socket
 import time
 
@@ -210,7 +211,7 @@ def _slow_socket(port: int, body: bytes) -> socket.socket:
 
 
 def _stopped_reader(port: int, body: bytes) -> socket.socket:
-    """A streamed request whose client never reads (a small receive buffer fills fast)."""
+    """A streamed request whose client will stop reading (a small receive buffer fills fast)."""
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", port))
@@ -220,30 +221,82 @@ def _stopped_reader(port: int, body: bytes) -> socket.socket:
     return s
 
 
+def _first_event(s: socket.socket) -> int | None:
+    """Reads the response's status and, on a 200, its first SSE event, then stops: nobody
+    reads this socket again until the slots are checked. The status (200: the stream got
+    a batch slot; 503: refused) or None if nothing came."""
+    s.settimeout(600)
+    got = b""
+    try:
+        while not (b"\r\n\r\n" in got and (not got.startswith(b"HTTP/1.1 200")
+                                             or b"data:" in got.split(b"\r\n\r\n", 1)[1])):
+            chunk = s.recv(1024)
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    head = got.split(b" ", 2)
+    return int(head[1]) if len(head) > 1 and head[1].isdigit() else None
+
+
+def _reader_outcome(s: socket.socket) -> str:
+    """Reads the rest of a stopped reader's stream: "ended" (its generation finished: a
+    finish_reason came), "cancelled" (the stream closed without one: the bounded event
+    buffer overflowed and the job was cancelled) or "open" (nothing closed it)."""
+    s.settimeout(60)
+    got = b""
+    try:
+        while b"data: [DONE]" not in got:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    if re.search(rb'"finish_reason": "(length|stop)"', got):
+        return "ended"
+    return "cancelled" if b"data: [DONE]" in got else "open"
+
+
+def _cancelled(server: Server) -> float:
+    """The server's count of cancelled generations (its /metrics)."""
+    text = server.http(timeout=60).get("/metrics").text
+    m = re.search(r"^specdec_requests_cancelled_total (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def slowloris(server: Server, n_slow: int, n_readers: int, reader_tokens: int) -> dict:
-    """n_slow sockets that never finish their body and n_readers streams nobody reads:
-    while they hang, a short request is still answered (or refused with 503); once the
-    body-read timeout has passed and the readers' generations ended, the queue and the
-    batch are empty and resident memory is back near where it was."""
-    before = rss_kib(server.proc.pid)["VmRSS"]
-    body = json.dumps(SHORT).encode()
+    """n_readers streams that each get their first event and then stop reading (socket
+    kept open), and only then n_slow sockets that never finish their body. While they
+    hang, a short request is answered (or refused with 503); the batch and queue empty
+    with the readers still stalled (each reader's generation ended, or was cancelled when
+    its bounded event buffer overflowed), the slow sockets get 408 (body-read timeout) or
+    503, and resident memory is back near where it was."""
+    before, cancelled0 = rss_kib(server.proc.pid)["VmRSS"], _cancelled(server)
     reader = json.dumps({**SHORT, "stream": True, "max_tokens": reader_tokens, "logprobs": True,
                          "top_logprobs": 20, "speculative": {"draft_type": "none"}}).encode()
-    t0 = time.monotonic()
-    slow = [_slow_socket(server.port, body) for _ in range(n_slow)]
     readers = [_stopped_reader(server.port, reader) for _ in range(n_readers)]
+    reader_statuses = [_first_event(s) for s in readers]  # then nobody reads them
+    t0 = time.monotonic()
+    slow = [_slow_socket(server.port, json.dumps(SHORT).encode()) for _ in range(n_slow)]
     during = server.http(timeout=600).post("/v1/chat/completions", json=SHORT).status_code
     wait_for(lambda: idle(server), timeout=1800, what="the slots to return")
-    freed_s = time.monotonic() - t0
+    freed_s = time.monotonic() - t0  # the readers still stalled, their sockets open
+    cancelled = _cancelled(server) - cancelled0
     answered = collections.Counter(_read_status(s) for s in slow)
+    outcomes = collections.Counter(_reader_outcome(s) for s, st in zip(readers, reader_statuses)
+                                   if st == 200)
     for s in slow + readers:
         s.close()
     wait_for(lambda: idle(server), timeout=60, what="the slots to return")
     after = rss_kib(server.proc.pid)["VmRSS"]
     return {"slow_sockets": n_slow, "stopped_readers": n_readers, "reader_max_tokens": reader_tokens,
+            "reader_statuses": {str(k): v for k, v in collections.Counter(reader_statuses).items()},
+            "reader_outcomes": dict(outcomes), "cancelled_by_server": int(cancelled),
             "short_request_during": during, "slow_statuses": {str(k): v for k, v in answered.items()},
-            "slots_free_after_s": round(freed_s, 1), "rss_before_bytes": before * 1024,
-            "rss_after_bytes": after * 1024, "alive": alive(server)}
+            "batch_idle_with_readers_stalled_after_s": round(freed_s, 1),
+            "rss_before_bytes": before * 1024, "rss_after_bytes": after * 1024, "alive": alive(server)}
 
 
 # -- one row raising mid-batch, in process (the loop the server's batcher runs) -----------------------------------------------

@@ -40,13 +40,18 @@ def test_a_burst_past_the_in_flight_limit_gets_503_with_retry_after():
 
 
 def test_slowloris_bodies_and_stopped_readers_give_their_slots_back():
+    """The readers get their streams (and a batch slot) first and stop reading; only then
+    do the slow sockets open. The batch empties with the readers still stalled."""
     s = Server()
     try:
         r = slowloris(s, n_slow=20, n_readers=3, reader_tokens=32)
     finally:
         s.stop()
+    assert r["reader_statuses"] == {"200": 3}, r  # each held a slot before stopping
+    assert sum(r["reader_outcomes"].values()) == 3 and "open" not in r["reader_outcomes"], r
     assert r["short_request_during"] == 200, r
     assert r["slow_statuses"] == {"408": 20}, r  # the body-read timeout answered each
+    assert r["rss_after_bytes"] - r["rss_before_bytes"] < 64 << 20, r
     assert r["alive"], r
 
 
