@@ -24,7 +24,8 @@ def test_the_flags_defaults_are_the_configs(monkeypatch):
     assert ServerConfig.from_args(parse()) == ServerConfig()
     ns = parse()
     for f in dataclasses.fields(ServerConfig):
-        if f.name not in ("speculation", "draft_flags", "more_api_keys", "model_alias", "allowed_hosts"):
+        if f.name not in ("speculation", "draft_flags", "more_api_keys", "model_alias",
+                          "allowed_hosts"):
             assert getattr(ns, f.name) == f.default, f.name  # each own field has its flag
 
 
