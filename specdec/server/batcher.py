@@ -29,7 +29,7 @@ from ..drafters.base import Drafter
 from .config import ServerConfig
 from .errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
-from .kv_budget import KVBudget
+from .kv_budget import KVBudget, release_idle_memory
 from .metrics import Metrics
 
 log = logging.getLogger("specdec.server")
@@ -299,6 +299,8 @@ class Batcher:
             self._settle(a, layers)
             a.job.state = "finished"
             a.job.emit(self.worker.done_event(a.job, a.req, a.started))
+        if rows and not len(self):
+            release_idle_memory()  # the batch's working set, back to the system
 
     def _leave(self, rows: list[int]) -> list[tuple[Active, list[Any]]]:
         """Rows ``rows`` leave the batch together: each job with its cache layers."""
@@ -335,6 +337,8 @@ class Batcher:
             self.prefilling.remove(a)
             self._settle(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
             self._cancelled(a.job)
+        if gone and not len(self):
+            release_idle_memory()
 
     def _cancelled(self, job: Job) -> None:
         job.state = "cancelled"

@@ -15,6 +15,7 @@ import asyncio
 import threading
 
 import httpx
+import mlx.core as mx
 import pytest
 from conftest import real_model
 from serverproc import LONG, MODEL, Server, raw_request, wait_for
@@ -323,3 +324,14 @@ def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
     run.finish()
     assert run.tokens(counting) == greedy(worker, counting.request.prompt_ids, 12)
     assert run.done(late).finish_reason == "length"
+
+
+def test_an_emptied_batch_hands_its_buffers_back(worker):
+    """When the last row leaves, mlx's buffer cache is emptied (and glibc's free heap
+    trimmed): a burst's working set does not stay resident for good (#34 item 7)."""
+    run = Rounds(worker, max_batch=3)
+    for q in short_questions(3):
+        run.submit(chat_ids(worker, q), 6)
+    run.until(lambda: worker.busy == 3)
+    run.finish()
+    assert mx.get_cache_memory() == 0
