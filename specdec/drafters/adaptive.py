@@ -9,6 +9,7 @@ Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .base import EMPTY, Drafter, Proposal
@@ -83,6 +84,39 @@ def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int,
     return max(range(len(rates)), key=lambda k: (rates[k], -k))
 
 
+@dataclass
+class SlotCounts:
+    """Decayed per-slot counts of drafts: slot i ``tested`` (drafted with every slot before
+    it accepted) and ``accepted``."""
+
+    tested: list[float]
+    accepted: list[float]
+
+    @classmethod
+    def zeros(cls, k_max: int) -> "SlotCounts":
+        return cls([0.0] * k_max, [0.0] * k_max)
+
+    def estimates(self, prior: float) -> list[float]:
+        """Per-slot acceptance; a slot with little evidence leans on the slot before it
+        (``prior`` pseudo-counts; 0.5 before slot 1)."""
+        out, prev = [], 0.5
+        for a, t in zip(self.accepted, self.tested):
+            prev = (a + prior * prev) / (t + prior)
+            out.append(prev)
+        return out
+
+    def record(self, proposed: int, accepted: int, decay: float) -> None:
+        """Decay every slot, then count a draft of ``proposed`` tokens of which the first
+        ``accepted`` were accepted (slots after a rejection were untested)."""
+        k_max = len(self.tested)
+        for i in range(k_max):
+            self.tested[i] *= decay
+            self.accepted[i] *= decay
+        for i in range(min(accepted + 1, proposed, k_max)):
+            self.tested[i] += 1.0
+            self.accepted[i] += float(i < accepted)
+
+
 class AdaptiveKDrafter(Drafter):
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int, decay: float = 0.95,
                  draft_cost: Mapping[str, float] | None = None):
@@ -93,8 +127,7 @@ class AdaptiveKDrafter(Drafter):
         self.cost, self.k_max, self.decay = dict(cost), k_max, decay
         cost_of_inner = draft_cost or inner.draft_cost
         self.draft_cost = dict(cost_of_inner) if cost_of_inner else None
-        self._tested = [0.0] * k_max  # decayed counts, per slot
-        self._accepted = [0.0] * k_max
+        self.counts = SlotCounts.zeros(k_max)
         self._proposed = 0
         self.chosen: list[int] = []
 
@@ -108,11 +141,7 @@ class AdaptiveKDrafter(Drafter):
         """Per-slot estimates; a slot with little evidence leans on the slot before it
         (``prior`` pseudo-counts; 0.5 before slot 1), so slots never yet tested do not pin
         k at its first value."""
-        out, prev, w = [], 0.5, self.prior
-        for a, t in zip(self._accepted, self._tested):
-            prev = (a + w * prev) / (t + w)
-            out.append(prev)
-        return out
+        return self.counts.estimates(self.prior)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self.inner.begin(prompt_ids)
@@ -148,12 +177,5 @@ class AdaptiveKDrafter(Drafter):
         self._proposed = 0
 
     def _record(self, proposed: int, accepted: int) -> None:
-        """Decay every slot's counts, then count a draft of ``proposed`` tokens of which
-        the first ``accepted`` were accepted (slots after a rejection were untested)."""
-        for i in range(self.k_max):
-            self._tested[i] *= self.decay
-            self._accepted[i] *= self.decay
-        for i in range(min(accepted + 1, proposed, self.k_max)):
-            self._tested[i] += 1.0
-            self._accepted[i] += float(i < accepted)
+        self.counts.record(proposed, accepted, self.decay)
 

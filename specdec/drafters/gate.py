@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from .adaptive import AdaptiveKDrafter, best_k, draft_seconds
+from .adaptive import AdaptiveKDrafter, SlotCounts, best_k, draft_seconds
 from .base import EMPTY, Drafter, Proposal
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
-REJECTED, ACCEPTED, RUN = 0, 1, 2  # what the last drafts did (``_slots``)
+REJECTED, ACCEPTED, RUN = 0, 1, 2  # what the last drafts did (``slots``)
 RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) moves it this far at most
 
 
@@ -39,7 +39,7 @@ class CostGate(AdaptiveKDrafter):
         self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
         # per-slot counts by what the drafts before did: REJECTED once, ACCEPTED, or a
         # RUN of rejections (a second miss in a row says more than the first: a quote ends)
-        self._slots = {s: ([0.0] * k_max, [0.0] * k_max) for s in (REJECTED, ACCEPTED, RUN)}
+        self.slots = {s: SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)}
         self._k = k_max
         # the pending shadow guess: (context length, guess, the state it was made in)
         self._guess: tuple[int, list[int], int] | None = None
@@ -65,23 +65,18 @@ class CostGate(AdaptiveKDrafter):
 
     def acceptance(self) -> list[float]:
         if self._state != RUN:
-            self._tested, self._accepted = self._slots[self._state]
-            return super().acceptance()
+            return self.slots[self._state].estimates(self.prior)
         # a run leans on what followed single misses until runs have shown their own
-        toward = self._slot_estimates(REJECTED)
-        tested, accepted = self._slots[RUN]
-        return [(a + self.prior * p) / (t + self.prior) for a, t, p in zip(accepted, tested, toward)]
-
-    def _slot_estimates(self, state: int) -> list[float]:
-        self._tested, self._accepted = self._slots[state]
-        return super().acceptance()
+        toward = self.slots[REJECTED].estimates(self.prior)
+        run = self.slots[RUN]
+        return [(a + self.prior * p) / (t + self.prior)
+                for a, t, p in zip(run.accepted, run.tested, toward)]
 
     def _record(self, proposed: int, accepted: int, state: int | None = None) -> None:
         """Count a draft in the state it was made in (``state``: a shadow guess's; None:
         now), then move on: ACCEPTED, or REJECTED for a first miss and RUN after that."""
         made = self._state if state is None else state
-        self._tested, self._accepted = self._slots[made]
-        super()._record(proposed, accepted)
+        self.slots[made].record(proposed, accepted, self.decay)
         self._state = ACCEPTED if accepted else (REJECTED if made == ACCEPTED else RUN)
 
     @property

@@ -8,7 +8,7 @@ from conftest import cached_tiny
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
 from specdec.drafters import Drafter, NgramDrafter, Proposal
-from specdec.drafters.adaptive import expected_tokens
+from specdec.drafters.adaptive import SlotCounts, expected_tokens
 from specdec.drafters.gate import SHADOW_SHARE, CostGate
 from specdec.engine import token_stream
 from specdec.measure import cost_curve_for
@@ -32,7 +32,7 @@ class Fixed(Drafter):
 
 def settle(gate, rate):
     """Acceptance estimates settled at ``rate`` for every slot, whatever the last draft did."""
-    gate._slots = {state: ([1e6] * 4, [rate * 1e6] * 4) for state in (0, 1, 2)}
+    gate.slots = {state: SlotCounts([1e6] * 4, [rate * 1e6] * 4) for state in (0, 1, 2)}
     return gate
 
 
