@@ -26,8 +26,6 @@ from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_forward, verify_step
 from .drafters.base import Drafter
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
-from .core.wedlm import WedlmSettings
-from .drafters.wedlm import WedlmDrafter
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -225,16 +223,15 @@ DRAFT_COST_KS = (1, 8)
 
 
 def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
-                     repeats: int = 7, seed: int = 0, drafter: Drafter | None = None) -> dict[str, float]:
-    """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy), or of
-    ``drafter`` (a model-forward drafter of ``draft_model``, e.g. WeDLM's): interleaved
+                     repeats: int = 7, seed: int = 0) -> dict[str, float]:
+    """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy): interleaved
     medians at the two ``ks``, one new context token per call as in decoding, fitted
     through both points (clamped at 0)."""
     from .drafters.draft_model import DraftModelDrafter
 
     rng = random.Random(seed)
     vocab = vocab_size(draft_model)
-    drafter = drafter or DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
+    drafter = DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
     ctx = [rng.randrange(vocab) for _ in range(context)]
     drafter.begin(ctx)
 
@@ -246,6 +243,19 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
     lo, hi = min(ks), max(ks)
     per = max((med[hi] - med[lo]) / (hi - lo), 0.0)
     return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}
+
+
+def tail_cost(model: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
+              repeats: int = 7, seed: int = 0) -> dict[str, float]:
+    """{"fixed", "per_token"} seconds the wedlm drafter's tail of k + 1 masks adds to a verify
+    block of 1 + k tokens (``drafters.wedlm``): interleaved medians of both blocks at the two
+    ``ks``, the differences fitted through both points (clamped at 0)."""
+    lo, hi = sorted(ks)
+    med = verify_cost_curve(model, context=context, repeats=repeats, seed=seed, max_len=1,
+                            extra=(1 + lo, 2 * lo + 2, 1 + hi, 2 * hi + 2))
+    extra = {k: med[2 * k + 2] - med[1 + k] for k in (lo, hi)}
+    per = max((extra[hi] - extra[lo]) / (hi - lo), 0.0)
+    return {"fixed": max(extra[lo] - per * lo, 0.0), "per_token": per}
 
 
 def _host_drafter(name: str) -> Drafter:
@@ -273,11 +283,9 @@ def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
             raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
         key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
-    if name == "wedlm":  # one forward of the target itself; the mask id does not change its cost
-        key = f"draft-wedlm-{model_fingerprint(model)}"
-        every = WedlmSettings(0, entropy_threshold=float("inf"))  # drafts all k: the cost of k
-        return _cached(key, lambda: draft_model_cost(model, drafter=WedlmDrafter(model, every)),
-                       cache_dir, complete=complete)
+    if name == "wedlm":  # k + 1 masks riding on the verify block of the target itself
+        key = f"draft-wedlm-tail-{model_fingerprint(model)}"
+        return _cached(key, lambda: tail_cost(model), cache_dir, complete=complete)
     vocab = vocab_size(model)
 
     def host() -> dict[str, float]:

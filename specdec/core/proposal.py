@@ -13,7 +13,7 @@ tests/decode/test_tree_attention.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,14 @@ class Proposal:
 
 
 EMPTY = Proposal()
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Tokens a drafter rides after a row's verify block (WeDLM's masks): never accepted and
+    always rolled back, so the row's output and cache are as without them. ``read`` takes
+    their logits (len(tokens), V) before the step's host sync and returns the device arrays
+    to evaluate in that same sync (the drafter's next proposal reads them)."""
+
+    tokens: tuple[int, ...]
+    read: Callable[[Any], list[Any]]

@@ -18,11 +18,12 @@ from mlx_lm.generate import generation_stream
 
 from ..cache.recurrent import RecurrentCache
 from ..core.processors import LogitsProcessor, processors_for
+from ..core.proposal import Tail
 from ..core.sampling import Rng, SamplingParams
 from .batch import Batch, RowFailed
 from .pipeline import land, pipelined_step, pipelines
 from .plain import plain_steps
-from .rows import NOTHING, Drafted, Row, observe_row, propose
+from .rows import NOTHING, Drafted, Row, drafting, observe_row, propose
 from .step import SeededSampler, Step, Verify, verify_step
 
 
@@ -47,17 +48,17 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
         L = batch.price.block([len(d.verifies.tokens) for d in drafted], [r.alpha for r in rows])
         drafted = [d if len(d.verifies) < L else Drafted(d.full, d.verifies.truncated(L - 1))
                    for d in drafted]
-        L = 1 + max(len(d.verifies) for d in drafted)
-        # 4. verify, accept, roll back: one forward over [last] + drafts of every row, one
-        #    host sync, each row's cache rolled back past its first rejected draft
-        t0 = time.perf_counter()
-        steps = verify_step(batch.model, batch.cache, [
-            Verify(r.context, d.verifies, r.sampler, r.processors, r.top_logprobs, r.diagnostics)
-            for r, d in zip(rows, drafted)], vocab=batch.vocab)
+        # 4. verify, accept, roll back: one forward over [last] + drafts (+ a drafter's tail:
+        #    WeDLM's masks) of every row, one host sync, each row's cache rolled back past its
+        #    first rejected draft
+        verify = [Verify(r.context, d.verifies, r.sampler, r.processors, r.top_logprobs, r.diagnostics,
+                         _tail(r, d) if speculate else None) for r, d in zip(rows, drafted)]
+        L, t0 = max(v.block for v in verify), time.perf_counter()
+        steps = verify_step(batch.model, batch.cache, verify, vocab=batch.vocab)
         # 5. observe: prices, cost gates, drafters, shapers and contexts learn the step
         batch.price.observe(len(rows), L, time.perf_counter() - t0)
-        if len(rows) == 1:
-            rows[0].drafter.step_time(L, time.perf_counter() - t_start)
+        if len(rows) == 1:  # the gate prices a tail as the drafter's cost: the block without it
+            rows[0].drafter.step_time(1 + len(drafted[0].verifies), time.perf_counter() - t_start)
         return [observe_row(rows, i, d, s) for i, (d, s) in enumerate(zip(drafted, steps))]
 
 
@@ -71,6 +72,13 @@ def _propose(batch: Batch, i: int) -> Drafted:
         if len(batch.rows) == 1:
             raise
         raise RowFailed(i, e) from e
+
+
+def _tail(row: Row, drafted: Drafted) -> Tail | None:
+    """The tail a drafting row's drafter rides after a linear block (``drafters.wedlm``)."""
+    if not drafting(row) or not drafted.verifies.is_linear:
+        return None
+    return row.drafter.tail(row.context, drafted.verifies.tokens)
 
 
 class SingleStream(Protocol):

@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from ..cache.batch_cache import roll_back
 from ..cache.recurrent import RecurrentCache
-from ..core.proposal import Proposal
+from ..core.proposal import Proposal, Tail
 from ..core.processors import LogitsProcessor
 from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
@@ -194,7 +194,8 @@ def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> S
 class Verify:
     """One row of a verify step: its context (prompt + emitted; the last token is the block's
     root, not yet fed), its proposal (a tree of deterministic drafts only alone), its
-    sampler and processors, and what to report."""
+    sampler and processors, what to report, and a drafter's ``tail`` riding after the
+    block (linear proposals only; never kept)."""
 
     context: list[int]
     proposal: Proposal
@@ -202,6 +203,12 @@ class Verify:
     processors: Sequence[LogitsProcessor] = ()
     top_logprobs: int = 0
     diagnostics: bool = False
+    tail: Tail | None = None
+
+    @property
+    def block(self) -> int:
+        """Block rows fed: the root, the drafts, the tail."""
+        return 1 + len(self.proposal.tokens) + (len(self.tail.tokens) if self.tail else 0)
 
     def seen(self) -> list[list[int]]:
         """Per block row, the drafted tokens before it (a prefix or a root path)."""
@@ -324,7 +331,9 @@ def _decide(logits: mx.array, rows: Sequence[Verify]) -> list[tuple[list, list, 
     picked = logits if len(fast) == len(rows) else logits[mx.array(fast)] if fast else None
     batched = _greedy_arrays(picked, [rows[i] for i in fast]) if fast else []
     arrays = [_row_arrays(logits[i, : 1 + len(rows[i].proposal)], rows[i]) for i in rest]
-    mx.eval(*batched, *(a for row in arrays for part in row for a in part))
+    tails = [a for i, r in enumerate(rows) if r.tail  # read in this same sync
+             for a in r.tail.read(logits[i, 1 + len(r.proposal):r.block])]
+    mx.eval(*batched, *(a for row in arrays for part in row for a in part), *tails)
     host: list[Any] = [None] * len(rows)
     for i, h in zip(fast, _greedy_host([a.tolist() for a in batched], [rows[i] for i in fast])):
         host[i] = h
@@ -342,7 +351,7 @@ def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[lis
     margins = [extras[0][r] for r in rows] if row.diagnostics else None
     top = extras[-2:] if row.top_logprobs else None
     top = [sorted_top(top[0][r], top[1][r]) for r in rows] if top else None
-    step = Step(tokens=emitted, drafted=n, accepted=len(path), fed=n + 1, logprobs=logprobs,
+    step = Step(tokens=emitted, drafted=n, accepted=len(path), fed=row.block, logprobs=logprobs,
                 margins=margins, top=top, depth=None if p.is_linear else p.depth)
     return step, rows
 
@@ -350,19 +359,19 @@ def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[lis
 def verify_step(model: Any, cache: list, rows: Sequence[Verify], *,
                 vocab: int | None = None) -> list[Step]:
     """One step of B rows, in order: 1. one ``verify_forward`` over every row's ``[last] +
-    proposal`` (padded with token 0; a tree under ``tree_attention``); 2. each row's
+    proposal + tail`` (padded with token 0; a tree under ``tree_attention``); 2. each row's
     processors, block row r seeing the context plus the drafts before it; 3. each row's
     ``Sampler`` decides on the device (greedy rows with nothing else to compute together:
-    ``_greedy_arrays``); 4. one host sync (``_decide``); 5. each row's accepted path and
+    ``_greedy_arrays``); 4. one host sync (``_decide``; tails read in it); 5. each row's accepted path and
     emitted tokens; 6. ``batch_cache.roll_back`` keeps each row's root and accepted path;
     7. a ``Step`` per row (log-probabilities are raw ``log_softmax``, as mlx-lm reports)."""
     trees = [r for r in rows if not r.proposal.is_linear]
-    if trees and (len(rows) > 1 or trees[0].proposal.q is not None):
-        raise ValueError("a token tree is verified alone and of deterministic drafts "
-                         "(verify a tree with draft distributions by its first branch)")
-    L = 1 + max(len(r.proposal.tokens) for r in rows)
-    blocks = [[r.context[-1], *in_vocab(r.proposal.tokens, vocab)] + [0] * (L - 1 - len(r.proposal))
-              for r in rows]
+    if trees and (len(rows) > 1 or trees[0].proposal.q is not None or trees[0].tail):
+        raise ValueError("a token tree is verified alone, of deterministic drafts and with no "
+                         "tail (verify a tree with draft distributions by its first branch)")
+    L = max(r.block for r in rows)
+    blocks = [[r.context[-1], *in_vocab(r.proposal.tokens, vocab), *(r.tail.tokens if r.tail else ())]
+              + [0] * (L - r.block) for r in rows]
     logits = verify_forward(model, cache, blocks, trees[0].proposal.parents if trees else None)
     host = _decide(logits, rows)
     done = [_finish(r, lps[0], decided, extras) for r, (lps, decided, extras) in zip(rows, host)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .base import EMPTY, Drafter, Proposal
+from .base import EMPTY, Drafter, Proposal, Tail
 
 if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
     from ..core.grammar import Grammar
@@ -134,6 +134,13 @@ class AdaptiveKDrafter(Drafter):
     @property
     def branches(self) -> bool:
         return self.inner.branches
+
+    @property
+    def guesses_paused(self) -> bool:
+        return self.inner.guesses_paused
+
+    def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None:
+        return self.inner.tail(context, drafts)
 
     prior = 2.0  # pseudo-counts pulling a slot's estimate towards the slot before it
 

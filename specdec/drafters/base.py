@@ -5,8 +5,9 @@ A drafter only changes speed, never output. Per request: ``begin(prompt_ids)`` o
 proposal (state is reset here, never guessed later); ``propose(context, k) -> Proposal`` each
 step (empty = a plain step); ``observe(num_accepted)`` after each verify of a non-empty one;
 ``propose_tree(context, k, budget)`` the tree form (default: the linear proposal). Optional:
-``constrain``/``forced`` (grammars), ``paused``/``watch``/``step_time`` (the cost gate).
-Capabilities are declared attributes, never probed: ``name``, ``branches``, ``draft_cost``.
+``constrain``/``forced`` (grammars), ``paused``/``watch``/``step_time`` (the cost gate),
+``tail`` (tokens riding after the verify block: WeDLM's masks). Capabilities are declared
+attributes, never probed: ``name``, ``branches``, ``draft_cost``, ``guesses_paused``.
 Tests: tests/drafters/test_base.py, tests/decode/test_step.py, tests/drafters/test_trie.py.
 The contract in full:
 docs/design-notes.md."""
@@ -16,13 +17,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
-from ..core.proposal import EMPTY, Proposal
+from ..core.proposal import EMPTY, Proposal, Tail
 
 if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
     from ..core.grammar import Grammar
 
 __all__ = ["EMPTY", "Constrainable", "Drafter", "NoDrafter", "Pausable", "Proposal", "Proposer",
-           "TreeProposing"]
+           "Tail", "Tailing", "TreeProposing"]
 
 
 # The seams, as Protocols: what the loop asks of every drafter (``Proposer``) and of the
@@ -67,6 +68,16 @@ class TreeProposing(Protocol):
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal: ...
 
 
+@runtime_checkable
+class Tailing(Protocol):
+    """A drafter whose next proposal comes from the verify forward itself: its ``tail``
+    rides after the block, and it cannot guess while paused (``guesses_paused`` False)."""
+
+    guesses_paused: bool
+
+    def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None: ...
+
+
 class Drafter(ABC):
     """Base class of every drafter (docs/design-notes.md). Subclasses set ``name``, implement
     ``propose`` and declare their capabilities (``branches``, ``draft_cost``); ``begin``,
@@ -75,6 +86,7 @@ class Drafter(ABC):
     name: str = "drafter"
     branches: bool = False  # propose_tree can return real branches (docs/design-notes.md)
     draft_cost: dict[str, float] | None = None  # seconds per proposal (docs/design-notes.md)
+    guesses_paused: bool = True  # proposes without a verify step of its own (the gate's shadow)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Start a request whose prompt is ``prompt_ids``."""
@@ -107,6 +119,10 @@ class Drafter(ABC):
 
     def watch(self, context: Sequence[int]) -> None:
         """One token was emitted by plain decoding while ``paused``."""
+
+    def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None:
+        """Tokens to ride after this step's block ``[context[-1], *drafts]`` (None: none)."""
+        return None
 
     def step_time(self, block: int, seconds: float) -> None:
         """A single stream's step took ``seconds``: a verify step of ``block`` tokens, or

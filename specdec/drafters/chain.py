@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from .base import EMPTY, Drafter, Proposal
+from .base import EMPTY, Drafter, Proposal, Tail
 from .trie import merge_trees, shared_nodes, walk
 
 if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
@@ -36,6 +36,14 @@ class ChainDrafter(Drafter):
     def branches(self) -> bool:
         """Two members' proposals merge into a trie with branches; one member's are its own."""
         return len(self.drafters) > 1 or self.drafters[0].branches
+
+    @property
+    def guesses_paused(self) -> bool:
+        return any(d.guesses_paused for d in self.drafters)
+
+    def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None:
+        """The first member's tail (its predictions follow whoever drafted the block)."""
+        return next((t for d in self.drafters if (t := d.tail(context, drafts)) is not None), None)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         # a new prompt need not hold the last step's tokens: its count is dropped

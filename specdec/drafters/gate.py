@@ -4,7 +4,8 @@ Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default wrapp
 each proposal it prices k = 0..k_max from the recent acceptance (kept apart after a hit, one
 miss, a run of misses), the measured verify curve, the drafter's cost and observed step
 times; no hand-set threshold. k* = 0 pauses it (plain, pipelined steps) while shadow guesses
-score the drafter; it resumes when a shadow guess comes true and drafting pays. Forced
+score the drafter; it resumes when a shadow guess comes true and drafting pays (a drafter
+that cannot guess while paused, WeDLM's, is probed instead: two verify steps). Forced
 grammar tokens are always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md."""
 
@@ -45,6 +46,7 @@ class CostGate(AdaptiveKDrafter):
         self._guess: tuple[int, list[int], int] | None = None
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
+        self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
         self._start()
 
     @property
@@ -59,8 +61,8 @@ class CostGate(AdaptiveKDrafter):
         """Evidence first where it is free: a host drafter starts paused and drafts once a
         shadow guess comes true (a prompt with nothing to copy then costs nothing); a
         costly drafter's cheapest probe is a verify step, so it starts drafting."""
-        self._guess, self._since_guess = None, 0
-        self._paused = self.interval() == 1
+        self._guess, self._since_guess, self._probe = None, 0, 0
+        self._paused = self.interval() == 1 and self.inner.guesses_paused
         self._state = REJECTED if self._paused else ACCEPTED
 
     def acceptance(self) -> list[float]:
@@ -115,6 +117,13 @@ class CostGate(AdaptiveKDrafter):
         self._forced = bool(forced)
         if forced:  # all but certain: worth a verify step on any curve, paused or not
             return forced
+        if self._probe:  # a probe drafts k whatever the price: its first step's tail, then its drafts
+            self._probe -= 1
+            self._paused = False
+            proposal = self.inner.propose(context, k) if budget is None else \
+                self.inner.propose_tree(context, k, budget)
+            self._proposed = proposal.depth
+            return proposal
         if self._paused and self._state != ACCEPTED:  # resume on evidence only (``watch``)
             self._k = k
             self._shadow(context)
@@ -145,7 +154,7 @@ class CostGate(AdaptiveKDrafter):
         self._shadow(context)
         # resume on evidence: after a shadow guess that plain decoding bore out, and only
         # if drafting then pays (a drift of the step-time estimates alone never flips it)
-        self._paused = self._state != ACCEPTED or self.best(self._k) == 0
+        self._paused = (self._state != ACCEPTED or self.best(self._k) == 0) and not self._probe
 
     def interval(self) -> int:
         """Tokens between shadow guesses: a guess costs at most ``SHADOW_SHARE`` of the
@@ -159,6 +168,9 @@ class CostGate(AdaptiveKDrafter):
         if self._guess is not None or self._since_guess < self.interval():
             return
         self._since_guess = 0
+        if not self.inner.guesses_paused:  # its guesses come from verify steps: probe with two
+            self._probe = 2
+            return
         guess = list(self.inner.propose(context, self._k).tokens)
         self._asked(guess)
         if guess:

@@ -190,7 +190,7 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
         if res.target is None:
             raise ValueError("draft type 'wedlm' needs the target model in the resources: build "
                              "them with specdec.prepare_resources(spec, model, tokenizer)")
-        return WedlmDrafter(res.target, settings_of(res.target), eos=eos)
+        return WedlmDrafter(settings_of(res.target), eos=eos)
     from .draft_model import DraftModelDrafter  # "model": DraftSpec admits no other name
 
     if res.draft is None:

@@ -47,7 +47,7 @@ def ar(model, prompt, n=40, **kw):
 
 
 def with_drafter(model, prompt, k, n=40, threshold=float("inf"), **kw):
-    d = WedlmDrafter(model, WedlmSettings(mask_token_id=MASK, entropy_threshold=threshold))
+    d = WedlmDrafter(WedlmSettings(mask_token_id=MASK, entropy_threshold=threshold))
     out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=n,
                                          num_draft_tokens=k, **kw)]
     return out, d

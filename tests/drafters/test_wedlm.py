@@ -1,25 +1,133 @@
-"""The WeDLM drafter's cache follows its context incrementally (issue #37): one drafter
-across requests whose prompts share a prefix, or not, keeps AR parity and holds exactly
-the context it has seen (tiny random-weight model, fp32 on CPU)."""
+"""drafters.wedlm: the mask tail rides on the verify forward (issue #37). One target forward
+and one host sync per step, the cache holds exactly the context after every step, batched
+rows and a paused gate keep AR parity (tiny random-weight qwen3, fp32 on CPU)."""
 
 from __future__ import annotations
 
+import mlx.core as mx
+import pytest
+
+from decode.test_wedlm import MASK, PROMPT, _assert_cache_is_prefill, ar, tiny
 from specdec.core.wedlm import WedlmSettings
+from specdec.decode import loop
+from specdec.decode.batch import Batch
+from specdec.decode.request import Request
+from specdec.drafters.gate import CostGate
 from specdec.drafters.wedlm import WedlmDrafter
 from specdec.engine import token_stream
-from decode.test_wedlm import MASK, PROMPT, ar, tiny
+
+EVERY = WedlmSettings(mask_token_id=MASK, entropy_threshold=float("inf"))  # whole windows
 
 
-def test_one_drafter_across_requests_keeps_parity_and_its_cache_exact():
+class Forwards:
+    """The model, its forwards counted (what a step costs: the drafter adds none)."""
+
+    def __init__(self, model):
+        self.model, self.calls, self.fed = model, 0, []
+
+    def __call__(self, x, *a, **kw):
+        self.calls += 1
+        self.fed.append(x.shape[1])
+        return self.model(x, *a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def started(model, prompt, drafter, n=24, k=4):
+    r = Request(model, prompt, drafter=drafter, max_tokens=n, num_draft_tokens=k)
+    r.start()
+    assert r.prefill()
+    return r
+
+
+def test_one_forward_per_step_and_the_cache_holds_the_context():
     model = tiny()
-    d = WedlmDrafter(model, WedlmSettings(mask_token_id=MASK, entropy_threshold=float("inf")))
-    prompts = [PROMPT, PROMPT[:4] + [50, 51], PROMPT[:4] + [50, 51, 52], [9, 8, 7]]
-    for prompt in prompts:
-        out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=20,
-                                             num_draft_tokens=4)]
-        assert out == ar(model, prompt, n=20), prompt
-        held = d.cached_tokens  # the context of its last proposal: prompt + output so far
-        assert held == (prompt + out)[:len(held)] and len(held) > len(prompt)
-    d.begin(prompts[0])  # back to a prompt sharing only 4 tokens: trimmed, then refed
-    assert d.cached_tokens == prompts[0]
-    assert d.cache[0].offset == len(prompts[0])
+    counted, d = Forwards(model), WedlmDrafter(EVERY)
+    req = started(counted, PROMPT, d)
+    batch, row = Batch(counted), req.row()
+    batch.join(row, req.layers)
+    out, steps = [], 0
+    counted.calls = 0
+    while len(out) < 20:
+        s = loop.step(batch)[0]
+        steps += 1
+        out += s.tokens
+        assert s.fed == 1 + s.drafted + 5  # the root, the drafts, k + 1 masks
+        # the masks and rejected drafts are rolled back: the cache is a causal prefill
+        _assert_cache_is_prefill(model, batch.cache, row.context[:-1])
+    assert counted.calls == steps  # no forward of the drafter's own
+    assert out[:20] == ar(model, PROMPT, n=20)
+    assert d.stats["drafted"] > d.stats["proposals"] > 0 and d.stats["tails"] == steps
+
+
+class _CountingMx:
+    def __init__(self):
+        self.evals = 0
+
+    def __getattr__(self, name):
+        return getattr(mx, name)
+
+    def eval(self, *arrays):
+        self.evals += 1
+        return mx.eval(*arrays)
+
+
+def test_the_tail_is_read_in_the_steps_one_host_sync(monkeypatch):
+    import specdec.decode.step as step_module
+
+    model, d = tiny(1), WedlmDrafter(EVERY)
+    req = started(model, PROMPT, d)
+    batch = Batch(model)
+    batch.join(req.row(), req.layers)
+    counting = _CountingMx()
+    monkeypatch.setattr(step_module, "mx", counting)
+    for _ in range(6):
+        loop.step(batch)
+    assert counting.evals == 6 and d.stats["proposals"] > 0
+
+
+@pytest.mark.parametrize("k", [1, 4, 16])
+def test_batched_rows_with_their_own_tails_equal_each_alone(k):
+    model = tiny()
+    prompts = [PROMPT, [9, 8, 7, 6], PROMPT[:3] + [50, 51, 52, 53, 54]]
+    batch, rows, drafters = Batch(model), [], []
+    for p in prompts:
+        d = WedlmDrafter(EVERY)
+        req = started(model, p, d, n=30, k=k)
+        batch.join(req.row(), req.layers)
+        drafters.append(d)
+    outs = [[] for _ in prompts]
+    while min(map(len, outs)) < 16:
+        for o, s in zip(outs, loop.step(batch)):
+            o += s.tokens
+    for p, o in zip(prompts, outs):
+        assert o[:16] == ar(model, p, n=16), p
+    assert all(d.stats["proposals"] > 0 for d in drafters)
+
+
+def test_a_paused_gate_probes_and_keeps_parity():
+    """WeDLM cannot guess while paused: the gate probes it with verify steps instead of shadow
+    guesses, so it drafts again after a pause (here: a model it never pays for)."""
+    model = tiny()
+    cost = {L: 1.0 + 0.5 * (L - 1) for L in range(1, 10)}  # drafting barely pays
+    gate = CostGate(WedlmDrafter(EVERY), cost, 8, draft_cost={"fixed": 0.0, "per_token": 0.0},
+                    timed=False)
+    assert not gate.paused  # it cannot guess paused: it starts by drafting
+    out = [e.token for e in token_stream(model, PROMPT, drafter=gate, max_tokens=60,
+                                         num_draft_tokens=8)]
+    assert out == ar(model, PROMPT, n=60)
+    assert gate.paused_tokens > 0  # it paused ...
+    assert gate.inner.stats["tails"] > gate.inner.stats["proposals"] > 0  # ... and probed
+
+
+def test_predictions_are_dropped_after_a_rejection():
+    d = WedlmDrafter(EVERY)
+    d.propose(PROMPT, 3)  # nothing predicted yet
+    tail = d.tail(PROMPT, [7, 8])
+    assert tail.tokens == (MASK,) * 4
+    mx.eval(*tail.read(mx.zeros((4, 64))))
+    assert not d.propose(PROMPT + [7, 9, 1], 3)  # 8 was rejected: the masks followed it
+    tail = d.tail(PROMPT, [7, 8])
+    mx.eval(*tail.read(mx.zeros((4, 64))))
+    assert len(d.propose(PROMPT + [7, 8, 1], 3)) >= 1  # all accepted: masks 2.. are drafts
