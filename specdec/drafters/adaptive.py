@@ -154,22 +154,22 @@ class AdaptiveKDrafter(Drafter):
         self.inner.begin(prompt_ids)
 
     def _choose(self, k: int) -> int:
-        kk = min(k, best_k(self.acceptance(), self.cost, min(k, self.k_max), self.draft_cost))
-        self.chosen.append(kk)
+        depth = min(k, best_k(self.acceptance(), self.cost, min(k, self.k_max), self.draft_cost))
+        self.chosen.append(depth)
         # k* = 0 still probes one slot now and then so estimates can recover
-        if kk == 0 and len(self.chosen) % 8 == 0:
-            kk = min(k, 1)
-        return kk
+        if depth == 0 and len(self.chosen) % 8 == 0:
+            depth = min(k, 1)
+        return depth
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
-        kk = self._choose(k)
-        proposal = self.inner.propose(context, kk) if kk else EMPTY
+        depth = self._choose(k)
+        proposal = self.inner.propose(context, depth) if depth else EMPTY
         self._proposed = len(proposal)
         return proposal
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
-        kk = self._choose(k)
-        proposal = self.inner.propose_tree(context, kk, budget) if kk else EMPTY
+        depth = self._choose(k)
+        proposal = self.inner.propose_tree(context, depth, budget) if depth else EMPTY
         self._proposed = proposal.depth
         return proposal
 

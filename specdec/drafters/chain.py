@@ -53,7 +53,7 @@ class ChainDrafter(Drafter):
             d.begin(prompt_ids)
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
-        self._settle(context)
+        self._credit_members(context)
         self._winner = None
         for d in self.drafters:
             proposal = d.propose(context, k)
@@ -66,7 +66,7 @@ class ChainDrafter(Drafter):
         for d in self.drafters:
             proposal = d.forced(context, k)
             if proposal:
-                self._settle(context)
+                self._credit_members(context)
                 return self._won(d, proposal)
         return EMPTY
 
@@ -78,7 +78,7 @@ class ChainDrafter(Drafter):
         return proposal
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
-        self._settle(context)
+        self._credit_members(context)
         self._winner = None
         trees: list[tuple[Drafter, Proposal]] = []
         for d in self.drafters:
@@ -99,7 +99,7 @@ class ChainDrafter(Drafter):
             self.stats[d.name]["drafted"] += shared_nodes(t, merged)
         return merged
 
-    def _settle(self, context: Sequence[int]) -> None:
+    def _credit_members(self, context: Sequence[int]) -> None:
         """Tell each member of the last tree step how many of its own tokens the target
         accepted, now that the context shows which ones they were."""
         trees, pending = self._trees, self._pending

@@ -96,10 +96,10 @@ class CostGate(AdaptiveKDrafter):
 
     def _choose(self, k: int) -> int:
         self._k = k
-        kk = min(k, self.best(k))
-        self.chosen.append(kk)
-        self._paused = kk == 0
-        return kk
+        depth = min(k, self.best(k))
+        self.chosen.append(depth)
+        self._paused = depth == 0
+        return depth
 
     def _asked(self, proposal: Proposal) -> None:
         self._hits = self.decay * self._hits + float(bool(proposal))
@@ -129,14 +129,14 @@ class CostGate(AdaptiveKDrafter):
             self._shadow(context)
             return EMPTY
         self._score(context, final=True)  # drafting now: verification takes over the guess
-        kk = self._choose(k)
-        if not kk:
+        depth = self._choose(k)
+        if not depth:
             self._shadow(context)
             return EMPTY
         if budget is None:
-            proposal = self.inner.propose(context, kk)
+            proposal = self.inner.propose(context, depth)
         else:
-            proposal = self.inner.propose_tree(context, kk, budget)
+            proposal = self.inner.propose_tree(context, depth, budget)
         self._asked(proposal)
         self._proposed = proposal.depth  # = len for a linear proposal
         return proposal

@@ -296,7 +296,7 @@ class Batcher:
             if i in failed:
                 self._failed(a, failed[i])
                 continue
-            self._settle(a, layers)
+            self._store_finished(a, layers)
             a.job.state = "finished"
             a.job.emit(self.worker.done_event(a.job, a.req, a.started))
         if rows and not len(self):
@@ -316,7 +316,7 @@ class Batcher:
             if None in self.decoding else 0
         return list(zip(out, layers))
 
-    def _settle(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
+    def _store_finished(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
         """The job's tokens go to the shared memory and its cache to the prefix store."""
         req = a.req
         self.worker.commit(a.job.request, req.prompt_ids + req.tokens)
@@ -328,14 +328,14 @@ class Batcher:
     def _drop_cancelled(self) -> None:
         gone = [i for i, a in enumerate(self.decoding) if a is not None and a.job.cancelled.is_set()]
         for a, layers in self._leave(gone):
-            self._settle(a, layers)
+            self._store_finished(a, layers)
             self._cancelled(a.job)
         if self.held is not None and self.held.cancelled.is_set():
             self._cancelled(self.held)
             self.held = None
         for a in [a for a in self.prefilling if a.job.cancelled.is_set()]:
             self.prefilling.remove(a)
-            self._settle(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
+            self._store_finished(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
             self._cancelled(a.job)
         if gone and not len(self):
             release_idle_memory()
@@ -348,7 +348,7 @@ class Batcher:
     def _failed(self, a: Active, e: BaseException) -> None:
         if not self.worker.group_failure(e):  # a lost rank: the worker fails every job and stops
             log.error("generation failed: %s: %s", type(e).__name__, e)
-            self._settle(a, None, ok=False)
+            self._store_finished(a, None, ok=False)
         a.job.state = "finished"
         a.job.emit(self.worker.error_event(e))
 
