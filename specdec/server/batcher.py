@@ -85,6 +85,7 @@ class Batcher:
         self.prefilling: list[Active] = []
         self.held: Job | None = None  # the next job, waiting for KV budget (``_fits``)
         self.parked_tokens = 0  # the longest reservation among the parked slots
+        self._worked = False  # rows ran since the batch was last empty (``run_once``)
 
     def __len__(self) -> int:
         return len(self.running) + len(self.prefilling)
@@ -108,6 +109,8 @@ class Batcher:
             self.held.emit(self.worker.error_event(error))
         self.prefilling, self.decoding, self.held, self.parked_tokens = [], [], None, 0
         self.batch = Batch(self.worker.model, price=self.price)
+        self._worked = False
+        release_idle_memory()
 
     def close(self) -> None:
         """On the inference thread at shutdown: end every admitted job as cancelled."""
@@ -115,7 +118,18 @@ class Batcher:
         self._drop_cancelled()
 
     def run_once(self, tick: float) -> None:
+        """One scheduling round; a round that emptied the batch (rows finished, failed or
+        were cancelled) hands its working set back to the system."""
+        try:
+            self._round(tick)
+        finally:
+            if self._worked and not len(self):
+                self._worked = False
+                release_idle_memory()  # the batch's working set, back to the system
+
+    def _round(self, tick: float) -> None:
         self._admit(tick)
+        self._worked = self._worked or bool(len(self))
         self._drop_cancelled()
         if self.prefilling:
             group = self._prefill_group()
@@ -299,8 +313,6 @@ class Batcher:
             self._store_finished(a, layers)
             a.job.state = "finished"
             a.job.emit(self.worker.done_event(a.job, a.req, a.started))
-        if rows and not len(self):
-            release_idle_memory()  # the batch's working set, back to the system
 
     def _leave(self, rows: list[int]) -> list[tuple[Active, list[Any]]]:
         """Rows ``rows`` leave the batch together: each job with its cache layers."""
@@ -337,8 +349,6 @@ class Batcher:
             self.prefilling.remove(a)
             self._store_finished(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
             self._cancelled(a.job)
-        if gone and not len(self):
-            release_idle_memory()
 
     def _cancelled(self, job: Job) -> None:
         job.state = "cancelled"

@@ -326,12 +326,19 @@ def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
     assert run.done(late).finish_reason == "length"
 
 
-def test_an_emptied_batch_hands_its_buffers_back(worker):
-    """When the last row leaves, mlx's buffer cache is emptied (and glibc's free heap
-    trimmed): a burst's working set does not stay resident for good (#34 item 7)."""
+@pytest.mark.parametrize("ending", ["finished", "cancelled"])
+def test_an_emptied_batch_hands_its_buffers_back(worker, ending):
+    """When the last row leaves (finished or cancelled mid-decode), mlx's buffer cache is
+    emptied (and glibc's free heap trimmed): a burst's working set does not stay resident
+    for good (#34 item 7)."""
     run = Rounds(worker, max_batch=3)
-    for q in short_questions(3):
-        run.submit(chat_ids(worker, q), 6)
-    run.until(lambda: worker.busy == 3)
+    jobs = [run.submit(chat_ids(worker, q), 6 if ending == "finished" else 400)
+            for q in short_questions(3)]
+    run.until(lambda: worker.busy == 3 and not worker.batcher.prefilling)
+    run.round()
+    assert mx.get_cache_memory() > 0  # decoding holds a working set
+    if ending == "cancelled":
+        for job in jobs:
+            job.cancelled.set()
     run.finish()
     assert mx.get_cache_memory() == 0
