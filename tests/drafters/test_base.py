@@ -4,7 +4,7 @@ nothing, the linear tree, no pausing) and what the seams' Protocols accept."""
 import pytest
 
 from specdec.drafters.base import (EMPTY, Constrainable, Drafter, NoDrafter, Pausable, Proposal, Proposer,
-                                   TreeProposing)
+                                   Tailing, TreeProposing)
 
 
 class Counting(Drafter):
@@ -22,7 +22,8 @@ def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
     assert d.forced([1], 4) is EMPTY and not d.paused
     assert d.propose_tree([1], 5, 3) == Proposal([0, 1, 2])  # depth min(k, budget)
     assert not d.branches and d.draft_cost is None
-    assert all(isinstance(d, p) for p in (Proposer, Pausable, Constrainable, TreeProposing))
+    assert d.tail([1], [2]) is None and d.guesses_paused  # no tail: guesses while paused
+    assert all(isinstance(d, p) for p in (Proposer, Pausable, Constrainable, TreeProposing, Tailing))
 
 
 def test_a_drafter_must_implement_propose():
@@ -44,5 +45,5 @@ def test_an_object_with_only_the_core_verbs_is_a_proposer_and_nothing_more():
         def observe(self, num_accepted): ...
 
     assert isinstance(Bare(), Proposer)
-    assert not isinstance(Bare(), (Pausable, Constrainable, TreeProposing))
+    assert not isinstance(Bare(), (Pausable, Constrainable, TreeProposing, Tailing))
     assert not isinstance(object(), Proposer)
