@@ -70,7 +70,7 @@ def ensure_openblas(argv: list[str]) -> None:
 
 
 def on_cpu() -> bool:
-    import mlx.core as mx
+    import mlx.core as mx  # here: this module preloads OpenBLAS, so it must not load mlx itself
 
     return mx.default_device() == mx.cpu
 

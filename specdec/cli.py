@@ -18,9 +18,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .backend import ensure_openblas
+from .bench.cli import add_bench_parser, cmd_bench
 from .config import DTYPES, KV_BITS, RunConfig, add_decoder_flags, add_distributed_flags, add_draft_flags
+from .drafters import NgramDrafter
+from .loader import ModelLoadError, load
+from .server.cli import add_serve_parser, cmd_serve
 
-if TYPE_CHECKING:  # these import mlx: `specdec --help` starts without it
+# The modules that import mlx are imported inside the commands that need them: mlx must load
+# after main() has preloaded OpenBLAS, and `specdec --help` starts without it.
+if TYPE_CHECKING:
     from .cache.prompt_cache import PromptCache
     from .core.stats import SpecStats
     from .engine import GenerationResult
@@ -73,18 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--max-len", type=int, default=17)
     cost.add_argument("--num-draft-tokens", type=int, default=4)
     cost.add_argument("--json", action="store_true")
-    from .server.cli import add_serve_parser
-
     add_serve_parser(sub)
-    from .bench.cli import add_bench_parser
-
     add_bench_parser(sub)
     return parser
 
 
 def _load(cfg: RunConfig):
-    from .loader import load
-
     return load(cfg.model, dtype=cfg.dtype)
 
 
@@ -136,7 +136,7 @@ def _prompt_cache(cfg: RunConfig, model: Any) -> PromptCache | None:
     """The --prompt-cache-file cache: loaded when the file exists, else a new one."""
     if not cfg.prompt_cache_file:
         return None
-    from .cache.prompt_cache import load_prompt_cache, make_prompt_cache
+    from .cache.prompt_cache import load_prompt_cache, make_prompt_cache  # imports mlx: see the top
 
     if os.path.exists(cfg.prompt_cache_file):
         return load_prompt_cache(cfg.prompt_cache_file, model)
@@ -148,7 +148,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     cfg = RunConfig.from_args(args)
     prompt = cfg.read_prompt()
     if getattr(args, "distributed", False):
-        from .distributed import load_sharded, refuse_unsharded_features, run_sharded
+        from .distributed import load_sharded, refuse_unsharded_features, run_sharded  # mlx: see the top
 
         refuse_unsharded_features(tree_budget=cfg.spec.draft_tree_budget,
                                   prompt_cache_file=cfg.prompt_cache_file)
@@ -162,9 +162,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
                     tokenizer: Any) -> int:
     """--decoder wedlm: WeDLM's lossy parallel decoder; every result says lossless: false."""
-    from .decode.wedlm import generate_wedlm
-    from .engine import generate
-    from .core.wedlm import settings_of
+    from .core.wedlm import settings_of  # imports mlx: see the top
+    from .decode.wedlm import generate_wedlm  # imports mlx: see the top
+    from .engine import generate  # imports mlx: see the top
 
     settings = cfg.wedlm_settings(settings_of(model).mask_token_id)
     kw = dict(max_tokens=cfg.max_tokens, stop=cfg.stop, system=cfg.system,
@@ -189,7 +189,7 @@ def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model
 
 def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
               tokenizer: Any) -> int:
-    from .engine import generate, stream_generate
+    from .engine import generate, stream_generate  # imports mlx: see the top
 
     kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
     base = None
@@ -233,7 +233,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
         raise ValueError("--prompt-cache-file applies to specdec generate, not parity")
     prompt = cfg.read_prompt()
     model, tokenizer = _load(cfg)
-    from .parity import check_parity
+    from .parity import check_parity  # imports mlx: see the top
 
     t0 = time.perf_counter()
     kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
@@ -247,10 +247,8 @@ def cmd_parity(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from .core.vocab import vocab_size
-    from .drafters import NgramDrafter
-    from .loader import load
-    from .measure import proposal_cost, verify_cost_curve
+    from .core.vocab import vocab_size  # imports mlx: see the top
+    from .measure import proposal_cost, verify_cost_curve  # imports mlx: see the top
 
     model, tokenizer = load(args.model, dtype=args.dtype)
     curve = verify_cost_curve(model, args.max_len)
@@ -276,24 +274,6 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench.cli import cmd_bench
-
-    return cmd_bench(args)
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from .server.cli import cmd_serve
-
-    return cmd_serve(args)
-
-
-def _load_error() -> type[Exception]:
-    from .loader import ModelLoadError
-
-    return ModelLoadError
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ensure_openblas(argv)
@@ -302,10 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         handler = {"generate": cmd_generate, "parity": cmd_parity, "cost": cmd_cost,
-                   "serve": _cmd_serve,
-                   "bench": _cmd_bench}[args.command]
+                   "serve": cmd_serve, "bench": cmd_bench}[args.command]
         return handler(args)
-    except (ValueError, FileNotFoundError, _load_error()) as e:
+    except (ValueError, FileNotFoundError, ModelLoadError) as e:
         print(f"specdec: error: {e}", file=sys.stderr)
         return 2
 

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .drafters import build_drafter, shared_ngram_mod_table
 from .drafters.spec import DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec, parse_tree_budget
 from .loader.api import DTYPES  # one list of dtype names
+from .prompts import demo_prompt
 
 if TYPE_CHECKING:  # drafters are imported when built (``build_drafter``): the CLI starts in 0.2 s
     from .drafters.base import Drafter
@@ -184,13 +186,13 @@ class RunConfig:
 
     def wedlm_settings(self, mask_token_id: int) -> Any:
         """The ``decode.wedlm.WedlmSettings`` of the --wedlm-* flags for this mask token."""
-        from .core.wedlm import WedlmSettings
+        from .core.wedlm import WedlmSettings  # imports mlx: `specdec --help` starts without it
 
         return WedlmSettings(mask_token_id, self.wedlm_window, self.entropy_threshold,
                              self.position_penalty)
 
     def sampling(self) -> Any:
-        from .core.sampling import SamplingParams
+        from .core.sampling import SamplingParams  # imports mlx: `specdec --help` starts without it
 
         return SamplingParams(self.temp, self.top_p, self.top_k, self.min_p, self.seed,
                               self.repetition_penalty, self.repetition_context_size)
@@ -215,18 +217,15 @@ class RunConfig:
         if self.prompt == "-":
             return sys.stdin.read()
         if self.prompt is None:
-            from .prompts import demo_prompt
-
             return demo_prompt()
         return self.prompt
 
     def build_drafter(self, model: Any, tokenizer: Any) -> Drafter:
         """The drafter for one request: loads the draft model / ngram-mod file as asked."""
-        from .drafters import build_drafter, shared_ngram_mod_table
-        from .resources import prepare_resources
+        from .resources import prepare_resources  # imports mlx: `specdec --help` starts without it
 
         if self.spec.uses("wedlm"):  # the --wedlm-* flags shape its drafts too
-            from .core.wedlm import settings_of
+            from .core.wedlm import settings_of  # imports mlx: `specdec --help` starts without it
 
             model.wedlm_settings = self.wedlm_settings(settings_of(model).mask_token_id)
         table = None

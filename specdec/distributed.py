@@ -11,11 +11,18 @@ docs/design-notes.md."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from typing import Any, Callable
 
 import mlx.core as mx
+from mlx_lm.models.cache import QuantizedKVCache, make_prompt_cache
+
+from .cache.recurrent import has_recurrent
+from .cache.rollback import WindowKVCache, make_cache, trim
+from .loader import load
 
 # header: op, new cache?, has cache?, leader's cache offset, n tokens, kv_bits (0 = none),
 # kv_group_size, window slack; then the first INLINE tokens (more go in a second message)
@@ -41,10 +48,6 @@ def init_group() -> Any:
 
 def shard(model: Any, group: Any) -> str:
     """Shard ``model`` over ``group`` in place with mlx-lm's own method; returns its name."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    from .cache.recurrent import has_recurrent
-
     if has_recurrent(make_prompt_cache(model)):  # the followers mirror trims, not recurrent rollback
         raise DistributedError("models with recurrent layers (hybrids) are not supported with "
                                "--distributed yet: run the model on one machine")
@@ -93,10 +96,6 @@ def is_group_failure(e: BaseException) -> bool:
 def _cache_shape(cache: list | None) -> tuple[int, int, int]:
     """(kv_bits or 0, kv_group_size, window slack) of a ``rollback.make_cache`` cache, so a
     follower can build the same kinds of layer."""
-    from mlx_lm.models.cache import QuantizedKVCache
-
-    from .cache.rollback import WindowKVCache
-
     bits, group, slack = 0, 64, 16
     for c in cache or []:
         if isinstance(c, QuantizedKVCache):
@@ -208,8 +207,6 @@ class LeaderModel:
 def follow(model: Any, group: Any) -> int:
     """A follower's loop: run each forward the leader announces, until it stops.
     Returns the number of forwards run; raises ``GroupLost`` if the leader disappears."""
-    from .cache.rollback import make_cache, trim
-
     cache, forwards = None, 0
     while True:
         try:
@@ -241,15 +238,11 @@ def follow(model: Any, group: Any) -> int:
 
 
 def _say(msg: str) -> None:
-    import sys
-
     print(f"specdec: error: {msg}", file=sys.stderr, flush=True)
 
 
 def load_sharded(model_name: str, dtype: str) -> tuple[Any, Any, Any]:
     """(group, sharded model, tokenizer) on this rank."""
-    from .loader import load
-
     group = init_group()
     model, tokenizer = load(model_name, dtype=dtype)
     shard(model, group)
@@ -261,8 +254,6 @@ def run_sharded(group: Any, model: Any, tokenizer: Any, timeout: float,
     """``specdec generate --distributed`` on a sharded model: rank 0 runs
     ``body(leader_model, tokenizer)`` and then stops the followers; the others follow and
     print nothing. A lost or hung rank ends rank 0 with a message and exit status 3."""
-    import os
-
     if group.rank() > 0:
         return _follow_until_stopped(model, group)
 
@@ -289,8 +280,6 @@ def run_sharded(group: Any, model: Any, tokenizer: Any, timeout: float,
 def serve_follower(model_name: str, dtype: str, group: Any) -> int:
     """``specdec serve --distributed`` on a rank > 0: load, shard, follow rank 0's
     inference thread until it stops (0) or is lost (3)."""
-    from .loader import load
-
     model, _ = load(model_name, dtype=dtype)
     shard(model, group)
     return _follow_until_stopped(model, group)

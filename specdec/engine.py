@@ -23,9 +23,10 @@ from .core.vocab import vocab_size
 from .core.stats import SpecStats
 from .core.text import TextOut, encode_prompt
 from .decode.request import Emitted, Request
-from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, build_drafter
+from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, build_drafter, shared_ngram_mod_table
 from .drafters.adaptive import draft_seconds
 from .measure import resolve_tree_budget
+from .resources import prepare_resources
 
 
 @dataclass
@@ -69,9 +70,6 @@ def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *
         drafter = DraftSpec(drafter, num_draft_tokens=num_draft_tokens, ngram_min=ngram_min,
                             ngram_max=ngram_max)
     if isinstance(drafter, DraftSpec):
-        from .drafters import shared_ngram_mod_table
-        from .resources import prepare_resources
-
         table = None  # a file the spec names is loaded by prepare_resources, never ignored
         if drafter.uses("ngram-mod") and not drafter.ngram_mod_file:
             table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)

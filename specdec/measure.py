@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 
 from .cache.rollback import make_cache, prefill, trim
 from .core.proposal import Proposal
 from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_forward, verify_step
 from .drafters.base import Drafter
+from .drafters.draft_model import DraftModelDrafter
+from .drafters.ngram_mod import NgramModTable
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
 from .policy.tree_shape import TreeShaper, cost_at
 
@@ -121,8 +124,6 @@ def proposal_cost(
 
 def model_fingerprint(model: Any) -> str:
     """A key for cached measurements: architecture args, weight dtype and mlx device."""
-    from mlx.utils import tree_flatten
-
     args = getattr(model, "args", None)
     desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
     first = tree_flatten(model.parameters())[0][1]
@@ -227,8 +228,6 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
     """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy): interleaved
     medians at the two ``ks``, one new context token per call as in decoding, fitted
     through both points (clamped at 0)."""
-    from .drafters.draft_model import DraftModelDrafter
-
     rng = random.Random(seed)
     vocab = vocab_size(draft_model)
     drafter = DraftModelDrafter(draft_model, max_trim=max(ks) + 1)
@@ -260,8 +259,6 @@ def tail_cost(model: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COS
 
 def _host_drafter(name: str) -> Drafter:
     """The drafter ``DraftSpec(name)`` builds, with a fresh table for ngram-mod."""
-    from .drafters.ngram_mod import NgramModTable
-
     return build_drafter(DraftSpec(name, gate=False), DraftResources(table=NgramModTable()))
 
 

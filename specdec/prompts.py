@@ -10,7 +10,10 @@ docs/design-notes.md."""
 
 from __future__ import annotations
 
+import ast
+import codecs
 import importlib
+import importlib.util
 import inspect
 import json
 from importlib import metadata
@@ -128,10 +131,6 @@ def short_questions(n: int = 64) -> list[str]:
 
 def zen_text() -> str:
     """The Zen of Python, read from the ``this`` module's source (importing it prints)."""
-    import ast
-    import codecs
-    import importlib.util
-
     with open(importlib.util.find_spec("this").origin) as f:
         tree = ast.parse(f.read())
     for node in tree.body:

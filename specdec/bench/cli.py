@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import KV_BITS, add_distributed_flags
-from .profiles import PROFILES, Profile
+from .configs import parse_config, sweep
+from .peers import PEERS
+from .profiles import PROFILES, Profile, build_warm_table
 
 
 def _ints(text: str) -> list[int]:
@@ -95,6 +97,7 @@ def add_bench_parser(sub: Any) -> None:
 
 
 def _workloads(args: argparse.Namespace, prof: Profile) -> list:
+    # imports mlx: `specdec --help` starts without it (so do the imports below that say so)
     from .workloads import builtin_workloads, load_workloads
 
     if args.workload:
@@ -117,8 +120,6 @@ def _workloads(args: argparse.Namespace, prof: Profile) -> list:
 
 
 def _configs(args: argparse.Namespace, prof: Profile) -> list:
-    from .configs import parse_config, sweep
-
     if args.config and (args.draft_type or args.num_draft_tokens or args.ngram_min
                         or args.adaptive_k or args.gate):
         raise ValueError("give --config specs or the sweep flags (--draft-type, "
@@ -133,7 +134,7 @@ def _configs(args: argparse.Namespace, prof: Profile) -> list:
 
 
 def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
-    from .runner import BenchPlan
+    from .runner import BenchPlan  # imports mlx: see above
 
     name = "quick" if args.quick else args.profile
     prof = PROFILES[name]
@@ -145,7 +146,6 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
               file=sys.stderr)
         peers = []
     peers = [] if peers == ["none"] else peers
-    from .peers import PEERS
 
     bad = [p for p in peers if p not in PEERS]
     if bad:
@@ -168,7 +168,7 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
 
 def _check_distributed(plan: Any, prof: Profile) -> None:
     """Refuse, at start-up, what a sharded target cannot run."""
-    from ..distributed import DistributedError, refuse_unsharded_features
+    from ..distributed import DistributedError, refuse_unsharded_features  # imports mlx: see above
 
     if plan.peers:
         raise DistributedError(f"the peers ({', '.join(plan.peers)}) do not run sharded: pass "
@@ -184,7 +184,7 @@ def _check_distributed(plan: Any, prof: Profile) -> None:
 
 
 def _progress(total: int):
-    from tqdm import tqdm
+    from tqdm import tqdm  # 50 ms to import, for a bench run's progress bar only: not at `specdec --help`
 
     bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True)
 
@@ -201,7 +201,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"{n:10s} {p.description}")
         return 0
     if args.write_workloads:
-        from .workloads import builtin_workloads, write_workloads
+        from .workloads import builtin_workloads, write_workloads  # imports mlx: see above
 
         write_workloads(builtin_workloads(), args.write_workloads)
         print(f"wrote {args.write_workloads}")
@@ -209,7 +209,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     plan, prof, name = build_plan(args)
     if not getattr(args, "distributed", False):
         return _bench(args, plan, prof, name)
-    from ..distributed import load_sharded, run_sharded
+    from ..distributed import load_sharded, run_sharded  # imports mlx: see above
 
     group, model, tok = load_sharded(plan.model, plan.dtype)
     plan.distributed = group.size()
@@ -222,14 +222,12 @@ def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
            target: tuple[Any, Any] | None = None) -> int:
     """Measure ``plan`` (on ``target`` when the caller loaded it), write the report, print
     the headline; 1 when any of our configs diverged from plain decoding."""
-    from .report import build_summary, headline, write_report
-    from .runner import run_plan, total_steps
+    from .report import build_summary, headline, write_report  # imports mlx: see above
+    from .runner import run_plan, total_steps  # imports mlx: see above
 
     out = Path(args.out or f"bench-results/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     if prof.warm_from:
-        from .profiles import build_warm_table
-
         info = build_warm_table(prof.warm_from, plan.workloads, plan.max_tokens,
                                 out / "warm.ngm", plan.dtype)
         print(f"warm table: {json.dumps(info)}", file=sys.stderr)

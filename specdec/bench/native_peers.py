@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 LLAMA_CPP_N_CTX = 4096
 
 
@@ -84,8 +86,8 @@ class HFModel:
     """transformers' greedy and prompt-lookup ``generate`` on the GGUF, float32, torch CPU."""
 
     def __init__(self, path: str):
-        import torch
-        from transformers import AutoModelForCausalLM
+        import torch  # optional heavy dependency: the transformers peer only
+        from transformers import AutoModelForCausalLM  # heavy: the transformers peer only
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -108,8 +110,8 @@ class HFModel:
         return asdict(self._run(prompt_ids, max_tokens, k))
 
     def _run(self, prompt_ids: list[int], max_tokens: int, k: int | None) -> PeerRun:
-        import torch
-        from transformers.generation.streamers import BaseStreamer
+        import torch  # optional heavy dependency: the transformers peer only
+        from transformers.generation.streamers import BaseStreamer  # heavy: as above
 
         clock = Clock()
 
@@ -141,7 +143,7 @@ class LlamaCppModel:
     """llama-cpp-python greedy vs its LlamaPromptLookupDecoding, on the GGUF's own kernels."""
 
     def __init__(self, path: str, n_ctx: int = LLAMA_CPP_N_CTX):
-        import llama_cpp
+        import llama_cpp  # optional native dependency: the llama.cpp peer only
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         self._llama_cpp, self._pld, self.path = llama_cpp, LlamaPromptLookupDecoding, path
@@ -183,8 +185,6 @@ class LlamaCppModel:
     def scores(self, prompt_ids: list[int], out: str) -> str:
         """Every position's logits for ``prompt_ids`` (one forward), saved to ``out`` (.npy):
         the loader's cross-check reads them."""
-        import numpy as np
-
         self.spec.reset()
         self.spec.eval(prompt_ids)
         np.save(out, np.array(self.spec.scores[: len(prompt_ids)], dtype=np.float32))

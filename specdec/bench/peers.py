@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
+from ..loader import load
+from ..loader.api import resolve
 from .native_peers import LLAMA_CPP_N_CTX, Clock, PeerRun, collect
 from .peer_process import NATIVE_PEERS_FILE, PeerCrashed, PeerProcess, PeerUnavailable
 
@@ -77,8 +79,6 @@ def _check_args(prompt_ids: Iterable[int], max_tokens: int, k: int | None = None
 
 
 def _gguf_path(peer: str, model: str) -> str:
-    from ..loader.api import resolve
-
     kind, ref = resolve(model)
     if kind != "gguf":
         raise ValueError(f"the {peer} peer runs a GGUF file; {model!r} is not one "
@@ -136,7 +136,6 @@ class MlxLmPeer:
                  loaded: dict[str, tuple[Any, Any]] | None = None):
         if importlib.util.find_spec("mlx_lm") is None:
             raise PeerUnavailable("mlx-lm peer needs mlx-lm: pip install mlx-lm")
-        from ..loader import load
 
         t = time.perf_counter()
         # The dtype policy ours uses (float32 on the CPU): the same weights as our engine.
@@ -154,6 +153,7 @@ class MlxLmPeer:
         self.eos = set(self.tokenizer.eos_token_ids)
 
     def _stream(self, prompt_ids: list[int], max_tokens: int, **extra: Any) -> Iterator[int]:
+        # mlx-lm (checked for above) imports mlx: bench.cli, so `specdec --help`, imports this module
         from mlx_lm.generate import stream_generate
 
         for resp in stream_generate(self.model, self.tokenizer, prompt_ids,

@@ -19,10 +19,10 @@ from . import analysis
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # heavy dependency: only when a report draws its plots
 
     matplotlib.use("Agg")  # files only: no display on a server or in CI
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use(): the backend is chosen first
 
     return plt
 

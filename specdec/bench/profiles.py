@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..drafters.ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
+from ..loader import load
+
 ECHO_SET = ("code_hints", "passage_json", "json_add", "multiturn_short", "summarize_zen")
 
 
@@ -102,9 +105,7 @@ def build_warm_table(model_name: str, workloads: Sequence, max_tokens: int, path
                      dtype: str = "auto") -> dict:
     """Serve ``workloads`` on ``model_name`` with one shared ngram-mod table; save it to
     ``path``. Returns what was built (occupancy, tokens served)."""
-    from ..drafters.ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
-    from ..loader import load
-    from .runner import conversation
+    from .runner import conversation  # imports mlx: bench.cli imports this module at start-up
 
     model, tok = load(model_name, dtype=dtype)
     table = NgramModTable(tokenizer_fingerprint=tokenizer_fingerprint(tok))

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import analysis
+from . import analysis, plots
 from .workloads import ECHO_CLASSES
 
 
@@ -307,6 +307,4 @@ def write_report(result: Any, out_dir: str | Path, plots: bool = True) -> Path:
 
 
 def _plots(result: Any, summary: dict, out: Path) -> list[str]:
-    from . import plots
-
     return plots.make_all(result, summary, out)

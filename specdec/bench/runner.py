@@ -19,15 +19,23 @@ import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from importlib import metadata
 from typing import Any, Callable, Mapping, Sequence
+
+import mlx.core as mx
 
 from ..cache.recurrent import refuse_trees
 from ..cache.rollback import make_cache
 from ..drafters.base import Drafter
 from ..engine import GenerationResult, generate
-from .analysis import ORACLE_PREFIX
+from ..loader import load
+from ..measure import draft_cost_for, verify_cost_curve
+from ..parity import diagnose
+from ..toolcall.prompt import renders_tools
+from .analysis import ORACLE_PREFIX, parity
 from .configs import BenchConfig
 from .oracle import OracleDrafter, replay_bound
+from .peers import PeerCrashed, PeerUnavailable, make_peer
 from .workloads import Workload, fit_prompt
 
 PLAIN = BenchConfig()
@@ -139,10 +147,6 @@ def conversation(model: Any, tok: Any, case: Workload, drafter: Drafter | None, 
 
 
 def _machine() -> dict:
-    import mlx.core as mx
-
-    from importlib import metadata
-
     versions = {}
     for pkg in ("mlx", "mlx-lm", "transformers", "torch", "llama_cpp_python"):
         try:
@@ -159,7 +163,6 @@ def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[li
     peers, notes = [], {}
     if not plan.peers:
         return peers, notes
-    from .peers import PeerCrashed, PeerUnavailable, make_peer
 
     for name in plan.peers:
         try:
@@ -174,8 +177,6 @@ def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[li
 def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, ids: list[int],
                run: int, notes: dict[str, str]) -> list[RunRecord]:
     """The peer's plain run once, then its speculative run once per k of ``plan.peer_k``."""
-    from .peers import PeerCrashed, PeerUnavailable
-
     def spec(k: int) -> tuple[str, int, Callable[[], Any]]:
         return (f"{peer.name}: {peer.method} k={k}", k,
                 lambda: peer.speculative(ids, plan.max_tokens, k))
@@ -207,8 +208,6 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
 def _cost_curve(plan: BenchPlan, model: Any, tok: Any, cases: list) -> dict[int, float]:
     """The verify cost curve at the workloads' context, L = 1 .. the largest k + 1; the
     long blocks (most of its time) only when a config drafts token trees."""
-    from ..measure import verify_cost_curve
-
     k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
     context = max(len(c.encode(tok)) for c, _ in cases)
     trees = TREE_LENGTHS if any(c.tree_budget for c in plan.configs) else ()
@@ -219,9 +218,6 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
              target: tuple[Any, Any] | None = None) -> BenchResult:
     """Run ``plan``; ``target`` is the (model, tokenizer) to measure when the caller
     loaded it (rank 0's ``LeaderModel`` under ``--distributed``), else it is loaded here."""
-    from ..loader import load
-    from ..measure import draft_cost_for
-
     if plan.runs < 1:
         raise ValueError("--runs must be >= 1")
     model, tok = target or load(plan.model, dtype=plan.dtype)
@@ -298,8 +294,6 @@ def _renderable(workloads: Sequence[Workload], tok: Any,
                 model: str) -> tuple[list[Workload], dict[str, str]]:
     """The workloads this model's chat template can render, and a note for each other:
     an agent transcript needs a template that renders tools and tool messages."""
-    from ..toolcall.prompt import renders_tools
-
     if not any(w.tools for w in workloads) or renders_tools(tok):
         return list(workloads), {}
     skipped = {w.name: f"skipped: the chat template of {model} does not render tools"
@@ -349,9 +343,6 @@ def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: 
     the foundation's parity diagnosis (position, margins, verdict), re-run with
     diagnostics on that turn's prompt. A later turn is re-run with a fresh drafter, so
     memory carried from earlier turns is not reproduced: the verdict says so."""
-    from ..parity import diagnose
-    from .analysis import parity
-
     by_label = {c.label: c for c in plan.configs}
     max_tokens = {w.name: w.max_tokens or plan.max_tokens for w in plan.workloads}
     cases = {w.name: w for w in plan.workloads}

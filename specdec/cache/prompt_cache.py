@@ -10,6 +10,7 @@ Tests: tests/cache/test_prompt_cache.py, tests/cache/test_recurrent.py. Details:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any, Sequence
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
+from ..core.persist import atomic_write
 
 from .recurrent import RecurrentCache
 from .rollback import RollbackError, WindowKVCache, make_cache, trim
@@ -43,8 +45,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0,
 
 
 def _fingerprint(model: Any) -> str:
-    import hashlib
-
     args = getattr(model, "args", None)
     desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
     first = tree_flatten(model.parameters())[0][1]
@@ -173,8 +173,6 @@ class PromptCache:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the cache to ``path`` (safetensors), atomically."""
-        from ..core.persist import atomic_write
-
         self._check()
         if isinstance(self.layers, RecurrentCache):
             raise ValueError("saving the prompt cache of a model with recurrent layers is not "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import llguidance
 import mlx.core as mx
 import numpy as np
 
@@ -31,8 +32,6 @@ def response_grammar(response_format: dict | None) -> str | None:
     >>> "x-guidance" in response_grammar({"type": "json_object"})
     True
     """
-    import llguidance
-
     if not response_format or response_format.get("type") == "text":
         return None
     kind = response_format.get("type")
@@ -56,15 +55,11 @@ def response_grammar(response_format: dict | None) -> str | None:
 
 def lark_grammar(text: str) -> str:
     """An llguidance grammar from Lark source."""
-    import llguidance
-
     return llguidance.LLMatcher.grammar_from_lark(text)
 
 
 def ll_tokenizer(tokenizer: Any, vocab: int) -> Any:
     """The llguidance tokenizer of an mlx-lm tokenizer (built once: ~1-3 s)."""
-    import llguidance
-
     hit = _TOKENIZERS.get(id(tokenizer))
     if hit is None or hit[0] is not tokenizer or hit[1].vocab_size != vocab:
         llt = llguidance.LLTokenizer(tokenizer.backend_tokenizer.to_str(), n_vocab=vocab,
@@ -80,8 +75,6 @@ class Grammar(LogitsProcessor):
     stateful = True
 
     def __init__(self, tokenizer: Any, grammar: str, vocab: int):
-        import llguidance
-
         self.vocab, self.ll_tokenizer = vocab, ll_tokenizer(tokenizer, vocab)
         self.matcher = llguidance.LLMatcher(self.ll_tokenizer, grammar)
         if self.matcher.is_error():

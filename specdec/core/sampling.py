@@ -11,6 +11,7 @@ Tests: tests/core/test_sampling.py, tests/decode/test_step_seeded.py. Details: d
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,8 +96,6 @@ class Rng:
     """A seeded stream of mlx random keys for one request."""
 
     def __init__(self, seed: int | None):
-        import random
-
         self._key = mx.random.key(seed if seed is not None else random.SystemRandom().randrange(2**63))
 
     def next(self) -> mx.array:

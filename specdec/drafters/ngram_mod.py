@@ -63,18 +63,16 @@ def slot_of(h: int, size: int) -> int:
     return ((h ^ (h >> 32)) & _MASK) % size
 
 
-def _window_hashes(tokens: np.ndarray, n: int) -> np.ndarray:
-    """``ngram_hash`` of every length-n window of a uint64 array, vectorised (n passes;
-    uint64 array arithmetic wraps at 64 bits exactly like the ``& _MASK`` above)."""
+def window_slots(tokens: Sequence[int] | np.ndarray, n: int, size: int) -> np.ndarray:
+    """``slot_of(ngram_hash(window), size)`` of every length-n window of ``tokens`` (ids
+    >= 0), vectorised: n passes of uint64 array arithmetic, which wraps at 64 bits exactly
+    like the ``& _MASK`` above."""
+    tokens = np.asarray(tokens).astype(np.uint64)
     m = len(tokens) - n + 1
     h = np.zeros(m, dtype=np.uint64)
     mult, one = np.uint64(MULT), np.uint64(1)
     for i in range(n):
         h = h * mult + tokens[i : i + m] + one
-    return h
-
-
-def _slots(h: np.ndarray, size: int) -> np.ndarray:
     return (h ^ (h >> np.uint64(32))) % np.uint64(size)
 
 
@@ -147,7 +145,7 @@ class NgramModTable:
         if arr.min() < 0 or arr.max() > np.iinfo(np.int32).max:
             raise ValueError("token ids must lie in [0, 2**31)")
         nxt = arr[self.n :].astype(np.int32)
-        slots = _slots(_window_hashes(arr[:-1].astype(np.uint64), self.n), self.size)
+        slots = window_slots(arr[:-1], self.n, self.size)
         # Fancy assignment leaves the winner among repeated slots unspecified: keep the
         # last occurrence explicitly so that "later overwrites earlier" holds in a batch.
         rev = slots[::-1]

@@ -12,14 +12,18 @@ Tests: tests/drafters/test_spec.py. Details: docs/design-notes.md.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
+from .adaptive import AdaptiveKDrafter
 from .base import Drafter, NoDrafter
-
-if TYPE_CHECKING:  # imported when built (``_one``): annotations only
-    from .ngram_mod import NgramModTable
-    from .suffix import SuffixHistory
+from .chain import ChainDrafter
+from .gate import CostGate
+from .grammar import GrammarDrafter
+from .ngram import NgramDrafter
+from .ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
+from .suffix import SuffixDrafter, SuffixHistory
 
 DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm")
 DEFAULT_SUFFIX_HISTORY = 32768
@@ -146,10 +150,6 @@ class DraftResources:
 def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> NgramModTable:
     """The spec's ngram-mod table: loaded from its file when that exists (the file's size
     and n must then match any the spec sets), else empty with the spec's size and n."""
-    import os
-
-    from .ngram_mod import NgramModTable, tokenizer_fingerprint
-
     fp = tokenizer_fingerprint(tokenizer)
     if load_file and spec.ngram_mod_file and os.path.exists(spec.ngram_mod_file):
         table = NgramModTable.load(spec.ngram_mod_file, tokenizer_fingerprint=fp)
@@ -164,34 +164,27 @@ def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) 
 
 def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
          temperature: float, seed: int | None) -> Drafter:
-    # drafters are imported when built: the spec is parsed by every front end, and importing
-    # them all (mlx, mlx-lm, llguidance) would take `specdec --help` from 0.2 s to 2.3 s
+    # the mlx drafters are imported when built: the spec is parsed by every front end, and
+    # importing mlx and mlx-lm would take `specdec --help` from 0.2 s to 2.3 s
     if name == "ngram":
-        from .ngram import NgramDrafter
-
         return NgramDrafter(spec.ngram_min, spec.ngram_max, eos=eos)
     if name == "ngram-mod":
-        from .ngram_mod import NgramModDrafter
-
         table = res.table if res.table is not None else ngram_mod_table(spec, res.tokenizer)
         return NgramModDrafter(table, eos=eos)
     if name == "grammar":
-        from .grammar import GrammarDrafter
-
         return GrammarDrafter()  # the request's grammar arrives through constrain()
     if name == "suffix":
-        from .suffix import SuffixDrafter
-
         return SuffixDrafter(max_history_tokens=spec.suffix_history, eos=eos, history=res.history)
     if name == "wedlm":
-        from ..core.wedlm import settings_of
-        from .wedlm import WedlmDrafter
+        from ..core.wedlm import settings_of  # imports mlx: see above
+        from .wedlm import WedlmDrafter  # imports mlx: see above
 
         if res.target is None:
             raise ValueError("draft type 'wedlm' needs the target model in the resources: build "
                              "them with specdec.prepare_resources(spec, model, tokenizer)")
         return WedlmDrafter(settings_of(res.target), eos=eos)
-    from .draft_model import DraftModelDrafter  # "model": DraftSpec admits no other name
+    # "model": DraftSpec admits no other name; imports mlx and mlx-lm: see above
+    from .draft_model import DraftModelDrafter
 
     if res.draft is None:
         raise ValueError("draft type 'model' needs a loaded draft model: pass --draft-model")
@@ -215,13 +208,8 @@ def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
     if len(members) == 1:
         drafter = members[0]
     else:
-        from .chain import ChainDrafter
-
         drafter = ChainDrafter(members)
     if spec.gate or spec.adaptive_k:
-        from .adaptive import AdaptiveKDrafter
-        from .gate import CostGate
-
         if res.cost is None:
             what = "the cost gate (on by default; gate=False / --no-gate turns it off)" \
                 if spec.gate else "adaptive k"

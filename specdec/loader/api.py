@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..backend import default_dtype
 from .convert import convert_gguf, read_marker
 from .errors import ModelLoadError
 from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
@@ -26,6 +27,8 @@ HEAD_BITS = 8  # embeddings and lm_head: docs/design-notes.md
 
 log = logging.getLogger(__name__)
 
+# mlx and mlx-lm are imported inside the functions that load: specdec.cli imports this
+# module before it preloads OpenBLAS, and mlx must load after that.
 if TYPE_CHECKING:
     import mlx.nn as nn
     from mlx_lm.tokenizer_utils import TokenizerWrapper
@@ -92,9 +95,9 @@ def _has_gguf_magic(path: Path) -> bool:
 
 
 def _mlx_lm_load(ref: str, kind: str) -> tuple[Any, Any]:
-    from mlx_lm.utils import load as mlx_lm_load
+    from mlx_lm.utils import load as mlx_lm_load  # imports mlx: see the top
 
-    from .wedlm import is_wedlm_dir, load_wedlm  # imports mlx: kept off package import
+    from .wedlm import is_wedlm_dir, load_wedlm  # imports mlx: see the top
 
     local = Path(ref).exists()
     if kind == "mlx" and local and is_wedlm_dir(ref):  # WeDLM: qwen3/qwen2 plus its settings
@@ -120,14 +123,13 @@ def _target_dtype(dtype: str) -> str | None:
         return None
     if dtype != "auto":
         return dtype
-    from specdec.backend import default_dtype
 
     return default_dtype()
 
 
 def _apply_dtype(model: Any, target: str | None, gguf_info: dict[str, Any] | None) -> None:
-    import mlx.core as mx
-    from mlx_lm.utils import dequantize_model
+    import mlx.core as mx  # imports mlx: see the top
+    from mlx_lm.utils import dequantize_model  # imports mlx: see the top
 
     if target is not None:
         dequantize_model(model)
@@ -145,7 +147,7 @@ def quantize_selective(model: Any) -> dict[str, int]:
 
     Returns {layer path: bits} of the layers kept at the higher precision and logs them.
     """
-    import mlx.nn as nn
+    import mlx.nn as nn  # imports mlx: see the top
 
     own = getattr(model, "quant_predicate", None)  # some mlx-lm models exclude layers
     kept: dict[str, int] = {}

@@ -24,6 +24,7 @@ _END_OF_TURN = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>")
 
 
 def _transformers_gguf() -> tuple[dict[str, dict[str, str]], Any]:
+    # transformers: a heavy dependency (1 s), needed for GGUF tokenizers only
     try:  # transformers >= 5
         from transformers.integrations.gguf.gguf_tokenizer_mapping import (
             GGUF_TOKENIZER_MAPPING,
@@ -59,7 +60,7 @@ def _tokenizer_fields(g: GGUFFile) -> dict[str, Any]:
 
 
 def build_tokenizer(g: GGUFFile) -> Any:
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # heavy dependency: GGUF tokenizers only
 
     mapping, convert = _transformers_gguf()
     md = _tokenizer_fields(g)

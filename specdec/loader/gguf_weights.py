@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import save_file
 
 from .errors import ModelLoadError
 from .gguf_meta import GGUFFile
@@ -68,7 +69,7 @@ def hf_name(arch: str, gguf_name: str) -> str:
 
 def dequantize(tensor: Any, path: Path) -> np.ndarray:
     """One GGUF tensor as a float32 array in numpy (HF) dimension order."""
-    from gguf.quants import dequantize as gguf_dequantize
+    from gguf.quants import dequantize as gguf_dequantize  # heavy dependency: see gguf_meta.open_gguf
 
     shape = tuple(int(d) for d in reversed(tensor.shape))
     try:
@@ -106,8 +107,6 @@ def iter_hf_tensors(g: GGUFFile, config: dict[str, Any]) -> Iterator[tuple[str, 
 
 
 def write_safetensors(tensors: Iterable[tuple[str, np.ndarray]], out_dir: Path) -> int:
-    from safetensors.numpy import save_file
-
     shard: dict[str, np.ndarray] = {}
     seen: set[str] = set()
     size = count = 0

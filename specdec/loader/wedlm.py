@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mlx_lm.utils import load as mlx_lm_load
+
 from ..core.wedlm import DEFAULT_MASK_TOKEN_ID, WedlmSettings
 from .errors import ModelLoadError
 
@@ -83,8 +85,6 @@ def _mask_id(config: dict[str, Any], tokenizer: Any) -> int:
 def load_wedlm(path: str | Path, **settings: Any) -> WedlmCheckpoint:
     """Load the WeDLM directory ``path``; ``settings`` override WeDLM's defaults (window,
     entropy_threshold, position_penalty). Raises ``ModelLoadError`` saying what to do."""
-    from mlx_lm.utils import load as mlx_lm_load
-
     p = Path(path).expanduser()
     config = read_config(p)
     if not is_wedlm_config(config):

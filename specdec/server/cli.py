@@ -17,6 +17,7 @@ import argparse
 import logging
 import os
 import signal
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ..config import DTYPES, KV_BITS, add_decoder_flags, add_distributed_flags, add_draft_flags
@@ -86,17 +87,18 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    import uvicorn  # heavy optional dependency: uvicorn, for `specdec serve` only
 
-    from .app import create_app
-    from .config import ServerConfig
-    from .metrics import Metrics
-    from .worker import InferenceWorker
+    from .app import create_app  # imports mlx and fastapi: `specdec --help` starts without them
+    from .config import ServerConfig  # imports fastapi: `specdec --help` starts without it
+    from .metrics import Metrics  # imports prometheus_client: as above
+    from .worker import InferenceWorker  # imports mlx: `specdec --help` starts without it
 
     cfg = ServerConfig.from_args(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     group = None
     if getattr(args, "distributed", False):
+        # imports mlx: `specdec --help` starts without it
         from ..distributed import init_group, refuse_unsharded_features, serve_follower
 
         refuse_unsharded_features(tree_budget=cfg.speculation.draft_tree_budget)
@@ -141,7 +143,7 @@ def _serve_draining(config: Any, worker: InferenceWorker, seconds: float) -> Non
     """uvicorn's server, whose first SIGTERM (or Ctrl-C) drains: in-flight requests run
     up to ``--drain-timeout``, then end with an error event; the worker then stops and
     saves the memory (the app's shutdown)."""
-    import uvicorn
+    import uvicorn  # heavy optional dependency: uvicorn, for `specdec serve` only
 
     class DrainingServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -153,6 +155,4 @@ def _serve_draining(config: Any, worker: InferenceWorker, seconds: float) -> Non
 
 def _stop_soon() -> None:
     """Stop serving (as SIGTERM would) once the 503s already answered have gone out."""
-    import threading
-
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from ..config import RunConfig, check_kv_bits, draft_flags_given, draft_spec_from_args
 from ..drafters.spec import DraftSpec
 from ..toolcall import PARSERS
+from .middleware import LOOPBACK_HOSTS
 from .schemas import MAX_DRAFT_TOKENS
 
 API_KEY_ENV = "SPECDEC_API_KEY"
@@ -70,8 +71,6 @@ class ServerConfig:
     def host_allowlist(self) -> tuple[str, ...] | None:
         """Host headers to answer: loopback names (and ``--allowed-hosts``) when bound to
         loopback; only ``--allowed-hosts`` when given on another address; else any."""
-        from .middleware import LOOPBACK_HOSTS
-
         if self.host in LOOPBACK_HOSTS or self.host.startswith("127."):
             return (*LOOPBACK_HOSTS, self.host, *self.allowed_hosts)
         return self.allowed_hosts or None

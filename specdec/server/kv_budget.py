@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
+from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
 
 if TYPE_CHECKING:
     from .config import ServerConfig
@@ -46,8 +47,6 @@ class Footprint:
 
     @classmethod
     def measure(cls, model: Any, kv_bits: int | None = None) -> Footprint:
-        from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
-
         cache = make_prompt_cache(model)
         if kv_bits is not None:
             cache = [QuantizedKVCache(bits=kv_bits) if type(c) is KVCache else c for c in cache]

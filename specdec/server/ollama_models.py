@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
 from .api import Api
 
 log = logging.getLogger("specdec.server")
@@ -32,9 +35,6 @@ class Weights:
 
 def weights(model: Any) -> Weights:
     """The served weights' parameter count, bytes and quantization (as Ollama labels it)."""
-    import mlx.nn as nn
-    from mlx.utils import tree_flatten
-
     bits = {name: m.bits for name, m in model.named_modules()
             if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))}
     count = size = 0

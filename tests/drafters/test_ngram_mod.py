@@ -20,13 +20,12 @@ from specdec.drafters.ngram_mod import (
     MULT,
     NgramModDrafter,
     NgramModTable,
-    _slots,
-    _window_hashes,
     draft_walk,
     ngram_hash,
     roll_hash,
     slot_of,
     tokenizer_fingerprint,
+    window_slots,
 )
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,7 +46,7 @@ def test_roll_hash_equals_rehash(window, new):
 @given(st.lists(st.integers(0, 2**31 - 1), min_size=4, max_size=40), st.integers(1, 4),
        st.sampled_from([1, 3, 7, 4096, 1000003]))
 def test_vectorised_hashes_equal_python(tokens, n, size):
-    got = _slots(_window_hashes(np.array(tokens, dtype=np.uint64), n), size).tolist()
+    got = window_slots(tokens, n, size).tolist()
     want = [slot_of(ngram_hash(tokens[i : i + n]), size) for i in range(len(tokens) - n + 1)]
     assert got == want
 
