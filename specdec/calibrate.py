@@ -11,11 +11,12 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import mlx.core as mx
 
 from .cache.rollback import make_cache, prefill, trim
+from .core.model import Model
 from .core.vocab import vocab_size
 from .measure import store_cost_curve
 
@@ -24,7 +25,7 @@ class Calibration:
     """A cost curve timed one forward per ``step()``, on its own prefilled cache;
     ``curve`` when done, ``estimate()`` before, ``store()`` caches it."""
 
-    def __init__(self, model: Any, lengths: Sequence[int], *, repeats: int = 5,
+    def __init__(self, model: Model, lengths: Sequence[int], *, repeats: int = 5,
                  context: int = 256, seed: int = 0):
         self.model, self.lengths, self.repeats = model, sorted(set(lengths)), repeats
         self._rng = random.Random(seed)

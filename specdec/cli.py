@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .backend import ensure_openblas
 from .bench.cli import add_bench_parser, cmd_bench
 from .config import DTYPES, KV_BITS, RunConfig, add_decoder_flags, add_distributed_flags, add_draft_flags
+from .core.model import Model
 from .drafters import NgramDrafter
 from .loader import ModelLoadError, load
 from .server.cli import add_serve_parser, cmd_serve
@@ -132,7 +133,7 @@ def _save_memory(cfg: RunConfig, prompt_cache: PromptCache | None = None) -> Non
         prompt_cache.save(cfg.prompt_cache_file)
 
 
-def _prompt_cache(cfg: RunConfig, model: Any) -> PromptCache | None:
+def _prompt_cache(cfg: RunConfig, model: Model) -> PromptCache | None:
     """The --prompt-cache-file cache: loaded when the file exists, else a new one."""
     if not cfg.prompt_cache_file:
         return None
@@ -159,7 +160,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return _generate(args, cfg, prompt, *_load(cfg))
 
 
-def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
+def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Model,
                     tokenizer: Any) -> int:
     """--decoder wedlm: WeDLM's lossy parallel decoder; every result says lossless: false."""
     from .core.wedlm import settings_of  # imports mlx: see the top
@@ -187,7 +188,7 @@ def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model
     return 0
 
 
-def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Any,
+def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Model,
               tokenizer: Any) -> int:
     from .engine import generate, stream_generate  # imports mlx: see the top
 

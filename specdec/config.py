@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .core.model import Model
 from .drafters import build_drafter, shared_ngram_mod_table
 from .drafters.spec import DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec, parse_tree_budget
 from .loader.api import DTYPES  # one list of dtype names
@@ -220,7 +221,7 @@ class RunConfig:
             return demo_prompt()
         return self.prompt
 
-    def build_drafter(self, model: Any, tokenizer: Any) -> Drafter:
+    def build_drafter(self, model: Model, tokenizer: Any) -> Drafter:
         """The drafter for one request: loads the draft model / ngram-mod file as asked."""
         from .resources import prepare_resources  # imports mlx: `specdec --help` starts without it
 

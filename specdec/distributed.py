@@ -22,6 +22,7 @@ from mlx_lm.models.cache import QuantizedKVCache, make_prompt_cache
 
 from .cache.recurrent import has_recurrent
 from .cache.rollback import WindowKVCache, make_cache, trim
+from .core.model import Model
 from .loader import load
 
 # header: op, new cache?, has cache?, leader's cache offset, n tokens, kv_bits (0 = none),
@@ -46,7 +47,7 @@ def init_group() -> Any:
     return mx.distributed.init()
 
 
-def shard(model: Any, group: Any) -> str:
+def shard(model: Model, group: Any) -> str:
     """Shard ``model`` over ``group`` in place with mlx-lm's own method; returns its name."""
     if has_recurrent(make_prompt_cache(model)):  # the followers mirror trims, not recurrent rollback
         raise DistributedError("models with recurrent layers (hybrids) are not supported with "
@@ -159,7 +160,7 @@ class LeaderModel:
     # ranks' heads would attend causally at linear positions, so trees are refused.
     verifies_trees = False
 
-    def __init__(self, model: Any, group: Any, watchdog: Watchdog | None = None):
+    def __init__(self, model: Model, group: Any, watchdog: Watchdog | None = None):
         self.model, self.group, self.watchdog = model, group, watchdog
         # every collective of rank 0 on one stream, in program order, as the followers run
         # them: a caller's stream (mlx-lm's generation_stream) would reorder them
@@ -204,7 +205,7 @@ class LeaderModel:
             mx.eval(_broadcast_tokens(self.group, [OP_STOP, 0, 0, 0, 0, 0, 0, 0], None))
 
 
-def follow(model: Any, group: Any) -> int:
+def follow(model: Model, group: Any) -> int:
     """A follower's loop: run each forward the leader announces, until it stops.
     Returns the number of forwards run; raises ``GroupLost`` if the leader disappears."""
     cache, forwards = None, 0
@@ -249,7 +250,7 @@ def load_sharded(model_name: str, dtype: str) -> tuple[Any, Any, Any]:
     return group, model, tokenizer
 
 
-def run_sharded(group: Any, model: Any, tokenizer: Any, timeout: float,
+def run_sharded(group: Any, model: Model, tokenizer: Any, timeout: float,
                 body: Callable[[Any, Any], int]) -> int:
     """``specdec generate --distributed`` on a sharded model: rank 0 runs
     ``body(leader_model, tokenizer)`` and then stops the followers; the others follow and
@@ -285,7 +286,7 @@ def serve_follower(model_name: str, dtype: str, group: Any) -> int:
     return _follow_until_stopped(model, group)
 
 
-def _follow_until_stopped(model: Any, group: Any) -> int:
+def _follow_until_stopped(model: Model, group: Any) -> int:
     """A rank > 0: follow rank 0 until it stops (0) or is lost (3, with the reason)."""
     try:
         follow(model, group)

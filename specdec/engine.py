@@ -17,6 +17,7 @@ from .cache.prompt_cache import PromptCache
 from .cache.recurrent import refuse_trees
 from .cache.rollback import make_cache
 from .core.grammar import Grammar, response_grammar
+from .core.model import Model
 from .core.processors import LogitsProcessor
 from .core.sampling import SamplingParams
 from .core.vocab import vocab_size
@@ -56,7 +57,7 @@ class GenerationResult:
 
 
 def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
-                    model: Any = None, num_draft_tokens: int = 4, ngram_min: int = 1,
+                    model: Model = None, num_draft_tokens: int = 4, ngram_min: int = 1,
                     ngram_max: int = 3, temperature: float = 0.0, seed: int | None = None) -> Drafter:
     """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
 
@@ -84,7 +85,7 @@ def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *
     return drafter
 
 
-def grammar_for(model: Any, tokenizer: Any, response_format: dict | Grammar | None) -> Grammar | None:
+def grammar_for(model: Model, tokenizer: Any, response_format: dict | Grammar | None) -> Grammar | None:
     """The request's grammar for an OpenAI ``response_format`` (None: unconstrained); a
     ``Grammar`` is used as it is (one request's: its state is that request's output)."""
     if isinstance(response_format, Grammar):
@@ -95,7 +96,7 @@ def grammar_for(model: Any, tokenizer: Any, response_format: dict | Grammar | No
     return Grammar(tokenizer, grammar, vocab_size(model, tokenizer))
 
 
-def tree_policy(model: Any, tree_budget: int | str, drafter: Drafter | None,
+def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | None,
                 num_draft_tokens: int) -> tuple[int, Any]:
     """(node budget, shaper or None) for a request: ``"auto"`` prices trees on the model's
     measured curves and the drafter's own cost per proposal (when ``build_drafter``
@@ -107,7 +108,7 @@ def tree_policy(model: Any, tree_budget: int | str, drafter: Drafter | None,
     return resolve_tree_budget(model, tree_budget, propose_cost=propose_cost)
 
 
-def make_request(model: Any, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
+def make_request(model: Model, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
                  max_tokens: int = 256, num_draft_tokens: int = 4, tree_budget: int | str = 0,
                  **kwargs: Any) -> Request:
     """A started, prefilled ``decode.request.Request`` (see ``token_stream``)."""
@@ -120,7 +121,7 @@ def make_request(model: Any, prompt_ids: Sequence[int], *, drafter: Drafter | No
 
 
 def token_stream(
-    model: Any,
+    model: Model,
     prompt_ids: Sequence[int],
     *,
     drafter: Drafter | None = None,
@@ -158,7 +159,7 @@ def token_stream(
 
 
 def stream_generate(
-    model: Any,
+    model: Model,
     tokenizer: Any,
     prompt: str | Sequence[int] | Sequence[dict],
     *,
@@ -219,7 +220,7 @@ def stream_generate(
                              step_log=step_log)
 
 
-def generate(model: Any, tokenizer: Any, prompt: Any, **kwargs: Any) -> GenerationResult:
+def generate(model: Model, tokenizer: Any, prompt: Any, **kwargs: Any) -> GenerationResult:
     """Run ``stream_generate`` to completion; same keyword arguments."""
     text, toks, margins, logprobs = [], [], [], []
     for resp in stream_generate(model, tokenizer, prompt, **kwargs):

@@ -16,12 +16,13 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
 from .cache.rollback import make_cache, prefill, trim
+from .core.model import Model
 from .core.proposal import Proposal
 from .core.vocab import vocab_size
 from .decode.step import Greedy, Verify, verify_forward, verify_step
@@ -54,7 +55,7 @@ def _interleaved_medians(lengths: list[int], repeats: int,
     return {L: statistics.median(v) for L, v in times.items()}
 
 
-def _context(model: Any, lengths: list[int], context: int, rng: random.Random) -> tuple:
+def _context(model: Model, lengths: list[int], context: int, rng: random.Random) -> tuple:
     """(vocab, cache holding ``context - 1`` random tokens, the ``context`` tokens)."""
     vocab = vocab_size(model)
     cache = make_cache(model, max_trim=max(lengths) + 1, recurrent=True)  # hybrids: verify_forward
@@ -64,7 +65,7 @@ def _context(model: Any, lengths: list[int], context: int, rng: random.Random) -
 
 
 def verify_cost_curve(
-    model: Any, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
+    model: Model, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
     extra: tuple[int, ...] = (),
 ) -> dict[int, float]:
     rng = random.Random(seed)
@@ -79,7 +80,7 @@ def verify_cost_curve(
     return _interleaved_medians(lengths, repeats, once)
 
 
-def tree_overhead(model: Any, lengths: tuple[int, ...], *, context: int = 256,
+def tree_overhead(model: Model, lengths: tuple[int, ...], *, context: int = 256,
                   repeats: int = 7, seed: int = 0) -> dict[int, float]:
     """{L: seconds of a greedy tree step / seconds of a linear step}, both with L - 1
     drafted nodes (the tree: two branches of half the nodes each; L >= 3), interleaved."""
@@ -122,7 +123,7 @@ def proposal_cost(
     return statistics.median(times)
 
 
-def model_fingerprint(model: Any) -> str:
+def model_fingerprint(model: Model) -> str:
     """A key for cached measurements: architecture args, weight dtype and mlx device."""
     args = getattr(model, "args", None)
     desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
@@ -170,7 +171,7 @@ def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, fl
                    complete=lambda curve: all(L in curve for L in want))
 
 
-def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None,
+def cost_curve_for(model: Model, max_len: int, cache_dir: str | Path | None = None,
                    extra: tuple[int, ...] = ()) -> dict[int, float]:
     """The model's verify cost curve at 1..``max_len`` and ``extra``, measured once and
     cached on disk."""
@@ -178,7 +179,7 @@ def cost_curve_for(model: Any, max_len: int, cache_dir: str | Path | None = None
                          lambda: verify_cost_curve(model, max_len, extra=extra), cache_dir)
 
 
-def cached_cost_curve(model: Any, lengths: list[int],
+def cached_cost_curve(model: Model, lengths: list[int],
                       cache_dir: str | Path | None = None) -> dict[int, float] | None:
     """The model's cached verify cost curve when it holds every length in ``lengths``, else
     None (measures nothing: see ``calibrate.Calibration``)."""
@@ -189,21 +190,21 @@ def cached_cost_curve(model: Any, lengths: list[int],
     return curve if all(L in curve for L in lengths) else None
 
 
-def store_cost_curve(model: Any, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
+def store_cost_curve(model: Model, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
     """Cache a verify cost curve measured elsewhere, merged over what is cached."""
     path = _cache_path(model_fingerprint(model), cache_dir)
     old = json.loads(path.read_text()) if path.exists() else {}
     _store(path, {**old, **{str(L): t for L, t in curve.items()}})
 
 
-def tree_overhead_for(model: Any, lengths: tuple[int, ...],
+def tree_overhead_for(model: Model, lengths: tuple[int, ...],
                       cache_dir: str | Path | None = None) -> dict[int, float]:
     """The model's tree step overhead at ``lengths``, measured once and cached on disk."""
     return _cached_curve(f"{model_fingerprint(model)}-tree-overhead", list(lengths),
                          lambda: tree_overhead(model, lengths), cache_dir)
 
 
-def resolve_tree_budget(model: Any, value: int | str, *,
+def resolve_tree_budget(model: Model, value: int | str, *,
                         propose_cost: float = 0.0) -> tuple[int, TreeShaper | None]:
     """(node budget, shaper): an integer budget is fixed (0 = linear drafts); ``"auto"``
     asks the drafter for up to ``MAX_AUTO_NODES`` nodes and lets a ``TreeShaper`` on the
@@ -223,7 +224,7 @@ def resolve_tree_budget(model: Any, value: int | str, *,
 DRAFT_COST_KS = (1, 8)
 
 
-def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
+def draft_model_cost(draft_model: Model, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
                      repeats: int = 7, seed: int = 0) -> dict[str, float]:
     """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy): interleaved
     medians at the two ``ks``, one new context token per call as in decoding, fitted
@@ -244,7 +245,7 @@ def draft_model_cost(draft_model: Any, *, context: int = 256, ks: tuple[int, int
     return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}
 
 
-def tail_cost(model: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
+def tail_cost(model: Model, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
               repeats: int = 7, seed: int = 0) -> dict[str, float]:
     """{"fixed", "per_token"} seconds the wedlm drafter's tail of k + 1 masks adds to a verify
     block of 1 + k tokens (``drafters.wedlm``): interleaved medians of both blocks at the two
@@ -262,7 +263,7 @@ def _host_drafter(name: str) -> Drafter:
     return build_drafter(DraftSpec(name, gate=False), DraftResources(table=NgramModTable()))
 
 
-def draft_cost_for(drafter_name: str, model: Any, draft_model: Any = None, *,
+def draft_cost_for(drafter_name: str, model: Model, draft_model: Model = None, *,
                    cache_dir: str | Path | None = None) -> dict[str, float]:
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/design-notes.md),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;

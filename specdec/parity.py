@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
+from .core.model import Model
 from .engine import GenerationResult, generate
 from .decode.step import top2_margin
 from .cache.rollback import prefill
@@ -39,7 +40,7 @@ class ParityReport:
 
 
 def shape_matched_reference(
-    model: Any,
+    model: Model,
     prompt_ids: Sequence[int],
     tokens: Sequence[int],
     steps: Sequence[tuple[int, int]],
@@ -68,7 +69,7 @@ def shape_matched_reference(
 
 
 def diagnose(
-    model: Any,
+    model: Model,
     plain: GenerationResult,
     spec: GenerationResult,
     eos: set[int] | frozenset[int] = frozenset(),
@@ -119,7 +120,7 @@ def diagnose(
     return report
 
 
-def check_parity(model: Any, tokenizer: Any, prompt: Any, **kwargs: Any) -> ParityReport:
+def check_parity(model: Model, tokenizer: Any, prompt: Any, **kwargs: Any) -> ParityReport:
     """Run plain and speculative decoding (``kwargs`` as for ``generate``) and compare."""
     kwargs = {**kwargs, "diagnostics": True}
     plain = generate(model, tokenizer, prompt, **{**kwargs, "drafter": None})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .core.model import Model
 from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
 from .loader import load
 from .measure import cost_curve_for, draft_cost_for
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from .drafters.suffix import SuffixHistory
 
 
-def prepare_resources(spec: DraftSpec, model: Any, tokenizer: Any, *, dtype: str = "auto",
+def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: str = "auto",
                       draft: tuple[Any, Any] | None = None, table: NgramModTable | None = None,
                       history: SuffixHistory | None = None) -> DraftResources:
     """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the

@@ -26,6 +26,7 @@ import mlx.core as mx
 
 from ..cache.recurrent import refuse_trees
 from ..cache.rollback import make_cache
+from ..core.model import Model
 from ..drafters.base import Drafter
 from ..engine import GenerationResult, generate
 from ..loader import load
@@ -124,7 +125,7 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
                      [tuple(x) for x in res.steps])
 
 
-def conversation(model: Any, tok: Any, case: Workload, drafter: Drafter | None, k: int,
+def conversation(model: Model, tok: Any, case: Workload, drafter: Drafter | None, k: int,
                  max_tokens: int, kv_bits: int | None = None,
                  tree: int | str = 0) -> list[tuple[Any, GenerationResult]]:
     """Run every turn of ``case`` with one drafter: [(prompt of the turn, result)]."""
@@ -205,7 +206,7 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
     return out
 
 
-def _cost_curve(plan: BenchPlan, model: Any, tok: Any, cases: list) -> dict[int, float]:
+def _cost_curve(plan: BenchPlan, model: Model, tok: Any, cases: list) -> dict[int, float]:
     """The verify cost curve at the workloads' context, L = 1 .. the largest k + 1; the
     long blocks (most of its time) only when a config drafts token trees."""
     k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
@@ -272,7 +273,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     return result
 
 
-def _refuse_trees(plan: BenchPlan, model: Any) -> None:
+def _refuse_trees(plan: BenchPlan, model: Model) -> None:
     """Tree configs on a hybrid target, refused before any measurement (the engine's check):
     a tree step cannot roll back a recurrent state."""
     trees = [c.text for c in plan.configs if c.tree_budget]
@@ -306,7 +307,7 @@ def _renderable(workloads: Sequence[Workload], tok: Any,
     return kept, skipped
 
 
-def _measure(plan: BenchPlan, model: Any, tok: Any, case: Workload, length: int | None,
+def _measure(plan: BenchPlan, model: Model, tok: Any, case: Workload, length: int | None,
              label: str, run: int, k: int, drafter: Drafter | None, result: BenchResult,
              tree: int | str = 0) -> list:
     """One run of every turn of ``case`` with ``drafter``; its records go into ``result``
@@ -337,7 +338,7 @@ def _bounds(tok: Any, case: Workload, length: int | None, turns: list, ks: Seque
     return out
 
 
-def _diagnose(model: Any, tok: Any, plan: BenchPlan, result: BenchResult, cost: Any,
+def _diagnose(model: Model, tok: Any, plan: BenchPlan, result: BenchResult, cost: Any,
               draft: Any) -> list[dict]:
     """For each (case, turn, config) of ours whose tokens differed from plain decoding:
     the foundation's parity diagnosis (position, margins, verdict), re-run with

@@ -17,6 +17,7 @@ import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from ..core.model import Model
 from .recurrent import RecurrentCache
 from .rollback import RollbackError, compact, trim
 
@@ -171,7 +172,7 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
             c.compact()
 
 
-def prefill_rows(model: Any, layers: list[list[Any]], tokens: list[list[int]],
+def prefill_rows(model: Model, layers: list[list[Any]], tokens: list[list[int]],
                  step_size: int = 512) -> list[RowsKVCache]:
     """Several requests' prompts in one batched forward: row i holds its layers' positions
     plus ``tokens[i]``, no holes left."""

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+from ..core.model import Model
 from ..core.persist import atomic_write
 
 from .recurrent import RecurrentCache
@@ -44,7 +46,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0,
     return n
 
 
-def _fingerprint(model: Any) -> str:
+def _fingerprint(model: Model) -> str:
     args = getattr(model, "args", None)
     desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
     first = tree_flatten(model.parameters())[0][1]
@@ -55,7 +57,7 @@ class PromptCache:
     """A conversation's cache layers and ``tokens``, exactly what the layers hold:
     ``reuse`` before a prefill, ``settle`` after the call, ``fork``, ``save``."""
 
-    def __init__(self, model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
+    def __init__(self, model: Model, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
                  kv_group_size: int = 64):
         if max_draft_tokens < 1:
             raise ValueError(f"max_draft_tokens must be >= 1, got {max_draft_tokens}")
@@ -88,7 +90,7 @@ class PromptCache:
             raise RuntimeError(f"prompt cache out of step: layers hold {sorted(held)} positions, "
                                f"tokens list {len(self.tokens)}")
 
-    def reuse(self, model: Any, prompt_ids: Sequence[int], num_draft_tokens: int,
+    def reuse(self, model: Model, prompt_ids: Sequence[int], num_draft_tokens: int,
               kv_bits: int | None) -> int:
         """Roll back to the longest usable shared prefix of ``prompt_ids``; returns its length."""
         if model is not self._model and _fingerprint(model) != self.fingerprint:
@@ -225,14 +227,14 @@ def _restore(kind: str, shape: list[int], held: list) -> Any:
     return c
 
 
-def make_prompt_cache(model: Any, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
+def make_prompt_cache(model: Model, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
                       kv_group_size: int = 64) -> PromptCache:
     """An empty prompt cache for ``model`` (docs/design-notes.md)."""
     return PromptCache(model, max_draft_tokens=max_draft_tokens, kv_bits=kv_bits,
                        kv_group_size=kv_group_size)
 
 
-def load_prompt_cache(path: str | os.PathLike, model: Any) -> PromptCache:
+def load_prompt_cache(path: str | os.PathLike, model: Model) -> PromptCache:
     """A prompt cache saved by ``PromptCache.save``, for ``model`` (refused for another)."""
     try:
         arrays, info = mx.load(str(path), format="safetensors", return_metadata=True)
@@ -260,7 +262,7 @@ def load_prompt_cache(path: str | os.PathLike, model: Any) -> PromptCache:
 class PrefixStore:
     """Finished requests' caches, for requests that start the same way (docs/design-notes.md)."""
 
-    def __init__(self, model: Any, max_bytes: int, *, max_draft_tokens: int = 32,
+    def __init__(self, model: Model, max_bytes: int, *, max_draft_tokens: int = 32,
                  kv_bits: int | None = None):
         if max_bytes < 0:
             raise ValueError(f"--prompt-cache-bytes must be >= 0, got {max_bytes}")

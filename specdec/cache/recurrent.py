@@ -17,6 +17,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
 
 from . import replay
+from ..core.model import Model
 from .errors import RollbackError
 
 
@@ -80,7 +81,7 @@ def _counted(layer: Any) -> Any:
     return layer
 
 
-def recurrent_layers(model: Any, layers: Sequence[Any]) -> "RecurrentCache":
+def recurrent_layers(model: Model, layers: Sequence[Any]) -> "RecurrentCache":
     """``layers`` (a fresh cache) as a ``RecurrentCache`` whose recurrent layers count."""
     return RecurrentCache(model, [_counted(c) for c in layers])
 
@@ -93,7 +94,7 @@ class RecurrentCache(list):
     """The cache list of a model with recurrent layers: ``begin`` / ``end_block`` around a
     verify block, ``rewind(n)`` within it (replay or re-feed), ``settle``, checkpoints."""
 
-    def __init__(self, model: Any, layers: Sequence[Any]):
+    def __init__(self, model: Model, layers: Sequence[Any]):
         super().__init__(layers)
         self.model = model
         self.recorder = replay.Recorder(model)  # entered only while a block or a rerun runs

@@ -20,6 +20,8 @@ from typing import Any, Callable, NamedTuple
 import mlx.core as mx
 from mlx_lm.models import gated_delta
 
+from ..core.model import Model
+
 log = logging.getLogger(__name__)
 
 HOOK = "_gated_delta_step_ops"  # mlx-lm's one-step recurrence, looked up by its loop per call
@@ -124,7 +126,7 @@ def _watching(cls: type, how: str) -> type:
     return sub
 
 
-def _swaps(model: Any) -> list[tuple[Any, type, type]]:
+def _swaps(model: Model) -> list[tuple[Any, type, type]]:
     """(module, its class, its watching subclass) for every module ``with`` swaps."""
     out: list[tuple[Any, type, type]] = []
     seen: set[int] = set()
@@ -166,7 +168,7 @@ class Recorder:
     """The replay state of one model; ``with recorder:`` swaps its modules' classes (and
     mlx-lm's step hook) in, and out again on exit. Not re-entrant per model."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Model):
         self.model = model
         self.stack: list[Call] = []  # running reporting modules, innermost last
         self.memo: dict[Key, Any] | None = None  # while a block records (``record``)

@@ -22,6 +22,7 @@ from mlx_lm.models.cache import (
 )
 
 
+from ..core.model import Model
 from .errors import RollbackError, UnsupportedCacheError
 from .recurrent import RecurrentCache, has_recurrent, recurrent_layers
 
@@ -148,7 +149,7 @@ ROLLBACK_KINDS = (KVCache, QuantizedKVCache, WindowKVCache)
 
 
 def make_cache(
-    model: Any,
+    model: Model,
     *,
     max_trim: int = 16,
     rollback: bool = True,
@@ -184,7 +185,7 @@ def make_cache(
     return recurrent_layers(model, out) if hybrid else out
 
 
-def prefill(model: Any, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
+def prefill(model: Model, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
     """Run ``tokens`` through the model in chunks of ``step_size``, filling the cache (no
     logits kept; each chunk evaluated, so the graph stays bounded)."""
     if isinstance(cache, RecurrentCache):

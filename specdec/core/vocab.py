@@ -11,10 +11,12 @@ from typing import Any
 
 import mlx.nn as nn
 
+from .model import Model
+
 __all__ = ["vocab_size"]
 
 
-def vocab_size(model: Any, tokenizer: Any = None) -> int:
+def vocab_size(model: Model, tokenizer: Any = None) -> int:
     """The number of token ids ``model`` scores (docs/design-notes.md)."""
     rows = _positive(getattr(getattr(model, "args", None), "vocab_size", None))
     if rows is None:
@@ -35,7 +37,7 @@ def _positive(value: Any) -> int | None:
     return value if ok else None
 
 
-def _output_rows(model: Any) -> int | None:
+def _output_rows(model: Model) -> int | None:
     """Rows of ``lm_head``, else of the largest embedding table (None: neither found)."""
     named = getattr(model, "named_modules", None)
     if not callable(named):

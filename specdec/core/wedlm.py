@@ -8,9 +8,11 @@ per call. Tests: tests/core/test_wedlm.py, tests/decode/test_wedlm.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import mlx.core as mx
+
+from .model import Model
 
 # The seed's (and Tencent's engine's) defaults: a 16-slot window, entropy threshold 0.3,
 # a penalty of 0.01 per slot of distance from the first mask.
@@ -55,7 +57,7 @@ def pick(logits: mx.array, distance: Sequence[int], s: WedlmSettings, temperatur
     return mx.argmax(logits, axis=-1), fill
 
 
-def settings_of(model: Any) -> WedlmSettings:
+def settings_of(model: Model) -> WedlmSettings:
     """The WeDLM settings a loaded WeDLM model carries; a clear error for any other model."""
     s = vars(model).get("wedlm_settings") if hasattr(model, "__dict__") else None
     if not isinstance(s, WedlmSettings):

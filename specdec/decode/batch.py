@@ -20,6 +20,7 @@ from mlx_lm.models.cache import KVCache
 from ..cache.batch_cache import RowsKVCache
 from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import make_cache, trim
+from ..core.model import Model
 from ..core.vocab import vocab_size
 from ..policy.pricing import BlockPrice
 from .rows import Row, parked_stand_in
@@ -37,7 +38,7 @@ class RowFailed(Exception):
         self.row, self.error = row, error
 
 
-def batchable(model: Any, kv_bits: int | None) -> str | None:
+def batchable(model: Model, kv_bits: int | None) -> str | None:
     """None when the model's cache can be batched here, else why not."""
     if kv_bits is not None:
         return "a quantized KV cache (--kv-bits) has no batched rollback"
@@ -70,7 +71,7 @@ class InFlight:
 class Batch:
     """Rows decoding together, their cache and how their blocks are priced (``price``)."""
 
-    def __init__(self, model: Any, cost: Callable[[int], float] | None = None, learn: bool = True,
+    def __init__(self, model: Model, cost: Callable[[int], float] | None = None, learn: bool = True,
                  vocab: int | None = None, *, price: BlockPrice | None = None):
         self.model = model
         self.price = price if price is not None else BlockPrice(cost, learn)

@@ -17,6 +17,7 @@ import mlx.core as mx
 from mlx_lm.generate import generation_stream
 
 from ..cache.recurrent import RecurrentCache
+from ..core.model import Model
 from ..core.processors import LogitsProcessor, processors_for
 from ..core.proposal import Tail
 from ..core.sampling import Rng, SamplingParams
@@ -85,7 +86,7 @@ class SingleStream(Protocol):
     """What ``stream`` reads of a prefilled request (``request.Request``, which imports
     this module: a Protocol keeps the seam typed without an import cycle)."""
 
-    model: Any
+    model: Model
     prompt_ids: list[int]
     sampling: SamplingParams
     rng: Rng | None

@@ -12,18 +12,19 @@ stretches), tests/test_engine.py (parity with speculation).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
 
+from ..core.model import Model
 from ..core.processors import WindowProcessor, processors_for
 from ..core.sampling import Rng, SamplingParams
 from .step import Step, pick_token, sorted_top, top2_margin, top_entries
 
 
 def plain_steps(
-    model: Any,
+    model: Model,
     cache: list,
     context: Sequence[int],
     params: SamplingParams,

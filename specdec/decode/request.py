@@ -19,6 +19,7 @@ from ..cache.prompt_cache import PromptCache
 from ..cache.recurrent import refuse_trees
 from ..cache.rollback import make_cache, prefill
 from ..core.grammar import Grammar
+from ..core.model import Model
 from ..core.processors import LogitsProcessor
 from ..core.sampling import Rng, SamplingParams
 from ..core.stats import SpecStats
@@ -55,7 +56,7 @@ def check_args(max_tokens: int, num_draft_tokens: int, prefill_step_size: int,
 class Request:
     """One request: its arguments (validated here), cache, drafter, stats and output."""
 
-    def __init__(self, model: Any, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
+    def __init__(self, model: Model, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
                  max_tokens: int = 256, num_draft_tokens: int = 4, eos: Sequence[int] | set[int] = (),
                  sampling: SamplingParams = SamplingParams(), tree_budget: int = 0,
                  shaper: TreeShaper | None = None, prompt_cache: PromptCache | None = None,
@@ -207,7 +208,7 @@ class Request:
             self.finish(ok)
 
 
-def prefill_together(model: Any, requests: Sequence[Request]) -> list[RowsKVCache]:
+def prefill_together(model: Model, requests: Sequence[Request]) -> list[RowsKVCache]:
     """Prefill several started requests' prompts in one batched forward; the batch cache
     for ``Batch.join_rows`` (each row from its request's ``layers``)."""
     layers = prefill_rows(model, [r.layers for r in requests], [r.pending for r in requests],

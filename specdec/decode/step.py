@@ -20,6 +20,7 @@ import mlx.core as mx
 
 from ..cache.batch_cache import roll_back
 from ..cache.recurrent import RecurrentCache
+from ..core.model import Model
 from ..core.proposal import Proposal, Tail
 from ..core.processors import LogitsProcessor
 from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
@@ -230,7 +231,7 @@ def in_vocab(draft: Sequence[int], vocab: int | None) -> list[int]:
     return [t if t < vocab else 0 for t in draft]
 
 
-def verify_forward(model: Any, cache: list, blocks: Sequence[Sequence[int]] | mx.array,
+def verify_forward(model: Model, cache: list, blocks: Sequence[Sequence[int]] | mx.array,
                    parents: Sequence[int] | None = None) -> mx.array:
     """Logits (B, L, V) of one forward over B blocks of equal length L (``[last] +
     drafts``, padded; host lists, or a device array for a pipelined plain step);
@@ -356,7 +357,7 @@ def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[lis
     return step, rows
 
 
-def verify_step(model: Any, cache: list, rows: Sequence[Verify], *,
+def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
                 vocab: int | None = None) -> list[Step]:
     """One step of B rows, in order: 1. one ``verify_forward`` over every row's ``[last] +
     proposal + tail`` (padded with token 0; a tree under ``tree_attention``); 2. each row's
@@ -379,7 +380,7 @@ def verify_step(model: Any, cache: list, rows: Sequence[Verify], *,
     return [s for s, _ in done]
 
 
-def queue_plain_step(model: Any, cache: list, tokens: mx.array) -> list[mx.array]:
+def queue_plain_step(model: Model, cache: list, tokens: mx.array) -> list[mx.array]:
     """One plain greedy step of every row, queued without waiting: ``tokens`` (B, 1) in
     (host ids or the previous step's argmax), [argmax (B, 1), its logprob (B, 1)] out,
     their evaluation started (``mx.async_eval``)."""

@@ -21,6 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from ..core.model import Model
 from ..core.sampling import Rng
 from ..core.text import TextOut, encode_prompt
 from ..core.wedlm import WedlmSettings, pick
@@ -88,7 +89,7 @@ class _Window:
         return next((i for i, m in enumerate(self.masked) if m), len(self.masked))
 
 
-def _step(model: Any, cache: list, win: _Window, s: WedlmSettings, stats: WedlmStats,
+def _step(model: Model, cache: list, win: _Window, s: WedlmSettings, stats: WedlmStats,
           temperature: float = 0.0, rng: Rng | None = None) -> list[int]:
     """One forward: the leading filled run is forwarded with fresh masks refilling the
     window behind it (as Tencent's engine does), then committed while the rest is trimmed
@@ -115,7 +116,7 @@ def _step(model: Any, cache: list, win: _Window, s: WedlmSettings, stats: WedlmS
     return committed
 
 
-def step_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
+def step_stream(model: Model, prompt_ids: Sequence[int], settings: WedlmSettings, *,
                 max_tokens: int = 256, eos: Sequence[int] = (),
                 stats: WedlmStats | None = None, cache: list | None = None,
                 temperature: float = 0.0, rng: Rng | None = None) -> Iterator[list[int]]:
@@ -147,7 +148,7 @@ def step_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, 
             return
 
 
-def wedlm_stream(model: Any, prompt_ids: Sequence[int], settings: WedlmSettings, *,
+def wedlm_stream(model: Model, prompt_ids: Sequence[int], settings: WedlmSettings, *,
                  max_tokens: int = 256, eos: Sequence[int] = (),
                  stats: WedlmStats | None = None, cache: list | None = None,
                  temperature: float = 0.0, rng: Rng | None = None) -> Iterator[int]:
@@ -173,7 +174,7 @@ class WedlmResult:
                 "decoder": "wedlm", "tokens_per_s": tps, **self.stats.as_dict()}
 
 
-def generate_wedlm(model: Any, tokenizer: Any, prompt: Any, settings: WedlmSettings, *,
+def generate_wedlm(model: Model, tokenizer: Any, prompt: Any, settings: WedlmSettings, *,
                    max_tokens: int = 256, stop: Sequence[str] | None = None,
                    system: str | None = None, chat: bool | None = None,
                    temperature: float = 0.0, seed: int | None = None) -> WedlmResult:

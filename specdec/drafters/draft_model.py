@@ -19,6 +19,7 @@ from ..cache.marks import StepMarks
 from ..cache.prompt_cache import common_prefix
 from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
+from ..core.model import Model
 from ..core.sampling import PositionKeys, Rng
 from ..core.vocab import vocab_size
 from .base import EMPTY, Drafter, Proposal
@@ -57,7 +58,7 @@ def check_tokenizers_match(target_tokenizer: Any, draft_tokenizer: Any) -> None:
     raise ValueError(f"draft model tokenizer does not match the target's: {size.rstrip('; ')}")
 
 
-def _model_rows(model: Any) -> int | None:
+def _model_rows(model: Model) -> int | None:
     """The ids the model scores (``core.vocab``, never its tokenizer's size); None when
     they cannot be read, and the rows check is skipped."""
     try:
@@ -107,7 +108,7 @@ class DraftModelDrafter(Drafter):
 
     def __init__(
         self,
-        draft_model: Any,
+        draft_model: Model,
         *,
         target_tokenizer: Any = None,
         draft_tokenizer: Any = None,

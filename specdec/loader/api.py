@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backend import default_dtype
+from ..core.model import Model
 from .convert import convert_gguf, read_marker
 from .errors import ModelLoadError
 from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
@@ -127,7 +128,7 @@ def _target_dtype(dtype: str) -> str | None:
     return default_dtype()
 
 
-def _apply_dtype(model: Any, target: str | None, gguf_info: dict[str, Any] | None) -> None:
+def _apply_dtype(model: Model, target: str | None, gguf_info: dict[str, Any] | None) -> None:
     import mlx.core as mx  # imports mlx: see the top
     from mlx_lm.utils import dequantize_model  # imports mlx: see the top
 
@@ -142,7 +143,7 @@ def _apply_dtype(model: Any, target: str | None, gguf_info: dict[str, Any] | Non
     mx.eval(model.parameters())
 
 
-def quantize_selective(model: Any) -> dict[str, int]:
+def quantize_selective(model: Model) -> dict[str, int]:
     """Quantize ``model`` in place: 4 bits, but embeddings and ``lm_head`` at 8 bits.
 
     Returns {layer path: bits} of the layers kept at the higher precision and logs them.

@@ -22,6 +22,7 @@ from typing import Any
 
 from mlx_lm.utils import load as mlx_lm_load
 
+from ..core.model import Model
 from ..core.wedlm import DEFAULT_MASK_TOKEN_ID, WedlmSettings
 from .errors import ModelLoadError
 
@@ -33,7 +34,7 @@ WEDLM_ARCHITECTURES = ("WeDLMForDiffusionLM", "WeDLMForCausalLM")
 class WedlmCheckpoint:
     """A loaded WeDLM checkpoint: the mlx-lm model, its tokenizer and WeDLM's settings."""
 
-    model: Any
+    model: Model
     tokenizer: Any
     settings: WedlmSettings
     base: str  # the mlx-lm model type it was loaded as: "qwen3" or "qwen2"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..cache.prompt_cache import PrefixStore, common_prefix
+from ..core.model import Model
 from ..core.text import TextOut
 from ..decode import loop
 from ..decode.batch import Batch, RowFailed
@@ -45,7 +46,7 @@ class WorkerPort(Protocol):
     """What the batcher needs of its worker (``worker.Worker``): the model and its
     resources, the queue it admits from, and the events and memory a job ends with."""
 
-    model: Any
+    model: Model
     tokenizer: Any
     cfg: ServerConfig
     queue: JobQueue

@@ -22,6 +22,8 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
 
+from ..core.model import Model
+
 if TYPE_CHECKING:
     from .config import ServerConfig
 
@@ -46,7 +48,7 @@ class Footprint:
     fixed: int
 
     @classmethod
-    def measure(cls, model: Any, kv_bits: int | None = None) -> Footprint:
+    def measure(cls, model: Model, kv_bits: int | None = None) -> Footprint:
         cache = make_prompt_cache(model)
         if kv_bits is not None:
             cache = [QuantizedKVCache(bits=kv_bits) if type(c) is KVCache else c for c in cache]
@@ -105,7 +107,7 @@ def default_budget() -> int:
     return int(DEFAULT_SHARE * memory_bytes())
 
 
-def budget_for(model: Any, cfg: ServerConfig, sharded: bool) -> KVBudget | None:
+def budget_for(model: Model, cfg: ServerConfig, sharded: bool) -> KVBudget | None:
     """The server's budget: ``cfg.kv_budget`` bytes (None: ``default_budget()``), priced on
     ``model``'s measured footprint; None for a sharded target (its forward runs on every
     rank, one request at a time)."""

@@ -16,6 +16,7 @@ from typing import Any
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from ..core.model import Model
 from .api import Api
 
 log = logging.getLogger("specdec.server")
@@ -33,7 +34,7 @@ class Weights:
     quantization: str = ""
 
 
-def weights(model: Any) -> Weights:
+def weights(model: Model) -> Weights:
     """The served weights' parameter count, bytes and quantization (as Ollama labels it)."""
     bits = {name: m.bits for name, m in model.named_modules()
             if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))}
