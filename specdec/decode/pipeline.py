@@ -36,9 +36,8 @@ def pipelines(batch: Batch, speculate: bool) -> bool:
     # a batch judges by each row's last proposal (so a row with nothing to copy does not
     # hold it off the pipelined path); a lone row asks its drafter every step, as a single
     # stream does (its cost gate pauses it instead)
-    lone = len(rows) == 1  # (a drafter with a tail drafts from verify steps: asked as if alone)
-    drafts = [min(r.k if r.drafted is None or lone or not r.drafter.guesses_paused else r.drafted,
-                  r.left.n - 1)
+    lone = len(rows) == 1  # (a drafter that ``tails`` drafts from verify steps: asked as if alone)
+    drafts = [min(r.k if r.drafted is None or lone or r.drafter.tails else r.drafted, r.left.n - 1)
               if speculate and drafting(r) else 0 for r in rows]
     return max(drafts) < 1 or batch.price.block(drafts, [r.alpha for r in rows]) == 1
 

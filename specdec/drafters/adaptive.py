@@ -136,6 +136,10 @@ class AdaptiveKDrafter(Drafter):
         return self.inner.branches
 
     @property
+    def tails(self) -> bool:
+        return self.inner.tails
+
+    @property
     def guesses_paused(self) -> bool:
         return self.inner.guesses_paused
 

@@ -7,7 +7,7 @@ step (empty = a plain step); ``observe(num_accepted)`` after each verify of a no
 ``propose_tree(context, k, budget)`` the tree form (default: the linear proposal). Optional:
 ``constrain``/``forced`` (grammars), ``paused``/``watch``/``step_time`` (the cost gate),
 ``tail`` (tokens riding after the verify block: WeDLM's masks). Capabilities are declared
-attributes, never probed: ``name``, ``branches``, ``draft_cost``, ``guesses_paused``.
+attributes, never probed: ``name``, ``branches``, ``draft_cost``, ``tails``, ``guesses_paused``.
 Tests: tests/drafters/test_base.py, tests/decode/test_step.py, tests/drafters/test_trie.py.
 The contract in full:
 docs/design-notes.md."""
@@ -70,9 +70,10 @@ class TreeProposing(Protocol):
 
 @runtime_checkable
 class Tailing(Protocol):
-    """A drafter whose next proposal comes from the verify forward itself: its ``tail``
-    rides after the block, and it cannot guess while paused (``guesses_paused`` False)."""
+    """A drafter whose next proposal comes from the verify forward itself (``tails``): its
+    ``tail`` rides after the block, and it cannot guess while paused (``guesses_paused``)."""
 
+    tails: bool
     guesses_paused: bool
 
     def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None: ...
@@ -86,6 +87,7 @@ class Drafter(ABC):
     name: str = "drafter"
     branches: bool = False  # propose_tree can return real branches (docs/design-notes.md)
     draft_cost: dict[str, float] | None = None  # seconds per proposal (docs/design-notes.md)
+    tails: bool = False  # drafts from its tail's predictions: every verify step needs its tail
     guesses_paused: bool = True  # proposes without a verify step of its own (the gate's shadow)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:

@@ -38,6 +38,10 @@ class ChainDrafter(Drafter):
         return len(self.drafters) > 1 or self.drafters[0].branches
 
     @property
+    def tails(self) -> bool:
+        return any(d.tails for d in self.drafters)
+
+    @property
     def guesses_paused(self) -> bool:
         return any(d.guesses_paused for d in self.drafters)
 

@@ -41,6 +41,7 @@ class WedlmDrafter(Drafter):
     """Drafts from the mask tail of the last verify step (module doc)."""
 
     name = "wedlm"
+    tails = True
     guesses_paused = False  # no verify step, no predictions
 
     def __init__(self, settings: WedlmSettings, *, eos: frozenset = frozenset()):

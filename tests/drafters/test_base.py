@@ -22,7 +22,7 @@ def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
     assert d.forced([1], 4) is EMPTY and not d.paused
     assert d.propose_tree([1], 5, 3) == Proposal([0, 1, 2])  # depth min(k, budget)
     assert not d.branches and d.draft_cost is None
-    assert d.tail([1], [2]) is None and d.guesses_paused  # no tail: guesses while paused
+    assert d.tail([1], [2]) is None and not d.tails and d.guesses_paused  # guesses while paused
     assert all(isinstance(d, p) for p in (Proposer, Pausable, Constrainable, TreeProposing, Tailing))
 
 

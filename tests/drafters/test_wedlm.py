@@ -7,12 +7,14 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from decode.test_wedlm import MASK, PROMPT, _assert_cache_is_prefill, ar, tiny
+from decode.test_wedlm import MASK, PROMPT, _assert_cache_is_prefill, _CountingMx, ar, tiny
 from specdec.core.wedlm import WedlmSettings
 from specdec.decode import loop
 from specdec.decode.batch import Batch
 from specdec.decode.request import Request
+from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.gate import CostGate
+from specdec.drafters.ngram import NgramDrafter
 from specdec.drafters.wedlm import WedlmDrafter
 from specdec.engine import token_stream
 
@@ -61,18 +63,6 @@ def test_one_forward_per_step_and_the_cache_holds_the_context():
     assert d.stats["drafted"] > d.stats["proposals"] > 0 and d.stats["tails"] == steps
 
 
-class _CountingMx:
-    def __init__(self):
-        self.evals = 0
-
-    def __getattr__(self, name):
-        return getattr(mx, name)
-
-    def eval(self, *arrays):
-        self.evals += 1
-        return mx.eval(*arrays)
-
-
 def test_the_tail_is_read_in_the_steps_one_host_sync(monkeypatch):
     import specdec.decode.step as step_module
 
@@ -91,7 +81,7 @@ def test_the_tail_is_read_in_the_steps_one_host_sync(monkeypatch):
 def test_batched_rows_with_their_own_tails_equal_each_alone(k):
     model = tiny()
     prompts = [PROMPT, [9, 8, 7, 6], PROMPT[:3] + [50, 51, 52, 53, 54]]
-    batch, rows, drafters = Batch(model), [], []
+    batch, drafters = Batch(model), []
     for p in prompts:
         d = WedlmDrafter(EVERY)
         req = started(model, p, d, n=30, k=k)
@@ -104,6 +94,27 @@ def test_batched_rows_with_their_own_tails_equal_each_alone(k):
     for p, o in zip(prompts, outs):
         assert o[:16] == ar(model, p, n=16), p
     assert all(d.stats["proposals"] > 0 for d in drafters)
+
+
+def test_a_chain_with_wedlm_keeps_its_tail_in_a_batch_whose_other_members_have_nothing():
+    """After a rejection WeDLM proposes nothing until its next tail: a batch must not take
+    that for 'no row drafts' and pipeline plain steps, which carry no tail (it would never
+    draft again while the chain's other member has nothing to copy)."""
+    model = tiny()
+    prompts = [PROMPT, [9, 8, 7, 6]]
+    batch, wedlm = Batch(model), []
+    for p in prompts:
+        d = WedlmDrafter(EVERY)
+        req = started(model, p, ChainDrafter([d, NgramDrafter(3, 3)]), n=40)
+        batch.join(req.row(), req.layers)
+        wedlm.append(d)
+    outs = [[] for _ in prompts]
+    for _ in range(16):
+        for o, s in zip(outs, loop.step(batch)):
+            o += s.tokens
+    for p, o in zip(prompts, outs):
+        assert o == ar(model, p, n=len(o)), p
+    assert all(d.stats["tails"] == 16 for d in wedlm)  # a tail every step, rejections or not
 
 
 def test_a_paused_gate_probes_and_keeps_parity():
