@@ -90,6 +90,15 @@ class CostGate(AdaptiveKDrafter):
         return best_k(self.acceptance(), self.cost, min(k, self.k_max), self.draft_cost,
                       scale=self.scale, plain=self.plain_seconds(), hit=self.hit)
 
+    def describe(self) -> dict:
+        """What the gate knows now, for a trace (``decode.trace``): paused, the state its
+        estimates are read in, probe steps left, per-slot acceptance, hit rate, scale, the
+        price of a plain token and the pending shadow guess's length."""
+        return {"paused": self._paused, "state": self._state, "probe": self._probe,
+                "accept": [round(a, 3) for a in self.acceptance()], "hit": round(self.hit, 3),
+                "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
+                "guess": len(self._guess[1]) if self._guess else 0}
+
     def plain_seconds(self) -> float:
         """What a pipelined plain token costs now."""
         return self.cost[1] * self.scale * self.plain_ratio
