@@ -84,6 +84,27 @@ def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int,
     return max(range(len(rates)), key=lambda k: (rates[k], -k))
 
 
+def monotone(cost: Mapping[int, float]) -> dict[int, float]:
+    """The curve made non-decreasing in the block length (pool adjacent violators: a dip
+    is averaged with what it undercuts). A longer forward never costs less; a curve timed
+    on a loaded machine dips and jumps, and priced as measured it makes some k look free
+    and the next dear.
+
+    >>> monotone({1: 1.0, 2: 1.75, 3: 1.25, 4: 2.0})
+    {1: 1.0, 2: 1.5, 3: 1.5, 4: 2.0}
+    """
+    blocks: list[list[float]] = []  # [sum, count] of pooled neighbours
+    keys = sorted(cost)
+    for L in keys:
+        blocks.append([cost[L], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, n = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += n
+    out = [b[0] / b[1] for b in blocks for _ in range(int(b[1]))]
+    return dict(zip(keys, out))
+
+
 @dataclass
 class SlotCounts:
     """Decayed per-slot counts of drafts: slot i ``tested`` (drafted with every slot before
@@ -124,7 +145,7 @@ class AdaptiveKDrafter(Drafter):
         if missing:
             raise ValueError(f"cost curve lacks block lengths {missing}; measure up to {k_max + 1}")
         self.inner, self.name = inner, f"{inner.name}+adaptive-k"
-        self.cost, self.k_max, self.decay = dict(cost), k_max, decay
+        self.cost, self.k_max, self.decay = monotone(cost), k_max, decay
         cost_of_inner = draft_cost or inner.draft_cost
         self.draft_cost = dict(cost_of_inner) if cost_of_inner else None
         self.counts = SlotCounts.zeros(k_max)

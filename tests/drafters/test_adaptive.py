@@ -73,3 +73,21 @@ def test_a_k_of_zero_still_probes_one_token_every_eighth_step():
     assert sizes == [0] * 7 + [1] + [0] * 7 + [1]
     ad.observe(1)  # only the probe's observation reaches the inner drafter
     assert inner.seen == [1] and ad.name == "f+adaptive-k"
+
+
+def test_a_curve_timed_under_load_is_priced_monotone():
+    """A dip in a measured curve (noise on a loaded machine) is averaged with what it
+    undercuts: no k looks cheaper than a shorter one; a monotone curve is kept as it is."""
+    from specdec.drafters.adaptive import monotone
+
+    rng = random.Random(0)
+    for _ in range(200):
+        curve = {L: rng.uniform(1.0, 3.0) for L in range(1, 10)}
+        out = monotone(curve)
+        assert list(out) == list(curve)
+        assert all(out[L] <= out[L + 1] + 1e-12 for L in range(1, 9))
+        assert abs(sum(out.values()) - sum(curve.values())) < 1e-9  # pooled, not raised
+        rising = dict(zip(curve, sorted(curve.values())))
+        assert monotone(rising) == rising
+    priced = AdaptiveKDrafter(Fixed("f", [5] * 4), {1: 1.0, 2: 1.3, 3: 1.1, 4: 1.2, 5: 1.5}, 4)
+    assert priced.cost[2] == priced.cost[3] == pytest.approx(1.2)
