@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from .backend import ensure_openblas
@@ -70,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(gen)
     gen.add_argument("--compare", action="store_true", help="also run plain decoding and compare")
     gen.add_argument("--verbose", "-v", action="store_true", help="print speculation stats")
+    gen.add_argument("--trace", metavar="FILE",
+                     help="write a JSONL row per decode step (k, cost gate, times; docs/bench/gate-trace)")
     add_decoder_flags(gen)
     add_distributed_flags(gen)
     par = sub.add_parser("parity", help="check speculative == plain greedy and diagnose")
@@ -190,7 +193,8 @@ def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model
 
 def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Model,
               tokenizer: Any) -> int:
-    from .engine import generate, stream_generate  # imports mlx: see the top
+    from .decode import trace  # imports mlx: see the top
+    from .engine import generate  # imports mlx: see the top
 
     kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
     base = None
@@ -200,6 +204,15 @@ def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Mode
     # the main run reuses the prompt cache; the --compare baseline runs without it
     prompt_cache = _prompt_cache(cfg, model)
     kw["prompt_cache"] = prompt_cache
+    with trace.tracing(args.trace) if getattr(args, "trace", None) else nullcontext():
+        return _run(args, cfg, prompt, model, tokenizer, kw, base)
+
+
+def _run(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Model, tokenizer: Any,
+         kw: dict, base: Any) -> int:
+    """The main run of ``specdec generate`` (traced when asked) and its report."""
+    from .engine import generate, stream_generate  # imports mlx: see the top
+
     if args.json or args.compare:
         res = generate(model, tokenizer, prompt, **kw)
         stats = res.stats
@@ -210,7 +223,7 @@ def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Mode
             print(r.text, end="", flush=True)
         print()
         stats = r.stats
-    _save_memory(cfg, prompt_cache)
+    _save_memory(cfg, kw["prompt_cache"])
     if args.json:
         print(json.dumps(_summary(res, base, cfg.temp > 0 and cfg.seed is None)))
         return 0

@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,8 @@ def add_bench_parser(sub: Any) -> None:
                    help="quantize our KV cache (the peers keep their own)")
     p.add_argument("--out", help="output directory (default bench-results/<profile>-<time>)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write a JSONL row per decode step of every run (docs/bench/gate-trace)")
     p.add_argument("--no-oracle", action="store_true",
                    help="skip the oracle drafter runs and the replay bounds")
     p.add_argument("--no-warmup", action="store_true",
@@ -223,6 +226,7 @@ def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
     """Measure ``plan`` (on ``target`` when the caller loaded it), write the report, print
     the headline; 1 when any of our configs diverged from plain decoding."""
     from .report import build_summary, headline, write_report  # imports mlx: see above
+    from ..decode.trace import tracing  # imports mlx: see above
     from .runner import run_plan, total_steps  # imports mlx: see above
 
     out = Path(args.out or f"bench-results/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -233,7 +237,8 @@ def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
         print(f"warm table: {json.dumps(info)}", file=sys.stderr)
         plan.warm_table = info["file"]
     tick, bar = _progress(total_steps(plan))
-    result = run_plan(plan, tick, target)
+    with tracing(args.trace) if args.trace else nullcontext():
+        result = run_plan(plan, tick, target)
     bar.close()
     report = write_report(result, out, plots=not args.no_plots)
     summary = build_summary(result)

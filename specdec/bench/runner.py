@@ -27,6 +27,7 @@ import mlx.core as mx
 from ..cache.recurrent import refuse_trees
 from ..cache.rollback import make_cache
 from ..core.model import Model
+from ..decode import trace
 from ..drafters.base import Drafter
 from ..engine import GenerationResult, generate
 from ..loader import load
@@ -315,6 +316,9 @@ def _measure(plan: BenchPlan, model: Model, tok: Any, case: Workload, length: in
     members = getattr(drafter, "stats", None)
     before = ({m: v["accepted"] for m, v in members.items()} if isinstance(members, dict)
               and all(isinstance(v, dict) for v in members.values()) else {})
+    tracer = trace.active()  # --trace: each row says which config, case and run it was
+    if tracer is not None:
+        tracer.tag(config=label, case=case.name, length=length, run=run)
     turns = conversation(model, tok, case, drafter, k, case.max_tokens or plan.max_tokens,
                          plan.kv_bits, tree)
     for t, (_, res) in enumerate(turns):

@@ -21,6 +21,7 @@ from ..core.model import Model
 from ..core.processors import LogitsProcessor, processors_for
 from ..core.proposal import Tail
 from ..core.sampling import Rng, SamplingParams
+from . import trace
 from .batch import Batch, RowFailed
 from .pipeline import land, pipelined_step, pipelines
 from .plain import plain_steps
@@ -55,6 +56,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
         verify = [Verify(r.context, d.verifies, r.sampler, r.processors, r.top_logprobs, r.diagnostics,
                          _tail(r, d) if speculate else None) for r, d in zip(rows, drafted)]
         L, t0 = max(v.block for v in verify), time.perf_counter()
+        batch.propose_s = t0 - t_start  # read by a trace (``trace``): no clock of its own
         steps = verify_step(batch.model, batch.cache, verify, vocab=batch.vocab)
         # 5. observe: prices, cost gates, drafters, shapers and contexts learn the step
         batch.price.observe(len(rows), L, time.perf_counter() - t0)
@@ -112,12 +114,20 @@ def stream(request: SingleStream) -> Iterator[Step]:
     batch, row = Batch(request.model), request.row()
     batch.join(row, request.layers)
     pausable = not request.processors and all(p.pipelined for p in processors_for(request.sampling))
+    tracer = trace.active()  # once per request: no trace, no cost per step
+    if tracer is not None:
+        tracer.begin()
     while True:
         if pausable and row.drafter.paused:  # a paused drafter may start so (the cost gate)
             layers = batch.leave(0)
-            yield from _plain_stretch(request, row, layers)
+            stretch = _plain_stretch(request, row, layers)
+            yield from stretch if tracer is None else tracer.follow(stretch, row.drafter)
             batch.join(row, layers)
-        yield step(batch)[0]
+        if tracer is None:
+            yield step(batch)[0]
+        else:
+            batch.propose_s = None
+            yield tracer.step(row.drafter, lambda: step(batch)[0], lambda: batch.propose_s)
 
 
 def _plain_stretch(request: SingleStream, row: Row, layers: list[Any]) -> Iterator[Step]:

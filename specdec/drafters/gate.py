@@ -21,6 +21,10 @@ SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to sha
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
 REJECTED, ACCEPTED, RUN = 0, 1, 2  # what the last drafts did (``slots``)
 RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) moves it this far at most
+# plain tokens after a verify step during which its scale still prices verify steps: past
+# them a paused gate's plain tokens carry the machine's speed into the scale (trace: a gate
+# paused from the start priced verify steps on the curve's load, plain ones on today's)
+FRESH = 8
 
 
 class CostGate(AdaptiveKDrafter):
@@ -33,10 +37,12 @@ class CostGate(AdaptiveKDrafter):
         self.timed = timed  # learn from step_time (False: the curve alone prices steps)
         self.name = inner.name  # the gate changes when, never what: stats keep the drafter's name
         self.scale = 1.0  # verify step: observed / predicted seconds
-        # a pipelined plain token over a one-token verify step, both as observed (the
-        # machine's load moves both alike; this keeps their ratio, learnt while paused)
+        # a pipelined plain token over a one-token verify step, learnt from plain tokens
+        # just after verify steps (never above 1); further plain tokens move ``scale``:
+        # the machine's load moves both alike
         self.plain_ratio = 1.0
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
+        self._plain_since_verify = FRESH  # plain tokens timed since the last verify step
         self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
         # per-slot counts by what the drafts before did: REJECTED once, ACCEPTED, or a
         # RUN of rejections (a second miss in a row says more than the first: a quote ends)
@@ -89,6 +95,15 @@ class CostGate(AdaptiveKDrafter):
         """The draft length that maximises expected tokens per second now (0: plain)."""
         return best_k(self.acceptance(), self.cost, min(k, self.k_max), self.draft_cost,
                       scale=self.scale, plain=self.plain_seconds(), hit=self.hit)
+
+    def describe(self) -> dict:
+        """What the gate knows now, for a trace (``decode.trace``): paused, the state its
+        estimates are read in, probe steps left, per-slot acceptance, hit rate, scale, the
+        price of a plain token and the pending shadow guess's length."""
+        return {"paused": self._paused, "state": self._state, "probe": self._probe,
+                "accept": [round(a, 3) for a in self.acceptance()], "hit": round(self.hit, 3),
+                "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
+                "guess": len(self._guess[1]) if self._guess else 0}
 
     def plain_seconds(self) -> float:
         """What a pipelined plain token costs now."""
@@ -202,10 +217,16 @@ class CostGate(AdaptiveKDrafter):
             self._timed.add(block)  # a shape's first run compiles and warms up
             return
         lo, hi = RATIO_CLIP
-        if block == 0:
-            seen = min(max(seconds / (self.cost[1] * self.scale), lo), hi)
+        if block == 0 and self._plain_since_verify < FRESH:
+            # the scale was just seen: what a plain token saves beside it is pipelining
+            self._plain_since_verify += 1
+            seen = min(max(seconds / (self.cost[1] * self.scale), lo), 1.0)
             self.plain_ratio += RATIO_WEIGHT * (seen - self.plain_ratio)
+            return
+        if block == 0:  # a stale scale: the machine's speed moved verify and plain alike
+            predicted = self.cost[1] * self.plain_ratio
         else:
+            self._plain_since_verify = 0
             predicted = self.cost[block] + draft_seconds(self.draft_cost, block - 1)
-            seen = min(max(seconds / predicted, lo), hi)
-            self.scale += RATIO_WEIGHT * (seen - self.scale)
+        seen = min(max(seconds / predicted, lo), hi)
+        self.scale += RATIO_WEIGHT * (seen - self.scale)

@@ -22,6 +22,7 @@ from specdec.bench.workloads import (
     split_instruction, write_workloads,
 )
 from specdec.core.text import encode_prompt
+from specdec.decode.trace import tracing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,11 +158,17 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
 
 
 @pytest.mark.slow
-def test_multi_turn_runs_feed_the_models_reply_back():
+def test_multi_turn_runs_feed_the_models_reply_back(tmp_path):
     plan = _small_plan(oracle=True)  # the multi-turn case alone: 16 tokens a turn suffice
     plan.workloads = [w for w in plan.workloads if w.name == "multiturn_short"]
     plan.max_tokens = 16
-    result = run_plan(plan)
+    with tracing(str(tmp_path / "trace.jsonl")):  # --trace: every step tagged with its run
+        result = run_plan(plan)
+    traced = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    ours = [r for r in result.records if r.source == "specdec" and r.config != "plain"
+            and not r.config.startswith("oracle")]
+    assert {(t["config"], t["run"]) for t in traced} >= {(r.config, r.run) for r in ours}
+    assert {t["case"] for t in traced} == {"multiturn_short"}
     turns = [r for r in result.records if r.workload == "multiturn_short" and r.run == 1
              and r.config == "plain"]
     # the oracle follows the conversation turn by turn: every draft of every turn accepted

@@ -73,3 +73,26 @@ def test_a_k_of_zero_still_probes_one_token_every_eighth_step():
     assert sizes == [0] * 7 + [1] + [0] * 7 + [1]
     ad.observe(1)  # only the probe's observation reaches the inner drafter
     assert inner.seen == [1] and ad.name == "f+adaptive-k"
+
+
+def test_a_curve_timed_under_load_is_priced_as_its_robust_line():
+    """A curve scattered by a loaded machine is priced as the robust line through it: a
+    linear curve is kept, and outliers (the shared CPU's 3.7x at L = 2) do not move it;
+    lengths past k_max + 1 are priced on the same line."""
+    from specdec.drafters.adaptive import robust_line
+
+    rng = random.Random(0)
+    for _ in range(100):
+        base, slope = rng.uniform(0.01, 1.0), rng.uniform(0.0, 0.2)
+        line = {L: base + slope * (L - 1) for L in range(1, 10)}
+        assert robust_line(line, 9) == pytest.approx(line)
+        noisy = dict(line)
+        for L in rng.sample(range(2, 10), 2):  # points hit by other processes
+            noisy[L] *= rng.uniform(2.0, 6.0)
+        fitted = robust_line({**noisy, 24: 99.0}, 9)
+        assert fitted[2] - fitted[1] <= 1.5 * slope + 0.25 * base  # the outliers barely tilt it
+        assert fitted[24] == pytest.approx(fitted[1] + 23 * (fitted[2] - fitted[1]))
+    shared_cpu = {1: 0.177, 2: 0.649, 3: 1.232, 4: 0.284, 5: 1.242, 6: 1.275, 7: 0.403,
+                  8: 0.400, 9: 0.730}  # as measured beside five other jobs (docs/bench/gate-trace)
+    priced = AdaptiveKDrafter(Fixed("f", [5] * 4), shared_cpu, 8)
+    assert priced.cost[2] / priced.cost[1] < 1.1 and priced.cost[9] / priced.cost[1] < 1.6

@@ -145,6 +145,21 @@ def test_observed_step_overhead_turns_marginal_drafts_off():
     assert gate.best(4) == 0
 
 
+def test_a_paused_gate_prices_verify_steps_at_todays_speed():
+    """The curve was timed while the machine ran at half today's speed, and the gate has
+    only seen plain tokens (paused from its start): today's speed is the machine's, for
+    verify steps as for plain ones, so drafts accepted 60 % of the time pay again
+    (k = 3: 2.18 tokens for 1.36 plain tokens' time). Priced on the curve's load (verify)
+    against today's (plain), they never did: the gate stayed paused all answer long
+    (docs/bench/gate-trace)."""
+    slow = {L: 2.0 * c for L, c in CPU.items()}
+    gate = settle(CostGate(Fixed([5] * 4), slow, k_max=4), 0.6)
+    for _ in range(60):
+        gate.step_time(0, CPU[1])  # a plain token today
+    assert abs(gate.plain_seconds() - CPU[1]) < 0.05 and gate.scale < 0.55
+    assert gate.best(4) == 3
+
+
 def test_a_drafter_that_rarely_finds_anything_is_not_worth_its_steps():
     """Each step without a proposal is a one-token verify step, dearer than a pipelined
     plain token: a drafter that finds a (perfect) proposal in 1 step of 20 loses, one that
