@@ -56,4 +56,4 @@ test: install-dev install-agents
 	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q --durations=30
 
 test-fast: install-dev
-	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow"
+	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow" --durations=30

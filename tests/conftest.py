@@ -142,6 +142,18 @@ def plain_reference(name: str, prompt, max_tokens: int, **kw):
     return _plain_refs[key]
 
 
+def linked_cache(root) -> None:
+    """Point a fresh ``$SPECDEC_CACHE_DIR`` (``root``) at the user cache's converted models
+    and GGUF files, so a test that needs an empty cost cache does not convert the model
+    again (conversion is tests/loader's); measured costs still land in ``root``."""
+    from specdec.loader.cache import cache_root
+
+    real_model("smollm2-135m")  # converted into the user's cache once
+    for part in ("converted", "gguf"):
+        if (cache_root() / part).exists():
+            (root / part).symlink_to(cache_root() / part)
+
+
 def repetitive_prompt(seed, length=40):
     """Token ids with heavy repetition (a motif 70 % of the time), so n-gram drafts are
     proposed, accepted and rejected often."""

@@ -44,12 +44,9 @@ def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
     from conftest import real_model
     from serverproc import MODEL, Server, wait_for
 
-    from specdec.loader.cache import cache_root
+    from conftest import linked_cache
 
-    real_model(MODEL)  # converted into the user's cache once; linked below, costs not
-    for part in ("converted", "gguf"):
-        if (cache_root() / part).exists():
-            (tmp_path / part).symlink_to(cache_root() / part)
+    linked_cache(tmp_path)  # the converted model is linked, the costs are not
     t0 = time.monotonic()
     s = Server("--max-batch", "4", env={"SPECDEC_CACHE_DIR": str(tmp_path)}, start_timeout=120)
     try:

@@ -68,7 +68,7 @@ def text_of(message) -> str:
 
 def raw_events(server, body: dict, path: str = "/v1/messages") -> list[tuple[str, dict]]:
     events = []
-    with server.http().stream("POST", path, json=body, headers={"x-api-key": KEY}) as r:
+    with server.http().stream("POST", path, json=body, headers={"x-api-key": server.api_key}) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         for frame in r.read().decode().split("\n\n"):
             if frame.strip():
@@ -261,15 +261,8 @@ WEB = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
 PARIS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    s = Server("--model", QWEN, "--max-batch", "1", "--model-alias", "claude-*", api_key=KEY)
-    yield s
-    s.stop()
-
-
 def qwen_client(qwen):
-    return anthropic.Anthropic(base_url=qwen.base, api_key=KEY, max_retries=0, timeout=600)
+    return anthropic.Anthropic(base_url=qwen.base, api_key=qwen.api_key, max_retries=0, timeout=600)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import ollama
 import pytest
 from conftest import requires_model
 from pydantic import BaseModel
-from serverproc import MODEL, Server
+from serverproc import MODEL
 
 pytestmark = pytest.mark.slow  # server processes on a real model
 
@@ -24,10 +24,8 @@ GREEDY = {"num_predict": 16, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--model", MODEL)
-    yield s
-    s.stop()
+def server(smol):  # the package's shared server (tests/server/conftest.py)
+    return smol
 
 
 @pytest.fixture(scope="module")
@@ -173,20 +171,13 @@ QUESTION = [{"role": "user", "content": "What is the weather like in Paris today
 RESULT = "Sunny, 18 degrees Celsius."
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    s = Server("--model", QWEN, "--max-batch", "1")
-    yield s
-    s.stop()
-
-
 @pytest.mark.slow
 @requires_model(QWEN)
 def test_tool_calls_whole_streamed_and_answered(qwen):
     """Qwen answers the weather question with a call (see test_server_tools_qwen). The
     ``tool`` turn, which has no call id in Ollama's format, must render exactly the
     prompt OpenAI's history with ids does: same prompt tokens, same greedy answer."""
-    client = ollama.Client(host=qwen.base, timeout=600)
+    client = ollama.Client(host=qwen.base, timeout=600, headers=qwen.headers())
     opts = {"num_predict": 40, "temperature": 0}
     r = client.chat(QWEN, QUESTION, tools=[WEATHER], options=opts)
     [call] = r.message.tool_calls

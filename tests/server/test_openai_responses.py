@@ -17,7 +17,7 @@ import jsonschema
 import openai
 import pytest
 from conftest import requires_model
-from serverproc import MODEL, Server
+from serverproc import MODEL
 
 pytestmark = pytest.mark.slow  # server processes on a real model
 
@@ -32,10 +32,8 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--model", MODEL)
-    yield s
-    s.stop()
+def server(smol):  # the package's shared server (tests/server/conftest.py)
+    return smol
 
 
 @pytest.fixture(scope="module")
@@ -197,13 +195,6 @@ def test_unknown_fields_are_accepted_and_ignored(client):
 
 
 # -- function calls, and the Codex CLI: Qwen2.5-Coder-0.5B (slow) --------------------------
-
-
-@pytest.fixture(scope="module")
-def qwen():
-    s = Server("--model", QWEN, "--max-batch", "1")
-    yield s
-    s.stop()
 
 
 @pytest.mark.slow

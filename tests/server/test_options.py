@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from conftest import linked_cache, plain_reference
 from serverproc import MODEL, Server
 
 from specdec.prompts import parity_prompts
@@ -36,7 +37,7 @@ def test_kv_bits_reach_the_engine(server, smollm):
 
     messages = [{"role": "user", "content": PROMPT}]
     ref4 = specdec.generate(*smollm, messages, drafter=None, max_tokens=N_TOKENS, kv_bits=4)
-    full = specdec.generate(*smollm, messages, drafter=None, max_tokens=N_TOKENS)
+    full = plain_reference(MODEL, messages, N_TOKENS)
     # the test can only tell the cache apart where the 4-bit cache changes the output
     assert ref4.tokens != full.tokens
     r = server.openai().chat.completions.create(model=MODEL, messages=messages,
@@ -86,7 +87,6 @@ def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_pa
     Metal/CUDA measure it, so the shaper does branch."""
     import json
 
-    import specdec
     from specdec.measure import model_fingerprint
     from specdec.measure import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
 
@@ -97,7 +97,8 @@ def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_pa
     (cost_dir / f"{fp}.json").write_text(flat([*range(1, AUTO_CURVE_LEN + 1), *AUTO_CURVE_EXTRA]))
     (cost_dir / f"{fp}-tree.json").write_text(flat(AUTO_TREE_CURVE))
     messages = [{"role": "user", "content": PROMPT}]
-    plain = specdec.generate(*smollm, messages, drafter=None, max_tokens=N_TOKENS)
+    plain = plain_reference(MODEL, messages, N_TOKENS)  # test_kv_bits_reach_the_engine's
+    linked_cache(tmp_path)  # the converted model is linked: only the costs start empty
     s = Server("--draft-type", "suffix", "--max-batch", "1", env={"SPECDEC_CACHE_DIR": str(tmp_path)})
     try:
         for extra in ({"draft_tree_budget": "auto"}, {"adaptive_k": True}):

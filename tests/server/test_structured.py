@@ -13,7 +13,7 @@ from typing import Literal
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from serverproc import MODEL, Server
+from serverproc import MODEL
 
 pytestmark = pytest.mark.slow  # a server process on a real model
 
@@ -31,10 +31,8 @@ PROMPTS = ["Alice Smith is 34 and lives in Lyon. Give her as JSON.",
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--draft-type", "grammar,suffix")
-    yield s
-    s.stop()
+def server(smol):  # the package's shared server, default flags: grammar,suffix drafts
+    return smol
 
 
 @pytest.fixture(scope="module")

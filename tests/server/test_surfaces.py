@@ -11,11 +11,8 @@ import json
 import httpx
 import pytest
 from conftest import requires_model
-from serverproc import Server
 
 MODEL = "qwen2.5-coder-0.5b"  # a template that renders tools
-KEY = "conformance-key"
-HEADERS = {"Authorization": f"Bearer {KEY}"}
 WEATHER = {"name": "get_weather", "description": "Current weather of a city.",
            "schema": {"type": "object", "properties": {"city": {"type": "string"}},
                       "required": ["city"]}}
@@ -132,10 +129,8 @@ SURFACES = {  # path, body, reader, whether it has the case's feature
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--model", MODEL, "--model-alias", "claude-*", api_key=KEY)
-    yield s
-    s.stop()
+def server(qwen):  # the package's shared Qwen server (tests/server/conftest.py)
+    return qwen
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +141,7 @@ def reference(server):
 
 def ask(server, surface: str, c: dict) -> dict:
     path, render, read, _ = SURFACES[surface]
-    r = httpx.post(server.base + path, json=render(c), headers=HEADERS, timeout=600)
+    r = httpx.post(server.base + path, json=render(c), headers=server.headers(), timeout=600)
     assert r.status_code == 200, (surface, r.text)
     return read(r.json())
 
@@ -172,7 +167,7 @@ def stream_text(server, surface: str, c: dict) -> str:
     path, render, _, _ = SURFACES[surface]
     body = {**render(c), "stream": True}
     text = ""
-    with httpx.stream("POST", server.base + path, json=body, headers=HEADERS, timeout=600) as r:
+    with httpx.stream("POST", server.base + path, json=body, headers=server.headers(), timeout=600) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if surface == "ollama" and line:
@@ -205,5 +200,5 @@ def test_every_surface_refuses_in_its_own_shape(server):
               "ollama": lambda b: "does not exist" in b["error"]}
     for surface, (path, render, _, _) in SURFACES.items():
         r = httpx.post(server.base + path, json={**render(bad), "model": "no-such-model"},
-                       headers=HEADERS, timeout=60)
+                       headers=server.headers(), timeout=60)
         assert r.status_code == 404 and shapes[surface](r.json()), (surface, r.text)

@@ -17,7 +17,6 @@ import json
 import openai
 import pytest
 from conftest import requires_model
-from serverproc import Server
 
 MODEL = "qwen2.5-coder-0.5b"
 pytestmark = [pytest.mark.slow, requires_model(MODEL)]
@@ -31,10 +30,8 @@ RESULT = "Sunny, 18 degrees Celsius."
 
 
 @pytest.fixture(scope="module")
-def client():
-    server = Server("--model", MODEL, "--max-batch", "1")
-    yield server.openai()
-    server.stop()
+def client(qwen):  # the package's shared Qwen server (tests/server/conftest.py)
+    return qwen.openai()
 
 
 def chat(client, messages, **kw):
