@@ -5,7 +5,6 @@ answers ``/health`` within seconds and serves requests meanwhile, then caches th
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from conftest import cached_tiny
@@ -37,9 +36,10 @@ def test_calibration_measures_every_length_a_forward_at_a_time_and_caches(tmp_pa
 
 @pytest.mark.slow  # a server process on a real model
 def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
-    """No cost curve cached (a fresh cache directory): /health is ok within 30 s of the
-    start, a request is answered while the curve is measured (greedy, equal to plain),
-    and the curve is then cached for the next start."""
+    """No cost curve cached (a fresh cache directory): the server is up before the curve is
+    measured (the log says so first; no timed assertion: a loaded host only delays both), a
+    request is answered while the curve is measured (greedy, equal to plain), and the curve
+    is then cached for the next start."""
     import specdec
     from conftest import real_model
     from serverproc import MODEL, Server, wait_for
@@ -47,11 +47,8 @@ def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
     from conftest import linked_cache
 
     linked_cache(tmp_path)  # the converted model is linked, the costs are not
-    t0 = time.monotonic()
     s = Server("--max-batch", "4", env={"SPECDEC_CACHE_DIR": str(tmp_path)}, start_timeout=120)
     try:
-        ready = time.monotonic() - t0
-        assert ready <= 30, f"/health ok after {ready:.0f} s"
         assert "until it is measured" in s.log()
         assert "batches of several requests decode plain" in s.log()  # unpriced, they lost
         messages = [{"role": "user", "content": "Count from 1 to 10."}]
@@ -59,6 +56,8 @@ def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
         plain = specdec.generate(*real_model(MODEL), messages, drafter=None, max_tokens=16)
         assert r.choices[0].message.content == plain.text
         wait_for(lambda: "verify cost curve measured and cached" in s.log(), 600, "the calibration")
+        log = s.log()
+        assert log.index("until it is measured") < log.index("verify cost curve measured and cached")
         assert "a first estimate prices batches" in s.log()
     finally:
         s.stop()
