@@ -22,6 +22,7 @@ from .bench.cli import add_bench_parser, cmd_bench
 from .config import DTYPES, KV_BITS, RunConfig, add_decoder_flags, add_distributed_flags, add_draft_flags
 from .core.model import Model
 from .drafters import NgramDrafter
+from .eagle.cli import add_train_parser, cmd_train_drafter
 from .loader import ModelLoadError, load
 from .server.cli import add_serve_parser, cmd_serve
 
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--json", action="store_true")
     add_serve_parser(sub)
     add_bench_parser(sub)
+    add_train_parser(sub)
     return parser
 
 
@@ -283,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         handler = {"generate": cmd_generate, "parity": cmd_parity, "cost": cmd_cost,
-                   "serve": cmd_serve, "bench": cmd_bench}[args.command]
+                   "serve": cmd_serve, "bench": cmd_bench,
+                   "train-drafter": cmd_train_drafter}[args.command]
         return handler(args)
     except (ValueError, FileNotFoundError, ModelLoadError) as e:
         print(f"specdec: error: {e}", file=sys.stderr)
