@@ -147,4 +147,8 @@ def train(head: Eagle3Head, cfg: TrainConfig, data: TrainData, out: Path,
         state = {"epoch": epoch + 1, "shard": 0, "step": bar.n, "config": asdict(cfg)}
         save_checkpoint(out, head, opt, state)
     bar.close()
+    if not report.acceptance:  # a finished run rerun: report the held-out figures again
+        report.acceptance.append(evaluate(head, data, cfg))
+        log("[train-drafter] already trained; held-out acceptance by draft position: "
+            + " ".join(f"{a:.3f}" for a in report.acceptance[-1]))
     return report
