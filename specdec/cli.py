@@ -22,9 +22,9 @@ from .bench.cli import add_bench_parser, cmd_bench
 from .config import DTYPES, KV_BITS, RunConfig, add_decoder_flags, add_distributed_flags, add_draft_flags
 from .core.model import Model
 from .drafters import NgramDrafter
-from .eagle.cli import add_train_parser, cmd_train_drafter
 from .loader import ModelLoadError, load
 from .server.cli import add_serve_parser, cmd_serve
+from .train_drafter import add_train_parser, cmd_train_drafter
 
 # The modules that import mlx are imported inside the commands that need them: mlx must load
 # after main() has preloaded OpenBLAS, and `specdec --help` starts without it.

@@ -3,7 +3,7 @@
 Contract: flags map onto ``pipeline.DrafterOptions`` / ``trainer.TrainConfig``; the target
 answers the prompts (built-in set, or ``--data`` JSONL) with the engine's lossless greedy
 decoding; rerunning the same command resumes. mlx is imported inside the command (after the
-OpenBLAS preload). Tests: tests/eagle/test_cli.py.
+OpenBLAS preload). Tests: tests/test_train_drafter.py.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_train_drafter(args: argparse.Namespace) -> int:
-    from ..core.text import encode_prompt  # imports after the OpenBLAS preload
-    from ..loader import load
-    from .data import batch_answerer
-    from .pipeline import DrafterOptions, train_drafter
-    from .prompts import default_prompts, read_jsonl
-    from .trainer import TrainConfig
+    from .core.text import encode_prompt  # imports after the OpenBLAS preload
+    from .eagle.data import batch_answerer
+    from .eagle.pipeline import DrafterOptions, train_drafter
+    from .eagle.prompts import default_prompts, read_jsonl
+    from .eagle.trainer import TrainConfig
+    from .loader import load
 
     if args.max_prompts < 0 or min(args.epochs, args.max_tokens, args.shard_size) < 1:
         raise ValueError("--max-prompts must be >= 0; --epochs, --max-tokens, --shard-size >= 1")

@@ -1,4 +1,4 @@
-"""The train-drafter subcommand is wired into ``specdec`` and validates its flags."""
+"""The train-drafter subcommand (specdec/train_drafter.py) is wired into ``specdec`` and validates its flags."""
 
 from __future__ import annotations
 
