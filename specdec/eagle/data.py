@@ -11,6 +11,7 @@ Tests: tests/eagle/test_data.py, tests/eagle/test_train.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,12 +110,14 @@ def read_shard(path: Path) -> list[Sample]:
 
 def build_split(model, prompts: Sequence[list[int]], answer: Answer, spec: DataSpec, out: Path,
                 split: str, progress: Callable[[int], None] = lambda n: None) -> list[Path]:
-    """Distill ``prompts`` into ``out/<split>_NNNNN.safetensors``; skips shards already written."""
+    """Distill ``prompts`` into ``out/<split>_NNNNN_<hash of its prompts>.safetensors``; a shard
+    already written for the same prompts is reused (a longer prompt list extends the data)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for s, start in enumerate(range(0, len(prompts), spec.shard_size)):
-        path = out / f"{split}_{s:05d}.safetensors"
         chunk = prompts[start:start + spec.shard_size]
+        digest = hashlib.sha256(json.dumps([list(p) for p in chunk]).encode()).hexdigest()[:10]
+        path = out / f"{split}_{s:05d}_{digest}.safetensors"
         if not path.exists():
             answers = answer(list(chunk))
             samples = []

@@ -62,9 +62,10 @@ def new_head(model, vocab: np.ndarray, layer_ids: tuple[int, ...], opts: Drafter
     return head
 
 
-def _fingerprint(model, prompt_ids: Sequence[list[int]], spec: DataSpec, max_tokens: int) -> str:
-    h = hashlib.sha256(json.dumps([asdict(spec), max_tokens, model.args.vocab_size,
-                                   len(model.layers), list(map(list, prompt_ids))]).encode())
+def _fingerprint(model, spec: DataSpec, max_tokens: int) -> str:
+    """What every shard depends on besides its prompts (those are in each shard's name)."""
+    h = hashlib.sha256(json.dumps([list(spec.layer_ids), spec.top_k, spec.max_len, max_tokens,
+                                   model.args.vocab_size, len(model.layers)]).encode())
     return h.hexdigest()[:16]
 
 
@@ -72,9 +73,9 @@ def distill(model, prompt_ids: Sequence[list[int]], out: Path, spec: DataSpec, a
             heldout: int, max_tokens: int) -> tuple[list[Path], list[Path]]:
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
-    fp, fp_file = _fingerprint(model, prompt_ids, spec, max_tokens), data / "fingerprint"
+    fp, fp_file = _fingerprint(model, spec, max_tokens), data / "fingerprint"
     if fp_file.exists() and fp_file.read_text() != fp:
-        raise ValueError(f"{data} holds data of another model, prompt set or settings; use a new "
+        raise ValueError(f"{data} holds data of another model or other data settings; use a new "
                          "--output directory or delete it.")
     fp_file.write_text(fp)
     held, rest = list(prompt_ids[:heldout]), list(prompt_ids[heldout:])

@@ -91,14 +91,15 @@ def save_checkpoint(out: Path, head: Eagle3Head, opt: optim.Optimizer, state: di
     (d / "state.json").write_text(json.dumps(state))  # written last: it names a complete pair
 
 
-def load_checkpoint(out: Path, head: Eagle3Head, opt: optim.Optimizer, cfg: TrainConfig) -> dict:
+def load_checkpoint(out: Path, head: Eagle3Head, opt: optim.Optimizer, cfg: TrainConfig,
+                    shards: list[str]) -> dict:
     d = _ckpt_dir(out)
     if not (d / "state.json").exists():
         return {"epoch": 0, "shard": 0, "step": 0}
     state = json.loads((d / "state.json").read_text())
-    if state["config"] != asdict(cfg):
-        raise ValueError(f"{d} was written with other training settings {state['config']}; "
-                         "rerun with those, or delete the checkpoint directory to start over.")
+    if state["config"] != asdict(cfg) or state.get("shards") != shards:
+        raise ValueError(f"{d} was written with other training settings or data "
+                         f"({state['config']}); rerun with those, or delete {d} to start over.")
     head.load_weights(list(mx.load(str(d / "head.safetensors")).items()), strict=False)
     opt.state = tree_unflatten(list(mx.load(str(d / "opt.safetensors")).items()))
     return state
@@ -114,7 +115,8 @@ def train(head: Eagle3Head, cfg: TrainConfig, data: TrainData, out: Path,
     per_epoch = sum(-(-len(read_shard(p)) // cfg.batch_size) for p in data.train)
     opt = optim.AdamW(learning_rate=_schedule(cfg, per_epoch * cfg.epochs), weight_decay=0.0)
     opt.init(head.trainable_parameters())
-    state = load_checkpoint(out, head, opt, cfg)
+    shards = [p.name for p in data.train]
+    state = load_checkpoint(out, head, opt, cfg, shards)
     report = Report(resumed_from=state["step"])
     step_fn = nn.value_and_grad(head, lambda b: ttt_loss(head, b, cfg.ttt_steps))
     bar = tqdm(total=per_epoch * cfg.epochs, initial=state["step"], desc="train-drafter",
@@ -134,7 +136,8 @@ def train(head: Eagle3Head, cfg: TrainConfig, data: TrainData, out: Path,
             if stop_after_shards is not None:
                 stop_after_shards -= 1
             if stop_after_shards == 0 or (si + 1) % cfg.checkpoint_every == 0:
-                state = {"epoch": epoch, "shard": si + 1, "step": bar.n, "config": asdict(cfg)}
+                state = {"epoch": epoch, "shard": si + 1, "step": bar.n, "config": asdict(cfg),
+                         "shards": shards}
                 save_checkpoint(out, head, opt, state)
             if stop_after_shards == 0:
                 bar.close()
@@ -144,7 +147,8 @@ def train(head: Eagle3Head, cfg: TrainConfig, data: TrainData, out: Path,
         log(f"[train-drafter] epoch {epoch + 1}/{cfg.epochs} held-out acceptance by draft position: "
             + " ".join(f"{a:.3f}" for a in acc)
             + f"  (est. tokens per forward with k={len(acc)}: {mean_accepted_length(acc):.2f})")
-        state = {"epoch": epoch + 1, "shard": 0, "step": bar.n, "config": asdict(cfg)}
+        state = {"epoch": epoch + 1, "shard": 0, "step": bar.n, "config": asdict(cfg),
+                         "shards": shards}
         save_checkpoint(out, head, opt, state)
     bar.close()
     if not report.acceptance:  # a finished run rerun: report the held-out figures again

@@ -70,7 +70,9 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
     assert a.config.aux_layer_ids == (2, 3, 3) and a.config.draft_vocab_size == 64
 
     other = dataclasses.replace(OPTS, train=dataclasses.replace(OPTS.train, lr=1e-2))
-    with pytest.raises(ValueError, match="other training settings"):
+    with pytest.raises(ValueError, match="other training settings or data"):
         train_drafter(target, prompts, tmp_path / "cut", other, answer, 16)
-    with pytest.raises(ValueError, match="another model, prompt set"):
-        train_drafter(target, _prompts(seed=1), tmp_path / "cut", OPTS, answer, 16)
+    with pytest.raises(ValueError, match="other training settings or data"):  # more prompts
+        train_drafter(target, prompts + _prompts(4, seed=1), tmp_path / "cut", OPTS, answer, 16)
+    with pytest.raises(ValueError, match="another model or other data settings"):
+        train_drafter(target, prompts, tmp_path / "cut", OPTS, batch_answerer(target, 8, ()), 8)
