@@ -124,5 +124,8 @@ def save_head(head: Eagle3Head, path: str | Path, *, with_embeddings: bool = Fal
     tmp = d / "model.safetensors.tmp.safetensors"
     mx.save_safetensors(str(tmp), weights, metadata={"format": "pt"})
     tmp.replace(d / "model.safetensors")
-    (d / "config.json").write_text(json.dumps(config_to_json(head.config), indent=2) + "\n")
+    cfg = config_to_json(head.config)
+    if dtype is not None:  # what transformers-based loaders read the weights as
+        cfg["torch_dtype"] = {mx.float16: "float16", mx.bfloat16: "bfloat16"}.get(dtype, "float32")
+    (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return (d / "model.safetensors").stat().st_size
