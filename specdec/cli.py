@@ -25,6 +25,7 @@ from .core.model import Model
 from .drafters import NgramDrafter
 from .loader import ModelLoadError, load
 from .server.cli import add_serve_parser, cmd_serve
+from .train_drafter import add_train_parser, cmd_train_drafter
 
 # The modules that import mlx are imported inside the commands that need them: mlx must load
 # after main() has preloaded OpenBLAS, and `specdec --help` starts without it.
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--json", action="store_true")
     add_serve_parser(sub)
     add_bench_parser(sub)
+    add_train_parser(sub)
     return parser
 
 
@@ -296,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         handler = {"generate": cmd_generate, "parity": cmd_parity, "cost": cmd_cost,
-                   "serve": cmd_serve, "bench": cmd_bench}[args.command]
+                   "serve": cmd_serve, "bench": cmd_bench,
+                   "train-drafter": cmd_train_drafter}[args.command]
         return handler(args)
     except (ValueError, FileNotFoundError, ModelLoadError) as e:
         print(f"specdec: error: {e}", file=sys.stderr)

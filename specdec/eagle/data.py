@@ -1,0 +1,136 @@
+"""Self-distillation data for an EAGLE-3 head, streamed to disk in shards (memory bounded).
+
+The target answers each prompt greedily; one forward over prompt + answer (inside
+``capture_layers``) gives the chosen layers' features and the target's own next-token
+distribution at every position, kept as its top-k log-probabilities (soft labels). A shard is one
+safetensors file of ``shard_size`` samples: tokens (N,) int32, features (N, 3H) float16,
+topk_ids (N, K) int32, topk_logp (N, K) float16, answer (N,) uint8 (1 where an answer token is the target's own
+argmax at the previous position), lengths (S,) int32. ``manifest.json`` makes the run resumable.
+Tests: tests/eagle/test_data.py, tests/eagle/test_train.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from .capture import capture_layers
+
+Answer = Callable[[list[list[int]]], list[list[int]]]  # prompts -> the target's greedy answers
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    layer_ids: tuple[int, ...]
+    top_k: int = 8
+    shard_size: int = 16
+    max_len: int = 640  # prompt + answer tokens kept per sample
+    forward_batch: int = 4  # samples per feature forward
+
+
+@dataclass
+class Sample:
+    tokens: np.ndarray
+    features: np.ndarray
+    topk_ids: np.ndarray
+    topk_logp: np.ndarray
+    answer: np.ndarray
+
+
+def batch_answerer(model, max_tokens: int, eos: Sequence[int]) -> Answer:
+    """Greedy answers for a batch of prompts with mlx-lm's ``BatchGenerator`` (a batch costs
+    little more than one row on a CPU, so distilling is many times faster than one by one)."""
+    from mlx_lm.generate import BatchGenerator
+
+    def answer(prompts: list[list[int]]) -> list[list[int]]:
+        gen = BatchGenerator(model, stop_tokens=[[t] for t in eos] or None)
+        uids = gen.insert(prompts, [max_tokens] * len(prompts))
+        out: dict[int, list[int]] = {u: [] for u in uids}
+        while responses := gen.next_generated():
+            for r in responses:
+                if r.finish_reason != "stop":
+                    out[r.uid].append(int(r.token))
+        gen.close()
+        return [out[u] for u in uids]
+
+    return answer
+
+
+def samples_of(model, prompts: Sequence[list[int]], answers: Sequence[list[int]],
+               spec: DataSpec) -> list[Sample]:
+    """One right-padded forward over every prompt + answer: features and the target's top-k."""
+    seqs = [(p + a)[: spec.max_len] for p, a in zip(prompts, answers)]
+    T = max(len(x) for x in seqs)
+    ids = mx.array([x + [0] * (T - len(x)) for x in seqs])
+    with capture_layers(model, spec.layer_ids) as cap:
+        logits = model(ids).astype(mx.float32)  # causal: padding at the right changes nothing
+        feats = cap.fused_input()
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    top = mx.argpartition(-logp, spec.top_k - 1, axis=-1)[..., : spec.top_k]
+    top_lp = mx.take_along_axis(logp, top, axis=-1)
+    order = mx.argsort(-top_lp, axis=-1)
+    top, top_lp = mx.take_along_axis(top, order, -1), mx.take_along_axis(top_lp, order, -1)
+    mx.eval(feats, top, top_lp)
+    feats, top, top_lp = (np.array(feats.astype(mx.float16)), np.array(top.astype(mx.int32)),
+                          np.array(top_lp.astype(mx.float16)))
+    out = []
+    for b, (p, x) in enumerate(zip(prompts, seqs)):
+        n, tok = len(x), np.array(x, np.int32)
+        ans = np.zeros(n, np.uint8)
+        ans[len(p):] = tok[len(p):] == top[b, len(p) - 1:n - 1, 0]
+        out.append(Sample(tok, feats[b, :n], top[b, :n], top_lp[b, :n], ans))
+    return out
+
+
+def write_shard(path: Path, samples: list[Sample]) -> None:
+    arrays = {k: mx.array(np.concatenate([getattr(s, k) for s in samples]))
+              for k in ("tokens", "features", "topk_ids", "topk_logp", "answer")}
+    arrays["lengths"] = mx.array(np.array([len(s.tokens) for s in samples], np.int32))
+    tmp = path.with_suffix(".tmp.safetensors")
+    mx.save_safetensors(str(tmp), arrays)
+    tmp.replace(path)
+
+
+def read_shard(path: Path) -> list[Sample]:
+    a = {k: np.array(v) for k, v in mx.load(str(path)).items()}
+    out, start = [], 0
+    for n in a["lengths"].tolist():
+        sl = slice(start, start + n)
+        out.append(Sample(a["tokens"][sl], a["features"][sl], a["topk_ids"][sl],
+                          a["topk_logp"][sl], a["answer"][sl]))
+        start += n
+    return out
+
+
+def build_split(model, prompts: Sequence[list[int]], answer: Answer, spec: DataSpec, out: Path,
+                split: str, progress: Callable[[int], None] = lambda n: None) -> list[Path]:
+    """Distill ``prompts`` into ``out/<split>_NNNNN_<hash of its prompts>.safetensors``; a shard
+    already written for the same prompts is reused (a longer prompt list extends the data)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for s, start in enumerate(range(0, len(prompts), spec.shard_size)):
+        chunk = prompts[start:start + spec.shard_size]
+        digest = hashlib.sha256(json.dumps([list(p) for p in chunk]).encode()).hexdigest()[:10]
+        path = out / f"{split}_{s:05d}_{digest}.safetensors"
+        if not path.exists():
+            answers = answer(list(chunk))
+            samples = []
+            for i in range(0, len(chunk), spec.forward_batch):
+                sl = slice(i, i + spec.forward_batch)
+                samples += samples_of(model, chunk[sl], answers[sl], spec)
+            write_shard(path, samples)
+        progress(len(chunk))
+        paths.append(path)
+    return paths
+
+
+def write_manifest(out: Path, spec: DataSpec, train: list[Path], held: list[Path]) -> None:
+    (out / "manifest.json").write_text(json.dumps(
+        {"layer_ids": list(spec.layer_ids), "top_k": spec.top_k,
+         "train": [p.name for p in train], "heldout": [p.name for p in held]}, indent=1))

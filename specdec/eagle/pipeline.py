@@ -1,0 +1,121 @@
+"""``train-drafter`` end to end: distill the target on prompts, choose the draft vocabulary,
+build a head shaped like the target, train it, write it in the published format.
+
+Contract: ``train_drafter(model, prompt_ids, out, opts, answer)`` is resumable (shards and
+checkpoints under ``out`` are reused when the run's fingerprint matches, refused otherwise) and
+writes ``out/config.json`` + ``out/model.safetensors``. Tests: tests/eagle/test_train.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import mlx.core as mx
+import numpy as np
+from tqdm import tqdm
+
+from .data import Answer, DataSpec, build_split, read_shard, write_manifest
+from .head import Eagle3Head, HeadConfig, default_layer_ids
+from .io import save_head
+from .trainer import Report, TrainConfig, TrainData, train
+
+
+@dataclass(frozen=True)
+class DrafterOptions:
+    train: TrainConfig = TrainConfig()
+    draft_vocab: int = 8192
+    top_k: int = 8
+    shard_size: int = 16
+    max_len: int = 640
+    heldout: int = 4  # prompts kept out of training for the acceptance figures
+    layer_ids: tuple[int, ...] | None = None
+    layer_type: str = "llama"  # LlamaForCausalLMEagle3 loads in EAGLE, vLLM and SGLang
+    save_dtype: str = "float16"
+
+
+def new_head(model, vocab: np.ndarray, layer_ids: tuple[int, ...], opts: DrafterOptions,
+             seed: int) -> Eagle3Head:
+    """A head shaped like the target's layers; its norm and LM head start as the target's own
+    (restricted to the draft vocabulary), which trains much faster than a random start."""
+    a = model.args
+    cfg = HeadConfig(
+        hidden_size=a.hidden_size, intermediate_size=a.intermediate_size,
+        num_attention_heads=a.num_attention_heads,
+        num_key_value_heads=a.num_key_value_heads or a.num_attention_heads,
+        vocab_size=a.vocab_size, draft_vocab_size=len(vocab), target_hidden_size=a.hidden_size,
+        aux_layer_ids=tuple(layer_ids), model_type=opts.layer_type,
+        head_dim=getattr(a, "head_dim", None), rms_norm_eps=a.rms_norm_eps,
+        rope_theta=getattr(a, "rope_theta", 10000.0), rope_scaling=getattr(a, "rope_scaling", None),
+        max_position_embeddings=getattr(a, "max_position_embeddings", None) or 8192)
+    mx.random.seed(seed)
+    head = Eagle3Head(cfg, model.model.embed_tokens)
+    eye = mx.eye(a.hidden_size)
+    full = model.lm_head(eye) if hasattr(model, "lm_head") else model.model.embed_tokens.as_linear(eye)
+    head.lm_head.weight = full.T[mx.array(vocab)].astype(mx.float32)
+    head.norm.weight = model.model.norm.weight.astype(mx.float32)
+    mx.eval(head.parameters())
+    return head
+
+
+def _fingerprint(model, spec: DataSpec, max_tokens: int) -> str:
+    """What every shard depends on besides its prompts (those are in each shard's name)."""
+    h = hashlib.sha256(json.dumps([list(spec.layer_ids), spec.top_k, spec.max_len, max_tokens,
+                                   model.args.vocab_size, len(model.layers)]).encode())
+    return h.hexdigest()[:16]
+
+
+def distill(model, prompt_ids: Sequence[list[int]], out: Path, spec: DataSpec, answer: Answer,
+            heldout: int, max_tokens: int) -> tuple[list[Path], list[Path]]:
+    data = out / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    fp, fp_file = _fingerprint(model, spec, max_tokens), data / "fingerprint"
+    if fp_file.exists() and fp_file.read_text() != fp:
+        raise ValueError(f"{data} holds data of another model or other data settings; use a new "
+                         "--output directory or delete it.")
+    fp_file.write_text(fp)
+    held, rest = list(prompt_ids[:heldout]), list(prompt_ids[heldout:])
+    bar = tqdm(total=len(prompt_ids), desc="distill", unit="prompt", file=sys.stderr,
+               dynamic_ncols=True, mininterval=2.0)
+    held_paths = build_split(model, held, answer, spec, data, "heldout", bar.update)
+    train_paths = build_split(model, rest, answer, spec, data, "train", bar.update)
+    bar.close()
+    write_manifest(data, spec, train_paths, held_paths)
+    return train_paths, held_paths
+
+
+def token_counts(paths: Sequence[Path], vocab_size: int) -> np.ndarray:
+    counts = np.zeros(vocab_size, np.int64)
+    for p in paths:
+        for s in read_shard(p):
+            counts += np.bincount(s.tokens, minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts: DrafterOptions,
+                  answer: Answer, max_tokens: int, stop_after_shards: int | None = None,
+                  ) -> Report | None:
+    from .train import DraftVocab
+
+    out = Path(out)
+    if len(prompt_ids) <= opts.heldout:
+        raise ValueError(f"{len(prompt_ids)} prompts leave none to train on after {opts.heldout} "
+                         "held out; give more prompts or a smaller --heldout.")
+    layer_ids = opts.layer_ids or default_layer_ids(len(model.layers))
+    spec = DataSpec(tuple(layer_ids), opts.top_k, opts.shard_size, opts.max_len)
+    train_paths, held_paths = distill(model, prompt_ids, out, spec, answer, opts.heldout, max_tokens)
+    vocab = DraftVocab.from_counts(token_counts(train_paths, model.args.vocab_size), opts.draft_vocab)
+    head = new_head(model, vocab.ids, spec.layer_ids, opts, opts.train.seed)
+    vocab.apply(head)
+    report = train(head, opts.train, TrainData(train_paths, held_paths, vocab), out,
+                   stop_after_shards=stop_after_shards)
+    if report is None:
+        return None
+    size = save_head(head, out, dtype=getattr(mx, opts.save_dtype))
+    print(f"[train-drafter] wrote {out}/model.safetensors ({size / 2**20:.1f} MiB, draft vocabulary "
+          f"{len(vocab.ids)}, layers {list(spec.layer_ids)})", file=sys.stderr)
+    return report

@@ -1,0 +1,47 @@
+"""Distillation data: batched forwards give each sample what a solo forward gives, the answer
+mask marks exactly the target's own argmax tokens, shards round-trip, prompts are deterministic."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specdec.eagle.data import DataSpec, batch_answerer, read_shard, samples_of, write_shard
+from specdec.eagle.prompts import default_prompts, read_jsonl
+
+from .conftest import tiny_target
+
+SPEC = DataSpec((1, 3, 4), top_k=4)
+
+
+def test_batched_samples_equal_solo_and_mask_marks_greedy_tokens(tmp_path):
+    target = tiny_target("qwen2")
+    prompts = [[3, 5, 7, 11, 13, 17, 19], [2, 4]]
+    answers = batch_answerer(target, 6, eos=())(prompts)
+    answers[1][-1] = (answers[1][-1] + 1) % 96  # no longer the target's argmax
+    both = samples_of(target, prompts, answers, SPEC)
+    solo = samples_of(target, prompts[1:], answers[1:], SPEC)[0]
+    assert np.allclose(both[1].features.astype(np.float32), solo.features.astype(np.float32), atol=2e-3)
+    assert np.array_equal(both[1].topk_ids[:, 0], solo.topk_ids[:, 0])
+    assert both[0].answer.tolist() == [0] * 7 + [1] * 6
+    assert both[1].answer.tolist() == [0, 0, 1, 1, 1, 1, 1, 0]
+    assert np.all(np.diff(both[0].topk_logp.astype(np.float32), axis=-1) <= 0)  # best first
+    write_shard(tmp_path / "s.safetensors", both)
+    back = read_shard(tmp_path / "s.safetensors")
+    for a, b in zip(both, back):
+        assert all(np.array_equal(getattr(a, k), getattr(b, k))
+                   for k in ("tokens", "features", "topk_ids", "topk_logp", "answer"))
+
+
+def test_default_prompts_ship_and_jsonl_is_validated(tmp_path):
+    p = default_prompts(0)
+    assert len(p) > 300 and len(set(p)) == len(p) and p == default_prompts(0) != default_prompts(1)
+    assert any(x.startswith("Translate into") for x in p) and any("Python" in x for x in p)
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps({"prompt": "hi"}) + "\n\n" + json.dumps("there") + "\n")
+    assert read_jsonl(f) == ["hi", "there"]
+    f.write_text(json.dumps({"question": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"p.jsonl:1: .*\"prompt\""):
+        read_jsonl(f)

@@ -1,0 +1,12 @@
+"""The train-drafter subcommand (specdec/train_drafter.py) is wired into ``specdec`` and validates its flags."""
+
+from __future__ import annotations
+
+from specdec.cli import build_parser, main
+
+
+def test_parser_and_flag_validation(capsys):
+    args = build_parser().parse_args(["train-drafter", "--output", "x", "--epochs", "2"])
+    assert args.command == "train-drafter" and args.epochs == 2 and args.draft_vocab == 8192
+    assert main(["train-drafter", "--output", "x", "--epochs", "0"]) == 2
+    assert "--epochs" in capsys.readouterr().err
