@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .api import Api, NoTokens
-from .errors import APIError, surface_body, validation_error
+from .body import read_json
+from .errors import APIError, internal_error, surface_body, validation_error
 from .events import decoder_stats
 from .schemas import MAX_STOPS, ChatCompletionRequest
 
@@ -129,6 +130,9 @@ class MessagesRequest(CountRequest):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
+    # this server's chat-request extensions, checked there (400s name them)
+    speculative: dict[str, Any] | None = None
+    cache_salt: str | None = None
 
 
 # -- the request: Anthropic's messages -> the chat request ------------------------------
@@ -255,6 +259,8 @@ def chat_request(req: CountRequest, thinking_switch: bool) -> ChatCompletionRequ
         if fmt is not None:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "output", "schema": fmt.schema_}}
+        body.update({k: v for k, v in (("speculative", req.speculative),
+                                        ("cache_salt", req.cache_salt)) if v is not None})
         if stops:  # each token's text shows which stop string ended the reply (``Blocks``)
             body["logprobs"] = True
     try:
@@ -264,11 +270,7 @@ def chat_request(req: CountRequest, thinking_switch: bool) -> ChatCompletionRequ
 
 
 async def _parse(request: Request, model: type[CountRequest]) -> Any:
-    try:
-        raw = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"The request body is not valid JSON ({e}). Send a JSON object "
-                       "with Content-Type: application/json.") from None
+    raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
     try:
         return model.model_validate(raw)
     except ValidationError as e:
@@ -441,8 +443,7 @@ async def _stream(pending: asyncio.Future, blocks: Blocks, msg_id: str, model: s
     except no_tokens:  # the client left before the first token: nobody reads on
         return
     except Exception as e:  # noqa: BLE001 (a bug: still end the stream in Anthropic's shape)
-        log.exception("anthropic stream failed")
-        err = APIError(500, f"internal error: {type(e).__name__}: {e}")
+        err = internal_error(e, "/v1/messages")
         yield _sse("error", {"error": surface_body(err, "/v1/messages")["error"]})
     finally:
         pending.cancel()  # the client left while the request waited (a no-op once started)
