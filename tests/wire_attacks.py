@@ -207,3 +207,44 @@ def many_references(client: Any, model: str, n: int, health: Any = None) -> dict
 
 def statuses(rows: list[int]) -> dict:
     return dict(Counter(rows))
+
+
+# -- the cached_tokens oracle on every wire ------------------------------------------------
+
+
+def _cached(wire: str, answer: dict) -> int | None:
+    usage = answer.get("usage") or {}
+    if wire == "chat":
+        return usage["prompt_tokens_details"]["cached_tokens"]
+    if wire == "messages":
+        return usage["cache_read_input_tokens"]
+    if wire == "responses":
+        return usage["input_tokens_details"]["cached_tokens"]
+    return None  # Ollama's wire reports no cached count
+
+
+def ask(client: Any, model: str, wire: str, text: str, headers: dict) -> int | None:
+    """``text`` as one user turn on ``wire``: the cached prompt tokens it was served with
+    (None on Ollama's wire, which reports none)."""
+    path, body = bodies(model, text, max_tokens=1)[wire]
+    r = client.post(path, json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    return _cached(wire, r.json())
+
+
+def oracle(client: Any, model: str, secret: str, victim, attacker,
+           wires: tuple[str, ...] = ("chat", "messages", "responses", "ollama_chat")) -> dict:
+    """On each wire: the victim (``victim(wire)``: its headers) sends ``secret``, the
+    attacker (``attacker(wire)``: another key, or another ``X-Cache-Salt``; a scope of its
+    own per wire, so nothing it cached itself counts) sends the same text and reads its
+    cached tokens (0 bits: must be 0), then the victim asks again (the control: the
+    signal is there, on the victim's side). Ollama's wire reports no cached count: its
+    turns are read back through chat completions (the same template)."""
+    out = {}
+    for wire in wires:
+        text = f"[{wire}] {secret}"
+        ask(client, model, wire, text, victim(wire))
+        probe = "chat" if wire.startswith("ollama") else wire
+        out[wire] = {"attacker_cached": ask(client, model, probe, text + " Why?", attacker(wire)),
+                     "victim_cached": ask(client, model, probe, text + " When?", victim(wire))}
+    return out

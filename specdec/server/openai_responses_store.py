@@ -24,6 +24,8 @@ from .errors import APIError
 MAX_STORED = 1000  # responses kept per API key for previous_response_id / GET
 MAX_STORED_BYTES = 64 << 20  # and their resident bytes per key: agent chains grow quadratically
 INDEX_ENTRY_BYTES = 200  # a dict slot, its key string and the (rid, text) tuple, about
+ITEM_OVERHEAD = 24  # per stored item beyond sys.getsizeof: its tuple slot and allocator rounding
+RESPONSE_OVERHEAD = 1024  # a Stored, its OrderedDict slot and its id string
 DROPPED = ""  # an indexed item kept out of prompts (reasoning): known, resolves to nothing
 
 
@@ -89,10 +91,10 @@ class ResponseStore:
         kept = tuple(t for t in texts if t)
         items = (earlier.items if earlier is not None else ()) + kept
         items_bytes = (earlier.items_bytes if earlier is not None else 0) + \
-            sum(map(sys.getsizeof, kept))
+            sum(map(sys.getsizeof, kept)) + ITEM_OVERHEAD * len(kept)
         own = [(item["id"], t) for item, t in zip(new_items, texts) if isinstance(item.get("id"), str)]
         size = (sys.getsizeof(text) + sys.getsizeof(items) + items_bytes
-                + INDEX_ENTRY_BYTES * len(own))
+                + INDEX_ENTRY_BYTES * len(own) + RESPONSE_OVERHEAD)
         if rid in part.data:
             part.drop(rid)
         part.data[rid] = Stored(text, items, tuple(i for i, _ in own), size, items_bytes)
