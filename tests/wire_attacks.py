@@ -178,6 +178,11 @@ def many_references(client: Any, model: str, n: int, health: Any = None) -> dict
     """``n`` item_reference items in one request (to a stored item); while it runs,
     ``health`` (a client) reads /health: its slowest answer, in ms."""
     path, body = bodies(model)["responses"]
+    idle = []
+    for _ in range(20 if health is not None else 0):  # /health with nothing running, to compare
+        t0 = time.perf_counter()
+        health.get("/health")
+        idle.append((time.perf_counter() - t0) * 1000)
     made = client.post(path, json={**body, "input": [{"type": "message", "role": "user", "id": "msg_ref",
                                                       "content": "hi"}]})
     refs = [{"type": "item_reference", "id": "msg_ref"}] * n
@@ -202,7 +207,9 @@ def many_references(client: Any, model: str, n: int, health: Any = None) -> dict
         prober.join()
     return {"references": n, "made": made.status_code, "status": r.status_code,
             "message": _message(r)[:160], "request_s": round(wall, 3),
-            "health_probes": len(lat), "health_max_ms": round(max(lat), 1) if lat else None}
+            "health_probes": len(lat), "health_max_ms": round(max(lat), 1) if lat else None,
+            "health_median_ms": round(sorted(lat)[len(lat) // 2], 1) if lat else None,
+            "health_idle_max_ms": round(max(idle), 1) if idle else None}
 
 
 def statuses(rows: list[int]) -> dict:
