@@ -52,7 +52,7 @@ SIZES = {  # full (what a shared 2-core CPU runs in minutes), small (the suite's
                   {"n_slow": 20, "n_readers": 3, "reader_tokens": 32}),
     "row": ({"rows": 8, "max_tokens": 32}, {"rows": 3, "max_tokens": 16}),
     "sigterm": ({"streams": 16}, {"streams": 2}),
-    "wires": ({"depths": [100, 1000, 10_000, 100_000], "references": [1000, 10_000, 90_000]},
+    "wires": ({"depths": [100, 1000, 10_000, 100_000], "references": [10_000, 90_000]},
               {"depths": [100, 1000, 10_000], "references": [1001]}),
     "store": ({"turns": 3000, "items_per_turn": 6, "item_bytes": 2000, "cap_mib": 64},
               {"turns": 300, "items_per_turn": 6, "item_bytes": 2000, "cap_mib": 4}),
@@ -220,8 +220,8 @@ def run_wires(depths: list[int], references: list[int]) -> dict:
     s = Server("--api-key", "alice", "--api-key", "bob", "--max-tokens", "4")
     a, b = {"Authorization": "Bearer alice"}, {"Authorization": "Bearer bob"}
     try:
-        with httpx.Client(base_url=s.base, headers=a, timeout=600) as http, \
-                httpx.Client(base_url=s.base, headers=a, timeout=60) as health:
+        health = (s.base, a["Authorization"])
+        with httpx.Client(base_url=s.base, headers=a, timeout=600) as http:
             out = {"cross_key": wa.cross_key(http, MODEL, a, b),
                    "deep_bodies": wa.deep_bodies(http, MODEL, depths),
                    "deep_schemas": wa.deep_schemas(http, MODEL, depths),

@@ -174,42 +174,63 @@ def cross_key(client: Any, model: str, key_a: dict, key_b: dict) -> dict:
             "cross_reads": sum(t["status"] < 400 for t in out.values())}
 
 
-def many_references(client: Any, model: str, n: int, health: Any = None) -> dict:
-    """``n`` item_reference items in one request (to a stored item); while it runs,
-    ``health`` (a client) reads /health: its slowest answer, in ms."""
+PROBE = """import sys, time, httpx
+c = httpx.Client(base_url=sys.argv[1], headers={"Authorization": sys.argv[2]}, timeout=600)
+c.get("/health")
+print("ready", flush=True)
+while sys.stdin.readline().strip() != "stop":
+    t0 = time.perf_counter(); c.get("/health"); print(round((time.perf_counter() - t0) * 1000, 2), flush=True)
+"""
+
+
+def many_references(client: Any, model: str, n: int, health: tuple[str, str] | None = None) -> dict:
+    """``n`` item_reference items in one request (to a stored item). ``health`` (a base
+    URL and an Authorization header): meanwhile /health is read from another process
+    (this one's own GIL must not slow the probe), its latencies in ms."""
+    import subprocess
+    import sys
+
     path, body = bodies(model)["responses"]
-    idle = []
-    for _ in range(20 if health is not None else 0):  # /health with nothing running, to compare
-        t0 = time.perf_counter()
-        health.get("/health")
-        idle.append((time.perf_counter() - t0) * 1000)
     made = client.post(path, json={**body, "input": [{"type": "message", "role": "user", "id": "msg_ref",
                                                       "content": "hi"}]})
-    refs = [{"type": "item_reference", "id": "msg_ref"}] * n
-    lat: list[float] = []
+    content = json.dumps({**body, "input": [{"type": "item_reference", "id": "msg_ref"}] * n}).encode()
+    probe = None
+    if health is not None:
+        probe = subprocess.Popen([sys.executable, "-c", PROBE, *health], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+        probe.stdout.readline()
+    idle, during = [], []
+
+    def read(into: list[float], times: int) -> None:
+        for _ in range(times):
+            probe.stdin.write("go\n")
+            probe.stdin.flush()
+            into.append(float(probe.stdout.readline()))
+
     done = threading.Event()
 
-    def probe() -> None:
+    def loop() -> None:
         while not done.is_set():
-            t0 = time.perf_counter()
-            health.get("/health")
-            lat.append((time.perf_counter() - t0) * 1000)
-            time.sleep(0.005)
+            read(during, 1)
 
-    prober = threading.Thread(target=probe) if health is not None else None
-    if prober:
+    if probe:
+        read(idle, 20)  # /health with nothing running, to compare
+        prober = threading.Thread(target=loop)
         prober.start()
     t0 = time.perf_counter()
-    r = client.post(path, json={**body, "input": refs})
+    r = _send(client, path, content)
     wall = time.perf_counter() - t0
     done.set()
-    if prober:
+    if probe:
         prober.join()
-    return {"references": n, "made": made.status_code, "status": r.status_code,
-            "message": _message(r)[:160], "request_s": round(wall, 3),
-            "health_probes": len(lat), "health_max_ms": round(max(lat), 1) if lat else None,
-            "health_median_ms": round(sorted(lat)[len(lat) // 2], 1) if lat else None,
-            "health_idle_max_ms": round(max(idle), 1) if idle else None}
+        probe.stdin.write("stop\n")
+        probe.stdin.close()
+        probe.wait(60)
+    return {"references": n, "body_bytes": len(content), "made": made.status_code,
+            "status": r.status_code, "message": _message(r)[:160], "request_s": round(wall, 3),
+            "health_probes": len(during), "health_max_ms": max(during, default=None),
+            "health_median_ms": sorted(during)[len(during) // 2] if during else None,
+            "health_idle_max_ms": max(idle, default=None)}
 
 
 def statuses(rows: list[int]) -> dict:

@@ -5,7 +5,8 @@ rendered as an Anthropic message or SSE events).
 Contract: the prompt is the one /v1/chat/completions renders for the mapped request, minus
 Claude Code's per-run billing header block (stable prompts and prefix-cache hits); usage
 splits cached input tokens; a slow stream gets headers and pings; fields it cannot honour
-are accepted and ignored. Tests: tests/server/test_anthropic.py. Details: docs/design-notes.md."""
+are accepted and ignored, but this server's ``speculative`` and ``cache_salt`` are read as
+on chat completions; the body is read by ``body.read_json`` (a 400 in Anthropic's shape). Tests: tests/server/test_anthropic.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 

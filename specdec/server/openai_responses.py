@@ -3,9 +3,12 @@
 Contract: ``POST /v1/responses`` turns the request into one chat request
 (``openai_responses_input``), folds the chat chunks into output items, whole or as typed SSE
 events (``openai_responses_events.Folder``), and keeps the answer in a bounded
-``ResponseStore`` (``store``, default true) behind ``previous_response_id``, GET and DELETE.
-Accepted and ignored: include, prompt_cache_key, user, service_tier, truncation, metadata
-(echoed), background, top_logprobs, unknown fields. Tests: tests/server/test_openai_responses.py.
+``ResponseStore`` (``store``, default true) behind ``previous_response_id``, GET and DELETE,
+each seeing the calling API key's responses only. The body is read by ``body.read_json``
+(every echoed field valid JSON text before any work). Accepted and ignored: include,
+prompt_cache_key, user, service_tier, truncation, metadata (echoed), background,
+top_logprobs, unknown fields. Tests: tests/server/test_openai_responses.py,
+tests/server/test_attacks.py (the wire x attack table).
 """
 
 from __future__ import annotations
@@ -61,7 +64,11 @@ async def start_turn(request: Request, api: Api, store: ResponseStore) -> tuple[
     earlier = store.get(tenant, req.previous_response_id, "previous_response_id") \
         if req.previous_response_id else None
     new_items = input_items(req, store, tenant)
-    messages = chat_messages((earlier.history() if earlier else []) + new_items)
+
+    def conversation() -> list[dict[str, Any]]:  # a long chain: parsed off the event loop
+        return chat_messages((earlier.history() if earlier else []) + new_items)
+
+    messages = await run_in_threadpool(conversation)
     if req.instructions:
         messages.insert(0, {"role": "system", "content": req.instructions})
     if not messages:
