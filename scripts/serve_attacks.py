@@ -11,8 +11,13 @@ tenant's control), ``flood`` (near-context prompts beside short ones under --kv-
 peak RSS), ``concurrent`` (1000 requests at once: 200 or 503 + Retry-After),
 ``slowloris`` (300 half-sent bodies, 50 streams nobody reads), ``row`` (one row's drafter
 raising mid-batch, in process: the others equal their solo runs), ``sigterm`` (streams cut
-by SIGTERM: each client reads an error event; the memory file loads whole). The attack
-code is tests/attacks.py (the suite runs it small: tests/server/test_attacks.py).
+by SIGTERM: each client reads an error event; the memory file loads whole), ``wires``
+(issue #44's wire x attack table on every wire: cross-key GET/DELETE/continue/item_reference,
+nested bodies and tool schemas up to 100k deep, lone surrogates and NaN in echoed fields,
+wrong-typed tools, 10k item references with /health read meanwhile, the cached_tokens
+oracle across keys and salts), ``store`` (the Responses store filled past its cap in
+process: resident memory against the cap). The attack code is tests/attacks.py and
+tests/wire_attacks.py (the suite runs them small: tests/server/test_attacks.py).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import httpx  # noqa: E402
+import wire_attacks as wa  # noqa: E402
 from attacks import concurrent, flood, fuzz, row_raises, slowloris  # noqa: E402
 from serverproc import LONG, MODEL, Server  # noqa: E402
 
@@ -46,6 +52,10 @@ SIZES = {  # full (what a shared 2-core CPU runs in minutes), small (the suite's
                   {"n_slow": 20, "n_readers": 3, "reader_tokens": 32}),
     "row": ({"rows": 8, "max_tokens": 32}, {"rows": 3, "max_tokens": 16}),
     "sigterm": ({"streams": 16}, {"streams": 2}),
+    "wires": ({"depths": [100, 1000, 10_000, 100_000], "references": [10_000, 90_000]},
+              {"depths": [100, 1000, 10_000], "references": [1001]}),
+    "store": ({"turns": 3000, "items_per_turn": 6, "item_bytes": 2000, "cap_mib": 64},
+              {"turns": 300, "items_per_turn": 6, "item_bytes": 2000, "cap_mib": 4}),
 }
 
 
@@ -203,8 +213,65 @@ def _fingerprint(tok):
     return tokenizer_fingerprint(tok)
 
 
+# -- issue #44: every wire x attack ------------------------------------------------------
+
+
+def run_wires(depths: list[int], references: list[int]) -> dict:
+    s = Server("--api-key", "alice", "--api-key", "bob", "--max-tokens", "4")
+    a, b = {"Authorization": "Bearer alice"}, {"Authorization": "Bearer bob"}
+    try:
+        health = (s.base, a["Authorization"])
+        with httpx.Client(base_url=s.base, headers=a, timeout=600) as http:
+            out = {"cross_key": wa.cross_key(http, MODEL, a, b),
+                   "deep_bodies": wa.deep_bodies(http, MODEL, depths),
+                   "deep_schemas": wa.deep_schemas(http, MODEL, depths),
+                   "bad_text": wa.bad_text(http, MODEL), "wrong_tools": wa.wrong_tools(http, MODEL),
+                   "references": [wa.many_references(http, MODEL, n, health) for n in references]}
+            out["bad_text"].pop("statuses")  # every field x value: 400 (not_400 lists the others)
+            out["oracle_by_key"] = wa.oracle(http, MODEL, SECRET, lambda w: {**a, "X-Cache-Salt": w},
+                                             lambda w: {**b, "X-Cache-Salt": w})
+            out["oracle_by_salt"] = wa.oracle(http, MODEL, SECRET, lambda w: {**a, "X-Cache-Salt": "a" + w},
+                                              lambda w: {**a, "X-Cache-Salt": "b" + w})
+        out["five_xx"] = sum(out[k]["five_xx"] for k in ("deep_bodies", "deep_schemas", "bad_text"))
+        out["alive"] = s.proc.poll() is None and s.health()["status"] == "ok"
+        out["server_log_tracebacks"] = s.log().count("Traceback")
+    finally:
+        s.stop()
+    return out
+
+
+def run_store(turns: int, items_per_turn: int, item_bytes: int, cap_mib: int) -> dict:
+    """A Codex-like chain (each turn adds input and output items) put into the Responses
+    store past its byte cap, in process: the store's counted bytes against the cap, and the
+    memory the process really holds for it (tracemalloc), at the end and at its peak."""
+    import tracemalloc
+
+    from specdec.server.openai_responses_store import ResponseStore
+
+    store = ResponseStore(max_items=10**9, max_bytes=cap_mib << 20)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    earlier, t0 = None, time.perf_counter()
+    worst_put_ms = 0.0
+    for t in range(turns):
+        items = [{"id": f"msg_{t}_{i}", "type": "message", "role": "user",
+                  "content": f"turn {t} item {i} " + "x" * item_bytes} for i in range(items_per_turn)]
+        items.append({"id": f"rs_{t}", "type": "reasoning", "summary": [{"text": "y" * item_bytes}]})
+        p0 = time.perf_counter()
+        store.put("key0", {"id": f"resp_{t}", "output": items[-2:]}, items, earlier)
+        worst_put_ms = max(worst_put_ms, (time.perf_counter() - p0) * 1000)
+        earlier = store.get("key0", f"resp_{t}")
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {"turns": turns, "items_in_last_conversation": len(earlier.items), "cap_bytes": cap_mib << 20,
+            "counted_bytes": store.bytes, "held_bytes": held - base, "peak_bytes": peak - base,
+            "held_within_cap": held - base <= cap_mib << 20, "worst_put_ms": round(worst_put_ms, 2),
+            "wall_s": round(time.perf_counter() - t0, 2)}
+
+
 RUNS = {"fuzz": run_fuzz, "oracle": run_oracle, "flood": run_flood, "concurrent": run_concurrent,
-        "slowloris": run_slowloris, "row": run_row, "sigterm": run_sigterm}
+        "slowloris": run_slowloris, "row": run_row, "sigterm": run_sigterm,
+        "wires": run_wires, "store": run_store}
 
 
 def main() -> int:

@@ -5,7 +5,8 @@ rendered as an Anthropic message or SSE events).
 Contract: the prompt is the one /v1/chat/completions renders for the mapped request, minus
 Claude Code's per-run billing header block (stable prompts and prefix-cache hits); usage
 splits cached input tokens; a slow stream gets headers and pings; fields it cannot honour
-are accepted and ignored. Tests: tests/server/test_anthropic.py. Details: docs/design-notes.md."""
+are accepted and ignored, but this server's ``speculative`` and ``cache_salt`` are read as
+on chat completions; the body is read by ``body.read_json`` (a 400 in Anthropic's shape). Tests: tests/server/test_anthropic.py. Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .api import Api, NoTokens
-from .errors import APIError, surface_body, validation_error
+from .body import read_json
+from .errors import APIError, internal_error, surface_body, validation_error
 from .events import decoder_stats
 from .schemas import MAX_STOPS, ChatCompletionRequest
 
@@ -129,6 +132,9 @@ class MessagesRequest(CountRequest):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
+    # this server's chat-request extensions, checked there (400s name them)
+    speculative: dict[str, Any] | None = None
+    cache_salt: str | None = None
 
 
 # -- the request: Anthropic's messages -> the chat request ------------------------------
@@ -255,6 +261,8 @@ def chat_request(req: CountRequest, thinking_switch: bool) -> ChatCompletionRequ
         if fmt is not None:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "output", "schema": fmt.schema_}}
+        body.update({k: v for k, v in (("speculative", req.speculative),
+                                        ("cache_salt", req.cache_salt)) if v is not None})
         if stops:  # each token's text shows which stop string ended the reply (``Blocks``)
             body["logprobs"] = True
     try:
@@ -264,13 +272,9 @@ def chat_request(req: CountRequest, thinking_switch: bool) -> ChatCompletionRequ
 
 
 async def _parse(request: Request, model: type[CountRequest]) -> Any:
+    raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
     try:
-        raw = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"The request body is not valid JSON ({e}). Send a JSON object "
-                       "with Content-Type: application/json.") from None
-    try:
-        return model.model_validate(raw)
+        return await run_in_threadpool(model.model_validate, raw)  # 4 MiB: off the loop
     except ValidationError as e:
         err = validation_error([{**x, "loc": ("body", *x["loc"])} for x in e.errors()])
         raise err from None
@@ -441,8 +445,7 @@ async def _stream(pending: asyncio.Future, blocks: Blocks, msg_id: str, model: s
     except no_tokens:  # the client left before the first token: nobody reads on
         return
     except Exception as e:  # noqa: BLE001 (a bug: still end the stream in Anthropic's shape)
-        log.exception("anthropic stream failed")
-        err = APIError(500, f"internal error: {type(e).__name__}: {e}")
+        err = internal_error(e, "/v1/messages")
         yield _sse("error", {"error": surface_body(err, "/v1/messages")["error"]})
     finally:
         pending.cancel()  # the client left while the request waited (a no-op once started)

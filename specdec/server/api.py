@@ -37,6 +37,7 @@ from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
 from .worker import InferenceWorker
 
 CLIENT_CLOSED = 499  # nginx's status for "the client went away"; only metrics ever see it
+CACHE_SALT_HEADER = "X-Cache-Salt"  # cache_salt for a client that cannot add body fields
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -236,6 +237,7 @@ class Api:
         """Validate ``body``, queue it and wait for its first event. Raises ``NoTokens``
         when the request ends before its first token (an error, or the client left)."""
         self.check_model(body.model)
+        body = with_header_salt(request, body)
         self.worker.check_room()  # a full queue refuses before tokenizing or compiling
         tools = self.tool_plan(body)
         # set by the key check: which API key's tenant sent it ("" with one key or none)
@@ -334,6 +336,19 @@ class Api:
         except APIError as e:
             yield sse(e.body())
         yield SSE_DONE
+
+
+def with_header_salt(request: Request, body: ChatCompletionRequest | CompletionRequest
+                     ) -> ChatCompletionRequest | CompletionRequest:
+    """``body`` with the ``X-Cache-Salt`` header as its ``cache_salt`` (for clients that
+    cannot add body fields: Claude Code, Codex, Ollama's); the body field wins."""
+    salt = request.headers.get(CACHE_SALT_HEADER)
+    if salt is None or body.cache_salt is not None:
+        return body
+    if not 1 <= len(salt) <= 256:
+        raise APIError(400, f"the {CACHE_SALT_HEADER} header takes 1 to 256 characters",
+                       param=CACHE_SALT_HEADER)
+    return body.model_copy(update={"cache_salt": salt})
 
 
 def _or(value: Any, default: Any) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -121,6 +122,13 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s", request.url.path)
-        return error_response(APIError(500, f"internal error: {type(exc).__name__}: {exc}"),
-                              request.url.path)
+        return error_response(internal_error(exc, request.url.path), request.url.path)
+
+
+def internal_error(exc: BaseException, where: str) -> APIError:
+    """A bug's 500: the detail (which may quote a client's text) only in the server log,
+    under a request id the body names, so an operator can find it."""
+    rid = "req_" + uuid.uuid4().hex[:16]
+    log.error("internal error %s on %s", rid, where, exc_info=exc)
+    return APIError(500, f"internal error (request id {rid}); the server log has the detail",
+                    code="internal_error")

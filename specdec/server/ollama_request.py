@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .api import Api
+from .body import read_json
 from .errors import APIError, validation_error
 from .schemas import ChatCompletionRequest, CompletionRequest
 
@@ -73,6 +75,9 @@ class _Generation(_Body):
     keep_alive: Any = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
+    # this server's chat-request extensions, checked there (400s name them)
+    speculative: dict[str, Any] | None = None
+    cache_salt: str | None = None
 
 
 class ShowBody(_Body):
@@ -97,14 +102,9 @@ class GenerateBody(_Generation):
 
 
 async def read_body(request: Request, model: type[_Body]) -> Any:
+    raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
     try:
-        raw = await request.json()
-    except ValueError as e:
-        raise APIError(400, f"The request body is not valid JSON ({e}). Send a JSON object.") from e
-    if not isinstance(raw, dict):
-        raise APIError(400, "The request body must be a JSON object.")
-    try:
-        return model.model_validate(raw)
+        return await run_in_threadpool(model.model_validate, raw)  # 4 MiB: off the loop
     except ValidationError as e:
         raise _invalid(e) from e
 
@@ -189,8 +189,13 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     if not tools:  # the Python client sends [] when there are none
         return None
     keep = ("name", "description", "parameters", "strict")
+    for i, t in enumerate(tools):
+        if not isinstance(t.get("function"), dict):
+            raise APIError(400, f"tools[{i}].function: a tool is {{\"type\": \"function\", "
+                           "\"function\": {\"name\": ..., \"parameters\": ...}}",
+                           param=f"tools[{i}].function")
     return [{"type": t.get("type", "function"),
-             "function": {k: v for k, v in (t.get("function") or {}).items() if k in keep}}
+             "function": {k: v for k, v in t["function"].items() if k in keep}}
             for t in tools]
 
 
@@ -235,7 +240,7 @@ class Surface:
     def chat_request(self, body: ChatBody, name: str) -> ChatCompletionRequest:
         payload = {"model": name, "messages": _history(body.messages), "tools": _tools(body.tools),
                    "response_format": _response_format(body.format), **_sampling(body),
-                   **self.think(body.think), **_logprobs_asked(body)}
+                   **self.think(body.think), **_logprobs_asked(body), **_extensions(body)}
         return _validated(ChatCompletionRequest,
                           {k: v for k, v in payload.items() if v is not None})
 
@@ -252,7 +257,8 @@ class Surface:
                 + [{"role": "user", "content": body.prompt or ""}]
             return self.chat_request(ChatBody(model=body.model, messages=[
                 Message(**m) for m in messages], format=body.format, options=body.options,
-                think=body.think, logprobs=body.logprobs, top_logprobs=body.top_logprobs), name)
+                think=body.think, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
+                speculative=body.speculative, cache_salt=body.cache_salt), name)
         why = "raw" if body.raw else "this model has no chat template, so"
         for key, value in (("system", body.system), ("format", body.format), ("think", body.think)):
             if value:
@@ -260,7 +266,12 @@ class Surface:
                                f"to the model as it is: omit {key}", param=key)
         extra = {"logprobs": body.top_logprobs or 0} if body.logprobs else {}
         return _validated(CompletionRequest, {"model": name, "prompt": body.prompt or "",
-                                              **_sampling(body), **extra})
+                                              **_sampling(body), **extra, **_extensions(body)})
+
+
+def _extensions(body: _Generation) -> dict[str, Any]:
+    return {k: v for k, v in (("speculative", body.speculative), ("cache_salt", body.cache_salt))
+            if v is not None}
 
 
 def _logprobs_asked(body: _Generation) -> dict[str, Any]:

@@ -3,30 +3,35 @@
 Contract: ``POST /v1/responses`` turns the request into one chat request
 (``openai_responses_input``), folds the chat chunks into output items, whole or as typed SSE
 events (``openai_responses_events.Folder``), and keeps the answer in a bounded
-``ResponseStore`` (``store``, default true) behind ``previous_response_id``, GET and DELETE.
-Accepted and ignored: include, prompt_cache_key, user, service_tier, truncation, metadata
-(echoed), background, top_logprobs, unknown fields. Tests: tests/server/test_openai_responses.py.
+``ResponseStore`` (``store``, default true) behind ``previous_response_id``, GET and DELETE,
+each seeing the calling API key's responses only. The body is read by ``body.read_json``
+(every echoed field valid JSON text before any work). Accepted and ignored: include,
+prompt_cache_key, user, service_tier, truncation, metadata (echoed), background,
+top_logprobs, unknown fields. Tests: tests/server/test_openai_responses.py,
+tests/server/test_attacks.py (the wire x attack table).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .api import CLIENT_CLOSED, SSE_HEADERS, Api, NoTokens
+from .body import read_json
 from .errors import APIError, validation_error
 from .openai_responses_events import Folder, skeleton
 from .openai_responses_input import (ResponsesRequest, chat_body, chat_messages, input_items,
                                      map_tools)
-from .openai_responses_store import ResponseStore
+from .middleware import TENANT_SCOPE_KEY
+from .openai_responses_store import ResponseStore, Stored
 
 __all__ = ["Folder", "ResponseStore", "Turn", "map_tools", "register"]  # tests import these here
 
@@ -37,30 +42,33 @@ class Turn:
 
     folder: Folder
     chunks: AsyncIterator[dict[str, Any]]
-    history: list[dict[str, Any]]  # earlier turns' items + this input
+    earlier: Stored | None  # the previous response (its items are shared, never copied)
+    new_items: list[dict[str, Any]]  # this turn's input (references resolved)
     store: ResponseStore | None
+    tenant: str  # the API key's tenant: its own partition of the store
 
     def save(self) -> None:
         response = self.folder.response  # no finish reason: the client left, it was cut
         if self.store is not None and response["status"] != "failed" and self.folder.finish:
-            output = copy.deepcopy(response["output"])
-            self.store.put(copy.deepcopy(response), self.history + output)
+            self.store.put(self.tenant, response, self.new_items + response["output"],
+                           self.earlier)
 
 
 async def start_turn(request: Request, api: Api, store: ResponseStore) -> tuple[Turn, bool]:
+    raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
     try:
-        raw = await request.json()
-    except ValueError:
-        raise APIError(400, "The request body is not valid JSON: send a JSON object.",
-                       code="invalid_json") from None
-    try:
-        req = ResponsesRequest.model_validate(raw)
+        req = await run_in_threadpool(ResponsesRequest.model_validate, raw)  # 4 MiB: off the loop
     except ValidationError as e:  # validation_error reads loc[0] as FastAPI's "body"
         raise validation_error([{**err, "loc": ("body", *err["loc"])} for err in e.errors()]) from None
-    earlier = store.get(req.previous_response_id, "previous_response_id").items \
-        if req.previous_response_id else []
-    history = earlier + input_items(req, store)
-    messages = chat_messages(history)
+    tenant = request.scope.get(TENANT_SCOPE_KEY, "")
+    earlier = store.get(tenant, req.previous_response_id, "previous_response_id") \
+        if req.previous_response_id else None
+    new_items = input_items(req, store, tenant)
+
+    def conversation() -> list[dict[str, Any]]:  # a long chain: parsed off the event loop
+        return chat_messages((earlier.history() if earlier else []) + new_items)
+
+    messages = await run_in_threadpool(conversation)
     if req.instructions:
         messages.insert(0, {"role": "system", "content": req.instructions})
     if not messages:
@@ -70,7 +78,7 @@ async def start_turn(request: Request, api: Api, store: ResponseStore) -> tuple[
     body = chat_body(req, raw, messages, tools)
     chunks = await api.chat(request, body)
     folder = Folder(skeleton(req, api.cfg.model_id, tools), tools.spaces)
-    return Turn(folder, chunks, copy.deepcopy(history), store if req.store else None), req.stream
+    return Turn(folder, chunks, earlier, new_items, store if req.store else None, tenant), req.stream
 
 
 async def stream_events(turn: Turn) -> AsyncIterator[str]:
@@ -114,10 +122,11 @@ def register(app: Any, api: Api) -> None:
         return JSONResponse(turn.folder.response)
 
     @app.get("/v1/responses/{rid}")
-    async def retrieve(rid: str) -> dict:
-        return store.get(rid).response
+    async def retrieve(rid: str, request: Request) -> Response:  # the caller's key's only
+        stored = store.get(request.scope.get(TENANT_SCOPE_KEY, ""), rid)
+        return Response(stored.response, media_type="application/json")
 
     @app.delete("/v1/responses/{rid}")
-    async def delete(rid: str) -> dict:
-        store.delete(rid)
+    async def delete(rid: str, request: Request) -> dict:
+        store.delete(request.scope.get(TENANT_SCOPE_KEY, ""), rid)
         return {"id": rid, "object": "response", "deleted": True}

@@ -15,11 +15,12 @@ from .errors import APIError, validation_error
 from .openai_responses_store import ResponseStore
 from .schemas import ChatCompletionRequest
 
+MAX_REFERENCES = 1000  # item_reference items in one request (each an index lookup)
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 # chat-request extensions a Responses request may carry too (sampling, speculation)
 PASSTHROUGH = ("seed", "top_k", "min_p", "stop", "repetition_penalty", "presence_penalty",
-               "frequency_penalty", "speculative", "chat_template_kwargs")
+               "frequency_penalty", "speculative", "chat_template_kwargs", "cache_salt")
 
 
 class ResponsesRequest(BaseModel):
@@ -115,11 +116,12 @@ class ToolMap:
 
 
 def map_tools(tools: list[dict[str, Any]] | None) -> ToolMap:
+    """The request's tools as chat function tools; a wrong shape is a 400 naming it."""
     out = ToolMap()
 
-    def add(fn: dict[str, Any], ns: str | None) -> None:
-        name = fn.get("name")
-        flat = _flat(ns, name) if isinstance(name, str) else name
+    def add(fn: dict[str, Any], ns: str | None, where: str) -> None:
+        name = _field(fn, "name", where)
+        flat = _flat(ns, name)
         if ns:
             out.spaces[flat] = (ns, name)
         spec = {k: fn.get(k) for k in ("description", "parameters", "strict")}
@@ -127,16 +129,22 @@ def map_tools(tools: list[dict[str, Any]] | None) -> ToolMap:
             "name": flat, **{k: v for k, v in spec.items() if v is not None}}})
 
     for i, tool in enumerate(tools or []):
+        where = f"tools[{i}]"
         kind = tool.get("type")
         if kind == "function":
-            add(tool, None)
+            add(tool, None, where)
         elif kind == "namespace":
-            ns = _field(tool, "name", f"tools[{i}]")
-            for fn in tool.get("tools") or tool.get("functions") or []:
-                if isinstance(fn, dict) and fn.get("type", "function") == "function":
-                    add(fn, ns)
+            ns = _field(tool, "name", where)
+            members = tool.get("tools") or tool.get("functions") or []
+            if not isinstance(members, list):
+                raise _bad(f"{where}.tools", "a namespace's tools are a list of tools")
+            for j, fn in enumerate(members):
+                if not isinstance(fn, dict):
+                    raise _bad(f"{where}.tools[{j}]", "a tool is a JSON object")
+                if fn.get("type", "function") == "function":
+                    add(fn, ns, f"{where}.tools[{j}]")
                 else:  # a custom (free-text) tool inside the namespace
-                    out.dropped.append(f"{ns}.{fn.get('name') if isinstance(fn, dict) else fn}")
+                    out.dropped.append(f"{ns}.{fn.get('name')}")
         else:
             out.dropped.append(str(tool.get("name") or kind))
     return out
@@ -179,23 +187,34 @@ def chat_body(req: ResponsesRequest, raw: dict[str, Any], messages: list[dict[st
         options["reasoning_effort"] = "high" if effort == "xhigh" else effort
     body.update({k: v for k, v in options.items() if v is not None})
     body.update({k: raw[k] for k in PASSTHROUGH if k in raw})
+    if not req.store:  # kept out of the shared drafting memory too, as on chat completions
+        body["store"] = False
     try:
         return ChatCompletionRequest.model_validate(body)
     except ValidationError as e:
         raise validation_error(list(e.errors())) from None
 
 
-def input_items(req: ResponsesRequest, store: ResponseStore) -> list[dict[str, Any]]:
-    """This request's input as items (a string is one user message), references resolved."""
+def input_items(req: ResponsesRequest, store: ResponseStore,
+                tenant: str = "") -> list[dict[str, Any]]:
+    """This request's input as items (a string is one user message), references resolved
+    in ``tenant``'s own stored responses (an index lookup each, at most MAX_REFERENCES)."""
     if isinstance(req.input, str):
         return [{"type": "message", "role": "user", "content": req.input}]
+    refs = sum(1 for it in req.input if isinstance(it, dict) and it.get("type") == "item_reference")
+    if refs > MAX_REFERENCES:
+        raise _bad("input", f"{refs} item_reference items; at most {MAX_REFERENCES} are accepted "
+                   "in one request: send previous_response_id, or the items themselves")
     out = []
     for i, item in enumerate(req.input):
         if isinstance(item, dict) and item.get("type") == "item_reference":
-            found = store.item(item.get("id"))
-            if found is None:
-                raise _bad(f"input[{i}]", f"item_reference {item.get('id')!r} names no item of "
-                           "a stored response; send the item itself")
+            found = store.item(tenant, item.get("id"))
+            if found is None:  # another key's item is as unknown as one never stored
+                raise APIError(404, f"input[{i}]: item_reference {item.get('id')!r} names no "
+                               "item of a response stored for this API key; send the item "
+                               "itself", param=f"input[{i}]", code="item_not_found")
+            if not found:  # a reasoning item: known, and no prompt replays it
+                continue
             item = found
         out.append(item)
     return out

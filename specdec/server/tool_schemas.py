@@ -23,22 +23,30 @@ MAX_SCHEMA_BYTES = 64 << 10
 MAX_SCHEMA_DEPTH = 32
 
 
-def _depth(value: Any) -> int:
-    if isinstance(value, dict):
-        return 1 + max(map(_depth, value.values()), default=0)
-    if isinstance(value, list):
-        return 1 + max(map(_depth, value), default=0)
-    return 0
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` containers deep: iterative, and it stops
+    at the first node past the limit (a schema 100k deep costs no recursion, no full walk)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) \
+            else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
 
 
 def schema_problem(schema: Any, where: str) -> str | None:
     """Why a client's JSON schema is refused (too large or too deep to compile at a
     bounded cost), or None."""
+    if _deeper_than(schema, MAX_SCHEMA_DEPTH):  # first: json.dumps recurses
+        return f"{where}: the schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
     size = len(json.dumps(schema))
     if size > MAX_SCHEMA_BYTES:
         return f"{where}: the schema is {size} bytes; at most {MAX_SCHEMA_BYTES} are accepted"
-    if _depth(schema) > MAX_SCHEMA_DEPTH:
-        return f"{where}: the schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
     return None
 
 

@@ -23,7 +23,7 @@ def _args_object(arguments: Any) -> Any:
     if isinstance(arguments, str):
         try:
             decoded = json.loads(arguments)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's stack
             return arguments
         return decoded if isinstance(decoded, dict) else arguments
     return arguments

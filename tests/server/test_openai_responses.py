@@ -170,7 +170,6 @@ def test_hosted_tools_are_dropped_not_refused(client):
 def test_what_cannot_be_served_is_a_400_that_says_so(client):
     image = {"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}
     cases = [({"input": [image]}, "text-only"),
-             ({"input": [{"type": "item_reference", "id": "msg_nope"}]}, "item_reference"),
              ({"input": [{"type": "computer_call", "id": "c"}]}, "not supported"),
              ({"input": "hi", "tools": [WEATHER]}, "does not support tools"),
              ({"input": "hi", "tools": [{"type": "web_search"}],
@@ -184,6 +183,8 @@ def test_what_cannot_be_served_is_a_400_that_says_so(client):
             client.responses.create(model=MODEL, **kw)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.responses.create(model="gpt-nope", input="hi")
+    with pytest.raises(openai.NotFoundError, match="item_reference"):  # as OpenAI's: a 404
+        client.responses.create(model=MODEL, input=[{"type": "item_reference", "id": "msg_nope"}])
 
 
 def test_unknown_fields_are_accepted_and_ignored(client):

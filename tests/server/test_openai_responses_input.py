@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.server.errors import APIError
-from specdec.server.openai_responses_input import (ResponsesRequest, ToolMap, chat_body,
+from specdec.server.openai_responses_input import (MAX_REFERENCES, ResponsesRequest, ToolMap, chat_body,
                                                    chat_messages, input_items, map_choice,
                                                    map_format, map_tools)
 from specdec.server.openai_responses_store import ResponseStore
@@ -80,12 +80,25 @@ def test_the_chat_body_carries_options_and_extensions():
 
 def test_item_references_resolve_from_the_store_or_are_refused():
     store = ResponseStore()
-    store.put({"id": "resp_1"}, [{"id": "msg_1", "type": "message", "role": "user", "content": "a"}])
-    req = ResponsesRequest(model="m", input=[{"type": "item_reference", "id": "msg_1"}])
-    assert input_items(req, store)[0]["content"] == "a"
+    store.put("key0", {"id": "resp_1"}, [{"id": "msg_1", "type": "message", "role": "user", "content": "a"},
+                                         {"id": "rs_1", "type": "reasoning"}])
+    req = ResponsesRequest(model="m", input=[{"type": "item_reference", "id": "msg_1"},
+                                             {"type": "item_reference", "id": "rs_1"}])
+    assert input_items(req, store, "key0") == [  # the reasoning item: known, not replayed
+        {"id": "msg_1", "type": "message", "role": "user", "content": "a"}]
+    with pytest.raises(APIError) as e:  # another key's item is not there for key1
+        input_items(req, store, "key1")
+    assert e.value.param == "input[0]"
     assert input_items(ResponsesRequest(model="m", input="hi"), store) == [
         {"type": "message", "role": "user", "content": "hi"}]
     with pytest.raises(APIError) as e:
         input_items(ResponsesRequest(model="m", input=["x", {"type": "item_reference", "id": "no"}]),
                     store)
-    assert e.value.param == "input[1]" and "send the item itself" in e.value.message
+    assert (e.value.status, e.value.param) == (404, "input[1]") and "send the item itself" in e.value.message
+
+
+def test_references_past_the_cap_are_a_400_naming_it():
+    refs = [{"type": "item_reference", "id": "x"}] * (MAX_REFERENCES + 1)
+    with pytest.raises(APIError) as e:
+        input_items(ResponsesRequest(model="m", input=refs), ResponseStore())
+    assert e.value.status == 400 and e.value.param == "input" and "item_reference" in e.value.message

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+import wire_attacks as wa
 from serverproc import Server
 
 MODEL = "smollm2-135m"
@@ -72,3 +73,19 @@ def test_store_false_and_salted_requests_stay_out_of_the_shared_memory(one_key):
     assert one_key.health()["memory"]["history_documents"] == before
     ask(one_key, "k", "Remember the number 4444.")  # one key, no salt: shared as before
     assert one_key.health()["memory"]["history_documents"] == before + 1
+
+
+@pytest.mark.slow
+def test_the_oracle_gives_nothing_across_keys_and_salts_on_every_wire(two_keys):
+    """Issue #44: /v1/messages, /v1/responses and /api/chat partition the prefix cache as
+    chat completions do, by key and by ``cache_salt`` (here the X-Cache-Salt header)."""
+    alice, bob = ({"Authorization": f"Bearer {k}"} for k in ("alice-key", "bob-key"))
+    with httpx.Client(base_url=two_keys.base, timeout=300) as http:
+        # the same salt, another key; then the same key, another salt (a fresh scope per wire)
+        by_key = wa.oracle(http, MODEL, SECRET, lambda w: {**alice, "X-Cache-Salt": w},
+                           lambda w: {**bob, "X-Cache-Salt": w})
+        by_salt = wa.oracle(http, MODEL, SECRET, lambda w: {**alice, "X-Cache-Salt": "a" + w},
+                            lambda w: {**alice, "X-Cache-Salt": "b" + w})
+    for name, table in (("key", by_key), ("salt", by_salt)):
+        assert {w: r["attacker_cached"] for w, r in table.items()} == dict.fromkeys(table, 0), (name, table)
+        assert all(r["victim_cached"] > 20 for r in table.values()), (name, table)

@@ -28,6 +28,8 @@ def test_schemas_are_bounded_in_depth_and_bytes():
     assert "bytes; at most" in schema_problem(big, "tools[0]") and schema_problem([], "s") is None
     with pytest.raises(ValidationError, match="nests deeper"):
         FunctionDef(name="f", parameters=nested(MAX_SCHEMA_DEPTH + 1))
+    # the walk is iterative: a schema past the interpreter's recursion limit is refused too
+    assert "nests deeper" in schema_problem(nested(100_000), "parameters")
 
 
 @pytest.mark.parametrize("fn", [{"name": "bad name"}, {"name": "x" * 65}, {"name": ""},
