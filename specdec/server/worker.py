@@ -37,7 +37,7 @@ from ..policy.block import curve_cost, unknown_cost
 from ..policy.pricing import BATCH_COST_LENGTHS
 from .batcher import Batcher
 from .config import ServerConfig
-from .errors import APIError
+from .errors import APIError, internal_error
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
 from .kv_budget import KVBudget, MemoryLimits, budget_for, set_limits
 from .memory import SharedMemory
@@ -366,7 +366,8 @@ class InferenceWorker:
                                        code="distributed_group_lost"))
         if isinstance(e, APIError):
             return ErrorEvent(e)
-        return ErrorEvent(APIError(500, f"generation failed: {type(e).__name__}: {e}"))
+        # a bug's detail may quote a prompt: it goes to the log under the id the body names
+        return ErrorEvent(internal_error(e, "generation"))
 
     def group_failure(self, e: BaseException) -> bool:
         """Whether ``e`` means a rank of the sharded target is gone (then the group is
