@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..drafters.spec import DraftSpec
 from . import analysis, plots, specbench
 from .configs import BenchConfig
-from ..drafters.spec import DraftSpec
 from .workloads import ECHO_CLASSES
 
 DEFAULT_LABEL = BenchConfig(DraftSpec()).label  # the engine's default drafter, as a config

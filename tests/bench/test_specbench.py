@@ -153,3 +153,26 @@ def test_two_questions_bench_with_parity_and_the_spec_bench_report(tmp_path):
     assert "## Spec-Bench" in report and "suffix k=8 (the default)" in report
     assert "| PLD | Vicuna-7B-v1.3 | 1.60×" in report
     assert (tmp_path / "specbench.png").stat().st_size > 0
+
+
+def test_the_report_and_plot_from_hand_written_records(tmp_path):
+    """No model: two questions, plain and the default; the Spec-Bench section names the
+    default, carries tokens per forward and the leaderboard, and its plot is drawn."""
+    from specdec.bench.report import write_report
+    from specdec.bench.runner import BenchResult, RunRecord
+
+    recs = []
+    for wl, cls in (("qa-1", "qa"), ("rag-2", "rag")):
+        recs += [_rec("plain", r, [1] * 6, workload=wl, cls=cls, verify_steps=7, emitted=7,
+                      fed_tokens=7) for r in (1, 2, 3)]
+        recs += [_rec("suffix k=8", r, [1] * 6, workload=wl, cls=cls, decode_s=0.8, drafted=4,
+                      accepted=3, verify_steps=4, emitted=7, fed_tokens=8) for r in (1, 2, 3)]
+    plan = dict(model="m", max_tokens=8, runs=3, warmup=False, workloads=["qa-1", "rag-2"])
+    meta = dict(date="d", machine="x", cpus=2, device="cpu", versions={}, argv="specdec bench")
+    result = BenchResult(plan, meta, {1: 1.0, 2: 1.1}, [RunRecord(**r) for r in recs], {})
+    report = write_report(result, tmp_path).read_text()
+    section = report.split("## Spec-Bench")[1].split("## ")[0]
+    assert "| suffix k=8 (the default) | 1.25× · 1.75 | 1.25× · 1.75 | 1.25× · 1.75 | 0 (1.25×) |" \
+        in section
+    assert "| plain | 1.00× · 1.00 |" in section and "| EAGLE-3 | Vicuna-13B-v1.3 | 3.48×" in section
+    assert (tmp_path / "specbench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
