@@ -155,7 +155,8 @@ def category_table(rows: Iterable[dict]) -> dict[str, dict[str, dict]]:
             cfg = by.setdefault(r["config"], {})
             cfg.setdefault(r["cls"], []).append(r)
             cfg.setdefault("overall", []).append(r)
-    return {c: {k: asdict(_cell(v)) for k, v in cats.items()} for c, cats in by.items()}
+    order = (*CATEGORIES, "overall")
+    return {c: {k: asdict(_cell(cats[k])) for k in order if k in cats} for c, cats in by.items()}
 
 
 def is_specbench(classes: Iterable[str]) -> bool:
