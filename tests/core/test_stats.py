@@ -36,6 +36,7 @@ def test_rates_are_zero_until_measured_and_to_dict_carries_them():
     s = SpecStats(prompt_tokens=11, prefill_s=0.5, generated_tokens=6, decode_s=2.0)
     assert (s.prefill_tokens_per_s, s.decode_tokens_per_s) == (20.0, 3.0)
     empty = SpecStats().to_dict()
-    assert all(empty[k] == 0.0 for k in ("acceptance_rate", "mean_acceptance_length", "p_cache", "tokens_per_forward",
+    assert all(empty[k] == 0.0 for k in ("acceptance_rate", "mean_acceptance_length", "p_cache",
+                                         "tokens_per_forward",
                                          "prefill_tokens_per_s", "decode_tokens_per_s"))
     assert empty["drafter"] == "none" and empty["drafted_by_position"] == []
