@@ -100,6 +100,7 @@ def _stats_line(label: str, s: SpecStats) -> str:
         f"prefill {s.prefill_tokens_per_s:.1f} tok/s, ttft {s.ttft_s:.2f}s, "
         f"steps {s.verify_steps} ({s.draft_steps} drafted), accepted {s.accepted}/{s.drafted} "
         f"({s.acceptance_rate:.0%}), mean acceptance length {s.mean_acceptance_length:.2f}, "
+        f"{s.tokens_per_forward:.2f} tokens/forward, "
         f"p_cache {s.p_cache:.2f}" + (f", {s.cached_tokens} prompt tokens cached" if s.cached_tokens else "")
     )
 

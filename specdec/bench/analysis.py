@@ -80,6 +80,8 @@ def summarize(records: Sequence[dict], cost: Mapping[int, float],
         accepted = sum(t["accepted"] for t in turns)
         fed = sum(t["fed_tokens"] for t in turns)
         generated = sum(t["generated"] for t in turns)
+        # Spec-Bench's tokens per forward: every emitted token (an ending EOS too) / forwards
+        emitted = sum(t["emitted"] for t in turns) if all("emitted" in t for t in turns) else None
         all_steps = [s for t in turns for s in t["steps"]]
         bound = zero_cost(all_steps, generated, cost) if source == "specdec" and steps else None
         dc = (draft_costs or {}).get(config)
@@ -93,7 +95,10 @@ def summarize(records: Sequence[dict], cost: Mapping[int, float],
             ttft_s=statistics.median(ts[0]["prefill_s"] for ts in by_run.values()),
             speedup=speedup, acceptance=accepted / drafted if drafted else None,
             mal=(accepted + steps) / steps if steps else None,
-            p_cache=generated / fed if fed else None, zero_cost=bound, draft_bound=draft_bound,
+            emitted=emitted, forwards=steps,
+            tpf=emitted / steps if emitted is not None and steps else None,
+            p_cache=(generated if emitted is None else emitted) / fed if fed else None, zero_cost=bound,
+            draft_bound=draft_bound,
             engine_eff=speedup / bound if speedup and bound else None,
         ))
     return _with_oracle(rows)
@@ -175,8 +180,17 @@ def class_summary(rows: Sequence[dict]) -> list[dict]:
                  engine_eff=geomean(r["engine_eff"] for r in rs if r["engine_eff"]),
                  of_oracle=geomean(r["of_oracle"] for r in rs if r["of_oracle"]),
                  acceptance=mean_of(r["acceptance"] for r in rs),
-                 mal=mean_of(r.get("mal") for r in rs))
+                 mal=mean_of(r.get("mal") for r in rs), tpf=tokens_per_forward(rs))
             for (c, cfg, src), rs in groups.items()]
+
+
+def tokens_per_forward(rows: Iterable[dict]) -> float | None:
+    """Spec-Bench's figure over ``rows``: all their emitted tokens / all their forwards
+    (None when a row has no count: a peer's, or a results.json from before it was kept)."""
+    rows = list(rows)
+    if not rows or any(r.get("emitted") is None or not r.get("forwards") for r in rows):
+        return None
+    return sum(r["emitted"] for r in rows) / sum(r["forwards"] for r in rows)
 
 
 def mean_of(values: Iterable[float | None]) -> float | None:

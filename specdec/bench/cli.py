@@ -1,6 +1,7 @@
 """``specdec bench``: flags → one ``BenchPlan`` → ``run_plan`` → report.
 
-Contract: a profile (``--profile``, ``--quick`` = ``--profile quick``) supplies every
+Contract: a profile (``--profile``; ``--quick`` = ``--profile quick``, or a question set's
+stratified subset, ``--profile specbench --quick``) supplies every
 default; each flag given overrides it. Workloads come from ``--workload FILE`` (JSONL, see
 ``workloads``) or the built-in set, filtered by ``--workloads``/``--classes``. Configs come
 from ``--config SPEC`` (repeatable) or the sweep flags (``--draft-type`` ×
@@ -60,7 +61,11 @@ def add_bench_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="benchmark drafters and peers: parity, speed, the oracle ceiling",
                        description=__doc__.split("\n")[0])
     p.add_argument("--profile", choices=sorted(PROFILES), default="default")
-    p.add_argument("--quick", action="store_true", help="the 'quick' profile (CI smoke test)")
+    p.add_argument("--quick", action="store_true",
+                   help="the 'quick' profile (CI smoke test); with --profile specbench, its "
+                        "stratified subset of a few questions per category")
+    p.add_argument("--per-category", type=int, metavar="N",
+                   help="Spec-Bench profile: N questions per category (stratified)")
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     p.add_argument("--model", help="target model (packaged name, .gguf or mlx-lm dir)")
     p.add_argument("--draft-model", help="draft model for 'model' configs and mlx-lm's peer run")
@@ -103,7 +108,13 @@ def _workloads(args: argparse.Namespace, prof: Profile) -> list:
     # imports mlx: `specdec --help` starts without it (so do the imports below that say so)
     from .workloads import builtin_workloads, load_workloads
 
-    if args.workload:
+    if prof.questions == "specbench" and not args.workload:
+        from .specbench import workloads as specbench_workloads
+
+        pool = specbench_workloads(args.per_category or (prof.quick_per_category if args.quick
+                                                         else None))
+        wanted = args.workloads
+    elif args.workload:
         pool = load_workloads(args.workload)
         wanted = args.workloads
     else:
@@ -139,7 +150,12 @@ def _configs(args: argparse.Namespace, prof: Profile) -> list:
 def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
     from .runner import BenchPlan  # imports mlx: see above
 
-    name = "quick" if args.quick else args.profile
+    name = args.profile
+    if args.per_category is not None and (args.per_category < 1 or not PROFILES[name].questions):
+        raise ValueError("--per-category N takes N >= 1 and a question-set profile "
+                         "(--profile specbench)")
+    if args.quick and not PROFILES[name].quick_per_category:
+        name = "quick"  # a question set's --quick is its own subset
     prof = PROFILES[name]
     distributed = getattr(args, "distributed", False)
     peers = args.peers if args.peers is not None else list(prof.peers)
@@ -162,7 +178,7 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
         prompt_tokens=args.prompt_tokens or list(prof.prompt_tokens),
         runs=args.runs or prof.runs, max_tokens=args.max_tokens or prof.max_tokens,
         peers=peers, peer_k=args.peer_k or prof.peer_k, draft_model=args.draft_model or prof.draft_model,
-        dtype=args.dtype, kv_bits=args.kv_bits, oracle=not args.no_oracle,
+        dtype=args.dtype, kv_bits=args.kv_bits, oracle=prof.oracle and not args.no_oracle,
         warmup=not args.no_warmup)
     if distributed:
         _check_distributed(plan, prof)
@@ -247,7 +263,10 @@ def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
     def fmt(v: float | None, spec: str) -> str:
         return "–" if v is None else format(v, spec)
 
-    for cfg, h in headline(summary).items():
+    for cfg, t in summary.get("specbench", {}).items():  # Spec-Bench: per category
+        print(f"  {cfg:32s} " + "  ".join(f"{c} {fmt(v['speedup'], '.2f')}x/{fmt(v['tpf'], '.2f')}"
+                                           for c, v in t.items()))
+    for cfg, h in ({} if "specbench" in summary else headline(summary)).items():
         print(f"  {cfg:32s} echo-heavy {fmt(h['echo_speedup'], '.2f')}x  open-ended "
               f"{fmt(h['open_speedup'], '.2f')}x  of oracle {fmt(h['of_oracle'], '.0%')}")
     for peer, note in result.peer_notes.items():

@@ -3,7 +3,8 @@
 Contract: ``make_all(result, summary, out_dir)`` writes and returns the paths of
 ``speedup_by_class.png`` (ours, per class and config, the zero-cost bound marked on each bar),
 ``per_position.png`` (acceptance of draft slot i), ``cost_curve.png`` (cost(L)/cost(1))
-and, when peers ran, ``peers.png`` (each engine's speedup over its own plain decoding
+``specbench.png`` for Spec-Bench questions (per category, the published PLD and EAGLE-2
+figures marked) and, when peers ran, ``peers.png`` (each engine's speedup over its own plain decoding
 and its absolute tok/s on the same prompts).
 Tests: tests/bench/test_plots.py, none of its own (tests/bench/test_report.py writes its
 report with plots off).
@@ -15,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from . import analysis
+from . import analysis, specbench as sb
 
 
 def _plt():
@@ -111,8 +112,38 @@ def peers(summary: dict, path: Path) -> bool:
     return True
 
 
+def specbench(summary: dict, path: Path) -> None:
+    """Our speedup per Spec-Bench category and overall, one bar per config; the published
+    PLD and EAGLE-2 figures (A100, Vicuna-7B) as markers."""
+    table = {c: t for c, t in summary["specbench"].items() if c != analysis.PLAIN_LABEL}
+    cats = [c for c in sb.CATEGORIES if any(c in t for t in table.values())] + ["overall"]
+    plt = _plt()
+    width = 0.8 / max(len(table), 1)
+    fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(cats)), 4.2))
+    for j, (cfg, t) in enumerate(sorted(table.items())):
+        xs = [i + (j - (len(table) - 1) / 2) * width for i in range(len(cats))]
+        ax.bar(xs, [(t.get(c) or {}).get("speedup") or 0 for c in cats], width, label=cfg)
+    published = {r.method: r for r in sb.LEADERBOARD}
+    for name, marker in (("PLD", "x"), ("EAGLE-2", "*")):
+        r = published[name]
+        ys = [dict(zip(sb.CATEGORIES, r.speedups)).get(c, r.overall) for c in cats]
+        ax.scatter(range(len(cats)), ys, marker=marker, color="black", zorder=3,
+                   label=f"{name} (published: {r.model}, A100)")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(cats)), cats, rotation=15)
+    ax.set_ylabel("speedup over plain decoding (geomean)")
+    ax.set_title("Spec-Bench by category")
+    ax.legend(fontsize=7, ncols=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def make_all(result: Any, summary: dict, out: Path) -> list[str]:
     made = []
+    if summary.get("specbench"):
+        specbench(summary, out / "specbench.png")
+        made.append(str(out / "specbench.png"))
     if summary["classes"]:
         speedup_by_class(summary, out / "speedup_by_class.png")
         made.append(str(out / "speedup_by_class.png"))

@@ -35,6 +35,9 @@ class Profile:
     peer_k: tuple[int, ...] = (4,)  # the peers' speculative runs: one per k
     draft_model: str | None = None
     warm_from: str | None = None
+    questions: str = ""  # "specbench": the workloads are Spec-Bench's questions, not built-ins
+    quick_per_category: int = 0  # --quick: this many questions per category (stratified)
+    oracle: bool = True  # the oracle drafter's runs (--no-oracle turns them off)
 
 
 PROFILES: dict[str, Profile] = {
@@ -52,6 +55,14 @@ PROFILES: dict[str, Profile] = {
         "and suffix at k=4, an auto-sized ngram tree, the oracle",
         workloads=("code_hints", "passage_json", "json_add", "open_story"),
         configs=("ngram:k=4", "suffix:k=4", "ngram:k=4:tree=auto"), runs=1, max_tokens=40),
+    "specbench": Profile(
+        "Spec-Bench's 480 questions (github hemingkx/Spec-Bench, vendored): its six "
+        "categories, MT-bench's second turn after the model's own first answer, 128 tokens a "
+        "turn, greedy; plain, the default (suffix k<=8, gated) and suffix k=8 ungated, "
+        "interleaved, 3 runs; per-category speedup and tokens per forward beside the "
+        "leaderboard. --quick: 2 questions per category (--per-category N)",
+        questions="specbench", quick_per_category=2,
+        configs=("suffix:k=8", "suffix:k=8:nogate"), runs=3, max_tokens=128, oracle=False),
     "rag3": Profile(
         "the design of the published three-class RAG bench: passage / code / json_rag at 800 prompt "
         "tokens, k=2 with n_min 2 and 3, and at k=8",

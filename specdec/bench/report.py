@@ -19,16 +19,23 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import analysis, plots
+from ..drafters.spec import DraftSpec
+from . import analysis, plots, specbench
+from .configs import BenchConfig
 from .workloads import ECHO_CLASSES
+
+DEFAULT_LABEL = BenchConfig(DraftSpec()).label  # the engine's default drafter, as a config
 
 
 def build_summary(result: Any) -> dict:
     records = [r.to_dict() for r in result.records]
     rows = analysis.summarize(records, result.cost_curve, getattr(result, "draft_costs", None))
-    return dict(rows=rows, classes=analysis.class_summary(rows),
-                parity=analysis.parity(records), per_position=analysis.per_position(records),
-                per_turn=analysis.per_turn(records), bounds=analysis.bounds(result.bounds))
+    out = dict(rows=rows, classes=analysis.class_summary(rows),
+               parity=analysis.parity(records), per_position=analysis.per_position(records),
+               per_turn=analysis.per_turn(records), bounds=analysis.bounds(result.bounds))
+    if specbench.is_specbench(r["cls"] for r in rows):
+        out["specbench"] = specbench.category_table(rows)
+    return out
 
 
 def headline(summary: dict) -> dict:
@@ -129,6 +136,47 @@ def _pair_section(result: Any, summary: dict) -> list[str]:
     return lines
 
 
+def _specbench_section(result: Any, summary: dict) -> list[str]:
+    """Spec-Bench's categories: ours per config (speedup · tokens per forward), overall,
+    the questions that lost to plain; the leaderboard's published rows beside them."""
+    table = summary.get("specbench")
+    if not table:
+        return []
+    cats = [c for c in specbench.CATEGORIES if any(c in t for t in table.values())]
+    counts = next(iter(table.values()))
+    p = result.plan
+
+    def cell(c: dict | None) -> str:
+        if not c:
+            return "–"
+        return f"{_x(c['speedup'])} · {_x(c['tpf'], '{:.2f}')}"
+
+    lines = ["## Spec-Bench", "",
+             f"{counts['overall']['questions']} Spec-Bench questions ("
+             + ", ".join(f"{counts[c]['questions']} {c}" for c in cats)
+             + f"), every turn (MT-bench's second turn asked after the model's own first "
+             f"answer, as Spec-Bench's harness does), up to {p['max_tokens']} tokens a turn, "
+             f"greedy, {p['model']}. Each cell: geomean speedup over the category's questions "
+             "(median tok/s of the runs ÷ plain's, interleaved) · tokens per forward, counted as "
+             "the leaderboard counts its mean accepted tokens: every emitted token, an ending "
+             "EOS included, over the target forwards after prefill (plain decoding: 1.00). "
+             f"*lost*: questions below {specbench.SLOW_BELOW}× plain (the worst in brackets).", ""]
+    lines += _table(["config", *(specbench.TITLES[c] for c in cats), "overall (geomean)", "lost"],
+                    [[cfg + (" (the default)" if cfg == DEFAULT_LABEL else ""),
+                      *(cell(t.get(c)) for c in cats), cell(t["overall"]),
+                      f"{t['overall']['slow']} ({_x(t['overall']['worst'])})"]
+                     for cfg, t in table.items()])
+    lines += [f"Published figures (Spec-Bench's Leaderboard.md, {specbench.DEVICE}; "
+              "7B–13B targets on a GPU, where verifying a block costs about one forward, so "
+              "their speedups are not this machine's: tokens per forward compare more "
+              "directly):", ""]
+    lines += _table(["method", "model", *(specbench.TITLES[c] for c in specbench.CATEGORIES),
+                     "mean accepted tokens", "overall"],
+                    [[r.method, r.model, *(_x(v) for v in r.speedups), f"{r.mean_accepted:.2f}",
+                      _x(r.overall)] for r in specbench.LEADERBOARD])
+    return lines
+
+
 def _x(v: float | None, fmt: str = "{:.2f}×") -> str:
     return "–" if v is None else fmt.format(v)
 
@@ -174,25 +222,28 @@ def _markdown(result: Any, summary: dict, plots: list[str]) -> str:
                     [[c, h["source"], _x(h["echo_speedup"]), _x(h["open_speedup"]),
                       _pct(h["of_oracle"]), _pct(h["engine_eff"])]
                      for c, h in headline(summary).items()])
+    lines += _specbench_section(result, summary)
     lines += _pair_section(result, summary)
     lines += _parity_section(result, summary)
     lines += _bounds_section(summary)
     lines += ["## Speedup by class (geometric mean)", ""]
     lines += _table(["class", "config", "source", "cases", "speedup", "of oracle",
                      "zero-cost bound", "drafter-cost bound", "engine efficiency", "acceptance",
-                     "tokens / verify step"],
+                     "tokens / verify step (every emitted token, an ending EOS too)"],
                     [[c["cls"], c["config"], c["source"], c["cases"], _x(c["speedup"]),
                       _pct(c["of_oracle"]), _x(c["zero_cost"]), _x(c.get("draft_bound")),
-                      _pct(c["engine_eff"]), _pct(c["acceptance"]), _x(c.get("mal"), "{:.2f}")]
+                      _pct(c["engine_eff"]), _pct(c["acceptance"]), _x(c.get("tpf"), "{:.2f}")]
                      for c in sorted(summary["classes"], key=lambda c: (c["cls"], c["source"] != "specdec", c["config"]))])
     lines += ["## Every case", ""]
     lines += _table(["workload", "class", "prompt tokens", "config", "tok/s (min–max)", "TTFT s",
-                     "speedup", "of oracle", "acceptance", "MAL", "p_cache", "zero-cost bound",
+                     "speedup", "of oracle", "acceptance", "MAL", "tokens / forward", "p_cache",
+                     "zero-cost bound",
                      "engine efficiency"],
                     [[r["workload"], r["cls"], r["prompt_tokens"], r["config"],
                       f"{r['tok_s']:.1f} ({r['tok_s_min']:.1f}–{r['tok_s_max']:.1f})",
                       f"{r['ttft_s']:.2f}", _x(r["speedup"]), _pct(r["of_oracle"]),
-                      _pct(r["acceptance"]), _x(r["mal"], "{:.2f}"), _x(r["p_cache"], "{:.2f}"),
+                      _pct(r["acceptance"]), _x(r["mal"], "{:.2f}"), _x(r.get("tpf"), "{:.2f}"),
+                      _x(r["p_cache"], "{:.2f}"),
                       _x(r["zero_cost"]), _pct(r["engine_eff"])] for r in summary["rows"]])
     pos = summary["per_position"]
     if pos:

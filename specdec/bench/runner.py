@@ -61,6 +61,7 @@ class RunRecord:
     decode_s: float
     generated: int
     drafted: int = 0
+    emitted: int = 0  # generated + the EOS that ended the turn, if one did (tokens per forward)
     accepted: int = 0
     verify_steps: int = 0
     fed_tokens: int = 0
@@ -121,7 +122,8 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
     s = res.stats
     return RunRecord(plan.model, case.name, case.cls, length, s.prompt_tokens, label, source,
                      run, turn, k, list(res.tokens), s.prefill_s, s.decode_s,
-                     s.generated_tokens, s.drafted, s.accepted, s.verify_steps, s.fed_tokens,
+                     s.generated_tokens, s.drafted, s.emitted_tokens, s.accepted, s.verify_steps,
+                     s.fed_tokens,
                      list(s.drafted_by_position), list(s.accepted_by_position),
                      [tuple(x) for x in res.steps])
 

@@ -1,8 +1,11 @@
 """Speculation statistics for one request.
 
 Definitions (vLLM's): acceptance_rate = accepted / drafted; mean_acceptance_length =
-emitted tokens per verify step (plain decoding: 1.0); per-position acceptance; p_cache =
-emitted / fed (1.0 for plain decoding). decode_tokens_per_s times plain and speculative
+(accepted + verify steps) / verify steps; per-position acceptance; p_cache = emitted / fed
+(1.0 for plain decoding). tokens_per_forward is Spec-Bench's "mean accepted tokens": every
+token a forward emitted, the end-of-sequence token that ended the output included, over the
+target forwards after prefill (plain decoding: exactly 1.0; ``generated_tokens`` leaves
+that last token out, as the output and its usage do). decode_tokens_per_s times plain and speculative
 runs over exactly the same work (after prefill). Full definitions: docs/design-notes.md.
 Tests: tests/core/test_stats.py, tests/test_engine.py.
 """
@@ -18,6 +21,7 @@ class SpecStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens a prompt cache already held (not prefilled)
     generated_tokens: int = 0
+    emitted_tokens: int = 0  # generated_tokens + the EOS token that ended the output, if one did
     drafted: int = 0
     accepted: int = 0
     verify_steps: int = 0
@@ -54,8 +58,12 @@ class SpecStats:
         return (self.accepted + self.verify_steps) / self.verify_steps if self.verify_steps else 0.0
 
     @property
+    def tokens_per_forward(self) -> float:
+        return self.emitted_tokens / self.verify_steps if self.verify_steps else 0.0
+
+    @property
     def p_cache(self) -> float:
-        return self.generated_tokens / self.fed_tokens if self.fed_tokens else 0.0
+        return self.emitted_tokens / self.fed_tokens if self.fed_tokens else 0.0
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -70,6 +78,7 @@ class SpecStats:
         for name in (
             "acceptance_rate",
             "mean_acceptance_length",
+            "tokens_per_forward",
             "p_cache",
             "prefill_tokens_per_s",
             "decode_tokens_per_s",

@@ -152,6 +152,7 @@ class Request:
         if self.step_log is not None:
             self.step_log.append((step.fed, step.accepted))
         for i, tok in enumerate(step.tokens):
+            stats.emitted_tokens += 1  # the forward made it, an ending EOS too (tokens per forward)
             if tok in self.eos:
                 self.finish_reason = "stop"
                 return out

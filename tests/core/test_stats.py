@@ -13,13 +13,14 @@ def test_recorded_linear_steps_give_the_definitions(steps):
     s = SpecStats()
     for d, a in steps:
         s.record_step(d, a, d + 1)
-    s.generated_tokens = sum(a + 1 for _, a in steps)
+    s.generated_tokens = s.emitted_tokens = sum(a + 1 for _, a in steps)
     drafted, accepted = sum(d for d, _ in steps), sum(a for _, a in steps)
     assert (s.verify_steps, s.drafted, s.accepted) == (len(steps), drafted, accepted)
     assert s.draft_steps == sum(d > 0 for d, _ in steps)
     assert s.acceptance_rate == (accepted / drafted if drafted else 0.0)
     assert s.mean_acceptance_length == (s.generated_tokens / len(steps) if steps else 0.0)
-    assert s.p_cache == (s.generated_tokens / sum(d + 1 for d, _ in steps) if steps else 0.0)
+    assert s.p_cache == (s.emitted_tokens / sum(d + 1 for d, _ in steps) if steps else 0.0)
+    assert s.tokens_per_forward == s.mean_acceptance_length  # no EOS or cut: the same
     depth = max((d for d, _ in steps), default=0)
     assert s.drafted_by_position == [sum(d > i for d, _ in steps) for i in range(depth)]
     assert s.accepted_by_position == [sum(a > i for _, a in steps) for i in range(depth)]
@@ -36,5 +37,6 @@ def test_rates_are_zero_until_measured_and_to_dict_carries_them():
     assert (s.prefill_tokens_per_s, s.decode_tokens_per_s) == (20.0, 3.0)
     empty = SpecStats().to_dict()
     assert all(empty[k] == 0.0 for k in ("acceptance_rate", "mean_acceptance_length", "p_cache",
+                                         "tokens_per_forward",
                                          "prefill_tokens_per_s", "decode_tokens_per_s"))
     assert empty["drafter"] == "none" and empty["drafted_by_position"] == []

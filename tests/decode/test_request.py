@@ -67,3 +67,25 @@ def test_run_streams_max_tokens_plain_tokens():
     out = list(r.run())
     assert len(out) == 5 and r.finish_reason == "length"
     assert r.tokens == [e.token for e in out] and not any(e.from_draft for e in out)
+
+
+def test_tokens_per_forward_counts_the_ending_eos_as_spec_bench_does():
+    """A short plain answer (3 tokens, then EOS) took 4 forwards, each emitting one token:
+    1.0 tokens per forward and p_cache 1.0 (the EOS step was counted without its token:
+    0.75); a drafted block counts what it emitted up to and with the EOS, nothing after it,
+    and a block cut at max_tokens only what was kept."""
+    r = started(max_tokens=10, eos={9})
+    for tok in (4, 5, 6, 9):
+        r.feed(step([tok]))
+    s = r.stats
+    assert (s.generated_tokens, s.emitted_tokens, s.verify_steps) == (3, 4, 4)
+    assert s.tokens_per_forward == 1.0 and s.p_cache == 1.0
+    assert s.to_dict()["tokens_per_forward"] == 1.0
+    r = started(max_tokens=10, eos={9})
+    r.feed(step([4, 5, 6], accepted=2, drafted=3))
+    r.feed(step([7, 9, 8], accepted=2, drafted=2))  # 8 after the EOS is not emitted
+    assert (r.stats.emitted_tokens, r.stats.tokens_per_forward) == (5, 2.5)
+    r = started(max_tokens=4)
+    r.feed(step([4, 5, 6], accepted=2, drafted=2))
+    r.feed(step([7, 8, 9], accepted=2, drafted=2))  # cut at 4: one token kept
+    assert (r.stats.emitted_tokens, r.stats.tokens_per_forward) == (4, 2.0)
