@@ -23,6 +23,7 @@ from .bench.cli import add_bench_parser, cmd_bench
 from .config import DTYPES, KV_BITS, RunConfig, add_decoder_flags, add_distributed_flags, add_draft_flags
 from .core.model import Model
 from .drafters import NgramDrafter
+from .drafters.spec import DEFAULT_NUM_DRAFT_TOKENS
 from .loader import ModelLoadError, load
 from .server.cli import add_serve_parser, cmd_serve
 from .train_drafter import add_train_parser, cmd_train_drafter
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--model", default="smollm2-135m")
     cost.add_argument("--dtype", choices=DTYPES, default="auto")
     cost.add_argument("--max-len", type=int, default=17)
-    cost.add_argument("--num-draft-tokens", type=int, default=4)
+    cost.add_argument("--num-draft-tokens", type=int, default=DEFAULT_NUM_DRAFT_TOKENS)
     cost.add_argument("--json", action="store_true")
     add_serve_parser(sub)
     add_bench_parser(sub)

@@ -10,7 +10,7 @@ Tests: tests/test_engine.py, tests/parity/test_parity_real.py. Details: docs/des
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from .cache.prompt_cache import PromptCache
@@ -26,6 +26,7 @@ from .core.text import TextOut, encode_prompt
 from .decode.request import Emitted, Request
 from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, build_drafter, shared_ngram_mod_table
 from .drafters.adaptive import draft_seconds
+from .drafters.spec import DEFAULT_NUM_DRAFT_TOKENS
 from .measure import resolve_tree_budget
 from .resources import prepare_resources
 
@@ -57,20 +58,23 @@ class GenerationResult:
 
 
 def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
-                    model: Model = None, num_draft_tokens: int = 4, ngram_min: int = 1,
+                    model: Model = None, num_draft_tokens: int | None = None, ngram_min: int = 1,
                     ngram_max: int = 3, temperature: float = 0.0, seed: int | None = None) -> Drafter:
     """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
 
     A spec or string is built with ``prepare_resources`` on ``model`` (the cost gate, on
     by default, prices drafts on the model's verify cost curve, measured once and cached;
     a spec naming ``draft_model`` loads it). A string uses the process-wide ngram-mod
-    table of this tokenizer (so library calls share one memory, as a server does)."""
+    table of this tokenizer (so library calls share one memory, as a server does).
+    ``num_draft_tokens`` (None: the spec's) replaces a spec's: the cost gate's bound and
+    the row's depth are then one value, never two that may disagree."""
     if drafter is None:
         return NoDrafter()
     if isinstance(drafter, str):
-        drafter = DraftSpec(drafter, num_draft_tokens=num_draft_tokens, ngram_min=ngram_min,
-                            ngram_max=ngram_max)
+        drafter = DraftSpec(drafter, ngram_min=ngram_min, ngram_max=ngram_max)
     if isinstance(drafter, DraftSpec):
+        if num_draft_tokens is not None:
+            drafter = replace(drafter, num_draft_tokens=num_draft_tokens)
         table = None  # a file the spec names is loaded by prepare_resources, never ignored
         if drafter.uses("ngram-mod") and not drafter.ngram_mod_file:
             table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
@@ -109,7 +113,8 @@ def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | None,
 
 
 def make_request(model: Model, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
-                 max_tokens: int = 256, num_draft_tokens: int = 4, tree_budget: int | str = 0,
+                 max_tokens: int = 256, num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+                 tree_budget: int | str = 0,
                  **kwargs: Any) -> Request:
     """A started, prefilled ``decode.request.Request`` (see ``token_stream``)."""
     budget, shaper = tree_policy(model, tree_budget, drafter, num_draft_tokens)
@@ -126,7 +131,7 @@ def token_stream(
     *,
     drafter: Drafter | None = None,
     max_tokens: int = 256,
-    num_draft_tokens: int = 4,
+    num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
     eos: Sequence[int] | set[int] = (),
     sampling: SamplingParams = SamplingParams(),
     prefill_step_size: int = 512,
@@ -197,7 +202,7 @@ def stream_generate(
     spec = drafter if isinstance(drafter, DraftSpec) else None
     tree = draft_tree_budget if draft_tree_budget is not None else spec.draft_tree_budget if spec else 0
     k = num_draft_tokens if num_draft_tokens is not None else \
-        spec.num_draft_tokens if spec else DraftSpec.num_draft_tokens
+        spec.num_draft_tokens if spec else DEFAULT_NUM_DRAFT_TOKENS
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     grammar = grammar_for(model, tokenizer, response_format)
     drafter = resolve_drafter(drafter, tokenizer, model=model, num_draft_tokens=k, ngram_min=ngram_min,

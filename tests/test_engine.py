@@ -180,3 +180,41 @@ def test_repetition_penalty_parity(arch, penalty):
             assert out == ref
             logs.append(log)
     assert_speculated(*logs, what=f"{arch} penalty={penalty}")
+
+
+def test_every_unnamed_draft_length_is_draftspecs():
+    """#45: k has one default. A caller naming no k gets DraftSpec's, whichever door it
+    uses: token_stream (the row drafts that deep), the engine's and Request's keyword
+    defaults, and `specdec cost`'s flag (before: 4 there, 8 in DraftSpec)."""
+    import inspect
+
+    from specdec.cli import build_parser
+    from specdec.decode.request import Request
+    from specdec.drafters import DraftSpec
+    from specdec.engine import make_request, resolve_drafter, stream_generate
+
+    k = DraftSpec.num_draft_tokens
+    log: list = []
+    run(cached_tiny("llama"), [5, 6, 7] * 12, NgramDrafter(1, 3), max_tokens=24, step_log=log)
+    assert max(n for n, _ in log) - 1 == k  # a period-3 prompt: the ngram drafter fills any depth
+    for f in (make_request, token_stream, Request.__init__):
+        assert inspect.signature(f).parameters["num_draft_tokens"].default == k, f.__qualname__
+    for f in (resolve_drafter, stream_generate):  # None: the spec's (a type string's: DraftSpec's)
+        assert inspect.signature(f).parameters["num_draft_tokens"].default is None, f.__qualname__
+    assert build_parser().parse_args(["cost"]).num_draft_tokens == k
+
+
+def test_an_explicit_draft_length_reaches_the_gate_and_the_row(tmp_path, monkeypatch):
+    """#45: one road for k. ``stream_generate(drafter=spec, num_draft_tokens=n)`` gives the
+    row n; the gate ``resolve_drafter`` builds from the spec is bounded by the same n (before:
+    by the spec's own k, so n above it was silently capped), and a type string gets
+    DraftSpec's default."""
+    from specdec.drafters import DraftSpec
+    from specdec.engine import resolve_drafter
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    model = cached_tiny("llama")
+    assert resolve_drafter(DraftSpec("suffix", num_draft_tokens=2), None, model=model,
+                           num_draft_tokens=3).k_max == 3
+    assert resolve_drafter(DraftSpec("suffix", num_draft_tokens=2), None, model=model).k_max == 2
+    assert resolve_drafter("suffix", None, model=model).k_max == DraftSpec.num_draft_tokens

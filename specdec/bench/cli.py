@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import KV_BITS, add_distributed_flags
+from ..drafters.spec import DraftSpec
 from .configs import parse_config, sweep
 from .peers import PEERS
 from .profiles import PROFILES, Profile, build_warm_table
@@ -139,7 +140,7 @@ def _configs(args: argparse.Namespace, prof: Profile) -> list:
         raise ValueError("give --config specs or the sweep flags (--draft-type, "
                          "--num-draft-tokens, --ngram-min, --adaptive-k, --gate), not both")
     if args.draft_type or args.num_draft_tokens or args.ngram_min or args.adaptive_k or args.gate:
-        return sweep(args.draft_type or ["ngram"], args.num_draft_tokens or [4],
+        return sweep(args.draft_type or ["ngram"], args.num_draft_tokens or [DraftSpec.num_draft_tokens],
                      args.ngram_min or [1], adaptive=args.adaptive_k, gate=args.gate)
     cfgs = [parse_config(s) for s in (args.config or prof.configs)]
     if any(c.baseline for c in cfgs):

@@ -25,6 +25,7 @@ from ..core.sampling import Rng, SamplingParams
 from ..core.stats import SpecStats
 from ..core.text import TextOut
 from ..drafters.base import Drafter, NoDrafter
+from ..drafters.spec import DEFAULT_NUM_DRAFT_TOKENS
 from ..policy.tree_shape import TreeShaper
 from .loop import stream
 from .rows import Row, TokensLeft
@@ -57,7 +58,8 @@ class Request:
     """One request: its arguments (validated here), cache, drafter, stats and output."""
 
     def __init__(self, model: Model, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
-                 max_tokens: int = 256, num_draft_tokens: int = 4, eos: Sequence[int] | set[int] = (),
+                 max_tokens: int = 256, num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+                 eos: Sequence[int] | set[int] = (),
                  sampling: SamplingParams = SamplingParams(), tree_budget: int = 0,
                  shaper: TreeShaper | None = None, prompt_cache: PromptCache | None = None,
                  kv_bits: int | None = None, kv_group_size: int = 64, prefill_step_size: int = 512,

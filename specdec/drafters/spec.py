@@ -62,12 +62,17 @@ def parse_tree_budget(value: int | str, *, text: bool = True) -> int | str:
     return value
 
 
+# The draft length k a caller that names none gets: DraftSpec's, and through it the
+# engine's, the decode Request's, the CLI's and the server's (one definition).
+DEFAULT_NUM_DRAFT_TOKENS = 8
+
+
 @dataclass(frozen=True)
 class DraftSpec:
     # the defaults, chosen by measurement (docs/measurements.md, "The default"): suffix
     # drafting up to 8 tokens, the cost gate picking each step's k
     draft_type: str = "suffix"
-    num_draft_tokens: int = 8
+    num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS
     ngram_min: int = 1
     ngram_max: int = 3
     gate: bool = True  # draft only while it beats plain decoding (drafters.gate.CostGate)

@@ -75,11 +75,12 @@ def test_a_diverging_prompt_rolls_back_or_rebuilds_exactly():
         pc = make_prompt_cache(model, max_draft_tokens=4)
         first = [i % 64 for i in range(1, 300)]
         # prefilled in chunks, so the window layers' buffers fill and drop their oldest keys
-        list(token_stream(model, first, max_tokens=10, prompt_cache=pc, prefill_step_size=16))
+        list(token_stream(model, first, max_tokens=10, num_draft_tokens=4, prompt_cache=pc,
+                           prefill_step_size=16))
         other = first[:5] + [60, 61, 62]
         stats = SpecStats()
         out = [e.token for e in token_stream(model, other, drafter=NgramDrafter(), max_tokens=10,
-                                             stats=stats, prompt_cache=pc)]
+                                             num_draft_tokens=4, stats=stats, prompt_cache=pc)]
         assert out == [e.token for e in token_stream(model, other, max_tokens=10)]
         assert stats.cached_tokens == (5 if want_reuse else 0)
 
@@ -124,12 +125,13 @@ def test_save_and_load_round_trip(tmp_path, kv_bits):
     pc = make_prompt_cache(model, max_draft_tokens=6, kv_bits=kv_bits, kv_group_size=32)
     prompt = turns[0] + turns[1]
     first = [e.token for e in token_stream(model, prompt, drafter=NgramDrafter(), max_tokens=14,
-                                           kv_bits=kv_bits, kv_group_size=32, prompt_cache=pc)]
+                                           num_draft_tokens=6, kv_bits=kv_bits, kv_group_size=32,
+                                           prompt_cache=pc)]
     pc.save(tmp_path / "c.safetensors")
     loaded = load_prompt_cache(tmp_path / "c.safetensors", model)
     assert loaded.tokens == pc.tokens and [type(c) for c in loaded.layers] == [type(c) for c in pc.layers]
     nxt = prompt + first + turns[2]
-    kw = dict(drafter=NgramDrafter(), max_tokens=14, kv_bits=kv_bits, kv_group_size=32)
+    kw = dict(drafter=NgramDrafter(), max_tokens=14, num_draft_tokens=6, kv_bits=kv_bits, kv_group_size=32)
     ref = [e.token for e in token_stream(model, nxt, prompt_cache=pc, **kw)]
     stats = SpecStats()
     assert [e.token for e in token_stream(model, nxt, prompt_cache=loaded, stats=stats, **kw)] == ref
