@@ -135,6 +135,7 @@ class MessagesRequest(CountRequest):
     # this server's chat-request extensions, checked there (400s name them)
     speculative: dict[str, Any] | None = None
     cache_salt: str | None = None
+    store: bool | None = None  # false: the text stays out of the shared drafting memory
 
 
 # -- the request: Anthropic's messages -> the chat request ------------------------------
@@ -261,8 +262,8 @@ def chat_request(req: CountRequest, thinking_switch: bool) -> ChatCompletionRequ
         if fmt is not None:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": "output", "schema": fmt.schema_}}
-        body.update({k: v for k, v in (("speculative", req.speculative),
-                                        ("cache_salt", req.cache_salt)) if v is not None})
+        body.update({k: v for k, v in (("speculative", req.speculative), ("cache_salt", req.cache_salt),
+                                        ("store", req.store)) if v is not None})
         if stops:  # each token's text shows which stop string ended the reply (``Blocks``)
             body["logprobs"] = True
     try:

@@ -78,6 +78,7 @@ class _Generation(_Body):
     # this server's chat-request extensions, checked there (400s name them)
     speculative: dict[str, Any] | None = None
     cache_salt: str | None = None
+    store: bool | None = None  # false: the text stays out of the shared drafting memory
 
 
 class ShowBody(_Body):
@@ -258,7 +259,7 @@ class Surface:
             return self.chat_request(ChatBody(model=body.model, messages=[
                 Message(**m) for m in messages], format=body.format, options=body.options,
                 think=body.think, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
-                speculative=body.speculative, cache_salt=body.cache_salt), name)
+                speculative=body.speculative, cache_salt=body.cache_salt, store=body.store), name)
         why = "raw" if body.raw else "this model has no chat template, so"
         for key, value in (("system", body.system), ("format", body.format), ("think", body.think)):
             if value:
@@ -270,8 +271,8 @@ class Surface:
 
 
 def _extensions(body: _Generation) -> dict[str, Any]:
-    return {k: v for k, v in (("speculative", body.speculative), ("cache_salt", body.cache_salt))
-            if v is not None}
+    return {k: v for k, v in (("speculative", body.speculative), ("cache_salt", body.cache_salt),
+                              ("store", body.store)) if v is not None}
 
 
 def _logprobs_asked(body: _Generation) -> dict[str, Any]:

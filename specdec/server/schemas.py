@@ -103,6 +103,8 @@ class IgnoredParams(_Strict):
     """Ignored on both endpoints."""
 
     user: str | None = Field(None, description="an end-user id for abuse monitoring; not used")
+    store: bool | None = Field(None, description="false: this request's text stays out of the "
+                               "shared drafting memory (suffix history, n-gram table, memory file)")
 
 
 class Prediction(_Strict):
@@ -113,8 +115,6 @@ class Prediction(_Strict):
 class IgnoredChatParams(IgnoredParams):
     """Ignored on ``/v1/chat/completions``."""
 
-    store: bool | None = Field(None, description="false: this request's text stays out of the "
-                               "shared drafting memory (suffix history, n-gram table, memory file)")
     metadata: dict[str, str] | None = Field(None, description="tags of stored completions: none are")
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = Field(
         None, description="one tier here")

@@ -94,7 +94,7 @@ def _last(worker):
 
 def test_tenant_settings_reach_the_generation_on_every_wire(app):
     """Through the clients' own SDKs: the key's tenant, ``cache_salt`` (body field, or the
-    X-Cache-Salt header), ``speculative`` and Responses ``store: false`` arrive in the
+    X-Cache-Salt header), ``speculative`` and ``store: false`` (Messages, Responses, Ollama) arrive in the
     generation request (GenRequest: the prefix store's scope, the drafting memory's gate)."""
     client, worker = app
     base = "http://testserver"
@@ -107,7 +107,8 @@ def test_tenant_settings_reach_the_generation_on_every_wire(app):
     seen = {}
     oa["a"].chat.completions.create(model="m", messages=msgs, max_tokens=2, extra_body={"cache_salt": "s1"})
     seen["chat"] = _last(worker)
-    an.messages.create(model="m", messages=msgs, max_tokens=2, extra_body={"cache_salt": "s1", **spec})
+    an.messages.create(model="m", messages=msgs, max_tokens=2,
+                       extra_body={"cache_salt": "s1", "store": False, **spec})
     seen["messages"] = _last(worker)
     an.messages.create(model="m", messages=msgs, max_tokens=2, extra_headers=salt_hdr)
     seen["messages_hdr"] = _last(worker)
@@ -123,18 +124,18 @@ def test_tenant_settings_reach_the_generation_on_every_wire(app):
     ol.chat(model="m", messages=msgs, options={"num_predict": 2})
     seen["ollama_hdr"] = _last(worker)
     client.post("/api/generate", json={"model": "m", "prompt": "hi", "stream": False,
-                                       "cache_salt": "s1", **spec})
+                                       "cache_salt": "s1", "store": False, **spec})
     seen["ollama_generate"] = _last(worker)
     got = {k: (g.tenant, g.cache_salt, g.store, g.speculation.draft_type) for k, g in seen.items()}
     default = seen["chat"].speculation.draft_type
     assert default != "none"
     assert got == {"chat": ("key0", "s1", True, default),
-                   "messages": ("key1", "s1", True, "none"),
+                   "messages": ("key1", "s1", False, "none"),
                    "messages_hdr": ("key1", "s-hdr", True, default),
                    "responses": ("key1", "s1", False, "none"),
                    "responses_hdr": ("key0", "s-hdr", True, default),
                    "ollama_hdr": ("key1", "s-hdr", True, default),
-                   "ollama_generate": ("key0", "s1", True, "none")}
+                   "ollama_generate": ("key0", "s1", False, "none")}
 
 
 @slow
