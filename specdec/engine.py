@@ -58,23 +58,26 @@ class GenerationResult:
 
 
 def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
-                    model: Model = None, num_draft_tokens: int | None = None, ngram_min: int = 1,
-                    ngram_max: int = 3, temperature: float = 0.0, seed: int | None = None) -> Drafter:
+                    model: Model = None, num_draft_tokens: int | None = None,
+                    ngram_min: int | None = None, ngram_max: int | None = None,
+                    temperature: float = 0.0, seed: int | None = None) -> Drafter:
     """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
 
     A spec or string is built with ``prepare_resources`` on ``model`` (the cost gate, on
     by default, prices drafts on the model's verify cost curve, measured once and cached;
     a spec naming ``draft_model`` loads it). A string uses the process-wide ngram-mod
     table of this tokenizer (so library calls share one memory, as a server does).
-    ``num_draft_tokens`` (None: the spec's) replaces a spec's: the cost gate's bound and
-    the row's depth are then one value, never two that may disagree."""
+    ``num_draft_tokens``, ``ngram_min`` and ``ngram_max`` (None: the spec's) replace a
+    spec's: the cost gate's bound and the row's depth are then one value, never two that
+    may disagree, and no keyword is dropped."""
     if drafter is None:
         return NoDrafter()
+    given = {name: v for name, v in (("num_draft_tokens", num_draft_tokens), ("ngram_min", ngram_min),
+                                     ("ngram_max", ngram_max)) if v is not None}
     if isinstance(drafter, str):
-        drafter = DraftSpec(drafter, ngram_min=ngram_min, ngram_max=ngram_max)
+        drafter = DraftSpec(drafter)
     if isinstance(drafter, DraftSpec):
-        if num_draft_tokens is not None:
-            drafter = replace(drafter, num_draft_tokens=num_draft_tokens)
+        drafter = replace(drafter, **given)  # validated again by DraftSpec
         table = None  # a file the spec names is loaded by prepare_resources, never ignored
         if drafter.uses("ngram-mod") and not drafter.ngram_mod_file:
             table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
@@ -171,8 +174,8 @@ def stream_generate(
     drafter: Drafter | DraftSpec | str | None = DraftSpec.draft_type,
     max_tokens: int = 256,
     num_draft_tokens: int | None = None,
-    ngram_min: int = 1,
-    ngram_max: int = 3,
+    ngram_min: int | None = None,
+    ngram_max: int | None = None,
     stop: Sequence[str] | None = None,
     temperature: float = 0.0,
     top_p: float = 1.0,

@@ -37,8 +37,8 @@ def test_calibration_measures_every_length_a_forward_at_a_time_and_caches(tmp_pa
 @pytest.mark.slow  # a server process on a real model
 def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
     """No cost curve cached (a fresh cache directory): the server is up before the curve is
-    measured (the log says so first; no timed assertion: a loaded host only delays both), a
-    request is answered while the curve is measured (greedy, equal to plain), and the curve
+    measured (the request's log line comes first; no timed assertion: a loaded host only
+    delays both), a request is answered while the curve is measured (greedy, equal to plain), and the curve
     is then cached for the next start."""
     import specdec
     from conftest import real_model
@@ -57,7 +57,11 @@ def test_serve_is_ready_at_once_on_a_model_it_has_never_seen(tmp_path):
         assert r.choices[0].message.content == plain.text
         wait_for(lambda: "verify cost curve measured and cached" in s.log(), 600, "the calibration")
         log = s.log()
-        assert log.index("until it is measured") < log.index("verify cost curve measured and cached")
+        # ready at once: the request was answered (its "done:" line) before the curve was
+        # measured; calibration yields to requests, so this holds on any host a curve of
+        # dozens of forwards takes longer to measure than one request takes to arrive
+        assert log.index("until it is measured") < log.index("done: ")
+        assert log.index("done: ") < log.index("verify cost curve measured and cached")
         assert "a first estimate prices batches" in s.log()
     finally:
         s.stop()

@@ -218,3 +218,18 @@ def test_an_explicit_draft_length_reaches_the_gate_and_the_row(tmp_path, monkeyp
                            num_draft_tokens=3).k_max == 3
     assert resolve_drafter(DraftSpec("suffix", num_draft_tokens=2), None, model=model).k_max == 2
     assert resolve_drafter("suffix", None, model=model).k_max == DraftSpec.num_draft_tokens
+
+
+def test_ngram_bounds_given_beside_a_spec_reach_the_drafter():
+    """``resolve_drafter(spec, ngram_min=, ngram_max=)`` builds the n-gram drafter with those
+    bounds (before: a spec's own were used and the keywords silently dropped); a bad pair is
+    refused with DraftSpec's message."""
+    from specdec.drafters import DraftSpec
+    from specdec.engine import resolve_drafter
+
+    spec = DraftSpec("ngram", gate=False, adaptive_k=False)
+    d = resolve_drafter(spec, None, ngram_min=2, ngram_max=5)
+    assert (d.n_min, d.n_max) == (2, 5)
+    assert (resolve_drafter(spec, None).n_min, resolve_drafter(spec, None).n_max) == (1, 3)
+    with pytest.raises(ValueError, match="ngram-max"):
+        resolve_drafter(spec, None, ngram_min=4, ngram_max=2)
