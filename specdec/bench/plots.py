@@ -28,28 +28,42 @@ def _plt():
     return plt
 
 
+def _bars(ax, n_groups: int, series: dict[str, list[float]]) -> list[list[float]]:
+    """One bar per series in each of ``n_groups`` groups; returns each series' x positions."""
+    width = 0.8 / max(len(series), 1)
+    out = []
+    for j, (label, ys) in enumerate(series.items()):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(n_groups)]
+        ax.bar(xs, ys, width, label=label)
+        out.append(xs)
+    return out
+
+
+def _speedup_axes(plt, fig, ax, groups: list[str], title: str, path: Path, legend: int) -> None:
+    """The speedup plots' shared frame: plain's line, group labels, title, saved and closed."""
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(range(len(groups)), groups, rotation=15)
+    ax.set_ylabel("speedup over plain decoding (geomean)")
+    ax.set_title(title)
+    ax.legend(fontsize=legend, ncols=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def speedup_by_class(summary: dict, path: Path) -> None:
     plt = _plt()
     rows = [c for c in summary["classes"] if c["source"] == "specdec" and c["config"] != "plain"]
     classes = sorted({c["cls"] for c in rows})
     configs = sorted({c["config"] for c in rows})
-    width = 0.8 / max(len(configs), 1)
     fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(classes)), 4.2))
     cell = {(c["cls"], c["config"]): c for c in rows}
-    for j, cfg in enumerate(configs):
-        xs = [i + (j - (len(configs) - 1) / 2) * width for i in range(len(classes))]
-        sp = [(cell.get((k, cfg)) or {}).get("speedup") or 0 for k in classes]
+    series = {cfg: [(cell.get((k, cfg)) or {}).get("speedup") or 0 for k in classes] for cfg in configs}
+    for cfg, xs in zip(configs, _bars(ax, len(classes), series)):
         ce = [(cell.get((k, cfg)) or {}).get("zero_cost") or 0 for k in classes]
-        ax.bar(xs, sp, width, label=cfg)
-        ax.scatter(xs, ce, marker="_", s=300 * width, color="black", zorder=3)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(range(len(classes)), classes, rotation=15)
-    ax.set_ylabel("speedup over plain decoding (geomean)")
-    ax.set_title("Speedup by class (black tick: zero-cost bound of the same steps)")
-    ax.legend(fontsize=8, ncols=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax.scatter(xs, ce, marker="_", s=300 * 0.8 / max(len(configs), 1), color="black", zorder=3)
+    _speedup_axes(plt, fig, ax, classes,
+                  "Speedup by class (black tick: zero-cost bound of the same steps)", path, 8)
 
 
 def per_position(summary: dict, path: Path) -> None:
@@ -118,25 +132,16 @@ def specbench(summary: dict, path: Path) -> None:
     table = {c: t for c, t in summary["specbench"].items() if c != analysis.PLAIN_LABEL}
     cats = [c for c in sb.CATEGORIES if any(c in t for t in table.values())] + ["overall"]
     plt = _plt()
-    width = 0.8 / max(len(table), 1)
     fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(cats)), 4.2))
-    for j, (cfg, t) in enumerate(sorted(table.items())):
-        xs = [i + (j - (len(table) - 1) / 2) * width for i in range(len(cats))]
-        ax.bar(xs, [(t.get(c) or {}).get("speedup") or 0 for c in cats], width, label=cfg)
+    _bars(ax, len(cats), {cfg: [(t.get(c) or {}).get("speedup") or 0 for c in cats]
+                          for cfg, t in sorted(table.items())})
     published = {r.method: r for r in sb.LEADERBOARD}
     for name, marker in (("PLD", "x"), ("EAGLE-2", "*")):
         r = published[name]
         ys = [dict(zip(sb.CATEGORIES, r.speedups)).get(c, r.overall) for c in cats]
         ax.scatter(range(len(cats)), ys, marker=marker, color="black", zorder=3,
                    label=f"{name} (published: {r.model}, A100)")
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(range(len(cats)), cats, rotation=15)
-    ax.set_ylabel("speedup over plain decoding (geomean)")
-    ax.set_title("Spec-Bench by category")
-    ax.legend(fontsize=7, ncols=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _speedup_axes(plt, fig, ax, cats, "Spec-Bench by category", path, 7)
 
 
 def make_all(result: Any, summary: dict, out: Path) -> list[str]:
