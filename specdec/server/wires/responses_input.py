@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import APIError, validation_error
-from .openai_responses_store import ResponseStore
-from .schemas import ChatCompletionRequest
+from ..http.errors import APIError, validation_error
+from .responses_store import ResponseStore
+from ..engine.schemas import ChatCompletionRequest
 
 MAX_REFERENCES = 1000  # item_reference items in one request (each an index lookup)
 ROLES = ("user", "assistant", "system", "developer")

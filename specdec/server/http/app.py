@@ -19,14 +19,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
-from . import anthropic, ollama, openai_responses
-from .api import Api
-from .config import ServerConfig
+from ..wires import anthropic, ollama, responses as openai_responses
+from ..engine.api import Api
+from ..config import ServerConfig
 from .errors import install_handlers
 from .metrics import CONTENT_TYPE, Metrics
 from .middleware import wrap
-from .schemas import ChatCompletionRequest, CompletionRequest
-from .worker import InferenceWorker
+from ..engine.schemas import ChatCompletionRequest, CompletionRequest
+from ..engine.worker import InferenceWorker
 
 
 def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> Any:

@@ -17,11 +17,11 @@ import logging
 import time
 from typing import Any, Iterator
 
-from ..core.sampling import Rng
-from ..core.text import TextOut
-from ..core.wedlm import WedlmSettings
-from ..decode.wedlm import WedlmStats, step_stream
-from .errors import APIError
+from ...core.sampling import Rng
+from ...core.text import TextOut
+from ...core.wedlm import WedlmSettings
+from ...decode.wedlm import WedlmStats, step_stream
+from ..http.errors import APIError
 from .events import DoneEvent, GenRequest, Job, TokenEvent
 
 log = logging.getLogger("specdec.server")

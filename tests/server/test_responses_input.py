@@ -1,5 +1,5 @@
 """The Responses API's request translated onto a chat request
-(``specdec.server.openai_responses_input``): input items as chat messages, tools and
+(``specdec.server.wires.responses_input``): input items as chat messages, tools and
 ``tool_choice`` mapped, ``text.format`` as ``response_format``, and every refusal a 400
 naming the field."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.server.errors import APIError
-from specdec.server.openai_responses_input import (MAX_REFERENCES, ResponsesRequest, ToolMap, chat_body,
+from specdec.server.http.errors import APIError
+from specdec.server.wires.responses_input import (MAX_REFERENCES, ResponsesRequest, ToolMap, chat_body,
                                                    chat_messages, input_items, map_choice,
                                                    map_format, map_tools)
-from specdec.server.openai_responses_store import ResponseStore
+from specdec.server.wires.responses_store import ResponseStore
 
 
 def call(call_id, name="f", **kw):

@@ -24,14 +24,14 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from .api import CLIENT_CLOSED, SSE_HEADERS, Api, NoTokens
-from .body import read_json
-from .errors import APIError, validation_error
-from .openai_responses_events import Folder, skeleton
-from .openai_responses_input import (ResponsesRequest, chat_body, chat_messages, input_items,
+from ..engine.api import CLIENT_CLOSED, SSE_HEADERS, Api, NoTokens
+from ..http.body import read_json
+from ..http.errors import APIError, validation_error
+from .responses_events import Folder, skeleton
+from .responses_input import (ResponsesRequest, chat_body, chat_messages, input_items,
                                      map_tools)
-from .middleware import TENANT_SCOPE_KEY
-from .openai_responses_store import ResponseStore, Stored
+from ..http.middleware import TENANT_SCOPE_KEY
+from .responses_store import ResponseStore, Stored
 
 __all__ = ["Folder", "ResponseStore", "Turn", "map_tools", "register"]  # tests import these here
 

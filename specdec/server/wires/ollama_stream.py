@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import APIError
-from .events import decoder_stats
+from ..http.errors import APIError
+from ..engine.events import decoder_stats
 from .ollama_models import now
 
 log = logging.getLogger("specdec.server")

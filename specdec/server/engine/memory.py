@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
-from ..drafters.spec import DraftSpec, ngram_mod_table
-from ..core.persist import fsync_dir
-from ..drafters.suffix import SuffixHistory
+from ...drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
+from ...drafters.spec import DraftSpec, ngram_mod_table
+from ...core.persist import fsync_dir
+from ...drafters.suffix import SuffixHistory
 
 log = logging.getLogger("specdec.server")
 PAUSE_ENV = "SPECDEC_SERVE_SAVE_PAUSE_S"

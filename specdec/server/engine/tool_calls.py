@@ -14,13 +14,13 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..toolcall import FORMATS, CallDelta, CallFormat, ContentDelta, ToolCallStream, parse_tool_calls
-from ..toolcall.formats import detect_format
-from ..toolcall.prompt import forced_call_schema, renders_tools
-from .errors import APIError
+from ...toolcall import FORMATS, CallDelta, CallFormat, ContentDelta, ToolCallStream, parse_tool_calls
+from ...toolcall.formats import detect_format
+from ...toolcall.prompt import forced_call_schema, renders_tools
+from ..http.errors import APIError
 from .events import DoneEvent, TokenEvent
 from .reasoning import ReasoningSplitter
-from .responses import Responder
+from .chunks import Responder
 
 if TYPE_CHECKING:  # schemas is the layer above tool parsing: annotations only
     from .schemas import ChatCompletionRequest

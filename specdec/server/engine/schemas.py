@@ -17,9 +17,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
-from ..toolcall.prompt import template_messages
-from .body import BodyError, check_tree
+from ...drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
+from ...toolcall.prompt import template_messages
+from ..http.body import BodyError, check_tree
 from .tool_schemas import (MAX_TOOLS, ToolCallIn, ToolChoice, ToolDef, message_problem,
                            part_problem, request_problem, schema_problem)
 

@@ -20,28 +20,28 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..cache.prompt_cache import PrefixStore
-from ..cache.recurrent import has_recurrent, refuse_trees
-from ..cache.rollback import RollbackError, UnsupportedCacheError, make_cache
-from ..calibrate import Calibration
-from ..core.vocab import vocab_size
-from ..core.wedlm import settings_of
-from ..decode.batch import batchable
-from ..decode.request import Emitted, Request
-from ..drafters.base import NoDrafter
-from ..drafters.spec import DraftResources, build_drafter
-from ..distributed import LeaderModel, Watchdog, is_group_failure, shard
-from ..loader import load
-from ..measure import cached_cost_curve, cost_curve_for, draft_cost_for
-from ..policy.block import curve_cost, unknown_cost
-from ..policy.pricing import BATCH_COST_LENGTHS
+from ...cache.prompt_cache import PrefixStore
+from ...cache.recurrent import has_recurrent, refuse_trees
+from ...cache.rollback import RollbackError, UnsupportedCacheError, make_cache
+from ...calibrate import Calibration
+from ...core.vocab import vocab_size
+from ...core.wedlm import settings_of
+from ...decode.batch import batchable
+from ...decode.request import Emitted, Request
+from ...drafters.base import NoDrafter
+from ...drafters.spec import DraftResources, build_drafter
+from ...distributed import LeaderModel, Watchdog, is_group_failure, shard
+from ...loader import load
+from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
+from ...policy.block import curve_cost, unknown_cost
+from ...policy.pricing import BATCH_COST_LENGTHS
 from .batcher import Batcher
-from .config import ServerConfig
-from .errors import APIError, internal_error
+from ..config import ServerConfig
+from ..http.errors import APIError, internal_error
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
 from .kv_budget import KVBudget, MemoryLimits, budget_for, set_limits
 from .memory import SharedMemory
-from .metrics import Metrics
+from ..http.metrics import Metrics
 from .schemas import MAX_DRAFT_TOKENS
 from .wedlm_runner import WedlmRunner, check as check_wedlm
 

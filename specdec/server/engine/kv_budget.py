@@ -22,10 +22,10 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
 
-from ..core.model import Model
+from ...core.model import Model
 
 if TYPE_CHECKING:
-    from .config import ServerConfig
+    from ..config import ServerConfig
 
 DEFAULT_SHARE = 0.3
 # activations outside every cache (a prefill chunk's attention scores, MLP, logits):

@@ -21,17 +21,17 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..cache.recurrent import trees_refused
-from ..core.grammar import response_grammar
-from ..core.sampling import SamplingParams
-from ..core.text import encode_prompt
-from ..toolcall.prompt import forced_response_format
-from .config import ServerConfig
-from .errors import APIError
-from .middleware import TENANT_SCOPE_KEY
+from ...cache.recurrent import trees_refused
+from ...core.grammar import response_grammar
+from ...core.sampling import SamplingParams
+from ...core.text import encode_prompt
+from ...toolcall.prompt import forced_response_format
+from ..config import ServerConfig
+from ..http.errors import APIError
+from ..http.middleware import TENANT_SCOPE_KEY
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
 from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
-from .responses import SSE_DONE, Responder, sse
+from .chunks import SSE_DONE, Responder, sse
 from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
 from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
 from .worker import InferenceWorker

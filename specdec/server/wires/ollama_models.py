@@ -16,8 +16,8 @@ from typing import Any
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from ..core.model import Model
-from .api import Api
+from ...core.model import Model
+from ..engine.api import Api
 
 log = logging.getLogger("specdec.server")
 

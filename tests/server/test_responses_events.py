@@ -3,8 +3,8 @@ items and events out, without a server — reasoning summaries, namespaced funct
 
 from __future__ import annotations
 
-from specdec.server.openai_responses_events import Folder
-from specdec.server.openai_responses_input import map_tools
+from specdec.server.wires.responses_events import Folder
+from specdec.server.wires.responses_input import map_tools
 
 WEATHER = {"type": "function", "name": "get_weather",
            "description": "Get the current weather in a city",

@@ -10,8 +10,8 @@ import time
 import uuid
 from typing import Any
 
-from .errors import APIError
-from .openai_responses_input import ResponsesRequest, ToolMap
+from ..http.errors import APIError
+from .responses_input import ResponsesRequest, ToolMap
 
 
 def _id(prefix: str) -> str:

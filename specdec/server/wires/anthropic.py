@@ -24,11 +24,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from .api import Api, NoTokens
-from .body import read_json
-from .errors import APIError, internal_error, surface_body, validation_error
-from .events import decoder_stats
-from .schemas import MAX_STOPS, ChatCompletionRequest
+from ..engine.api import Api, NoTokens
+from ..http.body import read_json
+from ..http.errors import APIError, internal_error, surface_body, validation_error
+from ..engine.events import decoder_stats
+from ..engine.schemas import MAX_STOPS, ChatCompletionRequest
 
 log = logging.getLogger("specdec.server")
 

@@ -16,10 +16,10 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .api import Api
-from .body import read_json
-from .errors import APIError, validation_error
-from .schemas import ChatCompletionRequest, CompletionRequest
+from ..engine.api import Api
+from ..http.body import read_json
+from ..http.errors import APIError, validation_error
+from ..engine.schemas import ChatCompletionRequest, CompletionRequest
 
 # ChatCompletionRequest's names -> Ollama's, for 400 messages that name what was sent
 RENAMES = {"max_tokens": "options.num_predict", "repetition_penalty": "options.repeat_penalty",

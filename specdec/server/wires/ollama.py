@@ -18,12 +18,12 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from .api import Api, NoTokens
-from .errors import APIError
+from ..engine.api import Api, NoTokens
+from ..http.errors import APIError
 from .ollama_models import model_card, now, show
 from .ollama_request import ChatBody, GenerateBody, ShowBody, Surface, read_body
 from .ollama_stream import Piece, Shape, chat_fields, generate_fields, ndjson_lines, whole_answer
-from .schemas import ChatCompletionRequest, CompletionRequest
+from ..engine.schemas import ChatCompletionRequest, CompletionRequest
 
 
 # Clients gate features on the server's version (tools from 0.3, structured outputs from

@@ -1,4 +1,4 @@
-"""The Responses API's store (``specdec.server.openai_responses_store``): one partition per
+"""The Responses API's store (``specdec.server.wires.responses_store``): one partition per
 API key, each an LRU bounded in count and in resident bytes, a 404 naming the id once a
 response is gone (the same for another key's id), items found by id through an index,
 reasoning items never kept, later turns sharing earlier turns' items."""
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdec.server.errors import APIError
-from specdec.server.openai_responses_store import ResponseStore
+from specdec.server.http.errors import APIError
+from specdec.server.wires.responses_store import ResponseStore
 
 A, B = "key0", "key1"
 

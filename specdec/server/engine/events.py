@@ -17,9 +17,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.sampling import SamplingParams
-from ..drafters.spec import DraftSpec
-from .errors import APIError
+from ...core.sampling import SamplingParams
+from ...drafters.spec import DraftSpec
+from ..http.errors import APIError
 
 MAX_PENDING_EVENTS = 2048  # tokens a reader may fall behind before its job is cancelled
 

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import APIError
+from ..http.errors import APIError
 
 MAX_STORED = 1000  # responses kept per API key for previous_response_id / GET
 MAX_STORED_BYTES = 64 << 20  # and their resident bytes per key: agent chains grow quadratically

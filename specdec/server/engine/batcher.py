@@ -17,21 +17,21 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..cache.prompt_cache import PrefixStore, common_prefix
-from ..core.model import Model
-from ..core.text import TextOut
-from ..decode import loop
-from ..decode.batch import Batch, RowFailed
-from ..decode.request import Emitted, Request, prefill_together
-from ..decode.step import Step
-from ..engine import grammar_for, tree_policy
-from ..policy.pricing import BlockPrice
-from ..drafters.base import Drafter
-from .config import ServerConfig
-from .errors import APIError
+from ...cache.prompt_cache import PrefixStore, common_prefix
+from ...core.model import Model
+from ...core.text import TextOut
+from ...decode import loop
+from ...decode.batch import Batch, RowFailed
+from ...decode.request import Emitted, Request, prefill_together
+from ...decode.step import Step
+from ...engine import grammar_for, tree_policy
+from ...policy.pricing import BlockPrice
+from ...drafters.base import Drafter
+from ..config import ServerConfig
+from ..http.errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
 from .kv_budget import KVBudget, release_idle_memory
-from .metrics import Metrics
+from ..http.metrics import Metrics
 
 log = logging.getLogger("specdec.server")
 CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
