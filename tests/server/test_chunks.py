@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from specdec.server.engine.events import DoneEvent, TokenEvent
 from specdec.server.engine.reasoning import ReasoningSplitter, split_reasoning
-from specdec.server.engine.chunks import SSE_DONE, Responder, sse
+from specdec.server.engine.chunks import Responder
+from specdec.server.wires.chat import SSE_DONE, sse
 
 PIECES = st.lists(st.sampled_from(["<think>", "</think>", "<th", "ink>", "</", "</th", "plan",
                                    " ", "\n", "answer", "é"]), max_size=10)

@@ -5,7 +5,7 @@ SmolLM2-135M (one module-scoped server) checks text, streaming, the store
 hosted tools, each greedy answer token-exact against ``/v1/chat/completions``. Function
 calls need a template that renders tools: Qwen2.5-Coder-0.5B, on a second server (slow).
 The Codex CLI is tested in tests/server/test_agent_clis.py. The chunk-to-item folding of a think
-template's reasoning (no installed model thinks) is in test_openai_responses_events.py.
+template's reasoning (no installed model thinks) is in test_responses_events.py.
 """
 
 from __future__ import annotations

@@ -1,25 +1,22 @@
-"""The routes' logic: one request checked, queued and answered, for every surface.
+"""The engine's front door: one request checked, queued and its events streamed, for every wire.
 
-Contract: ``Api.start`` validates a chat or text completion completely before queueing it
-(model name 404, prompt tokenized under the worker's tokenizer lock against the context
-length, speculation options, the queue's 503) and waits for its first event; ``complete``
-answers OpenAI's wire; ``chat`` is the one event stream (``chat.completion.chunk`` dicts,
-usage last) that the other surfaces (``anthropic``, ``openai_responses``, ``ollama``)
-translate. A client that disconnects, queued or generating, has its job cancelled.
-Tests: tests/server/test_api.py, tests/server/test_surfaces.py.
-"""
+Contract: ``Api.queue`` validates a chat or text completion completely before queueing it
+(model name 404, the queue's 503, the prompt rendered and tokenized once under the worker's
+tokenizer lock against the context length and the KV budget, speculation and sampling
+options); ``first`` waits for its first event; ``chat`` is the one event stream
+(``chat.completion.chunk`` dicts, usage last) every wire (``wires/``) translates. A client
+that disconnects, queued or generating, has its job cancelled.
+Tests: tests/server/test_api.py, tests/server/test_surfaces.py."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ...cache.recurrent import trees_refused
 from ...core.grammar import response_grammar
@@ -29,53 +26,15 @@ from ...toolcall.prompt import forced_response_format
 from ..config import ServerConfig
 from ..http.errors import APIError
 from ..http.middleware import TENANT_SCOPE_KEY
-from .events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
+from .events import DoneEvent, ErrorEvent, GenRequest, Job, NoTokens, TokenEvent
+from .chunks import Responder
 from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
-from .chunks import SSE_DONE, Responder, sse
+from .run import DisconnectWatch, Queued, Run
 from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
 from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
 from .worker import InferenceWorker
 
-CLIENT_CLOSED = 499  # nginx's status for "the client went away"; only metrics ever see it
 CACHE_SALT_HEADER = "X-Cache-Salt"  # cache_salt for a client that cannot add body fields
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-class DisconnectWatch:
-    """Calls ``on_disconnect`` when the client goes away (a queued request sends nothing,
-    so waiting for a failed write would never notice)."""
-
-    def __init__(self, receive: Callable, on_disconnect: Callable[[], None]):
-        self._task = asyncio.create_task(self._watch(receive, on_disconnect))
-
-    @staticmethod
-    async def _watch(receive: Callable, on_disconnect: Callable[[], None]) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        on_disconnect()
-
-    def stop(self) -> None:
-        self._task.cancel()
-
-
-@dataclass
-class Run:
-    """A request the worker has started: its job, how its events are rendered, and the
-    first event (a token, or the end of a request that produced none)."""
-
-    job: Job
-    responder: Responder
-    first: TokenEvent | DoneEvent
-    watch: DisconnectWatch
-    prompt_tokens: int
-
-
-class NoTokens(Exception):
-    """The request ended before its first token: ``event`` says how."""
-
-    def __init__(self, event: ErrorEvent | DoneEvent):
-        super().__init__(getattr(event, "finish_reason", "error"))
-        self.event = event
 
 
 class Api:
@@ -138,9 +97,13 @@ class Api:
         kv = self.worker.kv
         return min(self.worker.context_length, kv.longest if kv is not None else 1 << 62) - n_prompt
 
-    def max_tokens(self, asked: int | None, n_prompt: int, param: str) -> int:
+    def max_tokens(self, asked: int | None, n_prompt: int, param: str, fit: bool = False) -> int:
+        """The completion's length: ``asked`` (``fit``: at most the room), else to the room;
+        a 400 when it does not fit the context or the KV budget."""
         ctx = self.worker.context_length
         room, cap = self.room(n_prompt), self.cfg.max_tokens  # no max_tokens: to EOS or the room
+        if fit and asked is not None and room >= 1:
+            asked = min(asked, room)
         want = asked if asked is not None else room if cap is None else min(cap, room)
         if n_prompt + max(want, 1) > ctx:
             raise APIError(
@@ -184,11 +147,12 @@ class Api:
         return bias
 
     async def gen_request(self, body: ChatCompletionRequest | CompletionRequest,
-                          tools: ToolPlan | None = None, tenant: str = "") -> GenRequest:
+                          tools: ToolPlan | None = None, tenant: str = "",
+                          fit: bool = False) -> GenRequest:
         chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
         ids = await self.prompt_ids(body, tools.template_tools if tools else None)
         max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
-                                     "messages" if chat else "prompt")
+                                     "messages" if chat else "prompt", fit)
         try:
             spec = merge_speculative(cfg.speculation, body.speculative)
         except ValueError as e:
@@ -232,16 +196,17 @@ class Api:
                           cache_salt=body.cache_salt,
                           store=getattr(body, "store", None) is not False)
 
-    async def start(self, request: Request,
-                    body: ChatCompletionRequest | CompletionRequest) -> Run:
-        """Validate ``body``, queue it and wait for its first event. Raises ``NoTokens``
-        when the request ends before its first token (an error, or the client left)."""
+    async def queue(self, request: Request, body: ChatCompletionRequest | CompletionRequest,
+                    fit: bool = False) -> Queued:
+        """Validate ``body`` completely (rendered and tokenized here, once) and queue it.
+        ``fit``: ``max_tokens`` is a ceiling clamped to the room the prompt leaves
+        (Anthropic's clients always send one), not a demand refused when it does not fit."""
         self.check_model(body.model)
         body = with_header_salt(request, body)
         self.worker.check_room()  # a full queue refuses before tokenizing or compiling
         tools = self.tool_plan(body)
         # set by the key check: which API key's tenant sent it ("" with one key or none)
-        gen = await self.gen_request(body, tools, request.scope.get(TENANT_SCOPE_KEY, ""))
+        gen = await self.gen_request(body, tools, request.scope.get(TENANT_SCOPE_KEY, ""), fit)
         job = Job(gen, asyncio.get_running_loop())
         self.worker.submit(job)
         watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
@@ -252,59 +217,44 @@ class Api:
                      if tools is not None and tools.format is not None else
                      Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs,
                                reasoning=reasoning))
+        return Queued(job, responder, watch, len(gen.prompt_ids))
+
+    async def first(self, queued: Queued) -> Run:
+        """Wait for a queued request's first event. Raises ``NoTokens`` when the request
+        ends before its first token (an error, or the client left)."""
         try:
-            first = await job.events.get()
+            first = await queued.job.events.get()
         except BaseException:
-            watch.stop()
-            self.worker.cancel(job)
+            queued.watch.stop()
+            self.worker.cancel(queued.job)
             raise
         if isinstance(first, ErrorEvent) or (isinstance(first, DoneEvent) and first.finish_reason == "cancelled"):
-            watch.stop()
+            queued.watch.stop()
             raise NoTokens(first)
-        return Run(job, responder, first, watch, len(gen.prompt_ids))
+        return Run(queued.job, queued.responder, first, queued.watch, queued.prompt_tokens)
 
-    async def complete(self, request: Request, body: ChatCompletionRequest | CompletionRequest) -> Response:
-        """``/v1/chat/completions`` and ``/v1/completions``: OpenAI's own wire."""
-        try:
-            run = await self.start(request, body)
-        except NoTokens as e:
-            return _answer_without_tokens(e.event)
-        if not body.stream:
-            return await self._whole(run)
-        usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(self._events(run, usage),
-                                 media_type="text/event-stream", headers=SSE_HEADERS)
+    async def count(self, body: ChatCompletionRequest) -> int:
+        """The prompt tokens ``body`` renders to (a token-count route's answer)."""
+        plan = self.tool_plan(body)
+        return len(await self.prompt_ids(body, plan.template_tools if plan else None))
 
-    async def chat(self, request: Request,
-                   body: ChatCompletionRequest | CompletionRequest) -> AsyncIterator[dict]:
+    async def chat(self, request: Request, body: ChatCompletionRequest | CompletionRequest,
+                   queued: Queued | None = None) -> AsyncIterator[dict]:
         """The one event stream every other surface translates: ``body`` (already mapped
         from that surface's request) run as a streamed chat completion, its chunks in
         OpenAI's ``chat.completion.chunk`` shape (a raw ``CompletionRequest``'s carry
         ``choices[0].text``), the last one carrying ``usage``. Raises
         ``APIError`` for a request refused before its first token, and from the iterator
         for one that fails after; a client gone before its first token raises
-        ``NoTokens``. Tests: tests/server/test_surfaces.py (the conformance table)."""
+        ``NoTokens``. ``queued``: a request ``queue`` took already (a wire that needs its
+        prompt size before the first token). Tests: tests/server/test_surfaces.py."""
         try:
-            run = await self.start(request, body)
+            run = await self.first(queued or await self.queue(request, body))
         except NoTokens as e:
             if isinstance(e.event, ErrorEvent):
                 raise e.event.error from None
             raise
         return self.chunks(run, include_usage=True)
-
-    async def _whole(self, run: Run) -> Response:
-        tokens: list[TokenEvent] = []
-        event = run.first
-        try:
-            while isinstance(event, TokenEvent):
-                tokens.append(event)
-                event = await run.job.events.get()
-        finally:
-            run.watch.stop()
-            self.worker.cancel(run.job)  # a no-op unless this handler was itself cancelled
-        if isinstance(event, ErrorEvent) or event.finish_reason == "cancelled":
-            return _answer_without_tokens(event)
-        return JSONResponse(run.responder.whole(tokens, event))
 
     async def chunks(self, run: Run, include_usage: bool) -> AsyncIterator[dict]:
         """A started request's chunks; an error after the first token raises its
@@ -329,15 +279,6 @@ class Api:
             run.watch.stop()
             self.worker.cancel(run.job)  # the client left mid-stream (a no-op when finished)
 
-    async def _events(self, run: Run, include_usage: bool) -> AsyncIterator[str]:
-        try:
-            async for chunk in self.chunks(run, include_usage):
-                yield sse(chunk)
-        except APIError as e:
-            yield sse(e.body())
-        yield SSE_DONE
-
-
 def with_header_salt(request: Request, body: ChatCompletionRequest | CompletionRequest
                      ) -> ChatCompletionRequest | CompletionRequest:
     """``body`` with the ``X-Cache-Salt`` header as its ``cache_salt`` (for clients that
@@ -354,10 +295,3 @@ def with_header_salt(request: Request, body: ChatCompletionRequest | CompletionR
 def _or(value: Any, default: Any) -> Any:
     """An omitted request parameter takes the server's default."""
     return default if value is None else value
-
-
-def _answer_without_tokens(event: ErrorEvent | DoneEvent) -> Response:
-    if isinstance(event, ErrorEvent):
-        return JSONResponse(event.error.body(), status_code=event.error.status,
-                            headers=event.error.headers)
-    return Response(status_code=CLIENT_CLOSED)  # cancelled: nobody is there to read it

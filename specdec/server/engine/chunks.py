@@ -2,27 +2,19 @@
 
 Contract: a ``Responder`` renders exactly OpenAI's shapes, one id per request, ``usage``
 extended with drafted/accepted counts and a ``specdec`` timings field; log-probabilities in
-each endpoint's own format; a think block goes to ``reasoning_content``. ``sse(obj)`` frames
-one event, ``SSE_DONE`` ends a stream.
-Tests: tests/server/test_responses.py.
+each endpoint's own format; a think block goes to ``reasoning_content``. (framed as Server-Sent
+Events by ``wires.chat``).
+Tests: tests/server/test_chunks.py.
 Details: docs/design-notes.md."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any
 
 from .events import DoneEvent, TokenEvent
 from .reasoning import ReasoningSplitter
-
-SSE_DONE = "data: [DONE]\n\n"
-
-
-def sse(obj: dict[str, Any]) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
 
 def _chat_item(text: str, lp: float) -> dict[str, Any]:
     return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}

@@ -151,3 +151,11 @@ class JobQueue:
     def wake(self) -> None:
         with self._cv:
             self._cv.notify_all()
+
+
+class NoTokens(Exception):
+    """The request ended before its first token: ``event`` says how."""
+
+    def __init__(self, event: ErrorEvent | DoneEvent):
+        super().__init__(getattr(event, "finish_reason", "error"))
+        self.event = event

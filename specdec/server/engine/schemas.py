@@ -19,7 +19,6 @@ from pydantic_core import PydanticCustomError
 
 from ...drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
 from ...toolcall.prompt import template_messages
-from ..http.body import BodyError, check_tree
 from .tool_schemas import (MAX_TOOLS, ToolCallIn, ToolChoice, ToolDef, message_problem,
                            part_problem, request_problem, schema_problem)
 
@@ -186,17 +185,6 @@ class ChatTemplateOptions(IgnoredChatParams):
 
 class _Sampling(IgnoredParams):
     model: str = Field(description="the served model id (GET /v1/models)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _json_text(cls, data: Any) -> Any:
-        """The body reader's checks (``body.check_tree``: depth, lone surrogates, NaN) for
-        the wires FastAPI parses: every wire admits the same JSON."""
-        try:
-            check_tree(data)
-        except BodyError as e:
-            raise PydanticCustomError("invalid_json_text", str(e)) from None
-        return data
 
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)

@@ -1,11 +1,10 @@
 """The FastAPI application: every wire's routes in front of the inference worker.
 
-Contract: ``create_app(cfg, worker, metrics)`` returns the ASGI app to serve: OpenAI's
-``POST /v1/chat/completions`` and ``/v1/completions`` (JSON, or Server-Sent Events ending
-with ``data: [DONE]``), ``GET /v1/models`` (and ``/v1/models/{id}``, with the context
-length), ``GET /health`` and ``GET /metrics``; Anthropic's ``/v1/messages``, OpenAI's
-``/v1/responses`` and Ollama's ``/api/*`` through their adapters onto ``Api.chat`` (one
-request model, one generation path). The request logic is ``api.Api``; the app's shutdown
+Contract: ``create_app(cfg, worker, metrics)`` returns the ASGI app to serve: ``GET /v1/models``
+(and ``/v1/models/{id}``, with the context length), ``GET /health`` and ``GET /metrics``;
+every wire's routes (``wires/``: OpenAI's chat and text completions, Anthropic's
+``/v1/messages``, OpenAI's ``/v1/responses``, Ollama's ``/api/*``), each a translation of
+``Api.chat`` (one request model, one generation path). The request logic is ``engine.api``; the app's shutdown
 stops the worker, which saves the shared memory. Tests: tests/server/test_app.py, tests/server/.
 """
 
@@ -16,16 +15,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from starlette.responses import JSONResponse, Response
 
-from ..wires import anthropic, ollama, responses as openai_responses
+from ..wires import anthropic, chat, ollama, responses
 from ..engine.api import Api
 from ..config import ServerConfig
 from .errors import install_handlers
 from .metrics import CONTENT_TYPE, Metrics
 from .middleware import wrap
-from ..engine.schemas import ChatCompletionRequest, CompletionRequest
 from ..engine.worker import InferenceWorker
 
 
@@ -51,14 +49,6 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
     model_card = {"id": cfg.model_id, "object": "model", "created": 0, "owned_by": "specdec",
                   "context_length": worker.context_length}
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        return await api.complete(request, body)
-
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        return await api.complete(request, body)
-
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [model_card]}
@@ -83,5 +73,5 @@ def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
-    for surface in (anthropic, openai_responses, ollama):  # adapters onto ``Api.chat``
-        surface.register(app, api)
+    for wire in (chat, anthropic, responses, ollama):  # translations of ``Api.chat``
+        wire.register(app, api)

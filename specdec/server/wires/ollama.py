@@ -13,17 +13,20 @@ Tests: tests/server/test_ollama.py.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from fastapi import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from ..engine.api import Api, NoTokens
+from ..engine.events import NoTokens
 from ..http.errors import APIError
 from .ollama_models import model_card, now, show
 from .ollama_request import ChatBody, GenerateBody, ShowBody, Surface, read_body
 from .ollama_stream import Piece, Shape, chat_fields, generate_fields, ndjson_lines, whole_answer
 from ..engine.schemas import ChatCompletionRequest, CompletionRequest
+
+if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
+    from ..engine.api import Api
 
 
 # Clients gate features on the server's version (tools from 0.3, structured outputs from

@@ -11,13 +11,15 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from ...core.model import Model
-from ..engine.api import Api
+
+if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
+    from ..engine.api import Api
 
 log = logging.getLogger("specdec.server")
 

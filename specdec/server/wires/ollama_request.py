@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..engine.api import Api
 from ..http.body import read_json
 from ..http.errors import APIError, validation_error
 from ..engine.schemas import ChatCompletionRequest, CompletionRequest
+
+if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
+    from ..engine.api import Api
 
 # ChatCompletionRequest's names -> Ollama's, for 400 messages that name what was sent
 RENAMES = {"max_tokens": "options.num_predict", "repetition_penalty": "options.repeat_penalty",

@@ -7,7 +7,7 @@ events (``openai_responses_events.Folder``), and keeps the answer in a bounded
 each seeing the calling API key's responses only. The body is read by ``body.read_json``
 (every echoed field valid JSON text before any work). Accepted and ignored: include,
 prompt_cache_key, user, service_tier, truncation, metadata (echoed), background,
-top_logprobs, unknown fields. Tests: tests/server/test_openai_responses.py,
+top_logprobs, unknown fields. Tests: tests/server/test_responses.py,
 tests/server/test_attacks.py (the wire x attack table).
 """
 
@@ -17,14 +17,14 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from ..engine.api import CLIENT_CLOSED, SSE_HEADERS, Api, NoTokens
+from ..engine.events import NoTokens
 from ..http.body import read_json
 from ..http.errors import APIError, validation_error
 from .responses_events import Folder, skeleton
@@ -32,6 +32,10 @@ from .responses_input import (ResponsesRequest, chat_body, chat_messages, input_
                                      map_tools)
 from ..http.middleware import TENANT_SCOPE_KEY
 from .responses_store import ResponseStore, Stored
+from .chat import CLIENT_CLOSED, SSE_HEADERS
+
+if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
+    from ..engine.api import Api
 
 __all__ = ["Folder", "ResponseStore", "Turn", "map_tools", "register"]  # tests import these here
 

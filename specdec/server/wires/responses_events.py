@@ -1,6 +1,6 @@
 """The Responses API's answer: chat chunks folded into output items, either whole or as
 typed SSE events (``Folder``; ``sequence_number`` counts from 0, every item opened is
-closed before the next). Tests: tests/server/test_openai_responses_events.py.
+closed before the next). Tests: tests/server/test_responses_events.py.
 """
 
 from __future__ import annotations

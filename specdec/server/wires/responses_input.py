@@ -1,7 +1,7 @@
 """The Responses API's request: ``input`` items, ``tools``, ``tool_choice``, ``text.format``
 and options translated onto one ``ChatCompletionRequest`` (``namespace`` tools flattened to
 ``<namespace>__<name>``; tools this server cannot run dropped and listed in ``ToolMap``).
-Every rejection is a 400 naming the offending field. Tests: tests/server/test_openai_responses_input.py.
+Every rejection is a 400 naming the offending field. Tests: tests/server/test_responses_input.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ shares its earlier turns' items instead of copying them, and ``sys.getsizeof`` o
 its real size); ``size`` counts every item a response's conversation holds (shared ones
 again: an upper bound on what evicting it frees); an item is found by id through an index
 (O(1), never a scan); reasoning items are not kept (no prompt replays them) but their ids
-stay known. Tests: tests/server/test_openai_responses_store.py.
+stay known. Tests: tests/server/test_responses_store.py.
 """
 
 from __future__ import annotations
