@@ -23,7 +23,8 @@ from serverproc import LONG, MODEL, Server, raw_request, wait_for
 from specdec import generate
 from specdec.drafters.spec import DraftSpec
 from specdec.prompts import parity_prompts, short_questions
-from specdec.server.engine.batcher import CHUNK, Batcher
+from specdec.server.engine.batcher import Batcher
+from specdec.server.engine.prefill import CHUNK
 from specdec.server.config import ServerConfig
 from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
 from specdec.server.engine.kv_budget import Footprint, KVBudget

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from specdec.server.engine.schemas import ChatMessage
+from specdec.server.engine.messages import ChatMessage
 from specdec.server.engine.tool_schemas import (MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, FunctionDef,
                                          NamedToolChoice, ToolCallIn, ToolDef, message_problem,
                                          part_problem, request_problem, schema_problem)

@@ -30,7 +30,8 @@ from .events import DoneEvent, ErrorEvent, GenRequest, Job, NoTokens, TokenEvent
 from .chunks import Responder
 from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
 from .run import DisconnectWatch, Queued, Run
-from .schemas import ChatCompletionRequest, CompletionRequest, merge_speculative
+from .schemas import ChatCompletionRequest, CompletionRequest
+from .speculative import merge_speculative
 from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
 from .worker import InferenceWorker
 

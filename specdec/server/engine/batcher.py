@@ -6,6 +6,7 @@ prompts together in one forward, else a chunk of the oldest); one batched decode
 prefilled rows, without drafts while prompts wait; send tokens; finish rows at once and park
 their slots until leaving pays. Each job is a ``decode.request.Request``; a job's failure is
 its own error, a failed step fails the running jobs with 500 and the thread keeps serving.
+Prefill is ``prefill``; a row and what it needs of its worker, ``rows``.
 Tests: tests/server/test_batcher.py. Measurements and the contract in full:
 docs/design-notes.md."""
 
@@ -13,67 +14,26 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-from ...cache.prompt_cache import PrefixStore, common_prefix
-from ...core.model import Model
 from ...core.text import TextOut
 from ...decode import loop
 from ...decode.batch import Batch, RowFailed
-from ...decode.request import Emitted, Request, prefill_together
+from ...decode.request import Request
 from ...decode.step import Step
 from ...engine import grammar_for, tree_policy
 from ...policy.pricing import BlockPrice
-from ...drafters.base import Drafter
-from ..config import ServerConfig
 from ..http.errors import APIError
-from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
-from .kv_budget import KVBudget, release_idle_memory
-from ..http.metrics import Metrics
+from .events import Job
+from .kv_budget import release_idle_memory
+from .prefill import Prefilling
+from .rows import Active, WorkerPort, reserved
 
 log = logging.getLogger("specdec.server")
-CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
 
 
-def reserved(job: Job) -> int:
-    """Tokens ``job``'s row may grow to: its prompt and all its max_tokens."""
-    return len(job.request.prompt_ids) + job.request.max_tokens
-
-
-class WorkerPort(Protocol):
-    """What the batcher needs of its worker (``worker.Worker``): the model and its
-    resources, the queue it admits from, and the events and memory a job ends with."""
-
-    model: Model
-    tokenizer: Any
-    cfg: ServerConfig
-    queue: JobQueue
-    metrics: Metrics
-    prefixes: PrefixStore
-    kv: KVBudget | None
-    max_batch: int
-
-    def drafter_for(self, req: GenRequest) -> Drafter: ...
-    def send_token(self, job: Job, text: str, r: Emitted) -> None: ...
-    def done_event(self, job: Job, req: Request, started: float) -> DoneEvent: ...
-    def error_event(self, e: BaseException) -> ErrorEvent: ...
-    def group_failure(self, e: BaseException) -> bool: ...
-    def commit(self, req: GenRequest, tokens: list[int]) -> None: ...
-
-
-@dataclass
-class Active:
-    """One admitted job and its request (prefilling, or decoding in the batch)."""
-
-    job: Job
-    req: Request
-    started: float  # when the job left the queue
-    last: float | None = None  # when the previous token went out (metrics)
-
-
-class Batcher:
+class Batcher(Prefilling):
     """The batched scheduling loop of the inference thread: ``run_once(tick)`` admits,
     prefills, runs one decode step and finishes rows."""
 
@@ -214,70 +174,6 @@ class Batcher:
         started = time.perf_counter()
         req.start()
         return Active(job, req, started)
-
-    def _prefill_group(self) -> list[Active]:
-        """The oldest prefilling jobs whose prompts, padded to the longest, take at most
-        ``CHUNK`` tokens (at least the oldest job)."""
-        group, longest = self.prefilling[:1], len(self.prefilling[0].req.pending)
-        if self.worker.max_batch == 1:
-            return group
-        for a in self.prefilling[1:]:
-            longest = max(longest, len(a.req.pending))
-            if longest * (len(group) + 1) > CHUNK:
-                break
-            group.append(a)
-        return group
-
-    def _prefill_together(self, group: list[Active]) -> None:
-        """Prefill ``group`` in one batched forward and join it to the batch; a failure
-        fails the group's jobs and leaves the batch as it was."""
-        for a in group:
-            self.prefilling.remove(a)
-        try:
-            layers = prefill_together(self.worker.model, [a.req for a in group])
-            self.batch.join_rows([a.req.row() for a in group], layers)
-        except Exception as e:  # noqa: BLE001 (these jobs' failure; the batch is untouched)
-            self._synced()
-            for a in group:
-                self._failed(a, e)
-            return
-        self._synced()
-        self.decoding.extend(group)
-
-    def _prefill_chunk(self, a: Active) -> None:
-        try:
-            if not a.req.prefill(CHUNK):
-                return
-            self.prefilling.remove(a)
-            self._share_prompt(a)
-            self.batch.join(a.req.row(), a.req.layers)
-        except Exception as e:  # noqa: BLE001 (this job's failure; the batch is untouched)
-            self._synced()
-            if a in self.prefilling:
-                self.prefilling.remove(a)
-            self._failed(a, e)
-            return
-        self._synced()
-        self.decoding.append(a)
-
-    def _share_prompt(self, a: Active) -> None:
-        """``a`` has just prefilled its prompt: every job still waiting for its prefill whose
-        prompt starts with more of it than its own cache holds takes a fork of ``a``'s cache
-        instead (prompts arriving together often repeat a document or a whole request, and
-        the prefix store only hears of a cache when its request finishes). The fork shares
-        ``a``'s arrays; the cache it replaces goes back to the store."""
-        cache = a.req.prompt_cache
-        if cache is None:
-            return
-        for b in self.prefilling:
-            n = common_prefix(cache.tokens, b.req.prompt_ids[:-1])
-            if b.req.prompt_cache is None or n <= len(b.req.prompt_cache.tokens) \
-                    or b.req.stats.cached_tokens != len(b.req.prompt_cache.tokens) \
-                    or b.req.prompt_cache.scope != cache.scope:
-                continue  # nothing gained, b has fed part of its prompt, or another tenant's
-            forked = cache.fork(n)
-            if forked is not None:
-                self.worker.prefixes.put(b.req.adopt(forked))
 
     def _synced(self) -> None:
         """Drop the parked slots the batch let go of (all at once: on a join, a step or

@@ -4,90 +4,27 @@ Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` take OpenAI's para
 names, types and ranges, plus ``speculative``, ``top_k``, ``min_p``, ``repetition_penalty``,
 ``tools``/``tool_choice``, ``chat_template_kwargs``. Strict: wrong types and unknown
 parameters are errors; unimplemented ones only at their neutral value; parameters that
-change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``merge_speculative``
-applies ``speculative`` to the server's ``DraftSpec``. Tokenizer checks come later (``api.Api``).
+change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``speculative`` is
+``speculative.SpeculativeOptions``. Tokenizer checks come later (``api.Api``).
 Tests: tests/server/test_app.py, tests/server/test_schemas.py. Details:
 docs/design-notes.md."""
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, field_validator, model_validator
 
-from ...drafters.spec import DRAFT_TYPES, DraftSpec, parse_draft_types, parse_tree_budget
 from ...toolcall.prompt import template_messages
-from .tool_schemas import (MAX_TOOLS, ToolCallIn, ToolChoice, ToolDef, message_problem,
-                           part_problem, request_problem, schema_problem)
+from .messages import ChatMessage, ResponseFormat, TextPart, template_message
+from .speculative import SpeculativeOptions, unsupported
+from .tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem
 
-MAX_DRAFT_TOKENS = 32
-MAX_TREE_NODES = 64
 MAX_STOPS = 4
 MAX_STOP_CHARS = 256  # each stop string: the stop matcher holds back this much text
 
 
-def _unsupported(message: str) -> PydanticCustomError:
-    return PydanticCustomError("unsupported_value", message)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class SpeculativeOptions(_Strict):
-    """Per-request speculation; unset fields take the server's ``--...`` defaults. The
-    fields' values are checked by ``DraftSpec`` (``merge_speculative``); here only their
-    JSON types and the server's own caps (draft length, n-gram length, tree nodes)."""
-
-    draft_type: str | None = Field(None, description=f"one of {', '.join(DRAFT_TYPES)} or a comma chain")
-    num_draft_tokens: int | None = Field(None, le=MAX_DRAFT_TOKENS, description=">= 1")
-    ngram_min: int | None = Field(None, le=64, description=">= 1")
-    ngram_max: int | None = Field(None, le=64, description=">= ngram_min")
-    gate: bool | None = Field(None, description="the cost gate: draft only while it beats plain "
-                              "decoding (default on)")
-    adaptive_k: bool | None = None
-    draft_tree_budget: int | Literal["auto"] | None = Field(
-        None, description="max token-tree nodes per step (0 = linear), or 'auto'")
-
-    @field_validator("draft_tree_budget")
-    @classmethod
-    def _tree_budget(cls, v: int | str | None) -> int | str | None:
-        if v is None:
-            return v
-        try:
-            budget = parse_tree_budget(v, text=False)  # the one parser; the server caps it
-        except ValueError:
-            budget = None
-        if budget is None or (budget != "auto" and budget > MAX_TREE_NODES):
-            raise _unsupported(f"draft_tree_budget must be in [0, {MAX_TREE_NODES}] or 'auto'")
-        return budget
-
-    @field_validator("draft_type")
-    @classmethod
-    def _known_types(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            return ",".join(parse_draft_types(v))
-        except ValueError as e:
-            raise _unsupported(str(e).replace("draft type", "draft_type")) from None
-
-
-def merge_speculative(default: DraftSpec, opts: SpeculativeOptions | None) -> DraftSpec:
-    """The spec one request runs with: the server's default + the request's overrides
-    (``ValueError`` naming the ``speculative`` field when the combination is invalid)."""
-    if opts is None:
-        return default
-    try:
-        return default.with_options(**opts.model_dump())
-    except ValueError as e:
-        msg = re.sub(r"--([a-z-]+)", lambda m: "speculative." + m.group(1).replace("-", "_"), str(e))
-        raise ValueError(msg) from None
-
-
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     include_usage: bool = False
     include_obfuscation: bool | None = Field(None, description="ignored: no obfuscation "
                                              "padding is added (nothing crosses a network here)")
@@ -98,7 +35,7 @@ class StreamOptions(_Strict):
 # answer here; its description says why ignoring it is honest (docs/server.md lists them).
 
 
-class IgnoredParams(_Strict):
+class IgnoredParams(Strict):
     """Ignored on both endpoints."""
 
     user: str | None = Field(None, description="an end-user id for abuse monitoring; not used")
@@ -106,7 +43,7 @@ class IgnoredParams(_Strict):
                                "shared drafting memory (suffix history, n-gram table, memory file)")
 
 
-class Prediction(_Strict):
+class Prediction(Strict):
     type: Literal["content"]
     content: str | list[TextPart]
 
@@ -134,7 +71,7 @@ class IgnoredChatParams(IgnoredParams):
     @classmethod
     def _text_only(cls, v: list[str] | None) -> list[str] | None:
         if v is not None and set(v) - {"text"}:
-            raise _unsupported(f"this server answers in text only: send modalities ['text'] "
+            raise unsupported(f"this server answers in text only: send modalities ['text'] "
                                f"(or omit it), not {v}")
         return v
 
@@ -142,7 +79,7 @@ class IgnoredChatParams(IgnoredParams):
     @classmethod
     def _no_audio(cls, v: Any) -> None:
         if v is not None:
-            raise _unsupported("audio output is not supported: this server answers in text only")
+            raise unsupported("audio output is not supported: this server answers in text only")
         return v
 
 
@@ -169,7 +106,7 @@ class ChatTemplateOptions(IgnoredChatParams):
     def _template_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         for key in v or {}:
             if not key.isidentifier() or key in TEMPLATE_RESERVED:
-                raise _unsupported(f"chat_template_kwargs: {key!r} is not a template variable "
+                raise unsupported(f"chat_template_kwargs: {key!r} is not a template variable "
                                    "this server lets a request set")
         return v
 
@@ -213,18 +150,18 @@ class _Sampling(IgnoredParams):
         if stops is None:
             return None
         if len(stops) > MAX_STOPS or any(s == "" for s in stops):
-            raise _unsupported(f"stop takes 1 to {MAX_STOPS} non-empty strings")
+            raise unsupported(f"stop takes 1 to {MAX_STOPS} non-empty strings")
         if any(len(s) > MAX_STOP_CHARS for s in stops):
-            raise _unsupported(f"each stop string may have at most {MAX_STOP_CHARS} characters")
+            raise unsupported(f"each stop string may have at most {MAX_STOP_CHARS} characters")
         return stops
 
     @field_validator("n")
     @classmethod
     def _one_choice(cls, v: int) -> int:
         if v < 1:
-            raise _unsupported(f"n must be >= 1, got {v}")
+            raise unsupported(f"n must be >= 1, got {v}")
         if v > 1:
-            raise _unsupported(f"n={v} is not implemented: this server generates one choice per "
+            raise unsupported(f"n={v} is not implemented: this server generates one choice per "
                                "request; send n=1 (or omit it) and repeat the request for more")
         return v
 
@@ -233,11 +170,11 @@ class _Sampling(IgnoredParams):
     def _bias(cls, v: dict | None) -> dict | None:
         for key, bias in (v or {}).items():
             if not (key.isascii() and key.isdigit()):  # "²" is a digit, not an int() string
-                raise _unsupported(f"logit_bias keys are token ids (digits), got {key!r}")
+                raise unsupported(f"logit_bias keys are token ids (digits), got {key!r}")
             if len(key) > 9:  # int() of 4301 digits raises; no vocabulary has 10**9 tokens
-                raise _unsupported(f"logit_bias: token id {key[:12]}… is not in the vocabulary")
+                raise unsupported(f"logit_bias: token id {key[:12]}… is not in the vocabulary")
             if not -100 <= bias <= 100:
-                raise _unsupported(f"logit_bias values lie in [-100, 100], got {bias} for {key}")
+                raise unsupported(f"logit_bias values lie in [-100, 100], got {bias} for {key}")
         return v
 
     def token_bias(self) -> dict[int, float]:
@@ -247,78 +184,8 @@ class _Sampling(IgnoredParams):
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> Any:
         if self.stream_options is not None and not self.stream:
-            raise _unsupported("stream_options is only allowed when stream is true")
+            raise unsupported("stream_options is only allowed when stream is true")
         return self
-
-
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCallIn] | None = None  # assistant: the calls it made
-    tool_call_id: str | None = None  # tool: the call this message answers
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_parts_only(cls, v: Any) -> Any:
-        problem = part_problem(v)
-        if problem:
-            raise _unsupported(problem)
-        return v
-
-    @model_validator(mode="after")
-    def _role_fields(self) -> Any:
-        problem = message_problem(self.role, self.content is not None, self.tool_calls,
-                                  self.tool_call_id)
-        if problem:
-            raise _unsupported(problem)
-        return self
-
-    def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(p.text for p in self.content or [])
-
-
-class JsonSchemaFormat(_Strict):
-    name: str = Field(max_length=64)
-    schema_: dict[str, Any] | bool = Field(True, alias="schema")
-    description: str | None = None
-    strict: bool | None = None  # the output always follows the schema here
-
-    @field_validator("schema_")
-    @classmethod
-    def _bounded(cls, v: dict[str, Any] | bool) -> dict[str, Any] | bool:
-        problem = schema_problem(v, "response_format.json_schema.schema")
-        if problem:
-            raise _unsupported(problem)
-        return v
-
-
-class ResponseFormat(_Strict):
-    """OpenAI's ``response_format``: the output follows a JSON schema (``json_schema``),
-    is some JSON object (``json_object``) or is free text (``text``)."""
-
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _schema_given(self) -> Any:
-        if (self.type == "json_schema") != (self.json_schema is not None):
-            raise _unsupported("response_format: json_schema goes with type 'json_schema' (and "
-                               "only with it)")
-        return self
-
-    def as_dict(self) -> dict[str, Any] | None:
-        """The plain dict ``core.grammar.response_grammar`` reads (None for text)."""
-        if self.type == "text":
-            return None
-        return self.model_dump(by_alias=True, exclude_none=True)
 
 
 class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
@@ -336,16 +203,16 @@ class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
     def _tool_checks(self) -> Any:
         problem = request_problem(self.messages, self.tools, self.tool_choice)
         if problem:
-            raise _unsupported(problem)
+            raise unsupported(problem)
         return self
 
     @model_validator(mode="after")
     def _checks(self) -> Any:
         if self.top_logprobs and not self.logprobs:
-            raise _unsupported("top_logprobs needs logprobs: true")
+            raise unsupported("top_logprobs needs logprobs: true")
         if (self.max_tokens is not None and self.max_completion_tokens is not None
                 and self.max_tokens != self.max_completion_tokens):
-            raise _unsupported("max_tokens and max_completion_tokens differ; send one of them")
+            raise unsupported("max_tokens and max_completion_tokens differ; send one of them")
         return self
 
     def requested_max_tokens(self) -> int | None:
@@ -353,18 +220,7 @@ class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
 
     def chat_messages(self) -> list[dict[str, Any]]:
         # "developer" is OpenAI's newer name for the system role
-        return template_messages([_template_message(m) for m in self.messages])
-
-
-def _template_message(m: ChatMessage) -> dict[str, Any]:
-    """One message as the chat template reads it (tool fields only where given)."""
-    out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role,
-                           "content": None if m.content is None else m.text()}
-    if m.tool_calls:
-        out["tool_calls"] = [c.model_dump() for c in m.tool_calls]
-    if m.tool_call_id is not None:
-        out["tool_call_id"] = m.tool_call_id
-    return out
+        return template_messages([template_message(m) for m in self.messages])
 
 
 class CompletionRequest(_Sampling):
@@ -378,17 +234,17 @@ class CompletionRequest(_Sampling):
     def _checks(self) -> Any:
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) \
                 and len(self.prompt) != 1:
-            raise _unsupported("a list of prompts is a batch, which this server does not run; "
+            raise unsupported("a list of prompts is a batch, which this server does not run; "
                                "send one prompt per request")
         if isinstance(self.prompt, list) and not self.prompt:
-            raise _unsupported("prompt is an empty list")
+            raise unsupported("prompt is an empty list")
         return self
 
     @field_validator("echo", "best_of", "suffix")
     @classmethod
     def _neutral_only(cls, v: Any, info: Any) -> Any:
         if v is True or v not in (None, False, 1):
-            raise _unsupported(f"{info.field_name}={v!r} is not implemented here; omit it")
+            raise unsupported(f"{info.field_name}={v!r} is not implemented here; omit it")
         return v
 
     def requested_max_tokens(self) -> int | None:

@@ -7,6 +7,7 @@ missing cost curve is calibrated in idle moments); only that thread runs the mod
 changes the memory. ``submit`` raises ``APIError(503)`` past ``queue_size``; each job gets
 its events in order, ending in ``DoneEvent`` or ``ErrorEvent``; ``cancel`` frees its place
 at once. Hybrids speculate one request at a time; a lost rank fails jobs with 503.
+What requests draft with is ``drafting``; what the thread sends back is ``replies``.
 Tests: tests/server/test_events.py, tests/server/test_limits.py, tests/server/test_worker.py.
 Details: docs/design-notes.md."""
 
@@ -27,34 +28,25 @@ from ...calibrate import Calibration
 from ...core.vocab import vocab_size
 from ...core.wedlm import settings_of
 from ...decode.batch import batchable
-from ...decode.request import Emitted, Request
-from ...drafters.base import NoDrafter
-from ...drafters.spec import DraftResources, build_drafter
-from ...distributed import LeaderModel, Watchdog, is_group_failure, shard
+from ...distributed import LeaderModel, Watchdog, shard
 from ...loader import load
-from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
-from ...policy.block import curve_cost, unknown_cost
-from ...policy.pricing import BATCH_COST_LENGTHS
 from .batcher import Batcher
 from ..config import ServerConfig
-from ..http.errors import APIError, internal_error
-from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue, TokenEvent
+from ..http.errors import APIError
+from .drafting import Drafting
+from .events import DoneEvent, ErrorEvent, Job, JobQueue
 from .kv_budget import KVBudget, MemoryLimits, budget_for, set_limits
 from .memory import SharedMemory
+from .replies import Replies
 from ..http.metrics import Metrics
-from .schemas import MAX_DRAFT_TOKENS
+from .speculative import MAX_DRAFT_TOKENS
 from .wedlm_runner import WedlmRunner, check as check_wedlm
 
 log = logging.getLogger("specdec.server")
 DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
-# an unseen model's batch cost curve is measured in idle time (``calibrate``): repeats per
-# length, and the most seconds of calibration between two looks at the queue (a job that
-# arrives meanwhile waits at most that plus one forward)
-CALIBRATION_REPEATS = 5
-CALIBRATION_SLICE_S = 0.05
 
 
-class InferenceWorker:
+class InferenceWorker(Drafting, Replies):
     """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
     full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
@@ -226,51 +218,6 @@ class InferenceWorker:
         self.batcher = Batcher(self, None)
         self._find_curve()
 
-    def _find_curve(self) -> None:
-        """The verify cost curve from the cache; without one a ``Calibration`` measures it
-        in idle time (``_calibrate``): the server answers at once, whatever it has seen."""
-
-        lengths = [*range(1, 17), *(BATCH_COST_LENGTHS if self.max_batch > 1 else ())]
-        curve = cached_cost_curve(self.model, lengths)
-        if curve is not None:
-            self._use_curve(curve)
-            log.info("batching up to %d requests; blocks and cost gates priced by the cached "
-                     "verify cost curve", self.max_batch)
-            return
-        if self.group is not None or self.plain_only is not None or self.recurrent:
-            log.info("no verify cost curve cached for this model and none is measured here (a "
-                     "sharded or hybrid target): requests draft without the cost gate")
-            return
-        self.calibration = Calibration(self.model, lengths, repeats=CALIBRATION_REPEATS)
-        self.batcher.price.curve = unknown_cost  # several rows decode plain until it is known
-        log.info("batching up to %d requests; no verify cost curve cached for this model: "
-                 "batches of several requests decode plain and a lone request drafts without "
-                 "the cost gate until it is measured, %d forwards in idle time",
-                 self.max_batch, self.calibration.total)
-
-    def _use_curve(self, curve: dict[int, float]) -> None:
-        self.curve = curve
-        if self.max_batch > 1:
-            self.batcher.price.reprice(curve_cost(curve))
-
-    def _calibrate(self, budget_s: float = CALIBRATION_SLICE_S) -> None:
-        """Calibration forwards for up to ``budget_s`` while no job runs or waits; once
-        done, the batch prices its blocks with the curve (and the curve is cached)."""
-        cal, t0 = self.calibration, time.monotonic()
-        while not self.busy and not len(self.queue) and time.monotonic() - t0 < budget_s:
-            if cal.step():
-                cal.store()
-                self._use_curve(cal.curve)
-                log.info("verify cost curve measured and cached: batches and cost gates now "
-                         "price their drafts")
-                self.calibration = None
-                return
-            if self.curve is None and cal.estimate() is not None:
-                # one round of every length: rough, but better than no pricing at all
-                self._use_curve(cal.estimate())
-                log.info("verify cost curve: a first estimate prices batches and cost gates "
-                         "(%.0f %% measured)", 100 * cal.progress)
-
     def _context_length(self) -> int:
         native = getattr(getattr(self.model, "args", None), "max_position_embeddings", None)
         if self.cfg.context_length is None:
@@ -351,133 +298,3 @@ class InferenceWorker:
             self.metrics.on_save(ok=False)
             self.memory.dirty = True
             log.error("could not save the shared memory to %s: %s", self.cfg.memory_file, e)
-
-    def send_token(self, job: Job, text: str, r: Emitted) -> None:
-        """One token to the client."""
-        event = TokenEvent(text, r.token)
-        if job.request.logprobs:
-            event.logprob, event.token_text = r.logprob, self._decode(r.token)
-            event.top = [(self._decode(t), lp) for t, lp in (r.top or [])]
-        job.emit(event)
-
-    def error_event(self, e: BaseException) -> ErrorEvent:
-        if self.group_error is not None:
-            return ErrorEvent(APIError(503, f"the distributed group lost a rank: {self.group_error}",
-                                       code="distributed_group_lost"))
-        if isinstance(e, APIError):
-            return ErrorEvent(e)
-        # a bug's detail may quote a prompt: it goes to the log under the id the body names
-        return ErrorEvent(internal_error(e, "generation"))
-
-    def group_failure(self, e: BaseException) -> bool:
-        """Whether ``e`` means a rank of the sharded target is gone (then the group is
-        declared lost: every job fails with 503 and the server stops)."""
-        if self.group is None:
-            return False
-
-        if is_group_failure(e):
-            self._group_lost(str(e))
-        return self.group_error is not None
-
-    def _group_lost(self, why: str) -> None:
-        """A rank died or hung (maybe called from the watchdog's thread while this one is
-        stuck in a collective): fail every job with 503 and have the server stop."""
-        if self.group_error is not None:
-            return
-        self.group_error = why
-        log.error("the distributed group lost a rank: %s; failing requests with 503 and "
-                  "stopping (restart the whole group with mlx.launch)", why)
-        err = APIError(503, f"the distributed group lost a rank: {why}", code="distributed_group_lost")
-        jobs = self.queue.drain() + (self.batcher.jobs if self.batcher is not None else [])
-        for job in jobs:
-            job.state = "finished"
-            job.emit(ErrorEvent(err))
-        if self.on_group_lost is not None:
-            self.on_group_lost()
-
-    def _decode(self, token: int) -> str:
-        with self.tokenizer_lock:
-            return self.tokenizer.decode([token])
-
-    def done_event(self, job: Job, req: Request, started: float) -> DoneEvent:
-        """The final event of a finished ``decode.request.Request``: usage and timings."""
-        s, n_prompt = req.stats, len(job.request.prompt_ids)
-        usage = {
-            "prompt_tokens": n_prompt, "completion_tokens": s.generated_tokens,
-            "total_tokens": n_prompt + s.generated_tokens, "drafted_tokens": s.drafted,
-            "accepted_tokens": s.accepted, "acceptance_rate": round(s.acceptance_rate, 4),
-            "mean_acceptance_length": round(s.mean_acceptance_length, 4),
-            "decode_steps": s.verify_steps, "draft_steps": s.draft_steps,
-            "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
-        }
-        timings = {
-            "draft_type": s.drafter, "queue_s": round(started - job.submitted, 4),
-            "ttft_s": round(started - job.submitted + s.ttft_s, 4), "prefill_s": round(s.prefill_s, 4),
-            "decode_tokens_per_s": round(s.decode_tokens_per_s, 2),
-        }
-        self.metrics.on_done(usage)
-        log.info("done: %d prompt + %d tokens (%s), %s, accepted %d/%d, decode %.1f tok/s",
-                 n_prompt, s.generated_tokens, req.finish_reason, s.drafter, s.accepted,
-                 s.drafted, s.decode_tokens_per_s)
-        return DoneEvent(req.finish_reason, req.tail(), usage, timings)
-
-    def memory_for(self, req: GenRequest) -> SharedMemory:
-        """The drafting memory ``req`` reads: the shared one (one key or none; the memory
-        file's), its tenant's own (several keys), or for a salted request one that nothing
-        is ever written to."""
-        if req.cache_salt is not None:
-            return self._isolated
-        if not req.tenant:
-            return self.memory
-        if req.tenant not in self._tenant_memory:
-            self._tenant_memory[req.tenant] = SharedMemory.open(None, self.tokenizer,
-                                                                self.cfg.speculation)
-        return self._tenant_memory[req.tenant]
-
-    def commit(self, req: GenRequest, tokens: list[int]) -> None:
-        """A finished request's text joins its tenant's memory (not with ``store: false``
-        or a salt)."""
-        if req.store and req.cache_salt is None:
-            self.memory_for(req).commit(tokens)
-
-    def drafter_for(self, req: GenRequest) -> Any:
-        """A fresh drafter for ``req`` (its grammar arrives when the request starts)."""
-        if self.plain_only is not None:
-            return NoDrafter()
-        spec = req.speculation
-        if spec.speculative and spec.gate and self.curve is None:
-            if not self._gate_off_said:
-                log.info("the cost gate is off until the verify cost curve is known: requests "
-                         "draft k tokens at every step")
-                self._gate_off_said = True
-            spec = spec.with_options(gate=False)
-        k = spec.num_draft_tokens
-        cost = self._gate_curve(k + 1) if spec.speculative and spec.gate else \
-            self._cost_curve(k + 1) if spec.adaptive_k else None
-        priced = spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto")
-        memory = self.memory_for(req)
-        res = DraftResources(
-            tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
-            history=memory.history, cost=cost, target=self.model,
-            draft_cost=self._draft_cost(spec.draft_type) if priced else None)
-        return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
-
-    def _gate_curve(self, max_len: int) -> dict[int, float]:
-        """The known verify curve at every length 1..max_len (between and beyond the
-        measured lengths: ``policy.block.curve_cost``'s interpolation)."""
-
-        cost = curve_cost(self.curve)
-        return {L: self.curve.get(L) or cost(L) for L in range(1, max_len + 1)}
-
-    def _draft_cost(self, draft_type: str) -> dict[str, float]:
-        if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)
-
-            self._draft_costs[draft_type] = draft_cost_for(
-                draft_type, self.model, self.draft[0] if self.draft else None)
-        return self._draft_costs[draft_type]
-
-    def _cost_curve(self, max_len: int) -> dict[int, float]:
-        if max_len not in self._costs:  # measured once per length (and cached on disk)
-
-            self._costs[max_len] = cost_curve_for(self.model, max_len)
-        return self._costs[max_len]
