@@ -1,8 +1,8 @@
 """OpenAI's Responses API (``/v1/responses``) as a thin adapter onto ``Api.chat``: the routes.
 
 Contract: ``POST /v1/responses`` turns the request into one chat request
-(``openai_responses_input``), folds the chat chunks into output items, whole or as typed SSE
-events (``openai_responses_events.Folder``), and keeps the answer in a bounded
+(``responses_input``), folds the chat chunks into output items, whole or as typed SSE
+events (``responses_events.Folder``), and keeps the answer in a bounded
 ``ResponseStore`` (``store``, default true) behind ``previous_response_id``, GET and DELETE,
 each seeing the calling API key's responses only. The body is read by ``body.read_json``
 (every echoed field valid JSON text before any work). Accepted and ignored: include,
