@@ -280,6 +280,7 @@ class Api:
             run.watch.stop()
             self.worker.cancel(run.job)  # the client left mid-stream (a no-op when finished)
 
+
 def with_header_salt(request: Request, body: ChatCompletionRequest | CompletionRequest
                      ) -> ChatCompletionRequest | CompletionRequest:
     """``body`` with the ``X-Cache-Salt`` header as its ``cache_salt`` (for clients that
