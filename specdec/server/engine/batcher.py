@@ -25,7 +25,7 @@ from ...decode.step import Step
 from ...engine import grammar_for, tree_policy
 from ...policy.pricing import BlockPrice
 from ..http.errors import APIError
-from .events import Job
+from .events import DoneEvent, Job
 from .kv_budget import release_idle_memory
 from .prefill import Prefilling
 from .rows import Active, WorkerPort, reserved
