@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from serverproc import free_port
 from starlette.testclient import TestClient
 
-from specdec.server import middleware
+from specdec.server.http import middleware
 from specdec.server.http.metrics import Metrics
 from specdec.server.http.middleware import (ENDPOINTS, TENANT_SCOPE_KEY, endpoint_label, error_reason,
                                        host_name, wrap)
