@@ -78,7 +78,7 @@ def run_concurrent(n: int) -> dict:
 def kv_row_bytes() -> int:
     """SmolLM2-135M's KV cache bytes per token (fp32): what --kv-budget counts."""
     from specdec.loader import load
-    from specdec.server.kv_budget import Footprint
+    from specdec.server.engine.kv_budget import Footprint
 
     return Footprint.measure(load(MODEL)[0]).row_bytes(1)
 
@@ -246,7 +246,7 @@ def run_store(turns: int, items_per_turn: int, item_bytes: int, cap_mib: int) ->
     memory the process really holds for it (tracemalloc), at the end and at its peak."""
     import tracemalloc
 
-    from specdec.server.openai_responses_store import ResponseStore
+    from specdec.server.wires.responses_store import ResponseStore
 
     store = ResponseStore(max_items=10**9, max_bytes=cap_mib << 20)
     tracemalloc.start()

@@ -1,7 +1,7 @@
 """``specdec serve``: an OpenAI-compatible HTTP server with speculative decoding.
 
-Modules (each states its contract): cli, config, app (routes), api, middleware, schemas,
-responses, worker, batcher, memory, metrics, errors, events, reasoning, kv_budget,
-tool_schemas, tool_calls; other wires as adapters onto ``api.chat``: anthropic,
-openai_responses, ollama. Importing this package does not import mlx.
-Tests: tests/server/."""
+Split by concern: ``http`` (the app, middleware, errors, metrics, the body reader),
+``engine`` (the front door ``api``, the worker, batcher, KV budget, events and the request
+value), ``wires`` (chat/completions, anthropic, responses, ollama: each a translation of
+``engine.api.Api.chat``); ``cli`` and ``config`` beside. Importing this package does not
+import mlx. Tests: tests/server/ (the layout: tests/server/test_layout.py)."""

@@ -24,7 +24,7 @@ from ..config import DTYPES, KV_BITS, add_decoder_flags, add_distributed_flags, 
 from ..toolcall import PARSERS
 
 if TYPE_CHECKING:  # the worker imports mlx; this module parses flags first
-    from .worker import InferenceWorker
+    from .engine.worker import InferenceWorker
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -89,10 +89,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn  # heavy optional dependency: uvicorn, for `specdec serve` only
 
-    from .app import create_app  # imports mlx and fastapi: `specdec --help` starts without them
+    from .http.app import create_app  # imports mlx and fastapi: `specdec --help` starts without them
     from .config import ServerConfig  # imports fastapi: `specdec --help` starts without it
-    from .metrics import Metrics  # imports prometheus_client: as above
-    from .worker import InferenceWorker  # imports mlx: `specdec --help` starts without it
+    from .http.metrics import Metrics  # imports prometheus_client: as above
+    from .engine.worker import InferenceWorker  # imports mlx: `specdec --help` starts without it
 
     cfg = ServerConfig.from_args(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from ..config import RunConfig, check_kv_bits, draft_flags_given, draft_spec_from_args
 from ..drafters.spec import DraftSpec
 from ..toolcall import PARSERS
-from .middleware import LOOPBACK_HOSTS
-from .schemas import MAX_DRAFT_TOKENS
+from .http.middleware import LOOPBACK_HOSTS
+from .engine.speculative import MAX_DRAFT_TOKENS
 
 API_KEY_ENV = "SPECDEC_API_KEY"
 SERVE_DRAFT_TYPE = "grammar,suffix"  # serve's --draft-type default

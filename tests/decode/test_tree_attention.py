@@ -359,7 +359,7 @@ def test_tree_budget_is_validated_and_threaded_everywhere():
     from specdec.bench.configs import parse_config
     from specdec.config import RunConfig, add_draft_flags
     from specdec.drafters.spec import DraftSpec
-    from specdec.server.schemas import SpeculativeOptions, merge_speculative
+    from specdec.server.engine.speculative import SpeculativeOptions, merge_speculative
 
     assert DraftSpec("suffix", draft_tree_budget="auto").draft_tree_budget == "auto"
     for bad in (-1, "8", "many", True, 2.0):

@@ -20,7 +20,7 @@ from specdec.drafters.base import Constrainable, Pausable, Proposer, TreeProposi
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.gate import CostGate
 from specdec.engine import token_stream
-from specdec.server.schemas import SpeculativeOptions, merge_speculative
+from specdec.server.engine.speculative import SpeculativeOptions, merge_speculative
 
 # ---------------------------------------------------------------- DraftSpec parsing
 

@@ -29,7 +29,7 @@ def qwen():
 
 @pytest.fixture(scope="package")
 def smol():
-    """The default model's server with default flags, no key (test_ollama, test_openai_responses)."""
+    """The default model's server with default flags, no key (test_ollama, test_responses)."""
     s = Server("--model", MODEL)
     yield s
     s.stop()

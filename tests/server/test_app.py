@@ -18,12 +18,12 @@ from starlette.testclient import TestClient
 from transformers import AutoTokenizer
 
 from specdec.core.text import encode_prompt
-from specdec.server.app import create_app
+from specdec.server.http.app import create_app
 from specdec.server.config import ServerConfig
-from specdec.server.errors import APIError
-from specdec.server.events import DoneEvent, ErrorEvent, TokenEvent
-from specdec.server.metrics import Metrics
-from specdec.server.schemas import IGNORED_PARAMS, ChatCompletionRequest
+from specdec.server.http.errors import APIError
+from specdec.server.engine.events import DoneEvent, ErrorEvent, TokenEvent
+from specdec.server.http.metrics import Metrics
+from specdec.server.engine.schemas import IGNORED_PARAMS, ChatCompletionRequest
 
 from .test_reasoning import THINK_TEMPLATE
 
@@ -318,7 +318,7 @@ def test_a_full_queue_refuses_before_the_prompt_is_even_read(smol_tok):
 
 
 def test_a_reader_that_stops_reading_has_its_job_cancelled():
-    from specdec.server.events import MAX_PENDING_EVENTS, GenRequest, Job
+    from specdec.server.engine.events import MAX_PENDING_EVENTS, GenRequest, Job
     from specdec.drafters.spec import DraftSpec
 
     async def run():

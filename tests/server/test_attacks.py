@@ -22,10 +22,10 @@ from attacks import concurrent, flood, fuzz, row_raises, slowloris
 from serverproc import Server
 from starlette.testclient import TestClient
 
-from specdec.server.app import create_app
+from specdec.server.http.app import create_app
 from specdec.server.config import ServerConfig
-from specdec.server.events import DoneEvent
-from specdec.server.metrics import Metrics
+from specdec.server.engine.events import DoneEvent
+from specdec.server.http.metrics import Metrics
 
 from .test_app import ScriptedWorker
 from .tiny_api import TOOLS_TEMPLATE, word_tokenizer
@@ -80,7 +80,7 @@ def test_wrong_typed_tools_are_a_400_naming_the_field(app):
 
 
 def test_references_past_the_cap_are_a_400_naming_it(app):
-    from specdec.server.openai_responses_input import MAX_REFERENCES
+    from specdec.server.wires.responses_input import MAX_REFERENCES
 
     r = wa.many_references(app[0], "m", MAX_REFERENCES + 1)
     assert r["made"] == 200 and r["status"] == 400 and "at most" in r["message"], r

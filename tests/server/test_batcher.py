@@ -1,4 +1,4 @@
-"""The batcher's scheduling (``specdec.server.batcher``).
+"""The batcher's scheduling (``specdec.server.engine.batcher``).
 
 In process (fast): a real ``InferenceWorker`` on SmolLM2-135M, its ``Batcher`` driven round
 by round on the test thread: at most ``max_batch`` rows, FIFO admission as slots free, the
@@ -23,12 +23,13 @@ from serverproc import LONG, MODEL, Server, raw_request, wait_for
 from specdec import generate
 from specdec.drafters.spec import DraftSpec
 from specdec.prompts import parity_prompts, short_questions
-from specdec.server.batcher import CHUNK, Batcher
+from specdec.server.engine.batcher import Batcher
+from specdec.server.engine.prefill import CHUNK
 from specdec.server.config import ServerConfig
-from specdec.server.events import DoneEvent, GenRequest, Job, TokenEvent
-from specdec.server.kv_budget import Footprint, KVBudget
-from specdec.server.metrics import Metrics
-from specdec.server.worker import InferenceWorker
+from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
+from specdec.server.engine.kv_budget import Footprint, KVBudget
+from specdec.server.http.metrics import Metrics
+from specdec.server.engine.worker import InferenceWorker
 
 P = parity_prompts()
 

@@ -1,4 +1,4 @@
-"""The one body reader of the wires that parse their own JSON (``specdec.server.body``):
+"""The one body reader of the wires that parse their own JSON (``specdec.server.http.body``):
 what it admits is JSON text every wire can echo and store; the rest is a ``BodyError``
 (a 400 in the wire's shape: tests/server/test_attacks.py runs it through every wire)."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdec.server.body import MAX_BODY_DEPTH, BodyError, parse_json
+from specdec.server.http.body import MAX_BODY_DEPTH, BodyError, parse_json
 
 
 def nested(depth: int) -> bytes:

@@ -1,4 +1,4 @@
-"""OpenAI-style errors (``specdec.server.errors``): one body shape with the status's type,
+"""OpenAI-style errors (``specdec.server.http.errors``): one body shape with the status's type,
 the wire shape of each surface, pydantic's validation errors as 400s naming their
 parameter, and FastAPI's own failures (404, 405, 422, a bug) answered in that shape."""
 
@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.testclient import TestClient
 
-from specdec.server.errors import (APIError, error_response, install_handlers, surface_body,
+from specdec.server.http.errors import (APIError, error_response, install_handlers, surface_body,
                                    validation_error)
 
 

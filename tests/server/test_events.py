@@ -9,9 +9,9 @@ import pytest
 from conftest import cached_tiny
 
 from specdec.drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
-from specdec.server.memory import SharedMemory
+from specdec.server.engine.memory import SharedMemory
 from specdec.drafters import DraftSpec
-from specdec.server.events import GenRequest, Job, JobQueue
+from specdec.server.engine.events import GenRequest, Job, JobQueue
 
 
 def test_shared_memory_files(tmp_path, smollm):

@@ -1,4 +1,4 @@
-"""The KV memory budget (``specdec.server.kv_budget``): a server whose budget holds two
+"""The KV memory budget (``specdec.server.engine.kv_budget``): a server whose budget holds two
 rows of these requests never runs three, answers every request exactly as it answers it
 alone, refuses up front a request that could never fit, and clamps one that names no
 max_tokens to what fits.
@@ -19,7 +19,7 @@ from serverproc import MODEL, Server
 
 from mlx.utils import tree_flatten
 
-from specdec.server.kv_budget import Footprint, KVBudget
+from specdec.server.engine.kv_budget import Footprint, KVBudget
 
 MAX_TOKENS = 24
 PROMPTS = ["Name three rivers in Europe.", "Name three birds of prey.",
@@ -121,9 +121,9 @@ def test_a_started_server_gives_mlx_the_limits_its_budgets_make():
     import mlx.core as mx
 
     from specdec.server.config import ServerConfig
-    from specdec.server.kv_budget import ACTIVATION_FLOOR, CACHE_LIMIT
-    from specdec.server.metrics import Metrics
-    from specdec.server.worker import InferenceWorker
+    from specdec.server.engine.kv_budget import ACTIVATION_FLOOR, CACHE_LIMIT
+    from specdec.server.http.metrics import Metrics
+    from specdec.server.engine.worker import InferenceWorker
 
     before = mx.get_memory_limit(), mx.set_cache_limit(1 << 30)
     budget, prompt_cache = 40 << 20, 8 << 20

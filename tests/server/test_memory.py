@@ -14,7 +14,7 @@ from serverproc import MODEL, Server
 
 from specdec.drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from specdec.drafters.suffix import SuffixHistory
-from specdec.server.memory import PAUSE_ENV
+from specdec.server.engine.memory import PAUSE_ENV
 
 pytestmark = pytest.mark.slow  # server processes on a real model
 

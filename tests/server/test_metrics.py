@@ -1,4 +1,4 @@
-"""The server's Prometheus metrics (``specdec.server.metrics``): what the hooks count reads
+"""The server's Prometheus metrics (``specdec.server.http.metrics``): what the hooks count reads
 back from ``render()``, the acceptance rate, the gauges a server watches, and one registry
 per server."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec.server.metrics import Metrics
+from specdec.server.http.metrics import Metrics
 
 
 def samples(m):

@@ -1,4 +1,4 @@
-"""The ASGI middleware stack (``specdec.server.middleware``) in process: in front of a small
+"""The ASGI middleware stack (``specdec.server.http.middleware``) in process: in front of a small
 echo app, body limits announced or chunked, API keys and tenants, the Host allow-list, the
 in-flight cap, bounded metric labels and one access line per request with its reason; under a
 real uvicorn on a loopback socket, refusals past the in-flight limit do not wait on a client
@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from serverproc import free_port
 from starlette.testclient import TestClient
 
-from specdec.server import middleware
-from specdec.server.metrics import Metrics
-from specdec.server.middleware import (ENDPOINTS, TENANT_SCOPE_KEY, endpoint_label, error_reason,
+from specdec.server.http import middleware
+from specdec.server.http.metrics import Metrics
+from specdec.server.http.middleware import (ENDPOINTS, TENANT_SCOPE_KEY, endpoint_label, error_reason,
                                        host_name, wrap)
 
 

@@ -1,4 +1,4 @@
-"""What Ollama's clients read about the served model (``specdec.server.ollama_models``):
+"""What Ollama's clients read about the served model (``specdec.server.wires.ollama_models``):
 parameter count, bytes and quantization label of real (tiny) mlx models, plain and
 quantized, the /api/tags card, /api/show's capabilities, and Ollama's timestamps."""
 
@@ -10,7 +10,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from conftest import cached_tiny
 
-from specdec.server.ollama_models import Weights, model_card, now, show, weights
+from specdec.server.wires.ollama_models import Weights, model_card, now, show, weights
 
 from .tiny_api import TOOLS_TEMPLATE, tiny_api
 

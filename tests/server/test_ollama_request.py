@@ -1,5 +1,5 @@
 """Ollama's request bodies translated onto chat and completion requests
-(``specdec.server.ollama_request``): options as sampling fields, ``format`` and ``think``,
+(``specdec.server.wires.ollama_request``): options as sampling fields, ``format`` and ``think``,
 tool messages matched to the calls before them, ``:latest`` names, raw generation, and each
 400 naming the field as the client sent it."""
 
@@ -10,9 +10,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from specdec.server.errors import APIError
-from specdec.server.ollama_request import ChatBody, GenerateBody, Surface
-from specdec.server.schemas import ChatCompletionRequest, CompletionRequest
+from specdec.server.http.errors import APIError
+from specdec.server.wires.ollama_request import ChatBody, GenerateBody, Surface
+from specdec.server.engine.schemas import ChatCompletionRequest, CompletionRequest
 
 from .tiny_api import tiny_api
 

@@ -1,4 +1,4 @@
-"""Ollama's answers from OpenAI chunks (``specdec.server.ollama_stream``): content and
+"""Ollama's answers from OpenAI chunks (``specdec.server.wires.ollama_stream``): content and
 thinking passed on as they come, each tool call sent once and whole with object arguments
 however its JSON is cut, log-probabilities in Ollama's list, the closing fields in ns, and
 NDJSON lines that end in an error line when the stream fails."""
@@ -12,8 +12,8 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdec.server.errors import APIError
-from specdec.server.ollama_stream import (Piece, Translator, chat_fields, generate_fields,
+from specdec.server.http.errors import APIError
+from specdec.server.wires.ollama_stream import (Piece, Translator, chat_fields, generate_fields,
                                           ndjson_lines, whole_answer)
 
 

@@ -1,4 +1,4 @@
-"""The think-block splitter (``specdec.server.reasoning``): whole-text splits, streamed
+"""The think-block splitter (``specdec.server.engine.reasoning``): whole-text splits, streamed
 deltas equal to the whole split however the text is cut, no tag leaking into either side,
 and which chat templates and prompts open a think block."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdec.server.reasoning import (ReasoningSplitter, TemplateTraits, opens_thinking,
+from specdec.server.engine.reasoning import (ReasoningSplitter, TemplateTraits, opens_thinking,
                                       split_reasoning)
 
 # a Qwen3-like template: a think block, switched by enable_thinking; open_think opens it

@@ -8,10 +8,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from specdec.server.events import DoneEvent, TokenEvent
-from specdec.server.schemas import ChatCompletionRequest
-from specdec.server.errors import APIError
-from specdec.server.tool_calls import ToolResponder, ToolSupport, plan_tools
+from specdec.server.engine.events import DoneEvent, TokenEvent
+from specdec.server.engine.schemas import ChatCompletionRequest
+from specdec.server.http.errors import APIError
+from specdec.server.engine.tool_calls import ToolResponder, ToolSupport, plan_tools
 from specdec.toolcall.prompt import renders_tools
 
 WEATHER = {"type": "function", "function": {
@@ -158,7 +158,7 @@ def test_streamed_logprobs_each_token_once():
 def test_a_think_block_before_the_call():
     """A reasoning model (Qwen3-style): the think block goes to reasoning_content, the
     call after it is read from the answer, whole and streamed."""
-    from specdec.server.reasoning import ReasoningSplitter
+    from specdec.server.engine.reasoning import ReasoningSplitter
 
     plan = plan_tools(body(tools=[WEATHER]), QWEN, "m")
     reply = "<think>\nThe user wants Paris.\n</think>\n\n<tool_call>\n" + REPLY + "\n</tool_call>"

@@ -14,10 +14,10 @@ from specdec.decode.wedlm import wedlm_stream
 from specdec.drafters.spec import DraftSpec
 from specdec.loader.wedlm import load_wedlm
 from specdec.server.config import ServerConfig
-from specdec.server.errors import APIError
-from specdec.server.events import DoneEvent, GenRequest, Job, TokenEvent
-from specdec.server.metrics import Metrics
-from specdec.server.worker import InferenceWorker
+from specdec.server.http.errors import APIError
+from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
+from specdec.server.http.metrics import Metrics
+from specdec.server.engine.worker import InferenceWorker
 from decode.test_wedlm import write_checkpoint
 
 IDS = [5, 6, 7, 8, 9, 10]

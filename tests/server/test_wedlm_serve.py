@@ -65,7 +65,7 @@ def test_server_answers_with_the_wedlm_decoder(tmp_path):
 def _other_apis_report_the_decoder_stats(http, model: str) -> None:
     """The Anthropic and Ollama answers carry the decoder's stats in their usage fields as
     the OpenAI chat answer does (the same greedy request: the same stats)."""
-    from specdec.server.events import DECODER_STATS
+    from specdec.server.engine.events import DECODER_STATS
 
     msgs = [{"role": "user", "content": "abc abc"}]
     r = http.post("/v1/chat/completions", json={"model": model, "messages": msgs, "max_tokens": 12})

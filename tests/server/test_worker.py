@@ -102,7 +102,7 @@ def test_a_model_that_cannot_roll_back_serves_plain(caplog):
 
     from specdec.drafters.base import NoDrafter
     from specdec.server.config import ServerConfig
-    from specdec.server.worker import InferenceWorker
+    from specdec.server.engine.worker import InferenceWorker
 
     class Sinks:
         def make_cache(self):

@@ -10,7 +10,7 @@ from typing import Any
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specdec.server.api import Api
+from specdec.server.engine.api import Api
 from specdec.server.config import ServerConfig
 
 PLAIN_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

@@ -1,0 +1,273 @@
+"""The server's one inference path: every running request decodes in one batched step.
+
+Contract (inference thread only): ``Batcher.run_once(tick)`` is one scheduling round: admit
+queued jobs up to ``max_batch`` (and the KV budget); prefill up to ``CHUNK`` tokens (arriving
+prompts together in one forward, else a chunk of the oldest); one batched decode step over
+prefilled rows, without drafts while prompts wait; send tokens; finish rows at once and park
+their slots until leaving pays. Each job is a ``decode.request.Request``; a job's failure is
+its own error, a failed step fails the running jobs with 500 and the thread keeps serving.
+Prefill is ``prefill``; a row and what it needs of its worker, ``rows``.
+Tests: tests/server/test_batcher.py. Measurements and the contract in full:
+docs/design-notes.md."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...core.text import TextOut
+from ...decode import loop
+from ...decode.batch import Batch, RowFailed
+from ...decode.request import Request
+from ...decode.step import Step
+from ...engine import grammar_for, tree_policy
+from ...policy.pricing import BlockPrice
+from ..http.errors import APIError
+from .events import DoneEvent, Job
+from .kv_budget import release_idle_memory
+from .prefill import Prefilling
+from .rows import Active, WorkerPort, reserved
+
+log = logging.getLogger("specdec.server")
+
+
+class Batcher(Prefilling):
+    """The batched scheduling loop of the inference thread: ``run_once(tick)`` admits,
+    prefills, runs one decode step and finishes rows."""
+
+    def __init__(self, worker: WorkerPort, cost: Callable[[int], float] | None):
+        self.worker = worker
+        self.price = BlockPrice(cost)  # outlives each batch: what steps cost here stays true
+        self.batch = Batch(worker.model, price=self.price)
+        # in batch row order; None: a finished row's slot, parked (``Batch.park_rows``)
+        self.decoding: list[Active | None] = []
+        self.prefilling: list[Active] = []
+        self.held: Job | None = None  # the next job, waiting for KV budget (``_fits``)
+        self.parked_tokens = 0  # the longest reservation among the parked slots
+        self._worked = False  # rows ran since the batch was last empty (``run_once``)
+
+    def __len__(self) -> int:
+        return len(self.running) + len(self.prefilling)
+
+    @property
+    def running(self) -> list[Active]:
+        return [a for a in self.decoding if a is not None]
+
+    def cancel_all(self) -> None:
+        """Mark every admitted job cancelled (any thread); ``close`` then ends them."""
+        for job in self.jobs:
+            job.cancelled.set()
+
+    def end_all(self, error: APIError) -> None:
+        """On the inference thread: every admitted job ends with ``error`` (an APIError),
+        which its client reads as an error event; the batch starts empty."""
+        for a in self.running + self.prefilling:
+            self._failed(a, error)
+        if self.held is not None:
+            self.held.state = "finished"
+            self.held.emit(self.worker.error_event(error))
+        self.prefilling, self.decoding, self.held, self.parked_tokens = [], [], None, 0
+        self.batch = Batch(self.worker.model, price=self.price)
+        self._worked = False
+        release_idle_memory()
+
+    def close(self) -> None:
+        """On the inference thread at shutdown: end every admitted job as cancelled."""
+        self.cancel_all()
+        self._drop_cancelled()
+
+    def run_once(self, tick: float) -> None:
+        """One scheduling round; a round that emptied the batch (rows finished, failed or
+        were cancelled) hands its working set back to the system."""
+        try:
+            self._round(tick)
+        finally:
+            if self._worked and not len(self):
+                self._worked = False
+                release_idle_memory()  # the batch's working set, back to the system
+
+    def _round(self, tick: float) -> None:
+        self._admit(tick)
+        self._worked = self._worked or bool(len(self))
+        self._drop_cancelled()
+        if self.prefilling:
+            group = self._prefill_group()
+            if len(group) > 1:
+                self._prefill_together(group)
+            else:
+                self._prefill_chunk(group[0])
+        if self.running:
+            try:
+                steps = loop.step(self.batch, speculate=not self.prefilling)
+            except RowFailed as e:  # before the cache was touched: that row leaves alone
+                self._end_rows([], {e.row: e.error})
+                return
+            except Exception as e:  # noqa: BLE001 (a bug or a resource failure: fail the rows)
+                self._fail_all(e)
+                return
+            self._synced()  # parked rows that rode along long enough left first
+            # rows that joined while a pipelined step was queued (the last ones) may
+            # have no Step yet: theirs comes with the next
+            done, failed = [], {}
+            for i, step in enumerate(steps):
+                try:
+                    if self._deliver(i, step):
+                        done.append(i)
+                except Exception as e:  # noqa: BLE001 (its detokenizer, stop matcher...: its error)
+                    failed[i] = e
+            self._end_rows(done, failed)
+
+    # -- admission and prefill -------------------------------------------------------------
+
+    def _admit(self, tick: float) -> None:
+        while len(self) < self.worker.max_batch:
+            job, self.held = self.held or self.worker.queue.get(timeout=0 if len(self) else tick), None
+            if job is None:
+                return
+            if job.cancelled.is_set():
+                self._cancelled(job)
+                continue
+            if not self._fits(job):  # it waits, first in line, until rows leave
+                self.held = job
+                return
+            try:
+                self.prefilling.append(self._start(job))
+            except Exception as e:  # noqa: BLE001 (e.g. a drafter that cannot be built)
+                log.exception("could not start a request")
+                job.state = "finished"
+                job.emit(self.worker.error_event(e))
+
+    def _fits(self, job: Job) -> bool:
+        """Whether ``job``'s row keeps the batch cache inside the KV budget (``kv_budget``):
+        every slot, parked ones too, padded to the longest reservation (prompt + max_tokens:
+        what a row may grow to). A job alone always runs (the API refused it if it could
+        never fit; the parked slots leave when it joins)."""
+        kv = self.worker.kv
+        if kv is None or not len(self):
+            return True
+        longest = max(self.parked_tokens, reserved(job), *(reserved(a.job) for a in self.running + self.prefilling))
+        return kv.fits(len(self.decoding) + len(self.prefilling) + 1, longest)
+
+    def reserved_bytes(self) -> int:
+        """What the batch cache may grow to now (any thread: a snapshot)."""
+        kv, active = self.worker.kv, self.running + self.prefilling
+        if kv is None or not active:
+            return 0
+        longest = max(self.parked_tokens, *(reserved(a.job) for a in active))
+        return kv.batch_bytes(len(self.decoding) + len(self.prefilling), longest)
+
+    def _start(self, job: Job) -> Active:
+        spec, w = job.request.speculation, self.worker
+        gen = job.request
+        job.state = "running"
+        grammar = grammar_for(w.model, w.tokenizer, gen.response_format)
+        drafter = w.drafter_for(gen)
+        cache = w.prefixes.take(gen.prompt_ids, gen.scope) if w.prefixes.max_bytes else None
+        budget, shaper = tree_policy(w.model, spec.draft_tree_budget, drafter, spec.num_draft_tokens)
+        req = Request(w.model, gen.prompt_ids, drafter=drafter, max_tokens=gen.max_tokens,
+                      num_draft_tokens=spec.num_draft_tokens, eos=w.tokenizer.eos_token_ids,
+                      sampling=gen.sampling, tree_budget=budget, shaper=shaper, prompt_cache=cache,
+                      kv_bits=w.cfg.kv_bits, top_logprobs=gen.top_logprobs,
+                      text=TextOut(w.tokenizer, gen.stop), processors=[grammar] if grammar else ())
+        started = time.perf_counter()
+        req.start()
+        return Active(job, req, started)
+
+    def _synced(self) -> None:
+        """Drop the parked slots the batch let go of (all at once: on a join, a step or
+        enough parked)."""
+        if None in self.decoding and not any(r.parked for r in self.batch.rows):
+            self.decoding = self.running
+        if None not in self.decoding:
+            self.parked_tokens = 0
+
+    # -- decoding -------------------------------------------------------------------------
+
+    def _deliver(self, i: int, step: Step) -> bool:
+        """Send row i's tokens; whether its request is finished."""
+        a = self.decoding[i]
+        if a is None:  # parked: its request has its answer
+            return False
+        if step.error is not None:  # that row failed after its step: its request's error
+            raise step.error
+        for e in a.req.feed(step):
+            now = time.perf_counter()
+            self.worker.metrics.on_token(a.last is None, now - (a.job.submitted if a.last is None else a.last))
+            a.last = now
+            self.worker.send_token(a.job, e.text, e)
+        return bool(a.req.finish_reason)
+
+    def _end_rows(self, done: list[int], failed: dict[int, BaseException]) -> None:
+        """Finished rows and failed ones leave together (one leave: indices stay valid);
+        a failed row's request gets its own error, the others go on."""
+        rows = sorted([*done, *failed])
+        for i, (a, layers) in zip(rows, self._leave(rows)):
+            if i in failed:
+                self._failed(a, failed[i])
+                continue
+            self._store_finished(a, layers)
+            a.job.state = "finished"
+            a.job.emit(self.worker.done_event(a.job, a.req, a.started))
+
+    def _leave(self, rows: list[int]) -> list[tuple[Active, list[Any]]]:
+        """Rows ``rows`` leave the batch together: each job with its cache layers."""
+        if not rows:
+            return []
+        out = [self.decoding[i] for i in rows]
+        layers, gone = self.batch.park_rows(rows)
+        for i in rows:
+            self.decoding[i] = None
+        gone = set(gone)
+        self.decoding = [a for i, a in enumerate(self.decoding) if i not in gone]
+        self.parked_tokens = max(self.parked_tokens, *(reserved(a.job) for a in out)) \
+            if None in self.decoding else 0
+        return list(zip(out, layers))
+
+    def _store_finished(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
+        """The job's tokens go to the shared memory and its cache to the prefix store."""
+        req = a.req
+        self.worker.commit(a.job.request, req.prompt_ids + req.tokens)
+        req.finish(ok, layers)
+        if req.prompt_cache is not None:
+            self.worker.prefixes.put(req.prompt_cache)  # emptied after an error
+            self.worker.metrics.on_prefix_store(self.worker.prefixes)
+
+    def _drop_cancelled(self) -> None:
+        gone = [i for i, a in enumerate(self.decoding) if a is not None and a.job.cancelled.is_set()]
+        for a, layers in self._leave(gone):
+            self._store_finished(a, layers)
+            self._cancelled(a.job)
+        if self.held is not None and self.held.cancelled.is_set():
+            self._cancelled(self.held)
+            self.held = None
+        for a in [a for a in self.prefilling if a.job.cancelled.is_set()]:
+            self.prefilling.remove(a)
+            self._store_finished(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
+            self._cancelled(a.job)
+
+    def _cancelled(self, job: Job) -> None:
+        job.state = "cancelled"
+        self.worker.metrics.on_cancel()
+        job.emit(DoneEvent("cancelled"))
+
+    def _failed(self, a: Active, e: BaseException) -> None:
+        if not self.worker.group_failure(e):  # a lost rank: the worker fails every job and stops
+            log.error("generation failed: %s: %s", type(e).__name__, e)
+            self._store_finished(a, None, ok=False)
+        a.job.state = "finished"
+        a.job.emit(self.worker.error_event(e))
+
+    @property
+    def jobs(self) -> list[Any]:
+        """The admitted jobs (prefilling or decoding) and the one held for KV budget."""
+        return [a.job for a in self.running + self.prefilling] + ([self.held] if self.held else [])
+
+    def _fail_all(self, e: BaseException) -> None:
+        log.exception("a batched step failed: failing its %d requests", len(self.running))
+        for a in self.running:
+            self._failed(a, e)
+        self.decoding, self.parked_tokens = [], 0
+        self.batch = Batch(self.worker.model, price=self.price)
+

@@ -1,0 +1,83 @@
+"""A batcher's prefill: arriving prompts together in one forward (padded to the longest,
+at most ``CHUNK`` tokens), else a chunk of the oldest; a prompt just prefilled shares its
+cache with the waiting prompts that start with more of it than their own caches hold.
+
+Contract: a mixin of ``batcher.Batcher`` (its ``prefilling``, ``decoding``, ``batch`` and
+``worker``), on the inference thread only; a prefill's failure is its jobs' alone, the
+batch is left as it was. Tests: tests/server/test_batcher.py."""
+
+from __future__ import annotations
+
+from ...cache.prompt_cache import common_prefix
+from ...decode.request import prefill_together
+from .rows import Active
+
+CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
+
+
+class Prefilling:
+    """``Batcher``'s prefill side."""
+
+    def _prefill_group(self) -> list[Active]:
+        """The oldest prefilling jobs whose prompts, padded to the longest, take at most
+        ``CHUNK`` tokens (at least the oldest job)."""
+        group, longest = self.prefilling[:1], len(self.prefilling[0].req.pending)
+        if self.worker.max_batch == 1:
+            return group
+        for a in self.prefilling[1:]:
+            longest = max(longest, len(a.req.pending))
+            if longest * (len(group) + 1) > CHUNK:
+                break
+            group.append(a)
+        return group
+
+    def _prefill_together(self, group: list[Active]) -> None:
+        """Prefill ``group`` in one batched forward and join it to the batch; a failure
+        fails the group's jobs and leaves the batch as it was."""
+        for a in group:
+            self.prefilling.remove(a)
+        try:
+            layers = prefill_together(self.worker.model, [a.req for a in group])
+            self.batch.join_rows([a.req.row() for a in group], layers)
+        except Exception as e:  # noqa: BLE001 (these jobs' failure; the batch is untouched)
+            self._synced()
+            for a in group:
+                self._failed(a, e)
+            return
+        self._synced()
+        self.decoding.extend(group)
+
+    def _prefill_chunk(self, a: Active) -> None:
+        try:
+            if not a.req.prefill(CHUNK):
+                return
+            self.prefilling.remove(a)
+            self._share_prompt(a)
+            self.batch.join(a.req.row(), a.req.layers)
+        except Exception as e:  # noqa: BLE001 (this job's failure; the batch is untouched)
+            self._synced()
+            if a in self.prefilling:
+                self.prefilling.remove(a)
+            self._failed(a, e)
+            return
+        self._synced()
+        self.decoding.append(a)
+
+    def _share_prompt(self, a: Active) -> None:
+        """``a`` has just prefilled its prompt: every job still waiting for its prefill whose
+        prompt starts with more of it than its own cache holds takes a fork of ``a``'s cache
+        instead (prompts arriving together often repeat a document or a whole request, and
+        the prefix store only hears of a cache when its request finishes). The fork shares
+        ``a``'s arrays; the cache it replaces goes back to the store."""
+        cache = a.req.prompt_cache
+        if cache is None:
+            return
+        for b in self.prefilling:
+            n = common_prefix(cache.tokens, b.req.prompt_ids[:-1])
+            if b.req.prompt_cache is None or n <= len(b.req.prompt_cache.tokens) \
+                    or b.req.stats.cached_tokens != len(b.req.prompt_cache.tokens) \
+                    or b.req.prompt_cache.scope != cache.scope:
+                continue  # nothing gained, b has fed part of its prompt, or another tenant's
+            forked = cache.fork(n)
+            if forked is not None:
+                self.worker.prefixes.put(b.req.adopt(forked))

@@ -1,0 +1,251 @@
+"""Request bodies of the OpenAI-compatible API, validated at the boundary (pydantic).
+
+Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` take OpenAI's parameters with its
+names, types and ranges, plus ``speculative``, ``top_k``, ``min_p``, ``repetition_penalty``,
+``tools``/``tool_choice``, ``chat_template_kwargs``. Strict: wrong types and unknown
+parameters are errors; unimplemented ones only at their neutral value; parameters that
+change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``speculative`` is
+``speculative.SpeculativeOptions``. Tokenizer checks come later (``api.Api``).
+Tests: tests/server/test_app.py, tests/server/test_schemas.py. Details:
+docs/design-notes.md."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ...toolcall.prompt import template_messages
+from .messages import ChatMessage, ResponseFormat, TextPart, template_message
+from .speculative import SpeculativeOptions, unsupported
+from .tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem
+
+MAX_STOPS = 4
+MAX_STOP_CHARS = 256  # each stop string: the stop matcher holds back this much text
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+    include_obfuscation: bool | None = Field(None, description="ignored: no obfuscation "
+                                             "padding is added (nothing crosses a network here)")
+
+
+# -- OpenAI parameters accepted and ignored: the one list ---------------------------------
+# Every field below is OpenAI's, typed as OpenAI types it, and changes nothing in the
+# answer here; its description says why ignoring it is honest (docs/server.md lists them).
+
+
+class IgnoredParams(Strict):
+    """Ignored on both endpoints."""
+
+    user: str | None = Field(None, description="an end-user id for abuse monitoring; not used")
+    store: bool | None = Field(None, description="false: this request's text stays out of the "
+                               "shared drafting memory (suffix history, n-gram table, memory file)")
+
+
+class Prediction(Strict):
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+
+class IgnoredChatParams(IgnoredParams):
+    """Ignored on ``/v1/chat/completions``."""
+
+    metadata: dict[str, str] | None = Field(None, description="tags of stored completions: none are")
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = Field(
+        None, description="one tier here")
+    safety_identifier: str | None = Field(None, description="an end-user id; not used")
+    prompt_cache_key: str | None = Field(None, description="the prefix cache matches prompts "
+                                         "by their tokens, without a key")
+    prediction: Prediction | None = Field(None, description="a latency hint that by OpenAI's "
+                                          "contract never changes the answer; not used")
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = Field(
+        None, description="a model takes no effort setting; with a thinking chat template "
+        "that reads enable_thinking, 'none' and 'minimal' turn thinking off")
+    verbosity: Literal["low", "medium", "high"] | None = Field(
+        None, description="a length hint this model has no control for")
+    modalities: list[str] | None = Field(None, description="['text'] only: audio is refused")
+    audio: None = Field(None, description="audio output parameters: refused (text only)")
+
+    @field_validator("modalities")
+    @classmethod
+    def _text_only(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and set(v) - {"text"}:
+            raise unsupported(f"this server answers in text only: send modalities ['text'] "
+                               f"(or omit it), not {v}")
+        return v
+
+    @field_validator("audio", mode="before")
+    @classmethod
+    def _no_audio(cls, v: Any) -> None:
+        if v is not None:
+            raise unsupported("audio output is not supported: this server answers in text only")
+        return v
+
+
+IGNORED_PARAMS = tuple(IgnoredChatParams.model_fields) + ("stream_options.include_obfuscation",)
+
+# apply_chat_template's own arguments: chat_template_kwargs may not set them
+TEMPLATE_RESERVED = frozenset((
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
+    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs"))
+
+
+class ChatTemplateOptions(IgnoredChatParams):
+    """``chat_template_kwargs`` (an extension, as vLLM's and SGLang's): variables the chat
+    template reads, e.g. ``{"enable_thinking": false}``; and ``reasoning_effort``'s one
+    effect (see its description)."""
+
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="extension: keyword arguments for the model's chat template")
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        for key in v or {}:
+            if not key.isidentifier() or key in TEMPLATE_RESERVED:
+                raise unsupported(f"chat_template_kwargs: {key!r} is not a template variable "
+                                   "this server lets a request set")
+        return v
+
+    def template_kwargs(self, thinking_switch: bool) -> dict[str, Any]:
+        """The chat template's extra variables (``thinking_switch``: the template reads
+        ``enable_thinking``, which ``reasoning_effort`` none/minimal then turn off unless
+        ``chat_template_kwargs`` sets it)."""
+        out = dict(self.chat_template_kwargs or {})
+        if thinking_switch and self.reasoning_effort in ("none", "minimal"):
+            out.setdefault("enable_thinking", False)
+        return out
+
+
+class _Sampling(IgnoredParams):
+    model: str = Field(description="the served model id (GET /v1/models)")
+
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    top_k: int | None = Field(None, ge=0, description="extension: 0 = off")
+    min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False, description="extension")
+    repetition_penalty: float | None = Field(None, gt=0, le=10, allow_inf_nan=False,
+                                             description="extension: 1.0 = off")
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    presence_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2, allow_inf_nan=False)
+    logit_bias: dict[str, float] | None = Field(None, description="token id -> bias in [-100, 100]")
+    speculative: SpeculativeOptions | None = None
+    cache_salt: str | None = Field(None, min_length=1, max_length=256, description=(
+        "as vLLM's: only requests with the same salt (and API key) share prefix-cache "
+        "entries; a salted request also neither reads nor feeds the shared drafting memory"))
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, v: str | list[str] | None) -> list[str] | None:
+        stops = [v] if isinstance(v, str) else v
+        if stops is None:
+            return None
+        if len(stops) > MAX_STOPS or any(s == "" for s in stops):
+            raise unsupported(f"stop takes 1 to {MAX_STOPS} non-empty strings")
+        if any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise unsupported(f"each stop string may have at most {MAX_STOP_CHARS} characters")
+        return stops
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, v: int) -> int:
+        if v < 1:
+            raise unsupported(f"n must be >= 1, got {v}")
+        if v > 1:
+            raise unsupported(f"n={v} is not implemented: this server generates one choice per "
+                               "request; send n=1 (or omit it) and repeat the request for more")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, v: dict | None) -> dict | None:
+        for key, bias in (v or {}).items():
+            if not (key.isascii() and key.isdigit()):  # "²" is a digit, not an int() string
+                raise unsupported(f"logit_bias keys are token ids (digits), got {key!r}")
+            if len(key) > 9:  # int() of 4301 digits raises; no vocabulary has 10**9 tokens
+                raise unsupported(f"logit_bias: token id {key[:12]}… is not in the vocabulary")
+            if not -100 <= bias <= 100:
+                raise unsupported(f"logit_bias values lie in [-100, 100], got {bias} for {key}")
+        return v
+
+    def token_bias(self) -> dict[int, float]:
+        """``logit_bias`` with integer token ids (empty when unset)."""
+        return {int(k): b for k, b in (self.logit_bias or {}).items()}
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> Any:
+        if self.stream_options is not None and not self.stream:
+            raise unsupported("stream_options is only allowed when stream is true")
+        return self
+
+
+class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    # tool calling (server.tool_schemas, server.tool_calls)
+    tools: list[ToolDef] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+    @model_validator(mode="after")
+    def _tool_checks(self) -> Any:
+        problem = request_problem(self.messages, self.tools, self.tool_choice)
+        if problem:
+            raise unsupported(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _checks(self) -> Any:
+        if self.top_logprobs and not self.logprobs:
+            raise unsupported("top_logprobs needs logprobs: true")
+        if (self.max_tokens is not None and self.max_completion_tokens is not None
+                and self.max_tokens != self.max_completion_tokens):
+            raise unsupported("max_tokens and max_completion_tokens differ; send one of them")
+        return self
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        # "developer" is OpenAI's newer name for the system role
+        return template_messages([template_message(m) for m in self.messages])
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | list[str] = Field(description="text, token ids, or one text in a list")
+    logprobs: int | None = Field(None, ge=0, le=5, description="top alternatives per token")
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+
+    @model_validator(mode="after")
+    def _checks(self) -> Any:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) \
+                and len(self.prompt) != 1:
+            raise unsupported("a list of prompts is a batch, which this server does not run; "
+                               "send one prompt per request")
+        if isinstance(self.prompt, list) and not self.prompt:
+            raise unsupported("prompt is an empty list")
+        return self
+
+    @field_validator("echo", "best_of", "suffix")
+    @classmethod
+    def _neutral_only(cls, v: Any, info: Any) -> Any:
+        if v is True or v not in (None, False, 1):
+            raise unsupported(f"{info.field_name}={v!r} is not implemented here; omit it")
+        return v
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens

@@ -1,0 +1,283 @@
+"""Ollama's request bodies (/api/chat, /api/generate, /api/show) and their translation onto
+one ``ChatCompletionRequest`` (a ``CompletionRequest`` for raw generate, or a model without
+a chat template): calls get ids, ``tool`` messages answer the calls before them in order (or
+by ``tool_call_id`` / ``tool_name``), omitted options keep the server's defaults. A 400 names
+the field as the client sent it (``RENAMES``). Tests: tests/server/test_ollama_request.py.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, TYPE_CHECKING
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..http.body import read_json
+from ..http.errors import APIError, validation_error
+from ..engine.schemas import ChatCompletionRequest, CompletionRequest
+
+if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
+    from ..engine.api import Api
+
+# ChatCompletionRequest's names -> Ollama's, for 400 messages that name what was sent
+RENAMES = {"max_tokens": "options.num_predict", "repetition_penalty": "options.repeat_penalty",
+           "response_format": "format", "chat_template_kwargs": "think",
+           **{k: f"options.{k}" for k in ("temperature", "top_p", "top_k", "min_p", "seed", "stop",
+                                          "presence_penalty", "frequency_penalty")}}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)  # Ollama adds fields often
+
+
+class FunctionCall(_Body):
+    name: str
+    arguments: dict[str, Any] | str = {}
+    index: int | None = None
+
+
+class ToolCall(_Body):
+    id: str | None = None  # newer Ollama versions send ids; older ones none
+    function: FunctionCall
+
+
+class Message(_Body):
+    role: str
+    content: str | None = None
+    thinking: str | None = None
+    images: list[Any] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+
+
+class Options(_Body):
+    num_predict: int | None = None  # -1 / -2 (no limit, fill the context): to EOS or the context
+    top_k: int | None = None
+    seed: int | None = None  # negative: unseeded
+    temperature: float | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: list[str] | str | None = None
+
+
+class _Generation(_Body):
+    model: str
+    format: str | dict[str, Any] | None = None
+    options: Options | None = None
+    stream: bool = True
+    think: bool | str | None = None  # gpt-oss's "low" / "medium" / "high" mean on
+    keep_alive: Any = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    # this server's chat-request extensions, checked there (400s name them)
+    speculative: dict[str, Any] | None = None
+    cache_salt: str | None = None
+    store: bool | None = None  # false: the text stays out of the shared drafting memory
+
+
+class ShowBody(_Body):
+    model: str | None = None
+    name: str | None = None  # Ollama's older name for model
+    verbose: bool = False  # model_info's long arrays: none are sent either way
+
+
+class ChatBody(_Generation):
+    messages: list[Message] = []
+    tools: list[dict[str, Any]] | None = None
+
+
+class GenerateBody(_Generation):
+    prompt: str | None = None
+    system: str | None = None
+    suffix: str | None = None
+    template: str | None = None
+    context: list[int] | None = None
+    raw: bool = False
+    images: list[Any] | None = None
+
+
+async def read_body(request: Request, model: type[_Body]) -> Any:
+    raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
+    try:
+        return await run_in_threadpool(model.model_validate, raw)  # 4 MiB: off the loop
+    except ValidationError as e:
+        raise _invalid(e) from e
+
+
+def _invalid(e: ValidationError) -> APIError:
+    """A 400 naming the field (``validation_error`` reads FastAPI's ("body", ...) paths)."""
+    return validation_error([{**d, "loc": ("body", *d["loc"])} for d in e.errors()])
+
+
+# -- requests: Ollama's -> ChatCompletionRequest / CompletionRequest -----------------------
+
+
+def _sampling(body: _Generation) -> dict[str, Any]:
+    o = body.options or Options()
+    out = {"max_tokens": o.num_predict if o.num_predict and o.num_predict > 0 else None,
+           "seed": o.seed if o.seed is not None and o.seed >= 0 else None, "stop": o.stop or None,
+           "repetition_penalty": o.repeat_penalty, "temperature": o.temperature, "top_p": o.top_p,
+           "top_k": o.top_k, "min_p": o.min_p, "presence_penalty": o.presence_penalty,
+           "frequency_penalty": o.frequency_penalty}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _response_format(fmt: str | dict | None) -> dict[str, Any] | None:
+    if fmt in (None, ""):
+        return None
+    if fmt == "json":
+        return {"type": "json_object"}
+    if isinstance(fmt, dict):
+        return {"type": "json_schema", "json_schema": {"name": "ollama_format", "schema": fmt}}
+    raise APIError(400, f"format must be \"json\" or a JSON schema object, not {fmt!r}",
+                   param="format")
+
+
+def _no_images(images: list | None, where: str) -> None:
+    if images:
+        raise APIError(400, f"{where}images are not supported: this server runs a text-only "
+                       "model; send text only", param="images")
+
+
+def _call(c: ToolCall) -> dict[str, Any]:
+    """An Ollama call as OpenAI's: an id (kept where given), arguments as JSON text."""
+    args = c.function.arguments
+    return {"id": c.id or f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {
+        "name": c.function.name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+
+def _history(messages: list[Message]) -> list[dict[str, Any]]:
+    """Ollama's messages as OpenAI's: calls get ids (kept where given); each ``tool``
+    message answers the assistant's calls in order, or the one its id or name picks."""
+    out: list[dict[str, Any]] = []
+    open_calls: list[tuple[str, str]] = []  # (id, name) of the last assistant's unanswered calls
+    for i, m in enumerate(messages):
+        _no_images(m.images, f"messages[{i}]: ")
+        msg: dict[str, Any] = {"role": m.role, "content": m.content or ""}
+        if m.tool_calls:
+            msg.update(tool_calls=[_call(c) for c in m.tool_calls], content=m.content or None)
+            open_calls = [(c["id"], c["function"]["name"]) for c in msg["tool_calls"]]
+        elif m.role == "tool":
+            msg["tool_call_id"] = _answered(open_calls, m, i)
+        elif m.role != "assistant":
+            open_calls = []
+        out.append(msg)
+    return out
+
+
+def _answered(open_calls: list[tuple[str, str]], m: Message, i: int) -> str:
+    """The id of the call tool message ``m`` answers: its own id, else the first open call
+    of its ``tool_name``, else the first open call (removed from ``open_calls``)."""
+    pick = next((c for c in open_calls if m.tool_call_id == c[0]), None) \
+        or next((c for c in open_calls if m.tool_name == c[1]), None) \
+        or (open_calls[0] if open_calls else None)
+    if pick is None:
+        raise APIError(400, f"messages[{i}]: a tool message answers one tool call of the "
+                       "assistant message before it, and none is left unanswered: send one "
+                       "tool message per call, after the assistant message", param="messages")
+    open_calls.remove(pick)
+    return pick[0]
+
+
+def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """OpenAI function tools (Ollama's are the same shape; only the known keys pass)."""
+    if not tools:  # the Python client sends [] when there are none
+        return None
+    keep = ("name", "description", "parameters", "strict")
+    for i, t in enumerate(tools):
+        if not isinstance(t.get("function"), dict):
+            raise APIError(400, f"tools[{i}].function: a tool is {{\"type\": \"function\", "
+                           "\"function\": {\"name\": ..., \"parameters\": ...}}",
+                           param=f"tools[{i}].function")
+    return [{"type": t.get("type", "function"),
+             "function": {k: v for k, v in t["function"].items() if k in keep}}
+            for t in tools]
+
+
+def _validated(model_cls: type, payload: dict[str, Any]) -> Any:
+    try:
+        return model_cls.model_validate(payload)
+    except ValidationError as e:
+        err = _invalid(e)
+    head, _, rest = (err.param or "").partition(".")
+    if head in RENAMES:  # name the field as the client sent it
+        new = RENAMES[head] + (f".{rest}" if rest else "")
+        err.message, err.param = err.message.replace(err.param, new, 1), new
+    raise err
+
+
+@dataclass(frozen=True)
+class Surface:
+    """What the Ollama routes need from the app: the Api, and the template's traits."""
+
+    api: Api
+    has_template: bool
+    thinks: bool
+    thinking_switch: bool
+
+    def model(self, name: str) -> str:
+        """The served name for ``name`` (Ollama's ``:latest`` tag dropped); 404 if none."""
+        if not self.api.cfg.serves(name) and name.endswith(":latest"):
+            name = name[: -len(":latest")]
+        self.api.check_model(name)
+        return name
+
+    def think(self, think: bool | str | None) -> dict[str, Any]:
+        """``think`` as the template's ``enable_thinking`` (400 for a model that cannot)."""
+        on = think not in (None, False, "")
+        if on and not self.thinks:
+            raise APIError(400, f"{self.api.cfg.model_id!r} does not support thinking: omit "
+                           "think or send false", param="think")
+        if think is None or not self.thinking_switch:
+            return {}
+        return {"chat_template_kwargs": {"enable_thinking": on}}
+
+    def chat_request(self, body: ChatBody, name: str) -> ChatCompletionRequest:
+        payload = {"model": name, "messages": _history(body.messages), "tools": _tools(body.tools),
+                   "response_format": _response_format(body.format), **_sampling(body),
+                   **self.think(body.think), **_logprobs_asked(body), **_extensions(body)}
+        return _validated(ChatCompletionRequest,
+                          {k: v for k, v in payload.items() if v is not None})
+
+    def generate_request(self, body: GenerateBody,
+                         name: str) -> ChatCompletionRequest | CompletionRequest:
+        _no_images(body.images, "")
+        for key, what in (("suffix", "fill-in-the-middle (suffix)"),
+                          ("template", "a template override (the model's own is used)"),
+                          ("context", "context (none is returned: chat with /api/chat)")):
+            if getattr(body, key):
+                raise APIError(400, f"{what} is not supported here: omit {key}", param=key)
+        if not body.raw and self.has_template:
+            messages = ([{"role": "system", "content": body.system}] if body.system else []) \
+                + [{"role": "user", "content": body.prompt or ""}]
+            return self.chat_request(ChatBody(model=body.model, messages=[
+                Message(**m) for m in messages], format=body.format, options=body.options,
+                think=body.think, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
+                speculative=body.speculative, cache_salt=body.cache_salt, store=body.store), name)
+        why = "raw" if body.raw else "this model has no chat template, so"
+        for key, value in (("system", body.system), ("format", body.format), ("think", body.think)):
+            if value:
+                raise APIError(400, f"{key} needs the chat template, and {why} the prompt goes "
+                               f"to the model as it is: omit {key}", param=key)
+        extra = {"logprobs": body.top_logprobs or 0} if body.logprobs else {}
+        return _validated(CompletionRequest, {"model": name, "prompt": body.prompt or "",
+                                              **_sampling(body), **extra, **_extensions(body)})
+
+
+def _extensions(body: _Generation) -> dict[str, Any]:
+    return {k: v for k, v in (("speculative", body.speculative), ("cache_salt", body.cache_salt),
+                              ("store", body.store)) if v is not None}
+
+
+def _logprobs_asked(body: _Generation) -> dict[str, Any]:
+    if not body.logprobs:
+        return {}
+    return {"logprobs": True, "top_logprobs": body.top_logprobs}

@@ -1,0 +1,42 @@
+"""The server's layout, checked rather than stated (issue #45 item 3): every module of
+``specdec/server`` is at most ``MAX_LINES`` long, and a wire (``server/wires``) imports from
+the engine only its request value and event types at run time (the ``Api`` handle it is
+given is named for typing only). Reads the sources with ``ast``; imports nothing of specdec."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SERVER = Path(__file__).resolve().parents[2] / "specdec" / "server"
+MAX_LINES = 300
+WIRE_MAY_IMPORT = {"schemas", "events"}  # the engine's request value and its events
+
+
+def engine_imports(source: str) -> set[str]:
+    """The engine modules ``source`` (a module of server/wires) imports at run time."""
+    tree = ast.parse(source)
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+                   for n in ast.walk(node)}
+    return {node.module.split(".")[1] for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and id(node) not in typing_only
+            and node.level == 2 and (node.module or "").startswith("engine.")}
+
+
+def test_no_server_module_is_over_the_limit():
+    long = {str(p.relative_to(SERVER)): n for p in SERVER.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these by concern (at most {MAX_LINES} lines)"
+
+
+def test_wires_import_only_the_request_value_and_events_from_the_engine():
+    found = {p.name: engine_imports(p.read_text()) for p in (SERVER / "wires").glob("*.py")}
+    assert {name: mods - WIRE_MAY_IMPORT for name, mods in found.items() if mods - WIRE_MAY_IMPORT} == {}
+    assert set().union(*found.values()) == WIRE_MAY_IMPORT  # the check reads the imports
+
+
+def test_the_check_catches_a_wire_reaching_into_the_engine():
+    src = ("from typing import TYPE_CHECKING\nfrom ..engine.worker import W\n"
+           "if TYPE_CHECKING:\n    from ..engine.api import Api\n")
+    assert engine_imports(src) == {"worker"}
