@@ -58,7 +58,7 @@ class Calibration:
         self._done += 1
         if self._done == self.total:
             self.curve = {L: statistics.median(v) for L, v in self._times.items()}
-            self._cache = None
+            self._cache = []  # done: the layers are freed (step returns before using it)
         return self.curve is not None
 
     def estimate(self) -> dict[int, float] | None:

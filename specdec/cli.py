@@ -136,7 +136,7 @@ def _save_memory(cfg: RunConfig, prompt_cache: PromptCache | None = None) -> Non
     when --prompt-cache-file does (each an atomic replace)."""
     if cfg.spec.ngram_mod_file and cfg.table is not None:
         cfg.table.save(cfg.spec.ngram_mod_file)
-    if prompt_cache is not None:
+    if prompt_cache is not None and cfg.prompt_cache_file:  # only that file makes one
         prompt_cache.save(cfg.prompt_cache_file)
 
 
@@ -175,12 +175,13 @@ def _generate_wedlm(args: argparse.Namespace, cfg: RunConfig, prompt: str, model
     from .engine import generate  # imports mlx: see the top
 
     settings = cfg.wedlm_settings(settings_of(model).mask_token_id)
-    kw = dict(max_tokens=cfg.max_tokens, stop=cfg.stop, system=cfg.system,
-              chat=False if cfg.raw else None)
-    res = generate_wedlm(model, tokenizer, prompt, settings, temperature=cfg.temp, seed=cfg.seed, **kw)
+    chat = False if cfg.raw else None
+    res = generate_wedlm(model, tokenizer, prompt, settings, temperature=cfg.temp, seed=cfg.seed,
+                         max_tokens=cfg.max_tokens, stop=cfg.stop, system=cfg.system, chat=chat)
     out = res.to_dict()
     if args.compare:  # plain AR decoding of the same checkpoint: how far the lossy output is
-        base = generate(model, tokenizer, prompt, drafter=None, temperature=cfg.temp, seed=cfg.seed, **kw)
+        base = generate(model, tokenizer, prompt, drafter=None, temperature=cfg.temp, seed=cfg.seed,
+                        max_tokens=cfg.max_tokens, stop=cfg.stop, system=cfg.system, chat=chat)
         out.update(baseline_tokens_per_s=base.stats.decode_tokens_per_s,
                    parity=base.tokens == res.tokens)
     if args.json:
@@ -274,8 +275,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
     vocab = vocab_size(model, tokenizer)
     drafts = {n: proposal_cost(NgramDrafter(1, 3), n, k=args.num_draft_tokens, vocab=vocab)
               for n in (1024, 8192)}
+    ratio = {L: t / curve[1] for L, t in curve.items()}
     out = {
-        "cost_ratio": {L: t / curve[1] for L, t in curve.items()},
+        "cost_ratio": ratio,
         "cost_1_ms": curve[1] * 1e3,
         "ngram_proposal_us": {n: t * 1e6 for n, t in drafts.items()},
         "ngram_proposal_fraction_of_verify": {n: t / step for n, t in drafts.items()},
@@ -285,7 +287,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         return 0
     print(f"cost(1) = {out['cost_1_ms']:.1f} ms")
     print("L  " + " ".join(f"{L:>5}" for L in curve))
-    print("x  " + " ".join(f"{r:5.2f}" for r in out["cost_ratio"].values()))
+    print("x  " + " ".join(f"{r:5.2f}" for r in ratio.values()))
     for n, t in drafts.items():
         print(f"ngram proposal at {n} tokens of context: {t * 1e6:.1f} us = "
               f"{t / step:.3%} of a k={args.num_draft_tokens} verify step")

@@ -226,9 +226,9 @@ class RunConfig:
         from .resources import prepare_resources  # imports mlx: `specdec --help` starts without it
 
         if self.spec.uses("wedlm"):  # the --wedlm-* flags shape its drafts too
-            from .core.wedlm import settings_of  # imports mlx: `specdec --help` starts without it
+            from .core.wedlm import attach_settings, settings_of  # imports mlx: `--help` without it
 
-            model.wedlm_settings = self.wedlm_settings(settings_of(model).mask_token_id)
+            attach_settings(model, self.wedlm_settings(settings_of(model).mask_token_id))
         table = None
         if self.spec.uses("ngram-mod") and not self.spec.ngram_mod_file:
             table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)

@@ -18,10 +18,11 @@ import time
 from typing import Any, Callable
 
 import mlx.core as mx
-from mlx_lm.models.cache import QuantizedKVCache, make_prompt_cache
+from mlx_lm.models.cache import QuantizedKVCache
 
 from .cache.recurrent import has_recurrent
-from .cache.rollback import WindowKVCache, make_cache, trim
+from .cache.rollback import WindowKVCache, layer_caches, make_cache, trim
+from .core.arrays import ints
 from .core.model import Model
 from .loader import load
 
@@ -49,12 +50,12 @@ def init_group() -> Any:
 
 def shard(model: Model, group: Any) -> str:
     """Shard ``model`` over ``group`` in place with mlx-lm's own method; returns its name."""
-    if has_recurrent(make_prompt_cache(model)):  # the followers mirror trims, not recurrent rollback
+    if has_recurrent(layer_caches(model)):  # the followers mirror trims, not recurrent rollback
         raise DistributedError("models with recurrent layers (hybrids) are not supported with "
                                "--distributed yet: run the model on one machine")
     n = group.size()
-    kind = "shard" if callable(getattr(model, "shard", None)) else \
-        "pipeline" if callable(getattr(model, "pipeline", None)) else None
+    # mlx-lm's split methods, on the classes that have them (not part of the Model seam)
+    kind = next((k for k in ("shard", "pipeline") if callable(getattr(model, k, None))), None)
     if kind is None:
         raise DistributedError(
             f"the mlx-lm model class {type(model).__module__}.{type(model).__name__} has neither "
@@ -69,9 +70,7 @@ def shard(model: Model, group: Any) -> str:
             if isinstance(heads, int) and heads % n:
                 raise DistributedError(f"{name} = {heads} does not divide by the group size {n}: "
                                        "launch a group whose size divides it")
-        model.shard(group)
-    else:
-        model.pipeline(group)
+    getattr(model, kind)(group)
     mx.eval(model.parameters())  # materialise the slices now, freeing the full weights
     return kind
 
@@ -208,11 +207,12 @@ class LeaderModel:
 def follow(model: Model, group: Any) -> int:
     """A follower's loop: run each forward the leader announces, until it stops.
     Returns the number of forwards run; raises ``GroupLost`` if the leader disappears."""
-    cache, forwards = None, 0
+    cache: list[Any] | None = None
+    forwards = 0
     while True:
         try:
             recv = mx.distributed.all_sum(mx.zeros((HEADER + INLINE,), mx.int32), group=group)
-            op, new, has_cache, offset, n, bits, gsize, slack = recv[:HEADER].tolist()
+            op, new, has_cache, offset, n, bits, gsize, slack = ints(recv[:HEADER])
         except RuntimeError as e:
             raise GroupLost(f"rank {group.rank()}: lost the leader (rank 0): {e}") from e
         if op == OP_STOP:
@@ -222,17 +222,21 @@ def follow(model: Model, group: Any) -> int:
         if new:
             cache = make_cache(model, max_trim=slack, rollback=False, kv_bits=bits or None,
                                kv_group_size=gsize)
-        if has_cache and cache[0].offset != offset:  # the leader rolled back: do the same
-            if cache[0].offset < offset:
+        held = cache if has_cache else None
+        if has_cache and held is None:  # a cached forward before any cache was announced
+            raise GroupLost(f"rank {group.rank()}: the leader ran on a cache it never announced "
+                            "(mismatched specdec versions?)")
+        if held is not None and held[0].offset != offset:  # the leader rolled back: do the same
+            if held[0].offset < offset:
                 raise GroupLost(f"rank {group.rank()}: out of step with the leader (cache at "
-                                f"{cache[0].offset}, leader at {offset})")
-            trim(cache, cache[0].offset - offset)
+                                f"{held[0].offset}, leader at {offset})")
+            trim(held, held[0].offset - offset)
         tokens = recv[HEADER:HEADER + min(n, INLINE)]
         if n > INLINE:
             tokens = mx.concatenate([tokens, mx.distributed.all_sum(
                 mx.zeros((n - INLINE,), mx.int32), group=group)])
         try:
-            mx.eval(model(tokens[None], cache=cache if has_cache else None))
+            mx.eval(model(tokens[None], cache=held))
         except RuntimeError as e:
             raise GroupLost(f"rank {group.rank()}: the group failed mid-forward: {e}") from e
         forwards += 1
@@ -263,7 +267,8 @@ def run_sharded(group: Any, model: Model, tokenizer: Any, timeout: float,
              f"(a rank hung or its network is down; --distributed-timeout {timeout:g}); stopping")
         os._exit(3)
 
-    leader = LeaderModel(model, group, Watchdog(timeout, hung))
+    watchdog = Watchdog(timeout, hung)
+    leader = LeaderModel(model, group, watchdog)
     try:
         status = body(leader, tokenizer)
     except Exception as e:
@@ -273,7 +278,7 @@ def run_sharded(group: Any, model: Model, tokenizer: Any, timeout: float,
         _say(f"the distributed group lost a rank ({e}); stopping. Restart the whole group "
              "(mlx.launch) to go on")
         return 3
-    leader.watchdog.disarm()
+    watchdog.disarm()
     leader.stop()
     return status
 

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
+
 
 from .cache.rollback import make_cache, prefill, trim
+from .core.arrays import flat_weights
 from .core.model import Model
 from .core.proposal import Proposal
 from .core.vocab import vocab_size
@@ -127,13 +128,15 @@ def model_fingerprint(model: Model) -> str:
     """A key for cached measurements: architecture args, weight dtype and mlx device."""
     args = getattr(model, "args", None)
     desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
-    first = tree_flatten(model.parameters())[0][1]
+    first = flat_weights(model)[0][1]
     raw = f"{desc}|{first.dtype}|{mx.default_device()}|{os.cpu_count()}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 def _cache_path(name: str, cache_dir: str | Path | None) -> Path:
-    root = Path(cache_dir or os.environ.get("SPECDEC_CACHE_DIR", Path.home() / ".cache" / "specdec"))
+    env = os.environ.get("SPECDEC_CACHE_DIR")
+    root = Path(cache_dir) if cache_dir else Path(env) if env is not None else \
+        Path.home() / ".cache" / "specdec"
     return root / "cost" / f"{name}.json"
 
 
@@ -211,7 +214,7 @@ def resolve_tree_budget(model: Model, value: int | str, *,
     model's (cached) verify cost curve pick how many to verify at each step, counting
     ``propose_cost`` (seconds, the drafter's own cost per proposal) in every step."""
     budget = parse_tree_budget(value, text=False)
-    if budget != "auto":
+    if isinstance(budget, int):  # else "auto"
         return budget, None
     cost = cost_curve_for(model, AUTO_CURVE_LEN, extra=AUTO_CURVE_EXTRA)
     # a tree block costs a linear block of its length times the measured overhead
@@ -263,7 +266,7 @@ def _host_drafter(name: str) -> Drafter:
     return build_drafter(DraftSpec(name, gate=False), DraftResources(table=NgramModTable()))
 
 
-def draft_cost_for(drafter_name: str, model: Model, draft_model: Model = None, *,
+def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = None, *,
                    cache_dir: str | Path | None = None) -> dict[str, float]:
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/design-notes.md),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 
+from .core.arrays import floats, ints
 from .core.model import Model
 from .engine import GenerationResult, generate
 from .decode.step import top2_margin
@@ -62,8 +63,8 @@ def shape_matched_reference(
         logits = model(mx.array(block)[None], cache=cache)[0]
         am, mg = mx.argmax(logits, axis=-1), top2_margin(logits)
         mx.eval(am, mg)
-        preds += am.tolist()
-        margins += mg.tolist()
+        preds += ints(am)
+        margins += floats(mg)
         pos += len(block)
     return preds[: len(tokens) + 1], margins[: len(tokens) + 1]
 

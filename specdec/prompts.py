@@ -131,10 +131,14 @@ def short_questions(n: int = 64) -> list[str]:
 
 def zen_text() -> str:
     """The Zen of Python, read from the ``this`` module's source (importing it prints)."""
-    with open(importlib.util.find_spec("this").origin) as f:
+    spec = importlib.util.find_spec("this")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the standard library's 'this' module is missing")
+    with open(spec.origin) as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "s":
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "s" \
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return codecs.decode(node.value.value, "rot13")
     raise RuntimeError("the 'this' module has no Zen text")
 
@@ -173,7 +177,7 @@ def agent_transcript(task: str) -> tuple[list[dict], list[dict]]:
         tools = ["get_record", "update_record"]
     else:
         raise ValueError(f"unknown agent task {task!r}: write_file or update_record")
-    messages = [
+    messages: list[dict] = [
         {"role": "user", "content": ask},
         {"role": "assistant", "content": None, "tool_calls": [{
             "id": "call_1", "type": "function",

@@ -30,6 +30,8 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
     res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history,
                          target=model if spec.uses("wedlm") else None)
     if spec.uses("model") and res.draft is None:
+        if not spec.draft_model:  # DraftSpec refuses it at construction; said for the checker
+            raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
         res.draft = load(spec.draft_model, dtype=dtype)
     if spec.uses("ngram-mod") and res.table is None:
         res.table = ngram_mod_table(spec, tokenizer)

@@ -58,6 +58,8 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
 
     answer = batch_answerer(model, args.max_tokens, tokenizer.eos_token_ids)
     report = train_drafter(model, prompt_ids, args.output, opts, answer, args.max_tokens)
+    if report is None:  # only a run told to stop after some shards ends without one
+        raise RuntimeError("training stopped before its end: no held-out report")
     acc = report.acceptance[-1]
     print("held-out acceptance by draft position: " + " ".join(f"{a:.3f}" for a in acc))
     print(f"estimated tokens per target forward (chain of {len(acc)}): {1 + sum(acc):.2f}")

@@ -200,6 +200,8 @@ def load_class(file: str, name: str) -> Any:
     """Class ``name`` from the module at path ``file`` (no package __init__ runs: those may
     import mlx, which a native peer's process must not load)."""
     spec = importlib.util.spec_from_file_location(f"_peer_{name}", file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{file} is not a Python module a peer can be loaded from")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

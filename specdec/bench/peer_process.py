@@ -64,6 +64,9 @@ class PeerProcess:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, NATIVE_PEERS_FILE, file, cls, json.dumps(args)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=worker_env())
+        if self._proc.stdin is None or self._proc.stdout is None:  # PIPE gives both: never
+            raise RuntimeError(f"{name}: the peer process has no pipes")
+        self._stdin, self._stdout = self._proc.stdin, self._proc.stdout
         try:
             self.load_s = float(self._reply()["load_s"])
         except PeerCrashed:
@@ -73,7 +76,7 @@ class PeerProcess:
             raise PeerUnavailable(f"{name} cannot load: {e}") from None
 
     def _reply(self) -> Any:
-        line = self._proc.stdout.readline()
+        line = self._stdout.readline()
         if not line:
             self.dead = death_message(self.name, self._proc.wait(), self.hint)
             raise PeerCrashed(self.dead)
@@ -86,8 +89,8 @@ class PeerProcess:
         if self.dead:
             raise PeerCrashed(f"{self.dead} (earlier; not run again)")
         try:
-            self._proc.stdin.write(json.dumps({"method": method, "kwargs": kwargs}) + "\n")
-            self._proc.stdin.flush()
+            self._stdin.write(json.dumps({"method": method, "kwargs": kwargs}) + "\n")
+            self._stdin.flush()
         except BrokenPipeError:
             pass  # it died before reading: _reply says how
         return self._reply()
@@ -96,7 +99,7 @@ class PeerProcess:
         """Stop the child (it also stops by itself when this process exits)."""
         if self._proc.poll() is None:
             try:
-                self._proc.stdin.close()
+                self._stdin.close()
             except BrokenPipeError:
                 pass
             self._proc.wait()

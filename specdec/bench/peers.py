@@ -140,8 +140,9 @@ class MlxLmPeer:
         t = time.perf_counter()
         # The dtype policy ours uses (float32 on the CPU): the same weights as our engine.
         loaded = loaded or {}
-        self.model, self.tokenizer = loaded.get(model) or load(model)
-        self.draft = None
+        pair: tuple[Any, Any] = loaded.get(model) or load(model)  # (mlx-lm model, tokenizer)
+        self.model, self.tokenizer = pair
+        self.draft: Any = None
         if draft_model is not None:
             self.draft, draft_tok = loaded.get(draft_model) or load(draft_model)
             if draft_tok.vocab_size != self.tokenizer.vocab_size or \

@@ -90,10 +90,10 @@ def pair_table(summary: dict) -> list[dict]:
 
     def oracle(k: int | None) -> float | None:
         cell = _pair_cell(ours.get(f"{analysis.ORACLE_PREFIX} k={k}", []))
-        return cell and cell["speedup"]
+        return cell["speedup"] if cell else None
 
     linear = {int(m.group(1)): c for c in ours if (m := _MODEL_K.match(c))}
-    out = [dict(config=analysis.PLAIN_LABEL, k=None, ours=_pair_cell(ours.get(analysis.PLAIN_LABEL, [])),
+    out: list[dict[str, Any]] = [dict(config=analysis.PLAIN_LABEL, k=None, ours=_pair_cell(ours.get(analysis.PLAIN_LABEL, [])),
                 peer=_pair_cell(peer_plain), oracle=None)]
     for k in sorted(set(linear) | set(peer)):
         out.append(dict(config=linear.get(k, f"model k={k}"), k=k,
@@ -102,8 +102,8 @@ def pair_table(summary: dict) -> list[dict]:
     for c, rows in ours.items():
         if c == analysis.PLAIN_LABEL or c.startswith(analysis.ORACLE_PREFIX) or c in linear.values():
             continue
-        k = int(m.group(1)) if (m := re.search(r"\bk=(\d+)", c)) else None
-        out.append(dict(config=c, k=k, ours=_pair_cell(rows), peer=None, oracle=oracle(k)))
+        ck = int(m.group(1)) if (m := re.search(r"\bk=(\d+)", c)) else None
+        out.append(dict(config=c, k=ck, ours=_pair_cell(rows), peer=None, oracle=oracle(ck)))
     return out
 
 

@@ -125,7 +125,7 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
                      s.generated_tokens, s.drafted, s.emitted_tokens, s.accepted, s.verify_steps,
                      s.fed_tokens,
                      list(s.drafted_by_position), list(s.accepted_by_position),
-                     [tuple(x) for x in res.steps])
+                     [(int(n), int(a)) for n, a in res.steps])
 
 
 def conversation(model: Model, tok: Any, case: Workload, drafter: Drafter | None, k: int,
@@ -164,7 +164,8 @@ def _machine() -> dict:
 
 
 def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[list[Any], dict[str, str]]:
-    peers, notes = [], {}
+    peers: list[Any] = []
+    notes: dict[str, str] = {}
     if not plan.peers:
         return peers, notes
 
@@ -233,7 +234,9 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         draft = load(plan.draft_model, dtype=plan.dtype)
     cases, skipped = _cases(plan, tok)
     cost = _cost_curve(plan, model, tok, cases)
-    loaded = {plan.model: (model, tok)} | ({plan.draft_model: draft} if draft else {})
+    loaded: dict[str, tuple[Any, Any]] = {plan.model: (model, tok)}
+    if draft and plan.draft_model:
+        loaded[plan.draft_model] = draft
     peers, notes = _load_peers(plan, loaded)
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes | skipped)
     # each drafter's own cost per proposal: counted by adaptive k and tree=auto, and by
@@ -363,10 +366,9 @@ def _diagnose(model: Model, tok: Any, plan: BenchPlan, result: BenchResult, cost
         kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True,
                   kv_bits=plan.kv_bits, response_format=case.response_format)
         plain = generate(model, tok, prompt, drafter=None, **kw)
-        kw["draft_tree_budget"] = cfg.tree_budget
         # the same drafter the measured run started with (a warm config's saved table too)
         drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
-        spec = generate(model, tok, prompt, drafter=drafter, **kw)
+        spec = generate(model, tok, prompt, drafter=drafter, draft_tree_budget=cfg.tree_budget, **kw)
         rep = diagnose(model, plain, spec, set(tok.eos_token_ids)).to_dict()
         if row["turn"]:
             rep["verdict"] += " (re-run of a later turn with a fresh drafter)"

@@ -48,7 +48,13 @@ class Workload:
 
     def first_messages(self) -> Any:
         """The first turn as ``encode_prompt`` takes it (text or messages)."""
-        return self.prompt if self.prompt is not None else template_messages(list(self.messages))
+        return self.prompt if self.prompt is not None else template_messages(self.chat())
+
+    def chat(self) -> list[dict]:
+        """A chat workload's messages (one that has no text ``prompt``)."""
+        if self.messages is None:
+            raise ValueError(f"workload {self.name!r} has neither a prompt nor messages")
+        return list(self.messages)
 
     def encode(self, tokenizer: Any, prompt: Any = None) -> list[int]:
         """Token ids of ``prompt`` (default: the first turn) with this workload's tools."""
@@ -60,7 +66,7 @@ class Workload:
         if self.prompt is not None:
             d["prompt"] = self.prompt
         else:
-            d["messages"] = list(self.messages)
+            d["messages"] = self.chat()
         fmt = None if self.tool_choice else self.response_format
         for key, value in (("turns", list(self.turns)), ("max_tokens", self.max_tokens),
                            ("source", self.source), ("response_format", fmt),
@@ -138,7 +144,10 @@ def _tools(obj: dict, where: str) -> tuple[tuple[dict, ...], Any, dict | None]:
                          f"tools {sorted(names)}")
     if fmt is not None:
         raise ValueError(f"{where}: give 'response_format' or a forcing 'tool_choice', not both")
-    return tuple(tools), choice, forced_response_format(forced_call_schema(tools, choice))
+    schema = forced_call_schema(tools, choice)
+    if schema is None:  # "required" or a named tool, as checked above, always force a call
+        raise ValueError(f"{where}: this 'tool_choice' forces no call: use \"required\" or name a tool")
+    return tuple(tools), choice, forced_response_format(schema)
 
 
 def load_workloads(path: str | Path) -> list[Workload]:
@@ -256,7 +265,7 @@ def split_instruction(text: str) -> tuple[str, str]:
 def _with_first_text(w: Workload, text: str) -> Workload:
     if w.prompt is not None:
         return replace(w, prompt=text)
-    msgs = [dict(m) for m in w.messages]
+    msgs = [dict(m) for m in w.chat()]
     last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
     msgs[last_user]["content"] = text
     return replace(w, messages=tuple(msgs))
@@ -265,7 +274,7 @@ def _with_first_text(w: Workload, text: str) -> Workload:
 def _first_text(w: Workload) -> str:
     if w.prompt is not None:
         return w.prompt
-    return [m for m in w.messages if m["role"] == "user"][-1]["content"]
+    return [m for m in w.chat() if m["role"] == "user"][-1]["content"]
 
 
 def fit_prompt(tokenizer: Any, w: Workload, n_tokens: int, filler: str | None = None) -> Workload:

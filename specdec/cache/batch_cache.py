@@ -11,12 +11,13 @@ contract in full: docs/design-notes.md."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import BatchKVCache, KVCache
 
+from ..core.arrays import int_rows, ints
 from ..core.model import Model
 from .recurrent import RecurrentCache
 from .rollback import RollbackError, compact, trim
@@ -42,6 +43,14 @@ class RowsKVCache(BatchKVCache):
             c.update_and_fetch(layer.keys[..., : layer.offset, :], layer.values[..., : layer.offset, :])
         return c
 
+    def _buffers(self) -> tuple[mx.array, mx.array]:
+        """mlx-lm's key and value buffers (B, H, capacity, D), once a block was written."""
+        # mlx-lm's __init__ sets them to None unannotated: the checker reads them as None
+        keys, values = cast("tuple[mx.array | None, mx.array | None]", (self.keys, self.values))
+        if keys is None or values is None:
+            raise RollbackError("the batch cache holds nothing yet: write a block first")
+        return keys, values
+
     @property
     def width(self) -> int:
         """Slots written per row, padding and holes included (mlx-lm's ``size()``)."""
@@ -59,7 +68,7 @@ class RowsKVCache(BatchKVCache):
         out = super().update_and_fetch(keys, values)
         if self.valid is not None:  # the written slots (and any new capacity) are valid
             head = self.valid[:, :prev]
-            free = mx.ones((head.shape[0], self.keys.shape[2] - prev), mx.bool_)
+            free = mx.ones((head.shape[0], self._buffers()[0].shape[2] - prev), mx.bool_)
             self.valid = mx.concatenate([head, free], axis=1)
         return out
 
@@ -77,7 +86,7 @@ class RowsKVCache(BatchKVCache):
     def punch(self, base: int, keep: list[int], most: int) -> None:
         """Slots ``base + keep[i] .. base + most`` of row i become holes."""
         if self.valid is None:
-            self.valid = mx.ones((len(keep), self.keys.shape[2]), mx.bool_)
+            self.valid = mx.ones((len(keep), self._buffers()[0].shape[2]), mx.bool_)
         span = mx.arange(most)[None, :] < mx.array(keep)[:, None]
         self.valid[:, base : base + most] = self.valid[:, base : base + most] & span
         self.offset = self.offset - mx.array([most - k for k in keep])
@@ -87,12 +96,13 @@ class RowsKVCache(BatchKVCache):
         """Squeeze out the holes: each row's kept slots, right-aligned (one sync)."""
         if self.valid is None:
             return
-        rows = self.valid[:, : self.width].tolist()
+        rows = int_rows(self.valid[:, : self.width])
         kept = [[j for j in range(self.pads[i], self.width) if r[j]] for i, r in enumerate(rows)]
         width = max(map(len, kept))
         index = mx.array([[0] * (width - len(k)) + k for k in kept])[:, None, :, None]
-        keys = mx.take_along_axis(self.keys, index, axis=2)
-        values = mx.take_along_axis(self.values, index, axis=2)
+        held_k, held_v = self._buffers()
+        keys = mx.take_along_axis(held_k, index, axis=2)
+        values = mx.take_along_axis(held_v, index, axis=2)
         offset, self.valid, self.holes = self.offset, None, [0] * len(kept)
         self.trim(self.width)  # rewrite through mlx-lm's own update: it owns the write index
         self.keys = self.values = None
@@ -103,7 +113,7 @@ class RowsKVCache(BatchKVCache):
     def filter(self, batch_indices: Any) -> None:
         """Keep rows ``batch_indices`` with their holes (no compaction: one gather of the
         kept rows, as mlx-lm's filter; compacting first cost more than a decode step)."""
-        keep = batch_indices.tolist() if isinstance(batch_indices, mx.array) else list(batch_indices)
+        keep = ints(batch_indices) if isinstance(batch_indices, mx.array) else list(batch_indices)
         index = mx.array(keep)
         low = min(self.pads[i] for i in keep)  # the padding every kept row shares goes
         holes = [self.holes[i] for i in keep]
@@ -121,7 +131,7 @@ class RowsKVCache(BatchKVCache):
         super().extend(other)
         top = max(mine, theirs)
         if flags is not None:
-            capacity = self.keys.shape[2]
+            capacity = self._buffers()[0].shape[2]
             self.valid = mx.concatenate([_aligned(v, n, top - idx, idx, capacity) for v, n, idx in flags])
         self.pads = [p + top - mine for p in self.pads] + [p + top - theirs for p in other.pads]
         self.holes = self.holes + other.holes
@@ -129,14 +139,15 @@ class RowsKVCache(BatchKVCache):
     def extract(self, idx: int) -> KVCache:
         """Row ``idx`` as a ``KVCache`` of exactly its kept positions (its own holes
         squeezed out; the other rows untouched)."""
-        if not self.holes[idx]:
+        if not self.holes[idx] or self.valid is None:  # holes are flagged in valid: none
             return super().extract(idx)
         start = self.pads[idx]
-        flags = self.valid[idx, start : self.width].tolist()
+        flags = ints(self.valid[idx, start : self.width])
         index = mx.array([start + j for j, ok in enumerate(flags) if ok], mx.int32)
         cache = KVCache()
-        cache.keys = mx.contiguous(self.keys[idx : idx + 1, :, index])
-        cache.values = mx.contiguous(self.values[idx : idx + 1, :, index])
+        held_k, held_v = self._buffers()
+        cache.keys = mx.contiguous(held_k[idx : idx + 1, :, index])
+        cache.values = mx.contiguous(held_v[idx : idx + 1, :, index])
         cache.offset = cache.keys.shape[2]
         return cache
 

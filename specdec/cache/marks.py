@@ -19,7 +19,7 @@ from typing import NamedTuple
 import mlx.core as mx
 
 from .errors import RollbackError
-from .recurrent import RecurrentCache
+from .recurrent import CountedArraysCache, RecurrentCache
 
 
 class Mark(NamedTuple):
@@ -75,8 +75,9 @@ class StepMarks:
             c.trim(cut)
         mark = self._at[p]
         for c, arrays, offset in zip(self.cache.states, mark.arrays, mark.offsets):
-            c.cache = list(arrays)
-            if offset is not None:
+            # mlx-lm's ArraysCache.__init__ fills ``cache`` with None unannotated (read: list[None])
+            c.cache = list(arrays)  # type: ignore[arg-type]
+            if isinstance(c, CountedArraysCache) and offset is not None:
                 c.offset = offset
         if self.anchor is not None and self.anchor > p:
             self.anchor = None

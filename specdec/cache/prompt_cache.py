@@ -13,12 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
+from ..core.arrays import flat_weights
 from ..core.model import Model
 from ..core.persist import atomic_write
 
@@ -49,7 +50,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int], start: int = 0,
 def _fingerprint(model: Model) -> str:
     args = getattr(model, "args", None)
     desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
-    first = tree_flatten(model.parameters())[0][1]
+    first = flat_weights(model)[0][1]
     return hashlib.sha256(f"{desc}|{first.dtype}".encode()).hexdigest()[:16]
 
 
@@ -107,7 +108,7 @@ class PromptCache:
         if isinstance(self.layers, RecurrentCache) and keep < len(self.tokens):
             # a recurrent state cannot be trimmed: back to the last prefill's end if the
             # prompt shares it, else rebuild (exact or none)
-            return self._restore_checkpoint(keep)
+            return self._restore_checkpoint(self.layers, keep)
         try:
             trim(self.layers, len(self.tokens) - keep)
         except RollbackError:  # a window layer dropped the positions we would return to
@@ -116,9 +117,9 @@ class PromptCache:
         del self.tokens[keep:]
         return keep
 
-    def _restore_checkpoint(self, keep: int) -> int:
+    def _restore_checkpoint(self, layers: RecurrentCache, keep: int) -> int:
         try:
-            at = self.layers.restore()
+            at: int | None = layers.restore()
         except RollbackError:
             at = None
         if at is None or at > keep:
@@ -213,18 +214,20 @@ def _shape(c: Any) -> list[int]:
 
 def _restore(kind: str, shape: list[int], held: list) -> Any:
     if kind == "WindowKVCache":
-        c = WindowKVCache(shape[0], shape[1])
-        c.start, c.offset = shape[2], shape[3]
-        c.keys, c.values = held
-    elif kind == "QuantizedKVCache":
-        c = QuantizedKVCache(group_size=shape[1], bits=shape[2])
-        c.keys, c.values, c.offset = tuple(held[0]), tuple(held[1]), shape[0]
-    elif kind == "KVCache":
+        w = WindowKVCache(shape[0], shape[1])
+        w.start, w.offset = shape[2], shape[3]
+        w.keys, w.values = held
+        return w
+    if kind == "QuantizedKVCache":
+        q = QuantizedKVCache(group_size=shape[1], bits=shape[2])
+        # mlx-lm's __init__ sets keys/values = None unannotated: mypy infers them as None
+        q.keys, q.values, q.offset = tuple(held[0]), tuple(held[1]), shape[0]  # type: ignore[assignment]
+        return q
+    if kind == "KVCache":
         c = KVCache()
         c.keys, c.values, c.offset = held[0], held[1], shape[0]
-    else:
-        raise ValueError(f"unknown cache layer kind {kind!r}")
-    return c
+        return c
+    raise ValueError(f"unknown cache layer kind {kind!r}")
 
 
 def make_prompt_cache(model: Model, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
@@ -237,7 +240,9 @@ def make_prompt_cache(model: Model, *, max_draft_tokens: int = 32, kv_bits: int 
 def load_prompt_cache(path: str | os.PathLike, model: Model) -> PromptCache:
     """A prompt cache saved by ``PromptCache.save``, for ``model`` (refused for another)."""
     try:
-        arrays, info = mx.load(str(path), format="safetensors", return_metadata=True)
+        # with return_metadata, mx.load gives (arrays, metadata) (typed as any of its returns)
+        arrays, info = cast("tuple[dict[str, mx.array], dict[str, str]]",
+                            mx.load(str(path), format="safetensors", return_metadata=True))
     except Exception as e:  # noqa: BLE001 (mlx raises plain exceptions for bad files)
         raise ValueError(f"{path} is not a specdec prompt cache file: {e}") from None
     try:

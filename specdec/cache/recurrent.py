@@ -11,7 +11,7 @@ contract in full: docs/design-notes.md; docs/how-it-works.md, "Hybrid models".""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, CacheList, RotatingKVCache
@@ -68,7 +68,13 @@ class CountedArraysCache(ArraysCache):
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.cache if a is not None)
+        return sum(a.nbytes for a in held_arrays(self))
+
+
+def held_arrays(layer: ArraysCache) -> list[mx.array]:
+    """The arrays a recurrent layer holds now (its empty slots left out)."""
+    # mlx-lm's __init__ fills ``cache`` with None unannotated: the checker reads list[None]
+    return [a for a in cast("list[mx.array | None]", layer.cache) if a is not None]
 
 
 def _counted(layer: Any) -> Any:
@@ -111,20 +117,21 @@ class RecurrentCache(list):
         self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
         self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
         self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (docs/design-notes.md)
-        self._calls: list | None = None  # per recurrent layer, who wrote it in the block
+        self._calls: list[list[replay.Call | None] | None] | None = None  # per recurrent layer,
+        # who wrote it in the block
         self._memo: dict = {}  # what the block's modules remembered (``Recorder.stop``)
         self.last_rollback: str | None = None  # how the last partial rewind did it
 
     def positions(self) -> set[int]:
         """The position counts of every layer (one value when they agree); settles first."""
         self.settle()
-        return {getattr(c, "offset", None) for c in (*self.attention, *self.states)}
+        return {c.offset for c in (*self.attention, *self._counting())}
 
     @property
     def nbytes(self) -> int:
         """Bytes held, the checkpoint's own recurrent arrays included (the prefix store's
         budget counts them)."""
-        held = {id(a): a.nbytes for c in self.states for a in c.cache if a is not None}
+        held = {id(a): a.nbytes for c in self.states for a in held_arrays(c)}
         if self._mark is not None:
             held.update({id(a): a.nbytes for arrays in self._mark[1] for a in arrays if a is not None})
         return sum(c.nbytes for c in self.attention) + sum(held.values())
@@ -149,7 +156,7 @@ class RecurrentCache(list):
         self._snap = [list(c.cache) for c in self.states]
         self._fed, self.pending = self.pending + list(tokens), []
         self._calls, self._memo = None, {}
-        for c in self.states:
+        for c in self._counting():
             c.calls = [] if self.kind == "replay" else None
         if self.kind == "replay":
             self.recorder.open()  # left in ``end_block``: the forward is built by then
@@ -159,26 +166,44 @@ class RecurrentCache(list):
     def end_block(self) -> None:
         """Right after the block's forward was built (the caller of ``begin``): what the
         layers recorded is kept for ``rewind``, and nothing after the block is recorded."""
-        self._calls = [c.calls for c in self.states]
+        counting = self._counting()
+        self._calls = [c.calls for c in counting]
         self._memo = self.recorder.stop()
         self.recorder.close()
-        if not self._narrowed and self._replayable():  # the layers are known: swap only them
-            self.recorder.narrow([calls[0].module for calls in self._calls])
+        writers = self._writers()
+        if not self._narrowed and writers is not None:  # the layers are known: swap only them
+            self.recorder.narrow([call.module for call in writers])
             self._narrowed = True
-        for c in self.states:
+        for c in counting:
             c.calls = None
 
-    def _replayable(self) -> bool:
-        """Every recurrent layer was written exactly once in the block, by a module that got
-        its cache as an argument (``Recorder.caller_of``)."""
-        return len(self._calls) == len(self.states) and all(
-            calls is not None and len(calls) == 1 and calls[0] is not None for calls in self._calls)
+    def _writers(self) -> list[replay.Call] | None:
+        """Each recurrent layer's one writer in the block, when every layer was written
+        exactly once, by a module that got its cache as an argument (``Recorder.caller_of``);
+        None when the block cannot be replayed."""
+        if self._calls is None or len(self._calls) != len(self.states):
+            return None
+        writers = []
+        for calls in self._calls:
+            if calls is None or len(calls) != 1 or calls[0] is None:
+                return None
+            writers.append(calls[0])
+        return writers
+
+    def _counting(self) -> list[CountedArraysCache]:
+        """The recurrent layers, each counting its positions (as ``make_cache(...,
+        recurrent=True)`` makes them); a verify block and its rewind need that."""
+        counting = [c for c in self.states if isinstance(c, CountedArraysCache)]
+        if len(counting) != len(self.states):
+            raise RollbackError("a recurrent layer does not count its positions: build the "
+                                "cache with make_cache(model, recurrent=True)")
+        return counting
 
     def rewind(self, n: int) -> int:
         if self._calls is None:  # the block's caller did not end it: it ends here
             self.end_block()
-        replayable = self._replayable()
-        calls = [c[0] if replayable else None for c in self._calls]
+        writers = self._writers()
+        replayable = writers is not None
         memo, self._calls, self._memo = self._memo, None, {}
         if n == 0:
             self._snap, self._fed = None, []
@@ -194,14 +219,14 @@ class RecurrentCache(list):
                 raise RollbackError(f"{type(c).__name__} cannot trim {cut} of {c.offset} positions")
         for c in self.attention:
             c.trim(cut)
-        for c, saved in zip(self.states, self._snap):
+        for c, saved in zip(self._counting(), self._snap):
             c.cache = list(saved)
             c.offset -= fed
-        if replayable:
+        if writers is not None:
             # each recurrent layer runs again on its kept input rows (lazily): its state
             # after exactly the kept positions, and ``advance`` puts its offset there
             with self.recorder:
-                for call in calls:
+                for call in writers:
                     if kept:
                         self.recorder.rerun(call, fed, kept, memo)
             self.pending, self.last_rollback = [], "replay"
@@ -236,7 +261,7 @@ class RecurrentCache(list):
                 c.check_trim(at - mark[0])
         for c in self.attention:
             c.trim(at - mark[0])
-        for c, saved in zip(self.states, mark[1]):
+        for c, saved in zip(self._counting(), mark[1]):
             c.cache, c.offset, c.calls = list(saved), mark[0], None
         self._calls, self._memo = None, {}
         self.recorder.stop()

@@ -160,7 +160,7 @@ def _remembering_steps(step: Callable) -> Callable:
         if key is not None and rec.memo is not None:
             rec.memo.setdefault(key, []).append(out)
         return out
-    recurrence_step.remembers = step
+    setattr(recurrence_step, "remembers", step)  # the marker ``step_hook`` and ``open`` read
     return recurrence_step
 
 

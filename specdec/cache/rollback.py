@@ -10,7 +10,7 @@ Tests: tests/cache/test_rollback.py, tests/decode/test_tree_attention.py. Detail
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import (
@@ -23,6 +23,9 @@ from mlx_lm.models.cache import (
 
 
 from ..core.model import Model
+
+if TYPE_CHECKING:
+    import mlx.nn as nn
 from .errors import RollbackError, UnsupportedCacheError
 from .recurrent import RecurrentCache, has_recurrent, recurrent_layers
 
@@ -46,7 +49,8 @@ class WindowKVCache(_BaseCache):
         if window < 1 or slack < 0:
             raise ValueError(f"bad window cache shape: window={window}, slack={slack}")
         self.window, self.slack = window, slack
-        self.keys = self.values = None
+        self.keys: mx.array | None = None  # (B, H, slots, D); slot 0 is position ``start``
+        self.values: mx.array | None = None
         self.start = 0
         self.offset = 0
 
@@ -68,22 +72,24 @@ class WindowKVCache(_BaseCache):
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         S = keys.shape[2]
         n = self._valid()
-        if self.keys is None or n + S > self.keys.shape[2]:
+        held_k, held_v = self.keys, self.values
+        if held_k is None or held_v is None or n + S > held_k.shape[2]:
             drop = self._drop_for(S)
             B, H, _, Dk = keys.shape
             pad = S + self.step
             new_k = mx.zeros((B, H, n - drop + pad, Dk), keys.dtype)
             new_v = mx.zeros((B, H, n - drop + pad, values.shape[3]), values.dtype)
-            if self.keys is not None and n - drop > 0:
-                new_k[..., : n - drop, :] = self.keys[..., drop:n, :]
-                new_v[..., : n - drop, :] = self.values[..., drop:n, :]
-            self.keys, self.values = new_k, new_v
+            if held_k is not None and held_v is not None and n - drop > 0:
+                new_k[..., : n - drop, :] = held_k[..., drop:n, :]
+                new_v[..., : n - drop, :] = held_v[..., drop:n, :]
+            held_k, held_v = new_k, new_v
+            self.keys, self.values = held_k, held_v
             self.start += drop
             n -= drop
-        self.keys[..., n : n + S, :] = keys
-        self.values[..., n : n + S, :] = values
+        held_k[..., n : n + S, :] = keys
+        held_v[..., n : n + S, :] = values
         self.offset += S
-        return self.keys[..., : n + S, :], self.values[..., : n + S, :]
+        return held_k[..., : n + S, :], held_v[..., : n + S, :]
 
     def make_mask(self, N: int, window_size: int | None = None, return_array: bool = False, **_):
         window = window_size or self.window
@@ -142,10 +148,17 @@ class WindowKVCache(_BaseCache):
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.keys is None else self.keys.nbytes + self.values.nbytes
+        k, v = self.keys, self.values
+        return 0 if k is None or v is None else k.nbytes + v.nbytes
 
 
 ROLLBACK_KINDS = (KVCache, QuantizedKVCache, WindowKVCache)
+
+
+def layer_caches(model: Model) -> list[Any]:
+    """mlx-lm's own cache layers for ``model`` (its ``make_cache``, else a KVCache a layer)."""
+    # mlx-lm types the model nn.Module but reads only make_cache and layers: a Model's seam
+    return make_prompt_cache(cast("nn.Module", model))
 
 
 def make_cache(
@@ -158,7 +171,7 @@ def make_cache(
     recurrent: bool = False,
 ) -> list[Any]:
     """The model's mlx-lm cache, made rollback-capable (docs/design-notes.md)."""
-    cache = make_prompt_cache(model)
+    cache = layer_caches(model)
     hybrid = recurrent and has_recurrent(cache)
     if hybrid:
         if kv_bits is not None:
@@ -191,7 +204,7 @@ def prefill(model: Model, cache: list, tokens: Sequence[int], step_size: int = 5
     if isinstance(cache, RecurrentCache):
         cache.settle()
     for i in range(0, len(tokens), step_size):
-        model(mx.array(tokens[i : i + step_size])[None], cache=cache)
+        model(mx.array(list(tokens[i : i + step_size]))[None], cache=cache)
         mx.eval([c.state for c in cache])
 
 
@@ -248,8 +261,9 @@ def compact(cache: list[Any], base_offset: int, keep: list[int]) -> int:
     for c in cache:
         at = base_offset - (c.start if isinstance(c, WindowKVCache) else 0)
         if isinstance(c, QuantizedKVCache):
-            c.keys = tuple(_gather_rows(b, at, keep) for b in c.keys)
-            c.values = tuple(_gather_rows(b, at, keep) for b in c.values)
+            # mlx-lm's QuantizedKVCache.__init__ sets keys = None unannotated: inferred as None
+            c.keys = tuple(_gather_rows(b, at, keep) for b in c.keys)  # type: ignore[assignment, attr-defined]
+            c.values = tuple(_gather_rows(b, at, keep) for b in c.values)  # type: ignore[assignment, attr-defined]
         else:
             c.keys = _gather_rows(c.keys, at, keep)
             c.values = _gather_rows(c.values, at, keep)

@@ -16,9 +16,17 @@ if TYPE_CHECKING:  # annotations only: this module stays importable without mlx
 @runtime_checkable
 class Model(Protocol):
     """Logits (B, L, V) of token ids (B, L) fed through ``cache`` (one mlx-lm cache per layer,
-    ``layers`` long)."""
+    ``layers`` long); what specdec reads of an ``mlx.nn.Module`` besides, listed here."""
 
     def __call__(self, inputs: mx.array, cache: list[Any] | None = None) -> mx.array: ...
 
     @property
     def layers(self) -> list[Any]: ...
+
+    def parameters(self) -> dict[str, Any]:
+        """The weights as mlx's nested dict (a fingerprint reads their dtype)."""
+        ...
+
+    def modules(self) -> list[Any]:
+        """Every nn.Module below it (a hybrid's replay swaps the cache-taking ones)."""
+        ...

@@ -111,7 +111,8 @@ class PositionKeys:
     t, which the request has emitted for good."""
 
     def __init__(self, rng: Rng):
-        self._rng, self._keys, self._base = rng, [], 0
+        self._rng, self._base = rng, 0
+        self._keys: list[mx.array] = []
 
     def at(self, t: int) -> mx.array:
         if t < self._base:

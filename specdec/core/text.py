@@ -47,8 +47,9 @@ def encode_prompt(
         prompt = [{"role": "user", "content": prompt}]
         if system:
             prompt.insert(0, {"role": "system", "content": system})
-    if len(prompt) and all(isinstance(t, int) for t in prompt):
-        return [int(t) for t in prompt]
+    ids = [int(t) for t in prompt if isinstance(t, int)]
+    if len(prompt) and len(ids) == len(prompt):
+        return ids
     messages = _validate_messages(prompt)
     if not has_template:
         raise ValueError("this tokenizer has no chat template: pass a text prompt (completion)")

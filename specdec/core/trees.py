@@ -54,9 +54,10 @@ def first_branch(proposal: Proposal) -> Proposal:
     >>> first_branch(Proposal([5, 6, 7, 8], parents=(-1, -1, 0, 2))).tokens
     (5, 7, 8)
     """
-    if proposal.is_linear:
+    if proposal.is_linear or proposal.parents is None:  # None is linear; said for the checker
         return proposal
-    path, node = [], -1
+    path: list[int] = []
+    node = -1
     for j, p in enumerate(proposal.parents):
         if p == node:
             path.append(j)
@@ -73,12 +74,13 @@ def prune_tree(proposal: Proposal, max_depth: int, max_nodes: int) -> Proposal:
     >>> p.tokens, p.parents
     ((1, 2, 4), (-1, 0, -1))
     """
-    if proposal.is_linear:
+    parents = proposal.parents
+    if proposal.is_linear or parents is None:
         return proposal.truncated(min(max_depth, max_nodes))
-    depth = tree_positions(proposal.parents)
+    depth = tree_positions(parents)
     new_index: dict[int, int] = {-1: -1}
     kept: list[int] = []
-    for j, p in enumerate(proposal.parents):
+    for j, p in enumerate(parents):
         if len(kept) < max_nodes and depth[j] <= max_depth and p in new_index:
             new_index[j] = len(kept)
             kept.append(j)
@@ -86,7 +88,7 @@ def prune_tree(proposal: Proposal, max_depth: int, max_nodes: int) -> Proposal:
         return proposal
     q = None if proposal.q is None or not kept else proposal.q[mx.array(kept)]
     return Proposal([proposal.tokens[j] for j in kept], q,
-                    parents=[new_index[proposal.parents[j]] for j in kept])
+                    parents=[new_index[parents[j]] for j in kept])
 
 
 def greedy_tree_accept(tokens: Sequence[int], parents: Sequence[int],
@@ -103,7 +105,8 @@ def greedy_tree_accept(tokens: Sequence[int], parents: Sequence[int],
     children: dict[int, list[int]] = {}
     for j, p in enumerate(parents):
         children.setdefault(p, []).append(j)
-    path, node = [], -1
+    path: list[int] = []
+    node = -1
     while True:
         want = fix[node + 1]
         nxt = next((c for c in children.get(node, ()) if tokens[c] == want), None)

@@ -57,6 +57,12 @@ def pick(logits: mx.array, distance: Sequence[int], s: WedlmSettings, temperatur
     return mx.argmax(logits, axis=-1), fill
 
 
+def attach_settings(model: Model, settings: WedlmSettings) -> None:
+    """Give ``model`` its WeDLM settings: a plain instance attribute (mlx's module ignores
+    it; no mlx-lm class declares it), which ``settings_of`` reads."""
+    setattr(model, "wedlm_settings", settings)
+
+
 def settings_of(model: Model) -> WedlmSettings:
     """The WeDLM settings a loaded WeDLM model carries; a clear error for any other model."""
     s = vars(model).get("wedlm_settings") if hasattr(model, "__dict__") else None

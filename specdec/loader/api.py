@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backend import default_dtype
-from ..core.model import Model
 from .convert import convert_gguf, read_marker
 from .errors import ModelLoadError
 from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
@@ -95,7 +94,7 @@ def _has_gguf_magic(path: Path) -> bool:
         return f.read(4) == b"GGUF"
 
 
-def _mlx_lm_load(ref: str, kind: str) -> tuple[Any, Any]:
+def _mlx_lm_load(ref: str, kind: str) -> tuple[nn.Module, TokenizerWrapper]:
     from mlx_lm.utils import load as mlx_lm_load  # imports mlx: see the top
 
     from .wedlm import is_wedlm_dir, load_wedlm  # imports mlx: see the top
@@ -107,7 +106,8 @@ def _mlx_lm_load(ref: str, kind: str) -> tuple[Any, Any]:
     # Hub downloads fail with assorted client/HTTP exception types; local loads with these.
     expected = (OSError, ValueError, KeyError, ImportError) if local else Exception
     try:
-        return mlx_lm_load(ref)
+        loaded = mlx_lm_load(ref)  # (model, tokenizer): the config only when asked for
+        return loaded[0], loaded[1]
     except expected as exc:
         where = "converted GGUF model" if kind == "gguf" else "mlx-lm model"
         hint = (
@@ -128,7 +128,7 @@ def _target_dtype(dtype: str) -> str | None:
     return default_dtype()
 
 
-def _apply_dtype(model: Model, target: str | None, gguf_info: dict[str, Any] | None) -> None:
+def _apply_dtype(model: nn.Module, target: str | None, gguf_info: dict[str, Any] | None) -> None:
     import mlx.core as mx  # imports mlx: see the top
     from mlx_lm.utils import dequantize_model  # imports mlx: see the top
 
@@ -143,7 +143,7 @@ def _apply_dtype(model: Model, target: str | None, gguf_info: dict[str, Any] | N
     mx.eval(model.parameters())
 
 
-def quantize_selective(model: Model) -> dict[str, int]:
+def quantize_selective(model: nn.Module) -> dict[str, int]:
     """Quantize ``model`` in place: 4 bits, but embeddings and ``lm_head`` at 8 bits.
 
     Returns {layer path: bits} of the layers kept at the higher precision and logs them.

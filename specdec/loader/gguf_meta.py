@@ -187,7 +187,7 @@ def quant_summary(g: GGUFFile) -> dict[str, Any]:
     if name is not None:
         low_bit = name.startswith(_LOW_BIT_PREFIXES)
     else:  # no declared file type: judge by the element-weighted majority of matrices
-        weights = Counter()
+        weights: Counter[bool] = Counter()
         for t in g.reader.tensors:
             if len(t.shape) >= 2:
                 weights[t.tensor_type.name in _LOW_BIT_TYPES] += int(t.n_elements)

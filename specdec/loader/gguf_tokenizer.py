@@ -35,7 +35,9 @@ def _transformers_gguf() -> tuple[dict[str, dict[str, str]], Any]:
     except ImportError:
         pass
     try:  # transformers 4.x kept the same converter in integrations.ggml
-        from transformers.integrations.ggml import GGUF_TO_TRANSFORMERS_MAPPING, convert_gguf_tokenizer
+        # transformers 4.x only (the checker sees 5.x, whose names are imported above)
+        from transformers.integrations.ggml import (  # type: ignore[attr-defined, no-redef]
+            GGUF_TO_TRANSFORMERS_MAPPING, convert_gguf_tokenizer)
     except ImportError as exc:
         raise ModelLoadError(
             "This transformers version has no GGUF tokenizer converter; upgrade it with: "

@@ -137,7 +137,7 @@ def _data_files(dist_name: str, model: PackagedModel) -> list[Path]:
             continue
         if Path(str(f)).suffix in _CODE_SUFFIXES:
             continue
-        found.append(Path(dist.locate_file(f)))
+        found.append(Path(str(dist.locate_file(f))))
     return found
 
 

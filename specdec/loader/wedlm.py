@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import mlx.nn as nn
 from mlx_lm.utils import load as mlx_lm_load
 
-from ..core.model import Model
-from ..core.wedlm import DEFAULT_MASK_TOKEN_ID, WedlmSettings
+from ..core.wedlm import DEFAULT_MASK_TOKEN_ID, WedlmSettings, attach_settings
 from .errors import ModelLoadError
 
 MASK_TOKEN = "<|mask|>"
@@ -34,7 +34,7 @@ WEDLM_ARCHITECTURES = ("WeDLMForDiffusionLM", "WeDLMForCausalLM")
 class WedlmCheckpoint:
     """A loaded WeDLM checkpoint: the mlx-lm model, its tokenizer and WeDLM's settings."""
 
-    model: Model
+    model: nn.Module
     tokenizer: Any
     settings: WedlmSettings
     base: str  # the mlx-lm model type it was loaded as: "qwen3" or "qwen2"
@@ -96,7 +96,8 @@ def load_wedlm(path: str | Path, **settings: Any) -> WedlmCheckpoint:
             "tencent/WeDLM-8B-Instruct")
     base = base_type(p)
     try:
-        model, tokenizer = mlx_lm_load(str(p), model_config={"model_type": base})
+        loaded = mlx_lm_load(str(p), model_config={"model_type": base})  # (model, tokenizer)
+        model, tokenizer = loaded[0], loaded[1]
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"mlx-lm could not load the WeDLM checkpoint {p} as {base}: {exc}. "
                              "Check that the directory is complete.") from exc
@@ -105,7 +106,7 @@ def load_wedlm(path: str | Path, **settings: Any) -> WedlmCheckpoint:
     if s.mask_token_id >= rows:
         raise ModelLoadError(f"{p}: mask token id {s.mask_token_id} is outside the model's "
                              f"{rows} embedding rows: set mask_token_id in config.json")
-    model.wedlm_settings = s  # a plain attribute: mlx ignores it, settings_of reads it
+    attach_settings(model, s)
     return WedlmCheckpoint(model, tokenizer, s, base)
 
 

@@ -112,7 +112,8 @@ def best_budget(rates: Sequence[float], cost: Mapping[int, float],
     best, best_n, gain = c1 / (c1 + propose_cost), 0, 1.0
     for n, r in enumerate(rates, start=1):
         gain += r
-        value = gain / ((cost_at(cost if n <= chain else tree_cost, n + 1) + propose_cost) / c1)
+        curve = tree_cost if tree_cost is not None and n > chain else cost
+        value = gain / ((cost_at(curve, n + 1) + propose_cost) / c1)
         if value > best + 1e-12:
             best, best_n = value, n
     return best_n
@@ -182,6 +183,7 @@ class TreeShaper:
         hits = node_hits(tokens[:n], parents[:n], emitted)
         for i, slot in enumerate(node_slots(parents, n)):
             parent_ok = hits[parents[i]] if parents[i] >= 0 else True
-            if parent_ok and hits[i] is not None:  # judged, and its parent was accepted
+            hit = hits[i]
+            if parent_ok and hit is not None:  # judged, and its parent was accepted
                 self.seen[slot] = self.seen.get(slot, 0.0) + 1
-                self.hits[slot] = self.hits.get(slot, 0.0) + hits[i]
+                self.hits[slot] = self.hits.get(slot, 0.0) + hit

@@ -129,10 +129,10 @@ def calls_from_json(text: str) -> list[ToolCall] | None:
         except json.JSONDecodeError:
             return None
         items = value if isinstance(value, list) else [value]
-        found = [call_from_obj(v) for v in items]
-        if not items or any(c is None for c in found):
+        found = [c for c in map(call_from_obj, items) if c is not None]
+        if not items or len(found) != len(items):
             return None
-        calls.extend(found)  # type: ignore[arg-type]
+        calls.extend(found)
         i = skip(text, i)
     return calls or None
 

@@ -15,12 +15,12 @@ import secrets
 import string
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, Literal, Union
 
 from .calls import Match, ToolCall, calls_from_json, dump_args, json_end, known, skip
 from .pycalls import function_gemma_call, python_calls, render_function_gemma
 
-Result = Union[Match, bool, None]
+Result = Union[Match, Literal[False], None]  # None: undecided yet (needs more text)
 Matcher = Callable[[str, int, bool, "frozenset[str] | None"], Result]
 WS = " \t\r\n"
 TOOL_CALL, TOOL_CALL_END = "<tool_call>", "</tool_call>"
@@ -78,8 +78,9 @@ def fence(infos: tuple[str, ...], starts: Callable[[str], bool],
         if close < 0 and not final:
             return None
         calls = inner(text[body:len(text) if close < 0 else close])
-        ok = calls and (marked or known(calls, names))
-        return Match(len(text) if close < 0 else close + 3, calls) if ok else False
+        if not calls or not (marked or known(calls, names)):
+            return False
+        return Match(len(text) if close < 0 else close + 3, calls)
 
     return match
 

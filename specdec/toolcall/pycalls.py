@@ -25,9 +25,10 @@ def _literal(node: ast.AST) -> Any:
         return node.value
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(e) for e in node.elts]
-    if isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) and isinstance(k.value, str)
-                                          for k in node.keys):
-        return {k.value: _literal(v) for k, v in zip(node.keys, node.values)}  # type: ignore[union-attr]
+    if isinstance(node, ast.Dict):
+        keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        if len(keys) == len(node.keys):
+            return {k: _literal(v) for k, v in zip(keys, node.values)}
     if isinstance(node, ast.Name) and node.id in _NAMES:
         return _NAMES[node.id]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):

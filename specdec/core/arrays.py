@@ -1,0 +1,46 @@
+"""Typed reads of mlx arrays into Python values.
+
+mlx's ``array.tolist()`` is typed as a union of every nesting depth (scalar, list, list of
+lists...), so each caller would cast; these say the shape they expect and check it, so a
+wrong shape fails here with its shape rather than as a confusing error downstream.
+Tests: tests/core/test_arrays.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import mlx.core as mx
+
+if TYPE_CHECKING:
+    from .model import Model
+
+
+def _need(a: mx.array, ndim: int) -> None:
+    if a.ndim != ndim:
+        raise ValueError(f"expected a {ndim}-D array, got shape {tuple(a.shape)}")
+
+
+def ints(a: mx.array) -> list[int]:
+    """A 1-D integer (or bool) array as a list of ints (one sync)."""
+    _need(a, 1)
+    return cast("list[int]", a.tolist())
+
+
+def floats(a: mx.array) -> list[float]:
+    """A 1-D array as a list of floats (one sync)."""
+    _need(a, 1)
+    return cast("list[float]", a.tolist())
+
+
+def int_rows(a: mx.array) -> list[list[int]]:
+    """A 2-D integer (or bool) array as a list of rows (one sync)."""
+    _need(a, 2)
+    return cast("list[list[int]]", a.tolist())
+
+
+def flat_weights(model: Model) -> list[tuple[str, mx.array]]:
+    """The model's weights as (dotted name, array) pairs, in mlx's order."""
+    from mlx.utils import tree_flatten  # typed as list-or-dict: the default gives the list
+
+    return cast("list[tuple[str, mx.array]]", tree_flatten(model.parameters()))
