@@ -3,7 +3,7 @@
 Contract: a ``DraftSpec`` that exists is valid (``ValueError`` naming the flag); the CLI,
 the server, the bench and the library all build one. ``DraftResources`` holds what drafters
 need but a spec only names (loaded by ``specdec.resources``); ``build_drafter`` returns a
-fresh drafter per request, wrapped in the cost gate (default) or adaptive k;
+fresh drafter per request (its cost gate or adaptive k is a decode policy: ``policy.drafting``);
 ``parse_tree_budget`` is the one reader of a tree budget.
 Tests: tests/drafters/test_spec.py. Details: docs/design-notes.md.
 
@@ -16,10 +16,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from .adaptive import AdaptiveKDrafter
 from .base import Drafter, NoDrafter
 from .chain import ChainDrafter
-from .gate import CostGate
 from .grammar import GrammarDrafter
 from .ngram import NgramDrafter
 from .ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
@@ -75,7 +73,7 @@ class DraftSpec:
     num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS
     ngram_min: int = 1
     ngram_max: int = 3
-    gate: bool = True  # draft only while it beats plain decoding (drafters.gate.CostGate)
+    gate: bool = True  # draft only while it beats plain decoding (policy.gate.CostGate)
     adaptive_k: bool = False
     ngram_mod_file: str | None = None
     ngram_mod_size: int | None = None  # None: the table's default (2**18 slots)
@@ -214,13 +212,5 @@ def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
         drafter = members[0]
     else:
         drafter = ChainDrafter(members)
-    if spec.gate or spec.adaptive_k:
-        if res.cost is None:
-            what = "the cost gate (on by default; gate=False / --no-gate turns it off)" \
-                if spec.gate else "adaptive k"
-            raise ValueError(f"{what} needs the model's verify cost curve: build the drafter "
-                             "with specdec.prepare_resources(spec, model, tokenizer)")
-        wrap = CostGate if spec.gate else AdaptiveKDrafter
-        drafter = wrap(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost)
     drafter.draft_cost = dict(res.draft_cost) if res.draft_cost else None  # for the tree shaper
     return drafter

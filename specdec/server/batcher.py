@@ -27,6 +27,7 @@ from ..decode.step import Step
 from ..engine import grammar_for, tree_policy
 from ..policy.pricing import BlockPrice
 from ..drafters.base import Drafter
+from ..policy.drafting import DecodePolicy
 from .config import ServerConfig
 from .errors import APIError
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
@@ -55,7 +56,7 @@ class WorkerPort(Protocol):
     kv: KVBudget | None
     max_batch: int
 
-    def drafter_for(self, req: GenRequest) -> Drafter: ...
+    def drafter_for(self, req: GenRequest) -> Drafter | DecodePolicy: ...
     def send_token(self, job: Job, text: str, r: Emitted) -> None: ...
     def done_event(self, job: Job, req: Request, started: float) -> DoneEvent: ...
     def error_event(self, e: BaseException) -> ErrorEvent: ...

@@ -29,7 +29,8 @@ from ..core.wedlm import settings_of
 from ..decode.batch import batchable
 from ..decode.request import Emitted, Request
 from ..drafters.base import NoDrafter
-from ..drafters.spec import DraftResources, build_drafter
+from ..drafters.spec import DraftResources
+from ..policy.build import build_policy
 from ..distributed import LeaderModel, Watchdog, is_group_failure, shard
 from ..loader import load
 from ..measure import cached_cost_curve, cost_curve_for, draft_cost_for
@@ -441,7 +442,8 @@ class InferenceWorker:
             self.memory_for(req).commit(tokens)
 
     def drafter_for(self, req: GenRequest) -> Any:
-        """A fresh drafter for ``req`` (its grammar arrives when the request starts)."""
+        """A fresh drafter for ``req`` under its decode policy (its grammar arrives when the
+        request starts)."""
         if self.plain_only is not None:
             return NoDrafter()
         spec = req.speculation
@@ -460,7 +462,7 @@ class InferenceWorker:
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
             history=memory.history, cost=cost, target=self.model,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
-        return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
+        return build_policy(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 
     def _gate_curve(self, max_len: int) -> dict[int, float]:
         """The known verify curve at every length 1..max_len (between and beyond the
