@@ -23,7 +23,7 @@ from .ngram import NgramDrafter
 from .ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
 from .suffix import SuffixDrafter, SuffixHistory
 
-DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm")
+DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm", "eagle")
 DEFAULT_SUFFIX_HISTORY = 32768
 
 
@@ -116,7 +116,7 @@ class DraftSpec:
         """Refuse options that name a drafter the spec does not use: parsed and then
         silently ignored, they would mislead (a CLI user's --draft-model with ngram)."""
         unused = [flag for flag, set_, used in (
-            ("--draft-model", self.draft_model, self.uses("model")),
+            ("--draft-model", self.draft_model, self.uses("model") or self.uses("eagle")),
             ("--ngram-mod-file", self.ngram_mod_file, self.uses("ngram-mod")),
             ("--ngram-mod-size", self.ngram_mod_size, self.uses("ngram-mod")),
             ("--ngram-mod-n", self.ngram_mod_n, self.uses("ngram-mod")),
@@ -127,6 +127,9 @@ class DraftSpec:
                              "drop it or add that drafter")
         if self.uses("model") and not self.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
+        if self.uses("eagle") and (not self.draft_model or self.uses("model")):
+            raise ValueError("--draft-type eagle needs --draft-model DIR (an EAGLE-3 head), and "
+                             "no draft model beside it: both would read --draft-model")
 
     def with_options(self, **changes: Any) -> "DraftSpec":
         """A copy with ``changes`` applied (``None`` values keep the current field), validated."""
@@ -148,6 +151,7 @@ class DraftResources:
     cost: Mapping[int, float] | None = None  # verify cost curve, for the gate and adaptive k
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
     target: Any = None  # the target model: the wedlm drafter drafts with its mask predictions
+    head: Any = None  # a loaded EAGLE-3 head (eagle.io.load_head): the eagle drafter's
 
 
 def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> NgramModTable:
@@ -186,6 +190,13 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
             raise ValueError("draft type 'wedlm' needs the target model in the resources: build "
                              "them with specdec.prepare_resources(spec, model, tokenizer)")
         return WedlmDrafter(settings_of(res.target), eos=eos)
+    if name == "eagle":
+        from .eagle import EagleDrafter  # imports mlx: see above
+
+        if res.head is None:
+            raise ValueError("draft type 'eagle' needs its head loaded: build the resources with "
+                             "specdec.prepare_resources(spec, model, tokenizer) (--draft-model DIR)")
+        return EagleDrafter(res.head, eos=eos)
     # "model": DraftSpec admits no other name; imports mlx and mlx-lm: see above
     from .draft_model import DraftModelDrafter
 
