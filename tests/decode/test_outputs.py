@@ -47,14 +47,14 @@ class Featured(Drafter):
 def test_declared_hidden_states_are_a_plain_forwards_and_tokens_stay_plain(smollm):
     model, tok = smollm
     prompt = tok.encode(PROMPT)
-    plain = [e.token for e in token_stream(model, prompt, max_tokens=12)]
+    plain = [e.token for e in token_stream(model, prompt, max_tokens=8)]
     layers = list(decoder_layers(model))
     d = Featured(prompt, plain)
-    out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=12, num_draft_tokens=3)]
+    out = [e.token for e in token_stream(model, prompt, drafter=d, max_tokens=8, num_draft_tokens=3)]
     assert out == plain
     assert decoder_layers(model) == layers  # the capture was undone
-    assert len(d.seen) >= 4
-    for block, hidden in d.seen[:2] + d.seen[-1:]:  # a whole block, a cut one, the last
+    assert len(d.seen) >= 3
+    for block, hidden in d.seen[1:3]:  # blocks after a rollback (a wrong third draft)
         assert sorted(hidden) == list(LAYERS)
         with capture_layers(model, LAYERS) as cap:  # a plain forward over the same tokens
             mx.eval(model(mx.array([block])))
