@@ -29,7 +29,7 @@ import json
 import math
 
 from specdec.bench.workloads import builtin_workloads, fit_prompt
-from specdec.drafters.gate import CostGate
+from specdec.policy.gate import CostGate
 from specdec.drafters.ngram import NgramDrafter
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.engine import token_stream

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import time
@@ -38,8 +39,9 @@ def old_gate(model, tok, where: str):
     curve as measured): the policy before a change, in the same interleaved run."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("specdec.drafters._gate_before",
-                                                  f"{where}/specdec/drafters/gate.py")
+    package = "policy" if os.path.exists(f"{where}/specdec/policy/gate.py") else "drafters"  # moved: #45
+    spec = importlib.util.spec_from_file_location(f"specdec.{package}._gate_before",
+                                                  f"{where}/specdec/{package}/gate.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     gate = resolve_drafter(DraftSpec(), tok, model=model)

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core.model import Model
-from .drafters import build_drafter, shared_ngram_mod_table
+from .drafters import shared_ngram_mod_table
 from .drafters.spec import DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec, parse_tree_budget
 from .loader.api import DTYPES  # one list of dtype names
+from .policy.build import build_policy
+from .policy.drafting import DecodePolicy
 from .prompts import demo_prompt
 
-if TYPE_CHECKING:  # drafters are imported when built (``build_drafter``): the CLI starts in 0.2 s
-    from .drafters.base import Drafter
+if TYPE_CHECKING:  # drafters are imported when built (``build_policy``): the CLI starts in 0.2 s
     from .drafters.ngram_mod import NgramModTable
 
 DRAFT_FIELDS = tuple(f.name for f in fields(DraftSpec))
@@ -221,8 +222,9 @@ class RunConfig:
             return demo_prompt()
         return self.prompt
 
-    def build_drafter(self, model: Model, tokenizer: Any) -> Drafter:
-        """The drafter for one request: loads the draft model / ngram-mod file as asked."""
+    def build_drafter(self, model: Model, tokenizer: Any) -> DecodePolicy:
+        """The drafter for one request, under the spec's decode policy: loads the draft model /
+        ngram-mod file as asked."""
         from .resources import prepare_resources  # imports mlx: `specdec --help` starts without it
 
         if self.spec.uses("wedlm"):  # the --wedlm-* flags shape its drafts too
@@ -234,7 +236,7 @@ class RunConfig:
             table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)
         res = prepare_resources(self.spec, model, tokenizer, dtype=self.dtype, table=table)
         self.table = res.table
-        return build_drafter(self.spec, res, temperature=self.temp, seed=self.seed)
+        return build_policy(self.spec, res, temperature=self.temp, seed=self.seed)
 
     def engine_kwargs(self) -> dict[str, Any]:
         """``generate``'s keyword arguments; the drafter is ``build_drafter``'s."""

@@ -24,8 +24,10 @@ from .core.vocab import vocab_size
 from .core.stats import SpecStats
 from .core.text import TextOut, encode_prompt
 from .decode.request import Emitted, Request
-from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, build_drafter, shared_ngram_mod_table
-from .drafters.adaptive import draft_seconds
+from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, shared_ngram_mod_table
+from .policy.build import build_policy
+from .policy.drafting import DecodePolicy
+from .policy.adaptive import draft_seconds
 from .drafters.spec import DEFAULT_NUM_DRAFT_TOKENS
 from .measure import resolve_tree_budget
 from .resources import prepare_resources
@@ -57,11 +59,12 @@ class GenerationResult:
     steps: list[tuple[int, int]] = field(default_factory=list)  # (block length, accepted)
 
 
-def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *,
+def resolve_drafter(drafter: Drafter | DecodePolicy | DraftSpec | str | None, tokenizer: Any, *,
                     model: Model = None, num_draft_tokens: int | None = None,
                     ngram_min: int | None = None, ngram_max: int | None = None,
-                    temperature: float = 0.0, seed: int | None = None) -> Drafter:
-    """A Drafter from an instance, a ``DraftSpec``, a draft-type string, or None (plain).
+                    temperature: float = 0.0, seed: int | None = None) -> Drafter | DecodePolicy:
+    """A Drafter (or one under its decode policy: the spec's cost gate) from an instance, a
+    ``DraftSpec``, a draft-type string, or None (plain).
 
     A spec or string is built with ``prepare_resources`` on ``model`` (the cost gate, on
     by default, prices drafts on the model's verify cost curve, measured once and cached;
@@ -85,8 +88,8 @@ def resolve_drafter(drafter: Drafter | DraftSpec | str | None, tokenizer: Any, *
             raise ValueError("the cost gate needs the target model (resolve_drafter(..., model=))")
         res = prepare_resources(drafter, model, tokenizer, table=table) if model is not None \
             else DraftResources(tokenizer=tokenizer, table=table)
-        return build_drafter(drafter, res, temperature=temperature, seed=seed)
-    if not isinstance(drafter, Drafter):
+        return build_policy(drafter, res, temperature=temperature, seed=seed)
+    if not isinstance(drafter, (Drafter, DecodePolicy)):
         raise TypeError(f"{drafter!r} is not a Drafter: subclass specdec.drafters.Drafter "
                         "(propose returns a Proposal)")
     return drafter

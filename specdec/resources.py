@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.model import Model
 from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
+from .eagle.io import load_head
 from .loader import load
 from .measure import cost_curve_for, draft_cost_for
 
@@ -33,6 +34,8 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
         if not spec.draft_model:  # DraftSpec refuses it at construction; said for the checker
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
         res.draft = load(spec.draft_model, dtype=dtype)
+    if spec.uses("eagle"):
+        res.head = load_head(spec.draft_model, target=model)
     if spec.uses("ngram-mod") and res.table is None:
         res.table = ngram_mod_table(spec, tokenizer)
     if spec.speculative and (spec.gate or spec.adaptive_k):

@@ -1,6 +1,6 @@
 """The drafter's own cost in the cost model: adaptive k and the tree shaper against
 brute-force argmaxes, the measured and disk-cached ``measure.draft_cost_for`` on tiny real
-models, its wiring into DraftResources / AdaptiveKDrafter / the auto tree budget, and
+models, its wiring into DraftResources / AdaptiveK / the auto tree budget, and
 the bench's drafter-cost bound. No timing assertions beyond positivity."""
 
 import pytest
@@ -12,7 +12,8 @@ from specdec import measure
 from specdec.bench import analysis
 from specdec.drafters import DraftSpec, NgramDrafter, build_drafter
 from specdec.resources import prepare_resources
-from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, draft_seconds
+from specdec.policy.build import build_policy
+from specdec.policy.adaptive import AdaptiveK, best_k, draft_seconds
 from specdec.measure import resolve_tree_budget
 from specdec.policy.tree_shape import TreeShaper, best_budget, cost_at
 
@@ -51,8 +52,8 @@ def test_best_k_with_draft_cost_is_the_brute_force_argmax(accept, slopes, dc, k_
 def test_adaptive_k_drafts_less_when_drafting_costs():
     ctx = [1, 2, 3, 4, 5] * 8  # every draft slot keeps being accepted
     cost = {L: 1.0 + 0.05 * (L - 1) for L in range(1, 10)}
-    free = AdaptiveKDrafter(NgramDrafter(1, 3), cost, 8)
-    dear = AdaptiveKDrafter(NgramDrafter(1, 3), cost, 8, draft_cost={"fixed": 0.0, "per_token": 0.6})
+    free = AdaptiveK(NgramDrafter(1, 3), cost, 8)
+    dear = AdaptiveK(NgramDrafter(1, 3), cost, 8, draft_cost={"fixed": 0.0, "per_token": 0.6})
     for d in (free, dear):
         d.begin(ctx)
         for _ in range(12):
@@ -141,14 +142,14 @@ def test_prepare_resources_measures_the_drafter_cost_for_adaptive_k(tmp_path, mo
     spec = DraftSpec("suffix", num_draft_tokens=3, adaptive_k=True, gate=False)
     res = prepare_resources(spec, model, None)
     assert res.draft_cost["fixed"] > 0 and res.draft_cost["per_token"] == 0.0
-    drafter = build_drafter(spec, res)
-    assert isinstance(drafter, AdaptiveKDrafter) and drafter.draft_cost == res.draft_cost
+    drafter = build_policy(spec, res)
+    assert isinstance(drafter, AdaptiveK) and drafter.draft_cost == res.draft_cost
     assert prepare_resources(DraftSpec("suffix", gate=False), model, None).draft_cost is None
     assert build_drafter(DraftSpec("suffix", gate=False)).draft_cost is None
     # the cost gate (the default) is priced the same way: the curve and the drafter's cost
     gated = prepare_resources(DraftSpec("suffix", num_draft_tokens=3), model, None)
     assert sorted(gated.cost) == [1, 2, 3, 4] and gated.draft_cost == res.draft_cost
-    assert build_drafter(DraftSpec("suffix", num_draft_tokens=3), gated).draft_cost == res.draft_cost
+    assert build_policy(DraftSpec("suffix", num_draft_tokens=3), gated).draft_cost == res.draft_cost
 
 
 def test_draft_seconds_is_zero_for_no_draft():

@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..drafters.adaptive import draft_seconds
+from ..policy.adaptive import draft_seconds
 from ..policy.tree_shape import cost_at
 
 PLAIN_LABEL = "plain"

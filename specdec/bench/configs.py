@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from ..drafters.base import Drafter
-from ..drafters.spec import (DraftResources, DraftSpec, build_drafter, ngram_mod_table,
-                             parse_tree_budget)
+from ..drafters.spec import DraftResources, DraftSpec, ngram_mod_table, parse_tree_budget
+from ..policy.build import build_policy
+from ..policy.drafting import DecodePolicy
 
 _FLAGS = ("adaptive", "nogate", "warm")
 _NUMBERS = {"k": "num_draft_tokens", "n": "ngram_min", "mod-size": "ngram_mod_size",
@@ -72,7 +72,7 @@ class BenchConfig:
 
     def drafter(self, tokenizer: Any, *, cost: Mapping[int, float] | None = None,
                 draft: tuple[Any, Any] | None = None, table: str | None = None,
-                draft_cost: Mapping[str, float] | None = None) -> Drafter | None:
+                draft_cost: Mapping[str, float] | None = None) -> DecodePolicy | None:
         """A fresh drafter for one run (``None`` for the baseline).
 
         ``cost``: the verify cost curve (needed by the gate and ``adaptive``); ``draft``: (model,
@@ -91,7 +91,7 @@ class BenchConfig:
             raise ValueError(f"config {self.text} needs a draft model: pass --draft-model")
         if (self.spec.adaptive_k or self.spec.gate) and cost is None:
             raise ValueError(f"config {self.text} needs the verify cost curve")
-        return build_drafter(self.spec, res)
+        return build_policy(self.spec, res)
 
 
 def parse_config(text: str) -> BenchConfig:

@@ -12,7 +12,7 @@ tests/decode/test_tree_attention.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 
@@ -83,11 +83,24 @@ EMPTY = Proposal()
 
 
 @dataclass(frozen=True)
-class Tail:
-    """Tokens a drafter rides after a row's verify block (WeDLM's masks): never accepted and
-    always rolled back, so the row's output and cache are as without them. ``read`` takes
-    their logits (len(tokens), V) before the step's host sync and returns the device arrays
-    to evaluate in that same sync (the drafter's next proposal reads them)."""
+class Returned:
+    """What one verify forward gave a row beyond its emitted tokens, as its ``Wants`` asked:
+    ``tail_logits`` (len(tail), V) of the tail's rows, and ``hidden[i]`` (block, H) the input
+    of decoder layer i (the hidden state after layer i - 1, pre-norm: EAGLE-3's features) at
+    each of the block's rows ``[last, *drafts]`` — device arrays, evaluated by the step's sync."""
 
-    tokens: tuple[int, ...]
-    read: Callable[[Any], list[Any]]
+    tail_logits: Any = None
+    hidden: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Wants:
+    """What a drafter needs from a row's verify forward (``Drafter.wants``): ``tail`` tokens
+    riding after the block (WeDLM's masks: never accepted, always rolled back, so the row's
+    output and cache are as without them), the hidden states of ``layers`` at every block row.
+    ``read`` takes the ``Returned`` before the step's one host sync and returns the device
+    arrays to evaluate in that same sync (the drafter's next proposal reads them)."""
+
+    read: Callable[[Returned], list[Any]]
+    tail: tuple[int, ...] = ()
+    layers: tuple[int, ...] = ()

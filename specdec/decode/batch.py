@@ -80,7 +80,6 @@ class Batch:
         self.cache: list[Any] | None = None
         self.inflight: InFlight | None = None  # a plain step queued, not yet read (``pipeline``)
         self.parked_cost = 0.0  # steps' worth of rows the parked slots have taken so far
-        self.propose_s: float | None = None  # the last verify step's proposing seconds (a trace's)
 
     def __len__(self) -> int:
         return len(self.rows)

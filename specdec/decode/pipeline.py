@@ -18,6 +18,7 @@ from mlx_lm.models.cache import KVCache
 from ..cache.batch_cache import RowsKVCache
 from ..cache.recurrent import RecurrentCache
 from ..core.proposal import EMPTY
+from ..policy.drafting import StepTime
 from .batch import Batch, InFlight
 from .rows import (NOTHING, Drafted, draft_for_step, drafting, last_tokens, observe_row, plain_row,
                    row_failed)
@@ -27,7 +28,7 @@ from .step import Step, Verify, land_plain_step, queue_plain_step
 def pipelines(batch: Batch, speculate: bool) -> bool:
     """Whether this step is plain for every row and the next may be queued before it is
     read: each row greedy with nothing beyond the argmax to compute, full-attention
-    layers, and no row drafting (none asked, a paused cost gate, or blocks priced out:
+    layers, and no row drafting (none asked, a policy at k = 0, or blocks priced out:
     the block policy keeps L = 1 for drafts as long as each row's last proposal)."""
     rows = batch.rows
     if not rows or not all(map(plain_row, rows)) or isinstance(batch.cache, RecurrentCache) \
@@ -35,16 +36,16 @@ def pipelines(batch: Batch, speculate: bool) -> bool:
         return False
     # a batch judges by each row's last proposal (so a row with nothing to copy does not
     # hold it off the pipelined path); a lone row asks its drafter every step, as a single
-    # stream does (its cost gate pauses it instead)
-    lone = len(rows) == 1  # (a drafter that ``tails`` drafts from verify steps: asked as if alone)
-    drafts = [min(r.k if r.drafted is None or lone or r.drafter.tails else r.drafted, r.left.n - 1)
+    # stream does (its policy pauses it instead)
+    lone = len(rows) == 1  # (a drafter that reads verify ``outputs`` drafts from them: asked as if alone)
+    drafts = [min(r.k if r.drafted is None or lone or r.drafter.outputs else r.drafted, r.left.n - 1)
               if speculate and drafting(r) else 0 for r in rows]
     return max(drafts) < 1 or batch.price.block(drafts, [r.alpha for r in rows]) == 1
 
 
 def pipelined_step(batch: Batch) -> list[Step]:
     """Queue the next plain step (after the one already queued, or after this one), then
-    read this one (a lone row's drafter learns what the plain token cost, as a single
+    read this one (a lone row's policy learns what the plain token cost, as a single
     stream's does)."""
     rows, cur, t0 = batch.rows, batch.inflight, time.perf_counter()
     if cur is None:
@@ -55,27 +56,27 @@ def pipelined_step(batch: Batch) -> list[Step]:
     batch.inflight = InFlight(queue_plain_step(batch.model, batch.cache, feed), len(rows))
     steps = land(batch, cur)
     if len(rows) == 1 and cur.covers == 1:
-        rows[0].drafter.step_time(0, time.perf_counter() - t0)
+        rows[0].policy.took(StepTime(0, time.perf_counter() - t0))
     return steps
 
 
 def land(batch: Batch, cur: InFlight) -> list[Step]:
-    """Read a queued plain step of the first ``cur.covers`` rows and observe it: a paused
-    drafter watches the token (as in a single stream's plain stretch); another drafter's
+    """Read a queued plain step of the first ``cur.covers`` rows and observe it: a policy
+    not drafting is told the token (as in a single stream's plain stretch); another drafter's
     proposal is made and cut as a plain verify step would (its first draft against the
     emitted token: ``rows.observe``)."""
     rows = batch.rows[: cur.covers]
     steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
     hopeless = batch.price.hopeless(len(rows), max((r.k for r in rows if r.speculative), default=0))
     for i, (r, s) in enumerate(zip(rows, steps)):
-        paused = r.speculative and r.drafter.paused
+        paused = r.speculative and not r.policy.drafts
         asks = r.speculative and not paused and not hopeless
         try:  # a pipelined step drafts after it landed: a drafter's failure is its row's
-            drafted = Drafted(draft_for_step(r.drafter, r.context, r.depth), EMPTY) if asks else NOTHING
+            drafted = Drafted(draft_for_step(r.policy, r.context, r.depth), EMPTY) if asks else NOTHING
         except Exception as e:
             steps[i] = row_failed(rows, s, e)
             continue
         steps[i] = observe_row(rows, i, drafted, s)
         if paused and steps[i].error is None:
-            r.drafter.watch(r.context)
+            r.policy.plain(r.context)
     return steps

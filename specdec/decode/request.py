@@ -26,6 +26,7 @@ from ..core.stats import SpecStats
 from ..core.text import TextOut
 from ..drafters.base import Drafter, NoDrafter
 from ..drafters.spec import DEFAULT_NUM_DRAFT_TOKENS
+from ..policy.drafting import DecodePolicy, as_policy
 from ..policy.tree_shape import TreeShaper
 from .loop import stream
 from .rows import Row, TokensLeft
@@ -55,9 +56,11 @@ def check_args(max_tokens: int, num_draft_tokens: int, prefill_step_size: int,
 
 
 class Request:
-    """One request: its arguments (validated here), cache, drafter, stats and output."""
+    """One request: its arguments (validated here), cache, drafter under its decode policy
+    (``drafter=`` a bare ``Drafter`` drafts the depth asked every step), stats and output."""
 
-    def __init__(self, model: Model, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
+    def __init__(self, model: Model, prompt_ids: Sequence[int], *,
+                 drafter: Drafter | DecodePolicy | None = None,
                  max_tokens: int = 256, num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
                  eos: Sequence[int] | set[int] = (),
                  sampling: SamplingParams = SamplingParams(), tree_budget: int = 0,
@@ -73,7 +76,8 @@ class Request:
             raise ValueError("token trees (--draft-tree-budget) do not work on a sharded target "
                              "(--distributed) yet: use linear drafts (--draft-tree-budget 0)")
         self.model, self.prompt_ids = model, list(prompt_ids)
-        self.drafter = drafter or NoDrafter()
+        self.policy = as_policy(drafter)
+        self.drafter = self.policy.drafter
         self.sampling = sampling.validate()
         self.max_tokens, self.k, self.eos = max_tokens, num_draft_tokens, set(eos)
         self.tree_budget, self.shaper = tree_budget, shaper
@@ -121,11 +125,11 @@ class Request:
     def _start(self, reused: int) -> None:
         refuse_trees(self.layers, self.tree_budget)
         s = self.stats
-        s.drafter, s.prompt_tokens, s.cached_tokens = self.drafter.name, len(self.prompt_ids), reused
+        s.drafter, s.prompt_tokens, s.cached_tokens = self.policy.name, len(self.prompt_ids), reused
         self.rng = None if self.sampling.greedy else Rng(self.sampling.seed)
         self.t0 = time.perf_counter()
         self.drafter.constrain(next((p for p in self.processors if isinstance(p, Grammar)), None))
-        self.drafter.begin(list(self.prompt_ids))  # per-request state (a draft model prefills here)
+        self.policy.begin(list(self.prompt_ids))  # per-request state (a draft model prefills here)
         self.pending = self.prompt_ids[reused:-1]
 
     def prefill(self, chunk: int | None = None) -> bool:
@@ -142,7 +146,7 @@ class Request:
 
     def row(self) -> Row:
         if self._row is None:
-            self._row = Row(list(self.prompt_ids), self.drafter, self.k, self.sampling, self.left,
+            self._row = Row(list(self.prompt_ids), self.policy, self.k, self.sampling, self.left,
                             rng=self.rng, top_logprobs=self.top_logprobs, diagnostics=self.diagnostics,
                             tree_budget=self.tree_budget, shaper=self.shaper, extra=self.processors)
         return self._row

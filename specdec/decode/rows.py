@@ -1,5 +1,6 @@
 """One request's decode state in a batch (``Row``) and the two things a step does per row:
-``propose`` (ask its drafter) and ``observe`` (let it learn what the step emitted).
+``propose`` (ask its decode policy, which asks its drafter) and ``observe`` (let them learn
+what the step emitted).
 
 Invariant: ``row.context`` is the prompt plus every emitted token, and the batch cache holds
 ``context[:-1]`` between steps (the last token is the next block's root). Tests:
@@ -15,10 +16,11 @@ from typing import NamedTuple, Sequence
 import mlx.core as mx
 
 from ..core.processors import LogitsProcessor, processors_for
-from ..core.proposal import EMPTY, Proposal
+from ..core.proposal import EMPTY, Proposal, Wants
 from ..core.sampling import Rng, SamplingParams
 from ..core.trees import cut, first_branch, prune_tree
 from ..drafters.base import Drafter, NoDrafter
+from ..policy.drafting import DecodePolicy, as_policy
 from ..policy.pricing import ema
 from ..policy.tree_shape import TreeShaper
 from .step import Greedy, Sampler, Step, sampler_for
@@ -34,7 +36,7 @@ class TokensLeft:
 @dataclass
 class Row:
     context: list[int]
-    drafter: Drafter
+    policy: DecodePolicy  # a bare Drafter is given ``DecodePolicy``: the depth asked, every step
     k: int  # the draft depth asked for
     params: SamplingParams
     left: TokensLeft
@@ -53,8 +55,13 @@ class Row:
     def __post_init__(self) -> None:
         if self.rng is None and not self.params.greedy:
             raise ValueError("a sampled row needs its request's Rng")
+        self.policy = as_policy(self.policy)
         self.sampler = sampler_for(self.params, self.rng, self.speculative)
         self.processors = processors_for(self.params) + list(self.extra)
+
+    @property
+    def drafter(self) -> Drafter:
+        return self.policy.drafter
 
     @property
     def speculative(self) -> bool:
@@ -78,19 +85,19 @@ class Drafted(NamedTuple):
 NOTHING = Drafted(EMPTY, EMPTY)
 
 
-def draft_for_step(drafter: Drafter, context: Sequence[int], k: int,
+def draft_for_step(policy: DecodePolicy, context: Sequence[int], k: int,
                    tree_budget: int = 0) -> Proposal:
-    """The drafter's proposal for this step, at most ``k`` tokens deep (none when k < 1);
-    with ``tree_budget`` > 0 a tree of at most that many nodes (``propose_tree``)."""
+    """The proposal for this step, at most ``k`` tokens deep (none when k < 1; the policy
+    may draft less); with ``tree_budget`` > 0 a tree of at most that many nodes (``propose_tree``)."""
     if k < 1:
         return EMPTY
-    proposal = drafter.propose_tree(context, k, tree_budget) if tree_budget > 0 else drafter.propose(context, k)
+    proposal = policy.propose_tree(context, k, tree_budget) if tree_budget > 0 else policy.propose(context, k)
     if not isinstance(proposal, Proposal):
-        raise TypeError(f"{type(drafter).__name__}.propose returned {type(proposal).__name__}, "
+        raise TypeError(f"{type(policy.drafter).__name__}.propose returned {type(proposal).__name__}, "
                         "not a specdec.drafters.Proposal")
     if not proposal.is_linear:
         if tree_budget < 1:
-            raise ValueError(f"drafter {drafter.name!r} proposed a token tree; set a draft tree "
+            raise ValueError(f"drafter {policy.name!r} proposed a token tree; set a draft tree "
                              "budget (--draft-tree-budget) to verify trees")
         return prune_tree(proposal, k, tree_budget)
     return proposal.truncated(k)
@@ -100,7 +107,7 @@ def propose(row: Row, alone: bool) -> Drafted:
     """The row's proposal; a token tree only for a row ``alone`` in its batch."""
     if not row.speculative:
         return NOTHING
-    full = draft_for_step(row.drafter, row.context, row.depth, row.tree_budget if alone else 0)
+    full = draft_for_step(row.policy, row.context, row.depth, row.tree_budget if alone else 0)
     verifies = cut(full, full.depth, row.shaper.budget(full.parents)) if row.shaper and full else full
     if not verifies.is_linear and verifies.q is not None:
         # draft distributions on a tree: its best branch is verified (exact, linear)
@@ -133,7 +140,7 @@ def observe(row: Row, drafted: Drafted, step: Step) -> None:
     if row.speculative:
         row.drafted = len(full.tokens)
     if verified:
-        row.drafter.observe(step.accepted)
+        row.policy.observe(step.accepted)
         row.alpha = ema(row.alpha, step.accepted / len(verified))
     elif full:  # drafted but cut to nothing (a plain step): would its first draft have held?
         row.alpha = ema(row.alpha, float(full.tokens[0] == step.tokens[0]))
@@ -150,8 +157,15 @@ def parked_stand_in(row: Row) -> Row:
 
 
 def drafting(row: Row) -> bool:
-    """Whether the row's drafter may propose this step (a paused cost gate will not)."""
-    return row.speculative and not row.drafter.paused
+    """Whether the row may draft this step (its policy may say no: the cost gate's k = 0)."""
+    return row.speculative and row.policy.drafts
+
+
+def wants(row: Row, drafted: Drafted) -> Wants | None:
+    """What a drafting row's drafter wants from this verify forward (a linear block only)."""
+    if not row.drafter.outputs or not drafting(row) or not drafted.verifies.is_linear:
+        return None
+    return row.drafter.wants(row.context, drafted.verifies.tokens)
 
 
 def plain_row(row: Row) -> bool:

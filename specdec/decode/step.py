@@ -21,11 +21,12 @@ import mlx.core as mx
 from ..cache.batch_cache import roll_back
 from ..cache.recurrent import RecurrentCache
 from ..core.model import Model
-from ..core.proposal import Proposal, Tail
+from ..core.proposal import Proposal, Returned, Wants
 from ..core.processors import LogitsProcessor
 from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
 from ..core.verify import greedy_accept, rejection_sample, resolve, tree_rejection_sample, tree_resolve
+from ..eagle.capture import capture_layers
 from .tree_attention import tree_attention
 
 
@@ -195,8 +196,8 @@ def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> S
 class Verify:
     """One row of a verify step: its context (prompt + emitted; the last token is the block's
     root, not yet fed), its proposal (a tree of deterministic drafts only alone), its
-    sampler and processors, what to report, and a drafter's ``tail`` riding after the
-    block (linear proposals only; never kept)."""
+    sampler and processors, what to report, and what its drafter ``wants`` from the forward
+    (a tail riding after the block, never kept; hidden states: linear proposals only)."""
 
     context: list[int]
     proposal: Proposal
@@ -204,12 +205,12 @@ class Verify:
     processors: Sequence[LogitsProcessor] = ()
     top_logprobs: int = 0
     diagnostics: bool = False
-    tail: Tail | None = None
+    wants: Wants | None = None
 
     @property
     def block(self) -> int:
         """Block rows fed: the root, the drafts, the tail."""
-        return 1 + len(self.proposal.tokens) + (len(self.tail.tokens) if self.tail else 0)
+        return 1 + len(self.proposal.tokens) + (len(self.wants.tail) if self.wants else 0)
 
     def seen(self) -> list[list[int]]:
         """Per block row, the drafted tokens before it (a prefix or a root path)."""
@@ -322,19 +323,28 @@ def _greedy_host(host: list[list], rows: Sequence[Verify]) -> list[tuple[list, l
     return out
 
 
-def _decide(logits: mx.array, rows: Sequence[Verify]) -> list[tuple[list, list, list]]:
+def _returned(logits: mx.array, hidden: dict[int, mx.array], i: int, row: Verify) -> Returned:
+    """Row i's part of the forward its drafter ``wants``: its tail's logits, the block rows'
+    hidden states of the layers it named."""
+    n = 1 + len(row.proposal)
+    return Returned(logits[i, n:row.block] if row.wants.tail else None,
+                    {j: hidden[j][i, :n] for j in row.wants.layers})
+
+
+def _decide(logits: mx.array, rows: Sequence[Verify],
+            hidden: dict[int, mx.array]) -> list[tuple[list, list, list]]:
     """Every row's (logprobs, sampler arrays, extras) as host lists, after one sync:
     greedy rows together (``_greedy_arrays``) when there are several, the others one by
-    one (``_row_arrays``)."""
+    one (``_row_arrays``); what drafters want of the forward is read in the same sync."""
     fast = [i for i, r in enumerate(rows) if plain_greedy(r)]
     fast = fast if len(fast) > 1 else []
     rest = sorted(set(range(len(rows))) - set(fast))
     picked = logits if len(fast) == len(rows) else logits[mx.array(fast)] if fast else None
     batched = _greedy_arrays(picked, [rows[i] for i in fast]) if fast else []
     arrays = [_row_arrays(logits[i, : 1 + len(rows[i].proposal)], rows[i]) for i in rest]
-    tails = [a for i, r in enumerate(rows) if r.tail  # read in this same sync
-             for a in r.tail.read(logits[i, 1 + len(r.proposal):r.block])]
-    mx.eval(*batched, *(a for row in arrays for part in row for a in part), *tails)
+    wanted = [a for i, r in enumerate(rows) if r.wants  # read in this same sync
+              for a in r.wants.read(_returned(logits, hidden, i, r))]
+    mx.eval(*batched, *(a for row in arrays for part in row for a in part), *wanted)
     host: list[Any] = [None] * len(rows)
     for i, h in zip(fast, _greedy_host([a.tolist() for a in batched], [rows[i] for i in fast])):
         host[i] = h
@@ -360,21 +370,26 @@ def _finish(row: Verify, lps: list[float], decided: list[list], extras: list[lis
 def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
                 vocab: int | None = None) -> list[Step]:
     """One step of B rows, in order: 1. one ``verify_forward`` over every row's ``[last] +
-    proposal + tail`` (padded with token 0; a tree under ``tree_attention``); 2. each row's
+    proposal + tail`` (padded with token 0; a tree under ``tree_attention``; the layers drafters
+    want captured: ``eagle.capture``, undone after); 2. each row's
     processors, block row r seeing the context plus the drafts before it; 3. each row's
     ``Sampler`` decides on the device (greedy rows with nothing else to compute together:
-    ``_greedy_arrays``); 4. one host sync (``_decide``; tails read in it); 5. each row's accepted path and
+    ``_greedy_arrays``); 4. one host sync (``_decide``; wants read in it); 5. each row's accepted path and
     emitted tokens; 6. ``batch_cache.roll_back`` keeps each row's root and accepted path;
     7. a ``Step`` per row (log-probabilities are raw ``log_softmax``, as mlx-lm reports)."""
     trees = [r for r in rows if not r.proposal.is_linear]
-    if trees and (len(rows) > 1 or trees[0].proposal.q is not None or trees[0].tail):
+    if trees and (len(rows) > 1 or trees[0].proposal.q is not None or trees[0].wants):
         raise ValueError("a token tree is verified alone, of deterministic drafts and with no "
-                         "tail (verify a tree with draft distributions by its first branch)")
+                         "wants (verify a tree with draft distributions by its first branch)")
     L = max(r.block for r in rows)
-    blocks = [[r.context[-1], *in_vocab(r.proposal.tokens, vocab), *(r.tail.tokens if r.tail else ())]
+    blocks = [[r.context[-1], *in_vocab(r.proposal.tokens, vocab), *(r.wants.tail if r.wants else ())]
               + [0] * (L - r.block) for r in rows]
-    logits = verify_forward(model, cache, blocks, trees[0].proposal.parents if trees else None)
-    host = _decide(logits, rows)
+    layers = sorted({j for r in rows if r.wants for j in r.wants.layers})
+    with capture_layers(model, layers) if layers else nullcontext() as captured:
+        logits = verify_forward(model, cache, blocks, trees[0].proposal.parents if trees else None)
+    # a recurrent cache replays its kept tokens first: the block is the forward's last L rows
+    hidden = {j: h[:, h.shape[1] - L:] for j, h in captured.hidden.items()} if layers else {}
+    host = _decide(logits, rows, hidden)
     done = [_finish(r, lps[0], decided, extras) for r, (lps, decided, extras) in zip(rows, host)]
     roll_back(cache, L, [kept for _, kept in done])
     return [s for s, _ in done]

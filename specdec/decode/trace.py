@@ -3,8 +3,8 @@ acceptance estimate, predicted vs observed seconds, pauses, probes, shadow guess
 drafter's own time) beside what the step emitted, one JSON line per step.
 
 Contract: ``with tracing(path) as t:`` is the only switch (a context variable, undone on
-exit); ``loop.stream`` reads ``active()`` once per request, so with no trace a step costs
-nothing more. Times are the step's own (its one host sync): no sync is added. One row per
+exit); ``loop.stream`` reads ``active()`` once per request and hands its steps and decode
+policy to ``Tracer.follow``, so with no trace a step costs nothing more. Times are the step's own (its one host sync): no sync is added. One row per
 Step the stream yields, so rows agree with the request's stats (steps, accepted tokens).
 Tests: tests/decode/test_trace.py. Read on real questions: docs/bench/gate-trace/README.md.
 """
@@ -16,11 +16,11 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Iterator
 
-from ..drafters.adaptive import draft_seconds, expected_tokens
-from ..drafters.base import Drafter
-from ..drafters.gate import CostGate
+from ..policy.adaptive import draft_seconds, expected_tokens
+from ..policy.drafting import DecodePolicy
+from ..policy.gate import CostGate
 from .step import Step
 
 _ACTIVE: ContextVar["Tracer | None"] = ContextVar("specdec_trace", default=None)
@@ -57,11 +57,9 @@ class Gated:
     guess: int = 0  # tokens of the pending shadow guess
 
 
-def gated(drafter: Drafter) -> Gated:
-    """The gate's state (a plain ``Gated`` for any other drafter)."""
-    if not isinstance(drafter, CostGate):
-        return Gated(paused=drafter.paused)
-    return Gated(**drafter.describe())
+def gated(policy: DecodePolicy) -> Gated:
+    """What the policy knows (the cost gate's state; only ``paused`` for another)."""
+    return Gated(**policy.describe())
 
 
 class Tracer:
@@ -75,29 +73,25 @@ class Tracer:
     def tag(self, **tags: Any) -> None:
         self.tags = tags
 
-    def begin(self) -> None:
+    def follow(self, steps: Iterator[Step], policy: DecodePolicy) -> Iterator[Step]:
+        """A request's steps, each timed (its generator's own time) and written with what
+        the policy knew before and after it (a verify step's proposing time from its
+        ``took``; a plain step has none)."""
         self.request, self._i = self.request + 1, 0
-
-    def step(self, drafter: Drafter, run: Callable[[], Step], propose_s: Callable[[], float]) -> Step:
-        """Run one verify (or last pipelined) step, timed, and write its row."""
-        before, t0 = gated(drafter), time.perf_counter()
-        s = run()
-        self._write(drafter, before, s, time.perf_counter() - t0, propose_s())
-        return s
-
-    def follow(self, steps: Iterator[Step], drafter: Drafter) -> Iterator[Step]:
-        """A plain stretch's steps, each timed (its generator's own time) and written."""
         while True:
-            before, t0 = gated(drafter), time.perf_counter()
+            before, t0 = gated(policy), time.perf_counter()
+            policy.last = None
             s = next(steps, None)
             if s is None:
                 return
-            self._write(drafter, before, s, time.perf_counter() - t0, None)
+            last = policy.last
+            proposing = last.proposing if last is not None and last.block else None
+            self._write(policy, before, s, time.perf_counter() - t0, proposing)
             yield s
 
-    def _write(self, drafter: Drafter, before: Gated, s: Step, seconds: float,
+    def _write(self, policy: DecodePolicy, before: Gated, s: Step, seconds: float,
                propose_s: float | None) -> None:
-        after = gated(drafter)
+        after = gated(policy)
         k = s.drafted
         row = {**self.tags, "request": self.request, "step": self._i, "k": k,
                "accepted": s.accepted, "emitted": len(s.tokens), "fed": s.fed,
@@ -105,8 +99,8 @@ class Tracer:
                "propose_s": None if propose_s is None else round(propose_s, 6),
                "before": asdict(before), "shadow": after.guess if after.guess and not before.guess else 0,
                "paused_after": after.paused}
-        if isinstance(drafter, CostGate):
-            row.update(_predicted(drafter, before, k, propose_s is None))
+        if isinstance(policy, CostGate):
+            row.update(_predicted(policy, before, k, propose_s is None))
         self.out.write(json.dumps(row) + "\n")
         self._i += 1
 

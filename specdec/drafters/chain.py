@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from .base import EMPTY, Drafter, Proposal, Tail
+from .base import EMPTY, Drafter, Proposal, Wants
 from .trie import merge_trees, shared_nodes, walk
 
 if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
@@ -38,16 +38,17 @@ class ChainDrafter(Drafter):
         return len(self.drafters) > 1 or self.drafters[0].branches
 
     @property
-    def tails(self) -> bool:
-        return any(d.tails for d in self.drafters)
+    def outputs(self) -> bool:
+        return any(d.outputs for d in self.drafters)
 
     @property
     def guesses_paused(self) -> bool:
         return any(d.guesses_paused for d in self.drafters)
 
-    def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None:
-        """The first member's tail (its predictions follow whoever drafted the block)."""
-        return next((t for d in self.drafters if (t := d.tail(context, drafts)) is not None), None)
+    def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants | None:
+        """The first member's wants (its predictions follow whoever drafted the block)."""
+        return next((w for d in self.drafters if d.outputs and (w := d.wants(context, drafts)) is not None),
+                    None)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         # a new prompt need not hold the last step's tokens: its count is dropped

@@ -3,7 +3,7 @@
 Contract: a ``DraftSpec`` that exists is valid (``ValueError`` naming the flag); the CLI,
 the server, the bench and the library all build one. ``DraftResources`` holds what drafters
 need but a spec only names (loaded by ``specdec.resources``); ``build_drafter`` returns a
-fresh drafter per request, wrapped in the cost gate (default) or adaptive k;
+fresh drafter per request (its cost gate or adaptive k is a decode policy: ``policy.drafting``);
 ``parse_tree_budget`` is the one reader of a tree budget.
 Tests: tests/drafters/test_spec.py. Details: docs/design-notes.md.
 
@@ -16,16 +16,14 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from .adaptive import AdaptiveKDrafter
 from .base import Drafter, NoDrafter
 from .chain import ChainDrafter
-from .gate import CostGate
 from .grammar import GrammarDrafter
 from .ngram import NgramDrafter
 from .ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
 from .suffix import SuffixDrafter, SuffixHistory
 
-DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm")
+DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm", "eagle")
 DEFAULT_SUFFIX_HISTORY = 32768
 
 
@@ -75,7 +73,7 @@ class DraftSpec:
     num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS
     ngram_min: int = 1
     ngram_max: int = 3
-    gate: bool = True  # draft only while it beats plain decoding (drafters.gate.CostGate)
+    gate: bool = True  # draft only while it beats plain decoding (policy.gate.CostGate)
     adaptive_k: bool = False
     ngram_mod_file: str | None = None
     ngram_mod_size: int | None = None  # None: the table's default (2**18 slots)
@@ -118,7 +116,7 @@ class DraftSpec:
         """Refuse options that name a drafter the spec does not use: parsed and then
         silently ignored, they would mislead (a CLI user's --draft-model with ngram)."""
         unused = [flag for flag, set_, used in (
-            ("--draft-model", self.draft_model, self.uses("model")),
+            ("--draft-model", self.draft_model, self.uses("model") or self.uses("eagle")),
             ("--ngram-mod-file", self.ngram_mod_file, self.uses("ngram-mod")),
             ("--ngram-mod-size", self.ngram_mod_size, self.uses("ngram-mod")),
             ("--ngram-mod-n", self.ngram_mod_n, self.uses("ngram-mod")),
@@ -129,6 +127,9 @@ class DraftSpec:
                              "drop it or add that drafter")
         if self.uses("model") and not self.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
+        if self.uses("eagle") and (not self.draft_model or self.uses("model")):
+            raise ValueError("--draft-type eagle needs --draft-model DIR (an EAGLE-3 head), and "
+                             "no draft model beside it: both would read --draft-model")
 
     def with_options(self, **changes: Any) -> "DraftSpec":
         """A copy with ``changes`` applied (``None`` values keep the current field), validated."""
@@ -150,6 +151,7 @@ class DraftResources:
     cost: Mapping[int, float] | None = None  # verify cost curve, for the gate and adaptive k
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
     target: Any = None  # the target model: the wedlm drafter drafts with its mask predictions
+    head: Any = None  # a loaded EAGLE-3 head (eagle.io.load_head): the eagle drafter's
 
 
 def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> NgramModTable:
@@ -188,6 +190,13 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
             raise ValueError("draft type 'wedlm' needs the target model in the resources: build "
                              "them with specdec.prepare_resources(spec, model, tokenizer)")
         return WedlmDrafter(settings_of(res.target), eos=eos)
+    if name == "eagle":
+        from .eagle import EagleDrafter  # imports mlx: see above
+
+        if res.head is None:
+            raise ValueError("draft type 'eagle' needs its head loaded: build the resources with "
+                             "specdec.prepare_resources(spec, model, tokenizer) (--draft-model DIR)")
+        return EagleDrafter(res.head, eos=eos)
     # "model": DraftSpec admits no other name; imports mlx and mlx-lm: see above
     from .draft_model import DraftModelDrafter
 
@@ -214,13 +223,5 @@ def build_drafter(spec: DraftSpec, resources: DraftResources | None = None, *,
         drafter = members[0]
     else:
         drafter = ChainDrafter(members)
-    if spec.gate or spec.adaptive_k:
-        if res.cost is None:
-            what = "the cost gate (on by default; gate=False / --no-gate turns it off)" \
-                if spec.gate else "adaptive k"
-            raise ValueError(f"{what} needs the model's verify cost curve: build the drafter "
-                             "with specdec.prepare_resources(spec, model, tokenizer)")
-        wrap = CostGate if spec.gate else AdaptiveKDrafter
-        drafter = wrap(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost)
     drafter.draft_cost = dict(res.draft_cost) if res.draft_cost else None  # for the tree shaper
     return drafter

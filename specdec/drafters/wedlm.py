@@ -2,8 +2,8 @@
 that verifies (``--draft-type wedlm``). Tests: tests/drafters/test_wedlm.py,
 tests/decode/test_wedlm.py.
 
-The target IS the WeDLM model. Each verify block ``[last, d1..dn]`` carries a ``Tail`` of
-k + 1 mask tokens after it: causal attention keeps the block's AR logits exactly what they
+The target IS the WeDLM model. Each verify block ``[last, d1..dn]`` asks (``wants``) for a tail of
+k + 1 mask tokens after it and their logits: causal attention keeps the block's AR logits exactly what they
 are without it, and the masks predict the positions after ``dn``. If every draft is accepted
 the first mask stands where the target's own token went, so masks 2..k+1 are the next
 proposal (its leading confident run, at least one); after a rejection they followed a wrong
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..core.proposal import Tail
+from ..core.proposal import Returned, Wants
 from ..core.wedlm import WedlmSettings, pick
 from .base import EMPTY, Drafter, Proposal
 
@@ -41,7 +41,7 @@ class WedlmDrafter(Drafter):
     """Drafts from the mask tail of the last verify step (module doc)."""
 
     name = "wedlm"
-    tails = True
+    outputs = True
     guesses_paused = False  # no verify step, no predictions
 
     def __init__(self, settings: WedlmSettings, *, eos: frozenset = frozenset()):
@@ -53,19 +53,20 @@ class WedlmDrafter(Drafter):
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._predicted = None
 
-    def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None:
+    def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants | None:
         if self._k < 1:
             return None
         predicted = Predicted(len(context), tuple(drafts))
 
-        def read(logits: Any) -> list[Any]:  # (k + 1, V): mask i's distance from the first is i
+        def read(returned: Returned) -> list[Any]:  # (k + 1, V): mask i's distance from the first is i
+            logits = returned.tail_logits
             predicted.tokens, predicted.fill = pick(logits, range(logits.shape[0]), self.settings)
             self._predicted = predicted
             return [predicted.tokens, predicted.fill]
 
         self._predicted = None  # until this tail is read, nothing predicts the next context
         self.stats["tails"] += 1
-        return Tail((self.settings.mask_token_id,) * (self._k + 1), read)
+        return Wants(read, tail=(self.settings.mask_token_id,) * (self._k + 1))
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         self._k = k

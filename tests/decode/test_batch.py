@@ -225,7 +225,7 @@ def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
     """Rows whose cost gates are paused (drafts that never hold) decode in pipelined
     plain steps, each gate watching every token it emits (its shadow guesses), as a
     single stream's plain stretch does; the tokens equal each request alone."""
-    from specdec.drafters.gate import CostGate
+    from specdec.policy.gate import CostGate
     from specdec.measure import cost_curve_for
 
     model = cached_tiny("llama")

@@ -8,6 +8,7 @@ from conftest import TINY_VOCAB
 
 from specdec.core.proposal import Proposal
 from specdec.core.sampling import SamplingParams
+from specdec.policy.drafting import as_policy
 from specdec.decode.rows import (NOTHING, Drafted, Row, TokensLeft, draft_for_step, last_tokens, observe,
                                  observe_row, parked_stand_in, plain_row, propose)
 from specdec.decode.step import Step
@@ -55,21 +56,21 @@ def step(tokens, accepted, drafted):
 
 def test_draft_for_step_cuts_to_k_and_asks_nothing_below_one():
     d = Listed(Proposal([1, 2, 3, 4, 5]))
-    assert draft_for_step(d, [0], 3).tokens == (1, 2, 3)
-    assert not draft_for_step(d, [0], 0)
+    assert draft_for_step(as_policy(d), [0], 3).tokens == (1, 2, 3)
+    assert not draft_for_step(as_policy(d), [0], 0)
 
 
 def test_draft_for_step_prunes_a_tree_to_its_budget_and_refuses_one_without():
     tree = Listed(Proposal([1, 2, 3, 4], parents=(-1, 0, -1, 2)))
-    got = draft_for_step(tree, [0], 2, tree_budget=3)
+    got = draft_for_step(as_policy(tree), [0], 2, tree_budget=3)
     assert (got.tokens, got.parents) == ((1, 2, 3), (-1, 0, -1))
     with pytest.raises(ValueError, match="drafter 'listed' proposed a token tree; set a draft tree budget"):
-        draft_for_step(tree, [0], 2)
+        draft_for_step(as_policy(tree), [0], 2)
 
 
 def test_draft_for_step_refuses_what_is_not_a_proposal():
     with pytest.raises(TypeError, match="Listed.propose returned list, not a specdec.drafters.Proposal"):
-        draft_for_step(Listed([1, 2]), [0], 2)
+        draft_for_step(as_policy(Listed([1, 2])), [0], 2)
 
 
 def test_a_row_drafts_no_deeper_than_the_tokens_it_still_wants():

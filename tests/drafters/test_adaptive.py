@@ -1,11 +1,11 @@
-"""``specdec.drafters.adaptive``: expected tokens and the best k against exact enumeration,
+"""``specdec.policy.adaptive``: expected tokens and the best k against exact enumeration,
 and the adaptive drafter learning its k from what is accepted (pure Python, no model)."""
 
 import random
 
 import pytest
 
-from specdec.drafters.adaptive import AdaptiveKDrafter, best_k, expected_tokens
+from specdec.policy.adaptive import AdaptiveK, best_k, expected_tokens
 
 from .test_chain import Fixed
 
@@ -30,18 +30,18 @@ def test_expected_tokens_and_best_k_against_brute_force():
 
 def test_adaptive_k_learns_to_draft_long_when_drafts_are_accepted():
     cost = {L: 1.0 + 0.1 * (L - 1) for L in range(1, 10)}
-    good = AdaptiveKDrafter(Fixed("f", list(range(8))), cost, k_max=8)
+    good = AdaptiveK(Fixed("f", list(range(8))), cost, k_max=8)
     for _ in range(30):
         good.propose([0], 8)
         good.observe(8)
     assert good.chosen[-1] == 8
-    bad = AdaptiveKDrafter(Fixed("f", list(range(8))), cost, k_max=8)
+    bad = AdaptiveK(Fixed("f", list(range(8))), cost, k_max=8)
     for _ in range(30):
         bad.propose([0], 8)
         bad.observe(0)
     assert bad.chosen[-1] == 0
     with pytest.raises(ValueError, match="cost curve lacks"):
-        AdaptiveKDrafter(Fixed("f", []), {1: 1.0}, k_max=4)
+        AdaptiveK(Fixed("f", []), {1: 1.0}, k_max=4)
 
 
 def test_best_k_counts_the_drafters_own_cost_and_the_hit_rate_by_brute_force():
@@ -67,7 +67,7 @@ def test_best_k_counts_the_drafters_own_cost_and_the_hit_rate_by_brute_force():
 def test_a_k_of_zero_still_probes_one_token_every_eighth_step():
     cost = {L: 1.0 + 0.5 * (L - 1) for L in range(1, 6)}  # drafting never pays at the prior
     inner = Fixed("f", [1, 2, 3, 4])
-    ad = AdaptiveKDrafter(inner, cost, k_max=4)
+    ad = AdaptiveK(inner, cost, k_max=4)
     sizes = [len(ad.propose([0], 4)) for _ in range(16)]
     assert ad.chosen == [0] * 16
     assert sizes == [0] * 7 + [1] + [0] * 7 + [1]
@@ -79,7 +79,7 @@ def test_a_curve_timed_under_load_is_priced_as_its_robust_line():
     """A curve scattered by a loaded machine is priced as the robust line through it: a
     linear curve is kept, and outliers (the shared CPU's 3.7x at L = 2) do not move it;
     lengths past k_max + 1 are priced on the same line."""
-    from specdec.drafters.adaptive import robust_line
+    from specdec.policy.adaptive import robust_line
 
     rng = random.Random(0)
     for _ in range(100):
@@ -94,5 +94,5 @@ def test_a_curve_timed_under_load_is_priced_as_its_robust_line():
         assert fitted[24] == pytest.approx(fitted[1] + 23 * (fitted[2] - fitted[1]))
     shared_cpu = {1: 0.177, 2: 0.649, 3: 1.232, 4: 0.284, 5: 1.242, 6: 1.275, 7: 0.403,
                   8: 0.400, 9: 0.730}  # as measured beside five other jobs (docs/bench/gate-trace)
-    priced = AdaptiveKDrafter(Fixed("f", [5] * 4), shared_cpu, 8)
+    priced = AdaptiveK(Fixed("f", [5] * 4), shared_cpu, 8)
     assert priced.cost[2] / priced.cost[1] < 1.1 and priced.cost[9] / priced.cost[1] < 1.6

@@ -1,10 +1,10 @@
-"""``specdec.drafters.base``: what the base class promises every drafter (defaults that do
-nothing, the linear tree, no pausing) and what the seams' Protocols accept."""
+"""``specdec.drafters.base``: what the base class promises every drafter (three verbs, the
+capabilities declared as data with defaults that do nothing, the linear tree) and that it
+holds nothing of the decode policy (no pausing, no step times)."""
 
 import pytest
 
-from specdec.drafters.base import (EMPTY, Constrainable, Drafter, NoDrafter, Pausable, Proposal, Proposer,
-                                   Tailing, TreeProposing)
+from specdec.drafters.base import EMPTY, Drafter, NoDrafter, Proposal
 
 
 class Counting(Drafter):
@@ -18,12 +18,21 @@ class Counting(Drafter):
 
 def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
     d = Counting()
-    d.begin([1, 2]), d.observe(3), d.constrain(None), d.watch([1]), d.step_time(2, 0.1)
-    assert d.forced([1], 4) is EMPTY and not d.paused
+    d.begin([1, 2]), d.observe(3), d.constrain(None)
+    assert d.forced([1], 4) is EMPTY
     assert d.propose_tree([1], 5, 3) == Proposal([0, 1, 2])  # depth min(k, budget)
     assert not d.branches and d.draft_cost is None
-    assert d.tail([1], [2]) is None and not d.tails and d.guesses_paused  # guesses while paused
-    assert all(isinstance(d, p) for p in (Proposer, Pausable, Constrainable, TreeProposing, Tailing))
+    assert d.wants([1], [2]) is None and not d.outputs and d.guesses_paused  # guesses while paused
+
+
+def test_the_contract_is_a_few_verbs_and_no_policy():
+    """The methods of the contract: three verbs (begin / propose / observe), the tree form,
+    what it wants of the verify forward, and the grammar's two; nothing of the cost gate."""
+    verbs = {n for n, v in vars(Drafter).items() if callable(v) and not n.startswith("_")}
+    assert verbs == {"begin", "propose", "observe", "propose_tree", "wants", "constrain", "forced"}
+    assert Drafter.__abstractmethods__ == frozenset({"propose"})
+    for gone in ("paused", "watch", "step_time", "tail", "tails"):
+        assert not hasattr(Drafter, gone)
 
 
 def test_a_drafter_must_implement_propose():
@@ -34,16 +43,3 @@ def test_a_drafter_must_implement_propose():
 def test_no_drafter_never_proposes():
     d = NoDrafter()
     assert d.name == "none" and d.propose([1, 2, 3], 8) is EMPTY and not d.propose_tree([1], 4, 8)
-
-
-def test_an_object_with_only_the_core_verbs_is_a_proposer_and_nothing_more():
-    class Bare:
-        name = "bare"
-
-        def begin(self, prompt_ids): ...
-        def propose(self, context, k): ...
-        def observe(self, num_accepted): ...
-
-    assert isinstance(Bare(), Proposer)
-    assert not isinstance(Bare(), (Pausable, Constrainable, TreeProposing, Tailing))
-    assert not isinstance(object(), Proposer)

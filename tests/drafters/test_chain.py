@@ -6,9 +6,9 @@ import pytest
 from conftest import assert_stats_speculated, cached_tiny
 
 from specdec.drafters import Drafter, NgramDrafter, NoDrafter, Proposal
-from specdec.drafters.adaptive import AdaptiveKDrafter
+from specdec.policy.adaptive import AdaptiveK
 from specdec.drafters.chain import ChainDrafter
-from specdec.drafters.gate import CostGate
+from specdec.policy.gate import CostGate
 from specdec.engine import token_stream
 from specdec.core.stats import SpecStats
 
@@ -47,7 +47,7 @@ def test_wrappers_keep_parity_on_tiny_models(arch):
     drafters = [
         ChainDrafter([NoDrafter(), NgramDrafter(2, 3), NgramDrafter(1, 1)]),
         CostGate(NgramDrafter(1, 3), cost, k_max=16, timed=False),  # the curve's units are not seconds
-        AdaptiveKDrafter(NgramDrafter(1, 3), cost, k_max=16),
+        AdaptiveK(NgramDrafter(1, 3), cost, k_max=16),
     ]
     for d in drafters:
         stats = SpecStats()

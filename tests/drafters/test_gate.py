@@ -8,8 +8,8 @@ from conftest import cached_tiny
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
 from specdec.drafters import Drafter, NgramDrafter, Proposal
-from specdec.drafters.adaptive import SlotCounts, expected_tokens
-from specdec.drafters.gate import SHADOW_SHARE, CostGate
+from specdec.policy.adaptive import SlotCounts, expected_tokens
+from specdec.policy.gate import SHADOW_SHARE, CostGate
 from specdec.engine import token_stream
 from specdec.measure import cost_curve_for
 

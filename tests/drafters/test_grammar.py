@@ -123,7 +123,7 @@ def test_a_paused_cost_gate_still_drafts_the_forced_tokens():
     """Forced tokens skip the gate's pricing: on a curve where no guess pays (a verify
     step of L tokens costs L plain ones) the gate never drafts ngram's guesses, yet the
     grammar's structure still comes from accepted drafts, and the output is plain's."""
-    from specdec.drafters.gate import CostGate
+    from specdec.policy.gate import CostGate
 
     model = cached_tiny("llama")
     ref, _ = run(model, prompt(7))

@@ -15,10 +15,11 @@ from specdec.bench.configs import parse_config
 from specdec.config import RunConfig, add_draft_flags, draft_spec_from_args
 from specdec.drafters import (DRAFT_TYPES, Drafter, DraftResources, DraftSpec, NgramDrafter,
                               NoDrafter, Proposal, build_drafter)
-from specdec.drafters.adaptive import AdaptiveKDrafter
-from specdec.drafters.base import Constrainable, Pausable, Proposer, TreeProposing
+from specdec.policy.adaptive import AdaptiveK
 from specdec.drafters.chain import ChainDrafter
-from specdec.drafters.gate import CostGate
+from specdec.policy.build import build_policy
+from specdec.policy.drafting import DecodePolicy
+from specdec.policy.gate import CostGate
 from specdec.engine import token_stream
 from specdec.server.engine.speculative import SpeculativeOptions, merge_speculative
 
@@ -134,16 +135,19 @@ def test_build_drafter_builds_what_the_spec_says(smollm):
     table = chain.drafters[1].table
     assert (table.size, table.n) == (1024, 2)
     cost = {L: 1.0 + 0.1 * L for L in range(1, 10)}
-    gated = build_drafter(DraftSpec("ngram", num_draft_tokens=8, adaptive_k=True),
-                          DraftResources(tokenizer=tok, cost=cost))
+    # the drafter is bare; its policy (the cost gate, the default) is built beside it
+    assert type(build_drafter(DraftSpec("ngram"), DraftResources(tokenizer=tok))) is NgramDrafter
+    gated = build_policy(DraftSpec("ngram", num_draft_tokens=8, adaptive_k=True),
+                         DraftResources(tokenizer=tok, cost=cost))
     # the gate (the default) picks each step's k itself: it is adaptive k, and more
-    assert isinstance(gated, CostGate) and isinstance(gated.inner, NgramDrafter)
+    assert isinstance(gated, CostGate) and isinstance(gated.drafter, NgramDrafter)
     assert gated.name == "ngram" and gated.k_max == 8
-    adaptive = build_drafter(DraftSpec("ngram", gate=False, adaptive_k=True), DraftResources(tokenizer=tok, cost=cost))
-    assert type(adaptive) is AdaptiveKDrafter
+    adaptive = build_policy(DraftSpec("ngram", gate=False, adaptive_k=True), DraftResources(tokenizer=tok, cost=cost))
+    assert type(adaptive) is AdaptiveK
+    assert type(build_policy(DraftSpec("ngram", gate=False), DraftResources(tokenizer=tok))) is DecodePolicy
     for spec in (DraftSpec("ngram"), DraftSpec("ngram", gate=False, adaptive_k=True)):
         with pytest.raises(ValueError, match="verify cost curve: build the drafter with specdec.prepare_resources"):
-            build_drafter(spec, DraftResources(tokenizer=tok))
+            build_policy(spec, DraftResources(tokenizer=tok))
     with pytest.raises(ValueError, match="draft model"):
         build_drafter(DraftSpec("model"), DraftResources(tokenizer=tok))
 
@@ -158,7 +162,7 @@ def test_ngram_mod_file_shape_must_match_the_flags(tmp_path, smollm):
     assert loaded.size == 512
     from specdec.engine import resolve_drafter  # the library path loads the file too
 
-    assert resolve_drafter(DraftSpec("ngram-mod", ngram_mod_file=path, gate=False), tok).table.size == 512
+    assert resolve_drafter(DraftSpec("ngram-mod", ngram_mod_file=path, gate=False), tok).drafter.table.size == 512
     with pytest.raises(ValueError, match="size 512"):
         ngram_mod_table(DraftSpec("ngram-mod", ngram_mod_file=path, ngram_mod_size=1024), tok)
 
@@ -253,7 +257,7 @@ def test_the_drafter_interface_is_declared():
         assert d.branches is want and d.draft_cost == (res.draft_cost if name != "none" else None)
         for wrapped in (dict(gate=False), dict(gate=False, adaptive_k=True), dict(adaptive_k=True)):
             if name != "none":
-                assert build_drafter(DraftSpec(name, **wrapped), res).branches is want
+                assert build_policy(DraftSpec(name, **wrapped), res).drafter.branches is want
     assert build_drafter(DraftSpec("ngram-mod,grammar"), res).branches  # merged: a trie
     assert not NgramDrafter(max_matches=1).branches
     from specdec.drafters.draft_model import DraftModelDrafter
@@ -265,21 +269,7 @@ def test_the_drafter_interface_is_declared():
     ngram.draft_cost, costly.draft_cost = {"fixed": 1.0, "per_token": 0.0}, {"fixed": 2.0, "per_token": 0.5}
     assert ChainDrafter([ngram, costly]).draft_cost == {"fixed": 3.0, "per_token": 0.5}
     assert ChainDrafter([ngram, NgramDrafter()]).draft_cost is None  # one member unknown
-    assert CostGate(costly, cost, 4).draft_cost == AdaptiveKDrafter(costly, cost, 4).draft_cost == costly.draft_cost
-    # every drafter and wrapper satisfies the core seam and each capability's Protocol;
-    # an object with only the core verbs is a Proposer and nothing more
-    for d in (*(build_drafter(DraftSpec(n), res) for n in branches), DraftModelDrafter(model),
-              ChainDrafter([ngram, costly]), CostGate(costly, cost, 4)):
-        assert all(isinstance(d, p) for p in (Proposer, Pausable, Constrainable, TreeProposing))
-
-    class Bare:
-        name = "bare"
-
-        def begin(self, prompt_ids): ...
-        def propose(self, context, k): ...
-        def observe(self, num_accepted): ...
-
-    assert isinstance(Bare(), Proposer) and not isinstance(Bare(), (Pausable, Constrainable, TreeProposing))
+    assert CostGate(costly, cost, 4).draft_cost == AdaptiveK(costly, cost, 4).draft_cost == costly.draft_cost
 
 
 def test_generate_refuses_objects_that_are_not_drafters(smollm):

@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.drafters import Drafter, NgramDrafter, Proposal, prompt_lookup
-from specdec.drafters.adaptive import AdaptiveKDrafter
+from specdec.policy.adaptive import AdaptiveK
 from specdec.drafters.chain import ChainDrafter
-from specdec.drafters.gate import CostGate
+from specdec.policy.gate import CostGate
 from specdec.drafters.ngram import all_match_continuations
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.drafters.suffix_tree import suffix_tree_proposal
@@ -261,7 +261,7 @@ def test_gate_forwards_trees_and_rates_them_by_depth():
 def test_adaptive_caps_the_tree_depth_at_its_k():
     deep = merge_paths([[1, 2, 3, 4], [5, 6, 7, 8]], 8, 4)
     cost = {L: 1.0 + 0.1 * (L - 1) for L in range(1, 6)}  # k* = 2 at the prior 0.5
-    ad = AdaptiveKDrafter(TreeFixed("t", deep), cost, k_max=4)
+    ad = AdaptiveK(TreeFixed("t", deep), cost, k_max=4)
     tree = ad.propose_tree([0], 4, 8)
     kk = ad.chosen[-1]
     assert 0 < kk < 4 and tree == merge_paths([[1, 2, 3, 4], [5, 6, 7, 8]], 8, kk)

@@ -8,12 +8,13 @@ import mlx.core as mx
 import pytest
 
 from decode.test_wedlm import MASK, PROMPT, _assert_cache_is_prefill, _CountingMx, ar, tiny
+from specdec.core.proposal import Returned
 from specdec.core.wedlm import WedlmSettings
 from specdec.decode import loop
 from specdec.decode.batch import Batch
 from specdec.decode.request import Request
 from specdec.drafters.chain import ChainDrafter
-from specdec.drafters.gate import CostGate
+from specdec.policy.gate import CostGate
 from specdec.drafters.ngram import NgramDrafter
 from specdec.drafters.wedlm import WedlmDrafter
 from specdec.engine import token_stream
@@ -135,10 +136,10 @@ def test_a_paused_gate_probes_and_keeps_parity():
 def test_predictions_are_dropped_after_a_rejection():
     d = WedlmDrafter(EVERY)
     d.propose(PROMPT, 3)  # nothing predicted yet
-    tail = d.tail(PROMPT, [7, 8])
-    assert tail.tokens == (MASK,) * 4
-    mx.eval(*tail.read(mx.zeros((4, 64))))
+    wants = d.wants(PROMPT, [7, 8])
+    assert wants.tail == (MASK,) * 4 and wants.layers == ()
+    mx.eval(*wants.read(Returned(tail_logits=mx.zeros((4, 64)))))
     assert not d.propose(PROMPT + [7, 9, 1], 3)  # 8 was rejected: the masks followed it
-    tail = d.tail(PROMPT, [7, 8])
-    mx.eval(*tail.read(mx.zeros((4, 64))))
+    wants = d.wants(PROMPT, [7, 8])
+    mx.eval(*wants.read(Returned(tail_logits=mx.zeros((4, 64)))))
     assert len(d.propose(PROMPT + [7, 8, 1], 3)) >= 1  # all accepted: masks 2.. are drafts

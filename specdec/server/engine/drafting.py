@@ -16,7 +16,8 @@ from typing import Any
 
 from ...calibrate import Calibration
 from ...drafters.base import NoDrafter
-from ...drafters.spec import DraftResources, build_drafter
+from ...drafters.spec import DraftResources
+from ...policy.build import build_policy
 from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
 from ...policy.block import curve_cost, unknown_cost
 from ...policy.pricing import BATCH_COST_LENGTHS
@@ -99,7 +100,8 @@ class Drafting:
             self.memory_for(req).commit(tokens)
 
     def drafter_for(self, req: GenRequest) -> Any:
-        """A fresh drafter for ``req`` (its grammar arrives when the request starts)."""
+        """A fresh drafter for ``req`` under its decode policy (its grammar arrives when the
+        request starts)."""
         if self.plain_only is not None:
             return NoDrafter()
         spec = req.speculation
@@ -118,7 +120,7 @@ class Drafting:
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
             history=memory.history, cost=cost, target=self.model,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
-        return build_drafter(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
+        return build_policy(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 
     def _gate_curve(self, max_len: int) -> dict[int, float]:
         """The known verify curve at every length 1..max_len (between and beyond the

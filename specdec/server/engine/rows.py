@@ -12,6 +12,7 @@ from ...cache.prompt_cache import PrefixStore
 from ...core.model import Model
 from ...decode.request import Emitted, Request
 from ...drafters.base import Drafter
+from ...policy.drafting import DecodePolicy
 from ..config import ServerConfig
 from ..http.metrics import Metrics
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
@@ -36,7 +37,7 @@ class WorkerPort(Protocol):
     kv: KVBudget | None
     max_batch: int
 
-    def drafter_for(self, req: GenRequest) -> Drafter: ...
+    def drafter_for(self, req: GenRequest) -> Drafter | DecodePolicy: ...
     def send_token(self, job: Job, text: str, r: Emitted) -> None: ...
     def done_event(self, job: Job, req: Request, started: float) -> DoneEvent: ...
     def error_event(self, e: BaseException) -> ErrorEvent: ...

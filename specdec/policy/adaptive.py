@@ -1,6 +1,7 @@
 """Adaptive draft length: choose each step's k to maximise expected tokens per second.
 
-Contract of ``AdaptiveKDrafter(inner, cost, k_max, draft_cost=None)``: before each proposal
+Contract of ``AdaptiveK(inner, cost, k_max, draft_cost=None)`` (a decode policy over the drafter
+``inner``: ``drafting.DecodePolicy``): before each proposal
 k* = argmax_k E[tokens | k] / (cost(k + 1) + draft(k)) over 0..k_max, E from the recent
 per-slot acceptance (decayed counts from ``observe``), cost the measured verify curve, draft
 the drafter's own cost (None = free). k* = 0 is a plain step; output is unchanged for any k.
@@ -11,12 +12,11 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from .base import EMPTY, Drafter, Proposal, Tail
-
-if TYPE_CHECKING:  # core.grammar imports mlx: for annotations only
-    from ..core.grammar import Grammar
+from ..core.proposal import EMPTY, Proposal
+from ..drafters.base import Drafter
+from .drafting import DecodePolicy
 
 
 def expected_tokens(accept: Sequence[float], k: int) -> float:
@@ -141,9 +141,10 @@ class SlotCounts:
             self.accepted[i] += float(i < accepted)
 
 
-class AdaptiveKDrafter(Drafter):
+class AdaptiveK(DecodePolicy):
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int, decay: float = 0.95,
                  draft_cost: Mapping[str, float] | None = None):
+        super().__init__(inner)
         missing = [L for L in range(1, k_max + 2) if L not in cost]
         if missing:
             raise ValueError(f"cost curve lacks block lengths {missing}; measure up to {k_max + 1}")
@@ -155,21 +156,6 @@ class AdaptiveKDrafter(Drafter):
         self._proposed = 0
         self.chosen: list[int] = []
 
-    @property
-    def branches(self) -> bool:
-        return self.inner.branches
-
-    @property
-    def tails(self) -> bool:
-        return self.inner.tails
-
-    @property
-    def guesses_paused(self) -> bool:
-        return self.inner.guesses_paused
-
-    def tail(self, context: Sequence[int], drafts: Sequence[int]) -> Tail | None:
-        return self.inner.tail(context, drafts)
-
     prior = 2.0  # pseudo-counts pulling a slot's estimate towards the slot before it
 
     def acceptance(self) -> list[float]:
@@ -177,9 +163,6 @@ class AdaptiveKDrafter(Drafter):
         (``prior`` pseudo-counts; 0.5 before slot 1), so slots never yet tested do not pin
         k at its first value."""
         return self.counts.estimates(self.prior)
-
-    def begin(self, prompt_ids: Sequence[int]) -> None:
-        self.inner.begin(prompt_ids)
 
     def _choose(self, k: int) -> int:
         depth = min(k, best_k(self.acceptance(), self.cost, min(k, self.k_max), self.draft_cost))
@@ -200,9 +183,6 @@ class AdaptiveKDrafter(Drafter):
         proposal = self.inner.propose_tree(context, depth, budget) if depth else EMPTY
         self._proposed = proposal.depth
         return proposal
-
-    def constrain(self, grammar: Grammar | None) -> None:
-        self.inner.constrain(grammar)
 
     def observe(self, num_accepted: int) -> None:
         if not self._proposed:

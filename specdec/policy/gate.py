@@ -1,6 +1,7 @@
 """The cost gate: draft only while drafting beats plain decoding, on this model and machine.
 
-Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default wrapper): before
+Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default decode policy over
+the drafter ``inner``: ``drafting.DecodePolicy``): before
 each proposal it prices k = 0..k_max from the recent acceptance (kept apart after a hit, one
 miss, a run of misses), the measured verify curve, the drafter's cost and observed step
 times; no hand-set threshold. k* = 0 pauses it (plain, pipelined steps) while shadow guesses
@@ -14,8 +15,10 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from .adaptive import AdaptiveKDrafter, SlotCounts, best_k, draft_seconds
-from .base import EMPTY, Drafter, Proposal
+from ..core.proposal import EMPTY, Proposal
+from ..drafters.base import Drafter
+from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds
+from .drafting import StepTime
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
@@ -27,7 +30,7 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 FRESH = 8
 
 
-class CostGate(AdaptiveKDrafter):
+class CostGate(AdaptiveK):
     prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
 
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int,
@@ -58,6 +61,17 @@ class CostGate(AdaptiveKDrafter):
     @property
     def paused(self) -> bool:
         return self._paused
+
+    @property
+    def drafts(self) -> bool:
+        return not self._paused
+
+    def plain(self, context: Sequence[int]) -> None:
+        self.watch(context)
+
+    def took(self, step: StepTime) -> None:
+        super().took(step)
+        self.step_time(step.block, step.seconds)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._start()
