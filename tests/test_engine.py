@@ -228,8 +228,9 @@ def test_ngram_bounds_given_beside_a_spec_reach_the_drafter():
     from specdec.engine import resolve_drafter
 
     spec = DraftSpec("ngram", gate=False, adaptive_k=False)
-    d = resolve_drafter(spec, None, ngram_min=2, ngram_max=5)
+    d = resolve_drafter(spec, None, ngram_min=2, ngram_max=5).drafter  # under the plain policy
     assert (d.n_min, d.n_max) == (2, 5)
-    assert (resolve_drafter(spec, None).n_min, resolve_drafter(spec, None).n_max) == (1, 3)
+    d = resolve_drafter(spec, None).drafter
+    assert (d.n_min, d.n_max) == (1, 3)
     with pytest.raises(ValueError, match="ngram-max"):
         resolve_drafter(spec, None, ngram_min=4, ngram_max=2)
