@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from .adaptive import AdaptiveKDrafter, SlotCounts, best_k, draft_seconds
+from .adaptive import AdaptiveKDrafter, SlotCounts, best_k, draft_seconds, token_rate
 from .base import EMPTY, Drafter, Proposal
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
@@ -23,8 +23,10 @@ REJECTED, ACCEPTED, RUN = 0, 1, 2  # what the last drafts did (``slots``)
 RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) moves it this far at most
 # plain tokens after a verify step during which its scale still prices verify steps: past
 # them a paused gate's plain tokens carry the machine's speed into the scale (trace: a gate
-# paused from the start priced verify steps on the curve's load, plain ones on today's)
-FRESH = 8
+# paused from the start priced verify steps on the curve's load, plain ones on today's).
+# Derived, not tuned: the scale's EMA forgets with a time constant of 1 / RATIO_WEIGHT
+# steps, so that many plain tokens after a verify step it no longer knows that step.
+FRESH = math.ceil(1 / RATIO_WEIGHT)
 
 
 class CostGate(AdaptiveKDrafter):
@@ -53,6 +55,17 @@ class CostGate(AdaptiveKDrafter):
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
+        # a drafter whose proposal costs the same at any length and that guesses while
+        # paused is asked for its full offer every step: the offer's length is its own
+        # confidence (the suffix drafter's match length), so drafts are priced on the
+        # acceptance of offers of that length, not on what the drafts before them did
+        # (traced: ungated one-token offers were accepted 27 % of the time, three-token ones
+        # 61 %, while the run-of-misses counts read 5-15 % and paused the gate)
+        per_token = (self.draft_cost or {}).get("per_token", 0.0)
+        self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
+        self.offers = {n: SlotCounts.zeros(k_max) for n in range(1, k_max + 1)}
+        self.pooled = SlotCounts.zeros(k_max)  # every offer's drafts: what a new length leans on
+        self._offer = 0  # the length of the offer the pending verify step drafts from
         self._start()
 
     @property
@@ -70,6 +83,39 @@ class CostGate(AdaptiveKDrafter):
         self._guess, self._since_guess, self._probe = None, 0, 0
         self._paused = self.interval() == 1 and self.inner.guesses_paused
         self._state = REJECTED if self._paused else ACCEPTED
+
+    def offer_acceptance(self, n: int) -> list[float]:
+        """Per-slot acceptance of offers of ``n`` tokens. A longer offer is a longer match:
+        never priced below a shorter one, and with little evidence of its own it leans on
+        the next shorter offer's (``prior`` pseudo-counts; one-token offers lean on every
+        offer's, and those on 1/2 per slot: slot i > 1 is accepted given slot i - 1 was, a
+        copy going on, where slot 1 is any offer's first guess). Traced: leaning on every
+        offer's, one missed three-token offer priced the next ones out."""
+        est = [(a + self.prior * 0.5) / (t + self.prior)
+               for a, t in zip(self.pooled.accepted, self.pooled.tested)]
+        for m in range(1, n + 1):
+            counts = self.offers[m]
+            est = [max(e, (a + self.prior * e) / (t + self.prior))
+                   for a, t, e in zip(counts.accepted, counts.tested, est)] if m > 1 else \
+                [(a + self.prior * e) / (t + self.prior)
+                 for a, t, e in zip(counts.accepted, counts.tested, est)]
+        return est
+
+    def price_offer(self, n: int) -> int:
+        """``n`` if drafting the whole offer of ``n`` tokens beats a plain step in expected
+        tokens per second, else 0 (plain). All or nothing: a cut offer would leave its
+        last slots untested, and their estimates would never learn that a copy goes on
+        (traced: cut by the estimates' prior, eight-token offers were drafted 3-5 deep)."""
+        if n <= 0:
+            return 0
+        n = min(n, self.k_max)
+        priced = [token_rate(self.offer_acceptance(n), self.cost, k, self.draft_cost,
+                             scale=self.scale, plain=self.plain_seconds()) for k in (0, n)]
+        return n if priced[1] > priced[0] else 0
+
+    def _record_offer(self, n: int, proposed: int, accepted: int) -> None:
+        for counts in (self.offers[min(n, self.k_max)], self.pooled):
+            counts.record(proposed, accepted, self.decay)
 
     def acceptance(self) -> list[float]:
         if self._state != RUN:
@@ -139,6 +185,8 @@ class CostGate(AdaptiveKDrafter):
                 self.inner.propose_tree(context, k, budget)
             self._proposed = proposal.depth
             return proposal
+        if self.peeks and budget is None:
+            return self._priced_offer(context, k)
         if self._paused and self._state != ACCEPTED:  # resume on evidence only (``watch``)
             self._k = k
             self._shadow(context)
@@ -156,7 +204,35 @@ class CostGate(AdaptiveKDrafter):
         self._proposed = proposal.depth  # = len for a linear proposal
         return proposal
 
+    def _priced_offer(self, context: Sequence[int], k: int) -> Proposal:
+        """The drafter's full offer, cut to the length its price pays for (empty: a plain
+        step, and pause: the next steps are pipelined until ``watch`` sees an offer pay)."""
+        self._k = k
+        self._score(context, final=True)  # verification takes over the pending guess
+        offer = self.inner.propose(context, k)
+        self._asked(offer)
+        depth = self.price_offer(len(offer))
+        self.chosen.append(depth)
+        self._paused = depth == 0
+        if not depth:
+            self._pend(context, offer)
+            return EMPTY
+        self._offer, self._proposed = len(offer), depth
+        if depth == len(offer):
+            return offer
+        return Proposal(offer.tokens[:depth], None if offer.q is None else offer.q[:depth])
+
+    def _pend(self, context: Sequence[int], offer: Proposal) -> None:
+        """Keep an offer not drafted as the shadow guess (one pending at a time)."""
+        if self._guess is None and offer:
+            self._guess = (len(context), list(offer.tokens), len(offer))
+
     def observe(self, num_accepted: int) -> None:
+        if self.peeks and self._proposed and not self._forced:
+            self.inner.observe(num_accepted)
+            self._record_offer(self._offer, self._proposed, num_accepted)
+            self._proposed = 0
+            return  # the next offer, not this one, says whether the next step drafts
         if self._forced:  # forced tokens say nothing of the drafter's guesses: not counted
             self._forced = False
             self.inner.observe(num_accepted)
@@ -165,6 +241,13 @@ class CostGate(AdaptiveKDrafter):
         self._paused = self.best(self._k) == 0  # so a single stream pauses at once
 
     def watch(self, context: Sequence[int]) -> None:
+        if self.peeks:  # resume as soon as the drafter's offer pays
+            self._score(context)
+            self.paused_tokens += 1
+            offer = self.inner.propose(context, self._k)
+            self._pend(context, offer)
+            self._paused = self.price_offer(len(offer)) == 0
+            return
         self._score(context)
         self._shadow(context)
         # resume on evidence: after a shadow guess that plain decoding bore out, and only
@@ -207,7 +290,9 @@ class CostGate(AdaptiveKDrafter):
             return  # every token so far agrees: wait for the rest
         self._guess = None
         proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
-        if proposed:
+        if proposed and self.peeks:  # ``state``: the offer's length
+            self._record_offer(state, proposed, agreed)
+        elif proposed:
             self._record(proposed, agreed, state)
 
     def step_time(self, block: int, seconds: float) -> None:
