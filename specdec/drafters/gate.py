@@ -12,7 +12,7 @@ Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md.""
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .adaptive import AdaptiveKDrafter, SlotCounts, best_k, draft_seconds, token_rate
 from .base import EMPTY, Drafter, Proposal
@@ -51,7 +51,7 @@ class CostGate(AdaptiveKDrafter):
         self.slots = {s: SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)}
         self._k = k_max
         # the pending shadow guess: (context length, guess, the state it was made in)
-        self._guess: tuple[int, list[int], int] | None = None
+        self._guess: tuple[int, list[int], Any] | None = None
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
@@ -64,8 +64,12 @@ class CostGate(AdaptiveKDrafter):
         per_token = (self.draft_cost or {}).get("per_token", 0.0)
         self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
         self.offers = {n: SlotCounts.zeros(k_max) for n in range(1, k_max + 1)}
+        # the same by what the drafts before did (``slots``' states): a drafter whose offers
+        # are all one length (a draft model's, a test's) still tells a run of misses apart
+        self.offers_in = {(s, n): SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)
+                          for n in range(1, k_max + 1)}
         self.pooled = SlotCounts.zeros(k_max)  # every offer's drafts: what a new length leans on
-        self._offer = 0  # the length of the offer the pending verify step drafts from
+        self._offer = (ACCEPTED, 0)  # (state, length) of the offer being verified
         self._start()
 
     @property
@@ -99,7 +103,9 @@ class CostGate(AdaptiveKDrafter):
                    for a, t, e in zip(counts.accepted, counts.tested, est)] if m > 1 else \
                 [(a + self.prior * e) / (t + self.prior)
                  for a, t, e in zip(counts.accepted, counts.tested, est)]
-        return est
+        counts = self.offers_in[(self._state, n)]
+        return [(a + self.prior * e) / (t + self.prior)
+                for a, t, e in zip(counts.accepted, counts.tested, est)]
 
     def price_offer(self, n: int) -> int:
         """``n`` if drafting the whole offer of ``n`` tokens beats a plain step in expected
@@ -113,9 +119,12 @@ class CostGate(AdaptiveKDrafter):
                              scale=self.scale, plain=self.plain_seconds()) for k in (0, n)]
         return n if priced[1] > priced[0] else 0
 
-    def _record_offer(self, n: int, proposed: int, accepted: int) -> None:
-        for counts in (self.offers[min(n, self.k_max)], self.pooled):
+    def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
+        """Count a draft of an offer ``made`` = (state, length), then move the state on."""
+        state, n = made
+        for counts in (self.offers_in[made], self.offers[n], self.pooled):
             counts.record(proposed, accepted, self.decay)
+        self._state = ACCEPTED if accepted else (REJECTED if state == ACCEPTED else RUN)
 
     def acceptance(self) -> list[float]:
         if self._state != RUN:
@@ -217,7 +226,7 @@ class CostGate(AdaptiveKDrafter):
         if not depth:
             self._pend(context, offer)
             return EMPTY
-        self._offer, self._proposed = len(offer), depth
+        self._offer, self._proposed = (self._state, len(offer)), depth
         if depth == len(offer):
             return offer
         return Proposal(offer.tokens[:depth], None if offer.q is None else offer.q[:depth])
@@ -225,7 +234,7 @@ class CostGate(AdaptiveKDrafter):
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
         if self._guess is None and offer:
-            self._guess = (len(context), list(offer.tokens), len(offer))
+            self._guess = (len(context), list(offer.tokens), (self._state, len(offer)))
 
     def observe(self, num_accepted: int) -> None:
         if self.peeks and self._proposed and not self._forced:
