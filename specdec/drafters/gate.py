@@ -69,7 +69,8 @@ class CostGate(AdaptiveKDrafter):
         self.offers_in = {(s, n): SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)
                           for n in range(1, k_max + 1)}
         self.pooled = SlotCounts.zeros(k_max)  # every offer's drafts: what a new length leans on
-        self._offer = (ACCEPTED, 0)  # (state, length) of the offer being verified
+        self._trees = False  # the row asks for trees: priced by state, as a costly drafter
+        self._peeked = False  # the pending verify step drafts a priced offer
         self._start()
 
     @property
@@ -108,16 +109,12 @@ class CostGate(AdaptiveKDrafter):
                 for a, t, e in zip(counts.accepted, counts.tested, est)]
 
     def price_offer(self, n: int) -> int:
-        """``n`` if drafting the whole offer of ``n`` tokens beats a plain step in expected
-        tokens per second, else 0 (plain). All or nothing: a cut offer would leave its
-        last slots untested, and their estimates would never learn that a copy goes on
-        (traced: cut by the estimates' prior, eight-token offers were drafted 3-5 deep)."""
+        """The draft length (0..n) that maximises expected tokens per second for an offer of
+        ``n`` tokens (0: plain); the offer exists, so the hit rate is 1."""
         if n <= 0:
             return 0
-        n = min(n, self.k_max)
-        priced = [token_rate(self.offer_acceptance(n), self.cost, k, self.draft_cost,
-                             scale=self.scale, plain=self.plain_seconds()) for k in (0, n)]
-        return n if priced[1] > priced[0] else 0
+        return best_k(self.offer_acceptance(n), self.cost, min(n, self.k_max), self.draft_cost,
+                      scale=self.scale, plain=self.plain_seconds())
 
     def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
         """Count a draft of an offer ``made`` = (state, length), then move the state on."""
@@ -194,7 +191,8 @@ class CostGate(AdaptiveKDrafter):
                 self.inner.propose_tree(context, k, budget)
             self._proposed = proposal.depth
             return proposal
-        if self.peeks and budget is None:
+        self._trees = budget is not None
+        if self.peeks and not self._trees:
             return self._priced_offer(context, k)
         if self._paused and self._state != ACCEPTED:  # resume on evidence only (``watch``)
             self._k = k
@@ -226,7 +224,12 @@ class CostGate(AdaptiveKDrafter):
         if not depth:
             self._pend(context, offer)
             return EMPTY
-        self._offer, self._proposed = (self._state, len(offer)), depth
+        # the draft and the slot after it are counted once the context shows their fate
+        # (``_score``): the verify step's bonus token tests slot depth + 1 for free, so a
+        # cut offer's next slot learns whether the copy goes on (traced: counted only as
+        # drafted, a few misses cut eight-token offers of a copy to 3-5 tokens for good)
+        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer)))
+        self._proposed, self._peeked = depth, True
         if depth == len(offer):
             return offer
         return Proposal(offer.tokens[:depth], None if offer.q is None else offer.q[:depth])
@@ -237,10 +240,9 @@ class CostGate(AdaptiveKDrafter):
             self._guess = (len(context), list(offer.tokens), (self._state, len(offer)))
 
     def observe(self, num_accepted: int) -> None:
-        if self.peeks and self._proposed and not self._forced:
-            self.inner.observe(num_accepted)
-            self._record_offer(self._offer, self._proposed, num_accepted)
-            self._proposed = 0
+        if self._peeked and not self._forced:
+            self.inner.observe(num_accepted)  # counted by ``_score`` (the pending guess)
+            self._proposed, self._peeked = 0, False
             return  # the next offer, not this one, says whether the next step drafts
         if self._forced:  # forced tokens say nothing of the drafter's guesses: not counted
             self._forced = False
@@ -250,7 +252,7 @@ class CostGate(AdaptiveKDrafter):
         self._paused = self.best(self._k) == 0  # so a single stream pauses at once
 
     def watch(self, context: Sequence[int]) -> None:
-        if self.peeks:  # resume as soon as the drafter's offer pays
+        if self.peeks and not self._trees:  # resume as soon as the drafter's offer pays
             self._score(context)
             self.paused_tokens += 1
             offer = self.inner.propose(context, self._k)
@@ -299,7 +301,7 @@ class CostGate(AdaptiveKDrafter):
             return  # every token so far agrees: wait for the rest
         self._guess = None
         proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
-        if proposed and self.peeks:  # ``state``: the offer's length
+        if proposed and isinstance(state, tuple):  # a priced offer's (state, length)
             self._record_offer(state, proposed, agreed)
         elif proposed:
             self._record(proposed, agreed, state)
