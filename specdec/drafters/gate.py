@@ -1,13 +1,18 @@
 """The cost gate: draft only while drafting beats plain decoding, on this model and machine.
 
 Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default wrapper): before
-each proposal it prices k = 0..k_max from the recent acceptance (kept apart after a hit, one
-miss, a run of misses), the measured verify curve, the drafter's cost and observed step
-times; no hand-set threshold. k* = 0 pauses it (plain, pipelined steps) while shadow guesses
-score the drafter; it resumes when a shadow guess comes true and drafting pays (a drafter
-that cannot guess while paused, WeDLM's, is probed instead: two verify steps). Forced
-grammar tokens are always proposed. Output never changes: a paused step is a plain step.
-Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md."""
+each proposal it prices k = 0..k_max on the measured verify curve, the drafter's cost and
+observed step times; no hand-set threshold. A host drafter (guesses while paused, a
+proposal's cost independent of its length: suffix, n-gram) is asked for its full offer
+every token, and the offer is cut to the k its price pays for, priced on the acceptance of
+offers of that length after what the drafts before did (a hit, one miss, a run of misses),
+never below a shorter offer's; the draft and the slot after it are counted once the
+context shows them. Other drafters (and trees) are priced on the acceptance by what the
+drafts before did and resume on a shadow guess that came true (a drafter that cannot guess
+while paused, WeDLM's, is probed instead: two verify steps). k* = 0 pauses it (plain,
+pipelined steps). Forced grammar tokens are always proposed. Output never changes: a
+paused step is a plain step. Tests: tests/drafters/test_gate.py. The pricing in full:
+docs/design-notes.md; why offers: docs/bench/gate-trace."""
 
 from __future__ import annotations
 
@@ -71,6 +76,7 @@ class CostGate(AdaptiveKDrafter):
         self.pooled = SlotCounts.zeros(k_max)  # every offer's drafts: what a new length leans on
         self._trees = False  # the row asks for trees: priced by state, as a costly drafter
         self._peeked = False  # the pending verify step drafts a priced offer
+        self._last_offer = 0  # the length of the offer last priced (for ``describe``)
         self._start()
 
     @property
@@ -111,6 +117,7 @@ class CostGate(AdaptiveKDrafter):
     def price_offer(self, n: int) -> int:
         """The draft length (0..n) that maximises expected tokens per second for an offer of
         ``n`` tokens (0: plain); the offer exists, so the hit rate is 1."""
+        self._last_offer = min(n, self.k_max)
         if n <= 0:
             return 0
         return best_k(self.offer_acceptance(n), self.cost, min(n, self.k_max), self.draft_cost,
@@ -152,8 +159,12 @@ class CostGate(AdaptiveKDrafter):
         """What the gate knows now, for a trace (``decode.trace``): paused, the state its
         estimates are read in, probe steps left, per-slot acceptance, hit rate, scale, the
         price of a plain token and the pending shadow guess's length."""
+        # a host drafter's drafts are priced on its last offer's length (``offer``)
+        accept = self.offer_acceptance(self._last_offer) if self.peeks and self._last_offer \
+            else self.acceptance()
         return {"paused": self._paused, "state": self._state, "probe": self._probe,
-                "accept": [round(a, 3) for a in self.acceptance()], "hit": round(self.hit, 3),
+                "offer": self._last_offer,
+                "accept": [round(a, 3) for a in accept], "hit": round(self.hit, 3),
                 "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
                 "guess": len(self._guess[1]) if self._guess else 0}
 
