@@ -34,6 +34,16 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 FRESH = math.ceil(1 / RATIO_WEIGHT)
 
 
+def lean(counts: SlotCounts, toward: Sequence[float], prior: float) -> list[float]:
+    """Per-slot acceptance from ``counts``, each slot leaning on ``toward`` with ``prior``
+    pseudo-counts (as many slots as ``toward``).
+
+    >>> lean(SlotCounts([2.0, 0.0], [2.0, 0.0]), [0.5, 0.25], 1.0)
+    [0.8333333333333334, 0.25]
+    """
+    return [(a + prior * p) / (t + prior) for a, t, p in zip(counts.accepted, counts.tested, toward)]
+
+
 class CostGate(AdaptiveKDrafter):
     prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
 
@@ -102,17 +112,15 @@ class CostGate(AdaptiveKDrafter):
         offer's, and those on 1/2 per slot: slot i > 1 is accepted given slot i - 1 was, a
         copy going on, where slot 1 is any offer's first guess). Traced: leaning on every
         offer's, one missed three-token offer priced the next ones out."""
+        n = min(n, self.k_max)  # only slots 1..n price an offer of n
+        if n <= 0:
+            return []
         est = [(a + self.prior * 0.5) / (t + self.prior)
-               for a, t in zip(self.pooled.accepted, self.pooled.tested)]
-        for m in range(1, n + 1):
-            counts = self.offers[m]
-            est = [max(e, (a + self.prior * e) / (t + self.prior))
-                   for a, t, e in zip(counts.accepted, counts.tested, est)] if m > 1 else \
-                [(a + self.prior * e) / (t + self.prior)
-                 for a, t, e in zip(counts.accepted, counts.tested, est)]
-        counts = self.offers_in[(self._state, n)]
-        return [(a + self.prior * e) / (t + self.prior)
-                for a, t, e in zip(counts.accepted, counts.tested, est)]
+               for a, t in zip(self.pooled.accepted[:n], self.pooled.tested[:n])]
+        est = lean(self.offers[1], est, self.prior)
+        for m in range(2, n + 1):
+            est = [max(e, x) for e, x in zip(est, lean(self.offers[m], est, self.prior))]
+        return lean(self.offers_in[(self._state, n)], est, self.prior)
 
     def price_offer(self, n: int) -> int:
         """The draft length (0..n) that maximises expected tokens per second for an offer of
@@ -159,12 +167,12 @@ class CostGate(AdaptiveKDrafter):
         """What the gate knows now, for a trace (``decode.trace``): paused, the state its
         estimates are read in, probe steps left, per-slot acceptance, hit rate, scale, the
         price of a plain token and the pending shadow guess's length."""
-        # a host drafter's drafts are priced on its last offer's length (``offer``)
-        accept = self.offer_acceptance(self._last_offer) if self.peeks and self._last_offer \
-            else self.acceptance()
+        # a host drafter's drafts are priced on its last offer (``offer`` tokens; it exists)
+        peek = self.peeks and not self._trees
+        accept = self.offer_acceptance(self._last_offer) if peek else self.acceptance()
         return {"paused": self._paused, "state": self._state, "probe": self._probe,
-                "offer": self._last_offer,
-                "accept": [round(a, 3) for a in accept], "hit": round(self.hit, 3),
+                "offer": self._last_offer if peek else 0, "accept": [round(a, 3) for a in accept],
+                "hit": 1.0 if peek else round(self.hit, 3),
                 "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
                 "guess": len(self._guess[1]) if self._guess else 0}
 
