@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from .adaptive import AdaptiveKDrafter, SlotCounts, best_k, draft_seconds, token_rate
+from .adaptive import AdaptiveKDrafter, SlotCounts, best_k, draft_seconds
 from .base import EMPTY, Drafter, Proposal
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
