@@ -50,6 +50,7 @@ class Gated:
     paused: bool = False
     state: int | None = None  # gate.REJECTED / ACCEPTED / RUN: which slot counts price it
     probe: int = 0  # verify steps left of a probe
+    offer: int = 0  # a host drafter's last offer's length (its drafts are priced on it)
     accept: list[float] = field(default_factory=list)  # per-slot acceptance estimate
     hit: float | None = None  # how often the drafter proposes anything
     scale: float | None = None  # observed / predicted verify step
@@ -99,8 +100,9 @@ class Tracer:
                "propose_s": None if propose_s is None else round(propose_s, 6),
                "before": asdict(before), "shadow": after.guess if after.guess and not before.guess else 0,
                "paused_after": after.paused}
-        if isinstance(policy, CostGate):
-            row.update(_predicted(policy, before, k, propose_s is None))
+        if isinstance(policy, CostGate):  # a host drafter's offer is priced at its proposal
+            priced = after if policy.peeks and propose_s is not None else before
+            row.update(_predicted(policy, priced, k, propose_s is None))
         self.out.write(json.dumps(row) + "\n")
         self._i += 1
 

@@ -43,6 +43,23 @@ def draft_seconds(draft_cost: Mapping[str, float] | None, k: int) -> float:
     return draft_cost["fixed"] + draft_cost["per_token"] * k
 
 
+def token_rate(accept: Sequence[float], cost: Mapping[int, float], k: int,
+               draft_cost: Mapping[str, float] | None = None, *, scale: float = 1.0,
+               plain: float | None = None, hit: float = 1.0) -> float:
+    """Expected tokens per second of a step drafting ``k`` tokens (0: a plain step), priced
+    as ``best_k`` states.
+
+    >>> c = {1: 1.0, 2: 1.1}
+    >>> token_rate([0.5], c, 0), round(token_rate([0.5], c, 1), 4)
+    (1.0, 1.3636)
+    """
+    if k == 0:
+        return 1.0 / (plain if plain is not None else cost[1] * scale)
+    gain = hit * expected_tokens(accept, k) + (1.0 - hit)
+    verify = scale * (hit * cost[k + 1] + (1.0 - hit) * cost[1])
+    return gain / (verify + draft_seconds(draft_cost, k))
+
+
 def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int,
            draft_cost: Mapping[str, float] | None = None, *, scale: float = 1.0,
            plain: float | None = None, hit: float = 1.0) -> int:
@@ -74,14 +91,8 @@ def best_k(accept: Sequence[float], cost: Mapping[int, float], k_max: int,
     >>> best_k([0.5], c, 1), best_k([0.5], c, 1, scale=1.25, plain=1.0, hit=0.2)
     (1, 0)
     """
-    def rate(k: int) -> float:
-        if k == 0:
-            return 1.0 / (plain if plain is not None else cost[1] * scale)
-        gain = hit * expected_tokens(accept, k) + (1.0 - hit)
-        verify = scale * (hit * cost[k + 1] + (1.0 - hit) * cost[1])
-        return gain / (verify + draft_seconds(draft_cost, k))
-
-    rates = [rate(k) for k in range(0, k_max + 1)]
+    rates = [token_rate(accept, cost, k, draft_cost, scale=scale, plain=plain, hit=hit)
+             for k in range(0, k_max + 1)]
     return max(range(len(rates)), key=lambda k: (rates[k], -k))
 
 

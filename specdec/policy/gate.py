@@ -1,19 +1,24 @@
 """The cost gate: draft only while drafting beats plain decoding, on this model and machine.
 
 Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default decode policy over
-the drafter ``inner``: ``drafting.DecodePolicy``): before
-each proposal it prices k = 0..k_max from the recent acceptance (kept apart after a hit, one
-miss, a run of misses), the measured verify curve, the drafter's cost and observed step
-times; no hand-set threshold. k* = 0 pauses it (plain, pipelined steps) while shadow guesses
-score the drafter; it resumes when a shadow guess comes true and drafting pays (a drafter
-that cannot guess while paused, WeDLM's, is probed instead: two verify steps). Forced
-grammar tokens are always proposed. Output never changes: a paused step is a plain step.
-Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md."""
+the drafter ``inner``: ``drafting.DecodePolicy``): before each proposal it prices k = 0..k_max
+on the measured verify curve, the drafter's cost and observed step times; no hand-set
+threshold. A host drafter (guesses while paused, a proposal's cost independent of its
+length: suffix, n-gram) is asked for its full offer every token, and the offer is cut to the
+k its price pays for, priced on the acceptance of offers of that length after what the
+drafts before did (a hit, one miss, a run of misses), never below a shorter offer's; the
+draft and the slot after it are counted once the context shows them. Other drafters (and
+trees) are priced on the acceptance by what the drafts before did and resume on a shadow
+guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
+two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
+always proposed. Output never changes: a paused step is a plain step.
+Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md; why offers:
+docs/bench/gate-trace."""
 
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
@@ -26,8 +31,20 @@ REJECTED, ACCEPTED, RUN = 0, 1, 2  # what the last drafts did (``slots``)
 RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) moves it this far at most
 # plain tokens after a verify step during which its scale still prices verify steps: past
 # them a paused gate's plain tokens carry the machine's speed into the scale (trace: a gate
-# paused from the start priced verify steps on the curve's load, plain ones on today's)
-FRESH = 8
+# paused from the start priced verify steps on the curve's load, plain ones on today's).
+# Derived, not tuned: the scale's EMA forgets with a time constant of 1 / RATIO_WEIGHT
+# steps, so that many plain tokens after a verify step it no longer knows that step.
+FRESH = math.ceil(1 / RATIO_WEIGHT)
+
+
+def lean(counts: SlotCounts, toward: Sequence[float], prior: float) -> list[float]:
+    """Per-slot acceptance from ``counts``, each slot leaning on ``toward`` with ``prior``
+    pseudo-counts (as many slots as ``toward``).
+
+    >>> lean(SlotCounts([2.0, 0.0], [2.0, 0.0]), [0.5, 0.25], 1.0)
+    [0.8333333333333334, 0.25]
+    """
+    return [(a + prior * p) / (t + prior) for a, t, p in zip(counts.accepted, counts.tested, toward)]
 
 
 class CostGate(AdaptiveK):
@@ -52,10 +69,27 @@ class CostGate(AdaptiveK):
         self.slots = {s: SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)}
         self._k = k_max
         # the pending shadow guess: (context length, guess, the state it was made in)
-        self._guess: tuple[int, list[int], int] | None = None
+        self._guess: tuple[int, list[int], Any] | None = None
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
+        # a drafter whose proposal costs the same at any length and that guesses while
+        # paused is asked for its full offer every step: the offer's length is its own
+        # confidence (the suffix drafter's match length), so drafts are priced on the
+        # acceptance of offers of that length, not on what the drafts before them did
+        # (traced: ungated one-token offers were accepted 27 % of the time, three-token ones
+        # 61 %, while the run-of-misses counts read 5-15 % and paused the gate)
+        per_token = (self.draft_cost or {}).get("per_token", 0.0)
+        self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
+        self.offers = {n: SlotCounts.zeros(k_max) for n in range(1, k_max + 1)}
+        # the same by what the drafts before did (``slots``' states): a drafter whose offers
+        # are all one length (a draft model's, a test's) still tells a run of misses apart
+        self.offers_in = {(s, n): SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)
+                          for n in range(1, k_max + 1)}
+        self.pooled = SlotCounts.zeros(k_max)  # every offer's drafts: what a new length leans on
+        self._trees = False  # the row asks for trees: priced by state, as a costly drafter
+        self._peeked = False  # the pending verify step drafts a priced offer
+        self._last_offer = 0  # the length of the offer last priced (for ``describe``)
         self._start()
 
     @property
@@ -84,6 +118,39 @@ class CostGate(AdaptiveK):
         self._guess, self._since_guess, self._probe = None, 0, 0
         self._paused = self.interval() == 1 and self.inner.guesses_paused
         self._state = REJECTED if self._paused else ACCEPTED
+
+    def offer_acceptance(self, n: int) -> list[float]:
+        """Per-slot acceptance of offers of ``n`` tokens. A longer offer is a longer match:
+        never priced below a shorter one, and with little evidence of its own it leans on
+        the next shorter offer's (``prior`` pseudo-counts; one-token offers lean on every
+        offer's, and those on 1/2 per slot: slot i > 1 is accepted given slot i - 1 was, a
+        copy going on, where slot 1 is any offer's first guess). Traced: leaning on every
+        offer's, one missed three-token offer priced the next ones out."""
+        n = min(n, self.k_max)  # only slots 1..n price an offer of n
+        if n <= 0:
+            return []
+        est = [(a + self.prior * 0.5) / (t + self.prior)
+               for a, t in zip(self.pooled.accepted[:n], self.pooled.tested[:n])]
+        est = lean(self.offers[1], est, self.prior)
+        for m in range(2, n + 1):
+            est = [max(e, x) for e, x in zip(est, lean(self.offers[m], est, self.prior))]
+        return lean(self.offers_in[(self._state, n)], est, self.prior)
+
+    def price_offer(self, n: int) -> int:
+        """The draft length (0..n) that maximises expected tokens per second for an offer of
+        ``n`` tokens (0: plain); the offer exists, so the hit rate is 1."""
+        self._last_offer = min(n, self.k_max)
+        if n <= 0:
+            return 0
+        return best_k(self.offer_acceptance(n), self.cost, min(n, self.k_max), self.draft_cost,
+                      scale=self.scale, plain=self.plain_seconds())
+
+    def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
+        """Count a draft of an offer ``made`` = (state, length), then move the state on."""
+        state, n = made
+        for counts in (self.offers_in[made], self.offers[n], self.pooled):
+            counts.record(proposed, accepted, self.decay)
+        self._state = ACCEPTED if accepted else (REJECTED if state == ACCEPTED else RUN)
 
     def acceptance(self) -> list[float]:
         if self._state != RUN:
@@ -114,8 +181,12 @@ class CostGate(AdaptiveK):
         """What the gate knows now, for a trace (``decode.trace``): paused, the state its
         estimates are read in, probe steps left, per-slot acceptance, hit rate, scale, the
         price of a plain token and the pending shadow guess's length."""
+        # a host drafter's drafts are priced on its last offer (``offer`` tokens; it exists)
+        peek = self.peeks and not self._trees
+        accept = self.offer_acceptance(self._last_offer) if peek else self.acceptance()
         return {"paused": self._paused, "state": self._state, "probe": self._probe,
-                "accept": [round(a, 3) for a in self.acceptance()], "hit": round(self.hit, 3),
+                "offer": self._last_offer if peek else 0, "accept": [round(a, 3) for a in accept],
+                "hit": 1.0 if peek else round(self.hit, 3),
                 "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
                 "guess": len(self._guess[1]) if self._guess else 0}
 
@@ -153,6 +224,9 @@ class CostGate(AdaptiveK):
                 self.inner.propose_tree(context, k, budget)
             self._proposed = proposal.depth
             return proposal
+        self._trees = budget is not None
+        if self.peeks and not self._trees:
+            return self._priced_offer(context, k)
         if self._paused and self._state != ACCEPTED:  # resume on evidence only (``watch``)
             self._k = k
             self._shadow(context)
@@ -170,7 +244,39 @@ class CostGate(AdaptiveK):
         self._proposed = proposal.depth  # = len for a linear proposal
         return proposal
 
+    def _priced_offer(self, context: Sequence[int], k: int) -> Proposal:
+        """The drafter's full offer, cut to the length its price pays for (empty: a plain
+        step, and pause: the next steps are pipelined until ``watch`` sees an offer pay)."""
+        self._k = k
+        self._score(context, final=True)  # verification takes over the pending guess
+        offer = self.inner.propose(context, k)
+        self._asked(offer)
+        depth = self.price_offer(len(offer))
+        self.chosen.append(depth)
+        self._paused = depth == 0
+        if not depth:
+            self._pend(context, offer)
+            return EMPTY
+        # the draft and the slot after it are counted once the context shows their fate
+        # (``_score``): the verify step's bonus token tests slot depth + 1 for free, so a
+        # cut offer's next slot learns whether the copy goes on (traced: counted only as
+        # drafted, a few misses cut eight-token offers of a copy to 3-5 tokens for good)
+        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer)))
+        self._proposed, self._peeked = depth, True
+        if depth == len(offer):
+            return offer
+        return Proposal(offer.tokens[:depth], None if offer.q is None else offer.q[:depth])
+
+    def _pend(self, context: Sequence[int], offer: Proposal) -> None:
+        """Keep an offer not drafted as the shadow guess (one pending at a time)."""
+        if self._guess is None and offer:
+            self._guess = (len(context), list(offer.tokens), (self._state, len(offer)))
+
     def observe(self, num_accepted: int) -> None:
+        if self._peeked and not self._forced:
+            self.inner.observe(num_accepted)  # counted by ``_score`` (the pending guess)
+            self._proposed, self._peeked = 0, False
+            return  # the next offer, not this one, says whether the next step drafts
         if self._forced:  # forced tokens say nothing of the drafter's guesses: not counted
             self._forced = False
             self.inner.observe(num_accepted)
@@ -179,6 +285,13 @@ class CostGate(AdaptiveK):
         self._paused = self.best(self._k) == 0  # so a single stream pauses at once
 
     def watch(self, context: Sequence[int]) -> None:
+        if self.peeks and not self._trees:  # resume as soon as the drafter's offer pays
+            self._score(context)
+            self.paused_tokens += 1
+            offer = self.inner.propose(context, self._k)
+            self._pend(context, offer)
+            self._paused = self.price_offer(len(offer)) == 0
+            return
         self._score(context)
         self._shadow(context)
         # resume on evidence: after a shadow guess that plain decoding bore out, and only
@@ -221,7 +334,9 @@ class CostGate(AdaptiveK):
             return  # every token so far agrees: wait for the rest
         self._guess = None
         proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
-        if proposed:
+        if proposed and isinstance(state, tuple):  # a priced offer's (state, length)
+            self._record_offer(state, proposed, agreed)
+        elif proposed:
             self._record(proposed, agreed, state)
 
     def step_time(self, block: int, seconds: float) -> None:

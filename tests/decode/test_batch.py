@@ -222,9 +222,10 @@ def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
 
 
 def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
-    """Rows whose cost gates are paused (drafts that never hold) decode in pipelined
-    plain steps, each gate watching every token it emits (its shadow guesses), as a
-    single stream's plain stretch does; the tokens equal each request alone."""
+    """Rows whose drafts never hold: their cost gates (a host drafter's, priced on its
+    offers) pause within a few drafts and then decode in pipelined plain steps, each gate
+    watching every token it emits (its shadow guesses), as a single stream's plain
+    stretch does; the tokens equal each request alone."""
     from specdec.policy.gate import CostGate
     from specdec.measure import cost_curve_for
 
@@ -250,7 +251,9 @@ def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
         batch.leave_rows(done)
         live = [i for j, i in enumerate(live) if j not in done]
     assert got == want
-    assert all(queued[:-1]) and all(g.paused and g.paused_tokens >= 15 for g in gates)
+    unpiped = [i for i, q in enumerate(queued[:-1]) if not q]  # steps that verified drafts
+    assert len(unpiped) <= 3 and len(queued) - len(unpiped) > 10
+    assert all(g.paused and g.paused_tokens >= 10 and sum(map(bool, g.chosen)) <= 3 for g in gates)
 
 
 def test_seeded_sampling_under_batching_reproduces_alone():
