@@ -27,6 +27,8 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll depth")
+    p.add_argument("--scale-features", action="store_true",
+                   help="train fc on per-feature scaled target features (folded into fc on save)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--layers", help="comma-separated target layer ids (default 2,L/2,L-3)")
     p.add_argument("--layer-type", default="llama", choices=("llama", "qwen2", "qwen3"),
@@ -52,7 +54,8 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     prompt_ids = [encode_prompt(tokenizer, t) for t in texts]
     opts = DrafterOptions(
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                          ttt_steps=args.ttt_steps, seed=args.seed),
+                          ttt_steps=args.ttt_steps, seed=args.seed,
+                          scale_features=args.scale_features),
         draft_vocab=args.draft_vocab, heldout=args.heldout, shard_size=args.shard_size, layer_ids=layers,
         layer_type=args.layer_type)
 

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from .data import Answer, DataSpec, build_split, read_shard, write_manifest
 from .head import Eagle3Head, HeadConfig, default_layer_ids
 from .io import save_head
+from .train import DraftVocab, feature_scale
 from .trainer import Report, TrainConfig, TrainData, train
 
 
@@ -96,11 +97,19 @@ def token_counts(paths: Sequence[Path], vocab_size: int) -> np.ndarray:
     return counts
 
 
+def shard_feature_scale(paths: Sequence[Path], max_rows: int = 20000) -> np.ndarray:
+    """``train.feature_scale`` of up to ``max_rows`` feature rows spread over the shards."""
+    per = max(max_rows // max(len(paths), 1), 1)
+    rows = []
+    for p in paths:
+        f = np.concatenate([s.features for s in read_shard(p)])
+        rows.append(f[np.linspace(0, len(f) - 1, min(per, len(f))).astype(int)])
+    return feature_scale(np.concatenate(rows))
+
+
 def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts: DrafterOptions,
                   answer: Answer, max_tokens: int, stop_after_shards: int | None = None,
                   ) -> Report | None:
-    from .train import DraftVocab
-
     out = Path(out)
     if len(prompt_ids) <= opts.heldout:
         raise ValueError(f"{len(prompt_ids)} prompts leave none to train on after {opts.heldout} "
@@ -111,7 +120,8 @@ def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts:
     vocab = DraftVocab.from_counts(token_counts(train_paths, model.args.vocab_size), opts.draft_vocab)
     head = new_head(model, vocab.ids, spec.layer_ids, opts, opts.train.seed)
     vocab.apply(head)
-    report = train(head, opts.train, TrainData(train_paths, held_paths, vocab), out,
+    scale = shard_feature_scale(train_paths) if opts.train.scale_features else None
+    report = train(head, opts.train, TrainData(train_paths, held_paths, vocab, scale), out,
                    stop_after_shards=stop_after_shards)
     if report is None:
         return None

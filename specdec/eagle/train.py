@@ -59,7 +59,27 @@ class Batch:
     lengths: mx.array     # (B,)
 
 
-def make_batch(samples: Sequence[Sample], index: np.ndarray) -> Batch:
+def feature_scale(features: np.ndarray, quantile: float = 99.5) -> np.ndarray:
+    """Per-feature 1/RMS of ``features`` (N, F), each feature clipped at its ``quantile`` of |x|
+    first, so the few massive-activation tokens (attention sinks, ~1e4) do not set the scale.
+
+    Why: the target's mid/high residual features differ in size by ~1e4 across dimensions;
+    ``fc`` over raw features then learns the big dimensions far faster than the rest (Adam steps
+    every weight by ~lr). Training fc on scaled features and folding the scale into fc's columns
+    afterwards (``fold_scale``) keeps the published format (fc reads raw features)."""
+    x = np.abs(features.astype(np.float32))
+    clip = np.percentile(x, quantile, axis=0)
+    rms = np.sqrt(np.mean(np.minimum(x, clip) ** 2, axis=0))
+    return (1.0 / np.maximum(rms, 1e-2 * np.median(rms) + 1e-6)).astype(np.float32)
+
+
+def fold_scale(head: Eagle3Head, scale: np.ndarray) -> None:
+    """fc(x * scale) == fc'(x) with fc' = fc with its columns scaled: the head reads raw features."""
+    head.fc.weight = head.fc.weight * mx.array(scale, dtype=head.fc.weight.dtype)[None, :]
+
+
+def make_batch(samples: Sequence[Sample], index: np.ndarray, scale: np.ndarray | None = None,
+               ) -> Batch:
     T = max(len(s.tokens) for s in samples)
     B, K = len(samples), samples[0].topk_ids.shape[1]
     tok = np.zeros((B, T), np.int32)
@@ -73,17 +93,19 @@ def make_batch(samples: Sequence[Sample], index: np.ndarray) -> Batch:
         p = np.exp(s.topk_logp.astype(np.float32)) * (d >= 0)
         lw[b, :n] = p / np.maximum(p.sum(-1, keepdims=True), 1e-9)
         lid[b, :n] = np.maximum(d, 0)
+    if scale is not None:
+        feat *= scale
     return Batch(mx.array(tok), mx.array(feat), mx.array(lid), mx.array(lw), mx.array(ans),
                  mx.array([len(s.tokens) for s in samples]))
 
 
 def batches(samples: Sequence[Sample], size: int, index: np.ndarray, rng: np.random.Generator,
-            ) -> Iterator[Batch]:
+            scale: np.ndarray | None = None) -> Iterator[Batch]:
     """Length-sorted groups of ``size`` samples (little padding), in shuffled group order."""
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].tokens))
     groups = [order[i:i + size] for i in range(0, len(order), size)]
     for g in rng.permutation(len(groups)):
-        yield make_batch([samples[i] for i in groups[g]], index)
+        yield make_batch([samples[i] for i in groups[g]], index, scale)
 
 
 class _Unrolled:

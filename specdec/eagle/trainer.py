@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from .data import read_shard
 from .head import Eagle3Head
-from .train import DraftVocab, acceptance_counts, batches, mean_accepted_length, ttt_loss
+from .train import (DraftVocab, acceptance_counts, batches, fold_scale, mean_accepted_length,
+                    ttt_loss)
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,20 @@ class TrainConfig:
     grad_clip: float = 1.0
     checkpoint_every: int = 4  # shards (a checkpoint is ~12 bytes per head weight)
     seed: int = 0
+    # train fc on per-feature scaled inputs (train.feature_scale); off: on SmolLM2 it learned
+    # slower than raw features (held-out pos-1 0.075 vs 0.107 after 40 steps, docs/eagle.md)
+    scale_features: bool = False
 
 
 @dataclass
 class TrainData:
+    """Shards, the draft vocabulary and the per-feature scale ``fc`` trains under (None: raw
+    features); the scale is folded into ``fc`` when training ends (see ``train.feature_scale``)."""
+
     train: list[Path]
     heldout: list[Path]
     vocab: DraftVocab
+    feature_scale: np.ndarray | None = None
 
 
 @dataclass
@@ -65,7 +73,8 @@ def evaluate(head: Eagle3Head, data: TrainData, cfg: TrainConfig) -> list[float]
     """Held-out P(drafts 1..j all accepted) for j = 1..eval_steps."""
     hits, n, index = np.zeros(cfg.eval_steps), 0, data.vocab.index()
     for path in data.heldout:
-        for b in batches(read_shard(path), cfg.batch_size, index, np.random.default_rng(0)):
+        for b in batches(read_shard(path), cfg.batch_size, index, np.random.default_rng(0),
+                         data.feature_scale):
             h, m = acceptance_counts(head, b, cfg.eval_steps)
             hits, n = hits + h, n + m
     return (hits / max(n, 1)).tolist()
@@ -125,7 +134,8 @@ def train(head: Eagle3Head, cfg: TrainConfig, data: TrainData, out: Path,
         order = np.random.default_rng(cfg.seed + epoch).permutation(len(data.train))
         for si in range(state["shard"] if epoch == state["epoch"] else 0, len(order)):
             rng = np.random.default_rng([cfg.seed, epoch, si])
-            for batch in batches(read_shard(data.train[order[si]]), cfg.batch_size, index, rng):
+            for batch in batches(read_shard(data.train[order[si]]), cfg.batch_size, index, rng,
+                                 data.feature_scale):
                 loss, grads = step_fn(batch)
                 grads, _ = optim.clip_grad_norm(grads, cfg.grad_clip)
                 opt.update(head, grads)
@@ -139,20 +149,27 @@ def train(head: Eagle3Head, cfg: TrainConfig, data: TrainData, out: Path,
                 state = {"epoch": epoch, "shard": si + 1, "step": bar.n, "config": asdict(cfg),
                          "shards": shards}
                 save_checkpoint(out, head, opt, state)
+                if stop_after_shards != 0 and si + 1 < len(order):  # long epochs: show progress
+                    _log_acceptance(log, f"step {bar.n}", evaluate(head, data, cfg))
             if stop_after_shards == 0:
                 bar.close()
                 return None
         report.acceptance.append(evaluate(head, data, cfg))
-        acc = report.acceptance[-1]
-        log(f"[train-drafter] epoch {epoch + 1}/{cfg.epochs} held-out acceptance by draft position: "
-            + " ".join(f"{a:.3f}" for a in acc)
-            + f"  (est. tokens per forward with k={len(acc)}: {mean_accepted_length(acc):.2f})")
+        _log_acceptance(log, f"epoch {epoch + 1}/{cfg.epochs}", report.acceptance[-1])
         state = {"epoch": epoch + 1, "shard": 0, "step": bar.n, "config": asdict(cfg),
-                         "shards": shards}
+                 "shards": shards}
         save_checkpoint(out, head, opt, state)
     bar.close()
     if not report.acceptance:  # a finished run rerun: report the held-out figures again
         report.acceptance.append(evaluate(head, data, cfg))
-        log("[train-drafter] already trained; held-out acceptance by draft position: "
-            + " ".join(f"{a:.3f}" for a in report.acceptance[-1]))
+        _log_acceptance(log, "already trained;", report.acceptance[-1])
+    if data.feature_scale is not None:  # checkpoints keep the scaled-space fc; the head reads raw
+        fold_scale(head, data.feature_scale)
     return report
+
+
+def _log_acceptance(log: Callable[[str], None], when: str, acc: list[float]) -> None:
+    cond = [acc[0]] + [b / a if a > 0 else 0.0 for a, b in zip(acc, acc[1:])]
+    log(f"[train-drafter] {when} held-out acceptance by draft position: "
+        + " ".join(f"{a:.3f}" for a in acc) + "  conditional: " + " ".join(f"{c:.2f}" for c in cond)
+        + f"  (est. tokens per forward with k={len(acc)}: {mean_accepted_length(acc):.2f})")

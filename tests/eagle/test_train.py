@@ -4,6 +4,7 @@ loss falls, an interrupted run resumes to the same weights, and the output loads
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import mlx.core as mx
 import numpy as np
@@ -20,7 +21,7 @@ from specdec.eagle.trainer import TrainConfig
 from .conftest import VOCAB, tiny_head, tiny_target
 
 OPTS = DrafterOptions(train=TrainConfig(epochs=3, batch_size=2, lr=3e-3, warmup=2, ttt_steps=3,
-                                        eval_steps=3),
+                                        eval_steps=3, checkpoint_every=2),
                       draft_vocab=64, shard_size=4, heldout=2, save_dtype="float32")
 
 
@@ -58,7 +59,9 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
     first, last = np.mean(full.losses[:3]), np.mean(full.losses[-3:])
     assert last < 0.8 * first, full.losses
     assert len(full.acceptance) == 3 and all(0 <= a <= 1 for a in full.acceptance[-1])
-    assert "held-out acceptance by draft position" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "epoch 3/3 held-out acceptance by draft position" in err
+    assert re.search(r"step \d+ held-out acceptance by draft position", err)  # mid-epoch checkpoint
 
     assert train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16, stop_after_shards=4) is None
     resumed = train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16)
