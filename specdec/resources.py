@@ -7,7 +7,9 @@ Tests: tests/test_resources.py, tests/test_measure.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import mlx.nn as nn
 
 from .core.model import Model
 from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
@@ -35,7 +37,10 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
         res.draft = load(spec.draft_model, dtype=dtype)
     if spec.uses("eagle"):
-        res.head = load_head(spec.draft_model, target=model)
+        if not spec.draft_model:  # DraftSpec refuses it at construction; said for the checker
+            raise ValueError("--draft-type eagle needs --draft-model DIR (a head's folder)")
+        # the head shares the target's embeddings: it reads the loaded mlx-lm module's layers
+        res.head = load_head(spec.draft_model, target=cast(nn.Module, model))
     if spec.uses("ngram-mod") and res.table is None:
         res.table = ngram_mod_table(spec, tokenizer)
     if spec.speculative and (spec.gate or spec.adaptive_k):

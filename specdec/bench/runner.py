@@ -29,6 +29,7 @@ from ..cache.rollback import make_cache
 from ..core.model import Model
 from ..decode import trace
 from ..drafters.base import Drafter
+from ..policy.drafting import DecodePolicy
 from ..engine import GenerationResult, generate
 from ..loader import load
 from ..measure import draft_cost_for, verify_cost_curve
@@ -128,8 +129,8 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
                      [(int(n), int(a)) for n, a in res.steps])
 
 
-def conversation(model: Model, tok: Any, case: Workload, drafter: Drafter | None, k: int,
-                 max_tokens: int, kv_bits: int | None = None,
+def conversation(model: Model, tok: Any, case: Workload, drafter: Drafter | DecodePolicy | None,
+                 k: int, max_tokens: int, kv_bits: int | None = None,
                  tree: int | str = 0) -> list[tuple[Any, GenerationResult]]:
     """Run every turn of ``case`` with one drafter: [(prompt of the turn, result)]."""
     prompt: Any = case.first_messages()
@@ -314,7 +315,7 @@ def _renderable(workloads: Sequence[Workload], tok: Any,
 
 
 def _measure(plan: BenchPlan, model: Model, tok: Any, case: Workload, length: int | None,
-             label: str, run: int, k: int, drafter: Drafter | None, result: BenchResult,
+             label: str, run: int, k: int, drafter: Drafter | DecodePolicy | None, result: BenchResult,
              tree: int | str = 0) -> list:
     """One run of every turn of ``case`` with ``drafter``; its records go into ``result``
     (the last one with a chain's accepted tokens per member over all turns)."""

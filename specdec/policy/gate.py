@@ -313,8 +313,9 @@ class CostGate(AdaptiveK):
         if not self.inner.guesses_paused:  # its guesses come from verify steps: probe with two
             self._probe = 2
             return
-        guess = list(self.inner.propose(context, self._k).tokens)
-        self._asked(guess)
+        proposal = self.inner.propose(context, self._k)
+        self._asked(proposal)
+        guess = list(proposal.tokens)
         if guess:
             self._guess = (len(context), guess, self._state)
 
