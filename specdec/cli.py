@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--compare", action="store_true", help="also run plain decoding and compare")
     gen.add_argument("--verbose", "-v", action="store_true", help="print speculation stats")
     gen.add_argument("--trace", metavar="FILE",
-                     help="write a JSONL row per decode step (k, cost gate, times; docs/bench/gate-trace)")
+                     help="write a JSONL row per decode step (k, cost gate, times; lab/gate-trace)")
     add_decoder_flags(gen)
     add_distributed_flags(gen)
     par = sub.add_parser("parity", help="check speculative == plain greedy and diagnose")

@@ -1,5 +1,5 @@
 """The attacks of issue #34 item 7 on a real ``specdec serve``, parametrised by size: the
-suite runs them small (tests/server/test_attacks.py), scripts/serve_attacks.py at full
+suite runs them small (tests/server/test_attacks.py), lab/serve-attacks/serve_attacks.py at full
 size with figures. Each returns a plain dict of what it measured; the callers assert."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 completions, Anthropic's /v1/messages, OpenAI's /v1/responses, Ollama's /api/*) against any
 client with ``post``/``get``/``delete`` (starlette's TestClient in process, httpx on a real
 server), parametrised by size: the suite runs them small (tests/server/test_attacks.py),
-scripts/serve_attacks.py at full size with figures (docs/bench/serve-attacks). Each
+lab/serve-attacks/serve_attacks.py at full size with figures (lab/serve-attacks). Each
 returns a plain dict of what it saw; the callers assert."""
 
 from __future__ import annotations

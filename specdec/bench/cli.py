@@ -96,7 +96,7 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--out", help="output directory (default bench-results/<profile>-<time>)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--trace", metavar="FILE",
-                   help="write a JSONL row per decode step of every run (docs/bench/gate-trace)")
+                   help="write a JSONL row per decode step of every run (lab/gate-trace)")
     p.add_argument("--no-oracle", action="store_true",
                    help="skip the oracle drafter runs and the replay bounds")
     p.add_argument("--no-warmup", action="store_true",

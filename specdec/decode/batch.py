@@ -26,7 +26,7 @@ from ..policy.pricing import BlockPrice
 from .rows import Row, parked_stand_in
 
 # parked rows leave once they have cost this many steps' worth of rows: their gather
-# costs 1-2 steps at 32 rows x 576 tokens (scripts/batch_leave_cost.py)
+# costs 1-2 steps at 32 rows x 576 tokens (lab/batch-leave-and-park-cost/batch_leave_cost.py)
 PARK_STEPS = 2.0
 
 
@@ -154,7 +154,7 @@ class Batch:
         are a quarter of the batch, a row joins, no other row is left or they have ridden
         along for ``PARK_STEPS`` steps' worth of rows (``step``); then they all leave in
         one copy. Why: each leave copies every remaining row's cache (0.3-0.5 s
-        at 32 rows of 576 tokens, more than a step: ``scripts/batch_leave_cost.py``), and
+        at 32 rows of 576 tokens, more than a step: ``lab/batch-leave-and-park-cost/batch_leave_cost.py``), and
         speculative rows finish on different steps; a parked row costs one row of a step."""
         out = self._extract(indices)
         if not isinstance(self.cache[0], RowsKVCache):

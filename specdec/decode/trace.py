@@ -6,7 +6,7 @@ Contract: ``with tracing(path) as t:`` is the only switch (a context variable, u
 exit); ``loop.stream`` reads ``active()`` once per request and hands its steps and decode
 policy to ``Tracer.follow``, so with no trace a step costs nothing more. Times are the step's own (its one host sync): no sync is added. One row per
 Step the stream yields, so rows agree with the request's stats (steps, accepted tokens).
-Tests: tests/decode/test_trace.py. Read on real questions: docs/bench/gate-trace/README.md.
+Tests: tests/decode/test_trace.py. Read on real questions: lab/gate-trace/README.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ guess that came true (a drafter that cannot guess while paused, WeDLM's, is prob
 two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md; why offers:
-docs/bench/gate-trace."""
+lab/gate-trace."""
 
 from __future__ import annotations
 

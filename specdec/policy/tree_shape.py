@@ -43,7 +43,7 @@ def best_cut(tokens: Sequence[int], parents: Sequence[int] | None,
     """The fewest leading nodes of a best-first proposal that hold all of it that greedy
     decoding accepts, given the tokens it went on to emit: the budget a clairvoyant
     shaper would pick, so the bound on any choice of how much of a drafter's tree to
-    verify (``scripts/tree_replay.py --shaped``).
+    verify (``lab/trees-pay/tree_replay.py --shaped``).
 
     >>> best_cut([5, 6, 8, 7], [-1, 0, 0, 1], [5, 8, 2])   # the accepted path: nodes 0, 2
     3

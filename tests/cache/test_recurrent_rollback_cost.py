@@ -1,4 +1,4 @@
-"""Smoke test of ``scripts/hybrid_rollback_cost.py`` (issue #25's rollback measurement):
+"""Smoke test of ``lab/hybrid-rollback-cost/hybrid_rollback_cost.py`` (issue #25's rollback measurement):
 one round on the tiny size gives a well-formed result, every variant's measured step
 emits the model's greedy tokens, and the cache after each kind of rollback (a replay of
 the recurrent layers on the kept rows; kept tokens riding in front of the next block)
@@ -14,7 +14,7 @@ import mlx.core as mx
 
 from specdec.cache.rollback import make_cache, prefill
 
-_PATH = Path(__file__).resolve().parents[2] / "scripts" / "hybrid_rollback_cost.py"
+_PATH = Path(__file__).resolve().parents[2] / "lab" / "hybrid-rollback-cost" / "hybrid_rollback_cost.py"
 _spec = importlib.util.spec_from_file_location("hybrid_rollback_cost", _PATH)
 cost = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = cost  # dataclasses resolve their module through sys.modules

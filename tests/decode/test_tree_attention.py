@@ -48,7 +48,7 @@ ARCHS = ["llama", "qwen2", "gemma3"]
 @pytest.fixture(autouse=True, scope="module")
 def _cpu():
     # exactness tests in fp32 on the CPU; SPECDEC_TEST_DEVICE=gpu runs them on Metal or
-    # CUDA instead (the token-tree check on a lent GPU: docs/bench/cuda-h100)
+    # CUDA instead (the token-tree check on a lent GPU: lab/verify-cost-curves/h100)
     old = mx.default_device()
     mx.set_default_device(mx.gpu if os.environ.get("SPECDEC_TEST_DEVICE") == "gpu" else mx.cpu)
     yield

@@ -93,6 +93,6 @@ def test_a_curve_timed_under_load_is_priced_as_its_robust_line():
         assert fitted[2] - fitted[1] <= 1.5 * slope + 0.25 * base  # the outliers barely tilt it
         assert fitted[24] == pytest.approx(fitted[1] + 23 * (fitted[2] - fitted[1]))
     shared_cpu = {1: 0.177, 2: 0.649, 3: 1.232, 4: 0.284, 5: 1.242, 6: 1.275, 7: 0.403,
-                  8: 0.400, 9: 0.730}  # as measured beside five other jobs (docs/bench/gate-trace)
+                  8: 0.400, 9: 0.730}  # as measured beside five other jobs (lab/gate-trace)
     priced = AdaptiveK(Fixed("f", [5] * 4), shared_cpu, 8)
     assert priced.cost[2] / priced.cost[1] < 1.1 and priced.cost[9] / priced.cost[1] < 1.6

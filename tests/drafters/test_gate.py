@@ -160,7 +160,7 @@ def test_a_paused_gate_prices_verify_steps_at_todays_speed():
     verify steps as for plain ones, so drafts accepted 60 % of the time pay again
     (k = 3: 2.18 tokens for 1.36 plain tokens' time). Priced on the curve's load (verify)
     against today's (plain), they never did: the gate stayed paused all answer long
-    (docs/bench/gate-trace)."""
+    (lab/gate-trace)."""
     slow = {L: 2.0 * c for L, c in CPU.items()}
     gate = settle(CostGate(Fixed([5] * 4), slow, k_max=4), 0.6)
     for _ in range(60):

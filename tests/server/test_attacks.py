@@ -1,5 +1,5 @@
 """Issue #34 item 7's attacks the other server tests do not already make, at small sizes
-(tests/attacks.py; full sizes: scripts/serve_attacks.py, figures in docs/bench/serve-attacks):
+(tests/attacks.py; full sizes: lab/serve-attacks/serve_attacks.py, figures in lab/serve-attacks):
 schemathesis on every operation of the OpenAPI schema, a burst past the in-flight limit,
 slowloris bodies beside streams nobody reads, long prompts flooding beside short ones, and
 one row's drafter raising after a pipelined plain step. Covered elsewhere: the
@@ -32,7 +32,7 @@ from .tiny_api import TOOLS_TEMPLATE, word_tokenizer
 
 slow = pytest.mark.slow  # server processes on a real model
 KEY_A, KEY_B = {"Authorization": "Bearer ka"}, {"Authorization": "Bearer kb"}
-DEPTHS = [100, 1000, 10000]  # scripts/serve_attacks.py adds 100k
+DEPTHS = [100, 1000, 10000]  # lab/serve-attacks/serve_attacks.py adds 100k
 
 
 @pytest.fixture(scope="module")

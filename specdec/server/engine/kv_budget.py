@@ -171,7 +171,7 @@ _LIBC = _glibc()
 def release_idle_memory() -> None:
     """Hand back what an emptied batch leaves held for nothing: mlx's buffer cache and, on
     glibc, the heap's free pages (std::malloc keeps them: a 50-stream burst left RSS
-    0.5 GB up for good; docs/bench/serve-attacks). Inference thread, when the batch empties."""
+    0.5 GB up for good; lab/serve-attacks). Inference thread, when the batch empties."""
     mx.clear_cache()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
