@@ -37,7 +37,13 @@ def sse(obj: dict[str, Any]) -> str:
 
 
 async def parse(request: Request, model: type[BaseModel]) -> Any:
-    """``request``'s JSON body checked by ``model``; a 400 naming the first problem."""
+    """``request``'s JSON body checked by ``model``; a 400 naming the first problem. A body
+    sent as another media type (a form, text) is refused, as OpenAI's routes always did here;
+    no Content-Type at all is read as JSON."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype and not (ctype == "application/json" or ctype.endswith("+json")):
+        raise APIError(400, f"the request body is sent as {ctype!r}: send a JSON object with "
+                       "Content-Type: application/json", code="invalid_json")
     raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
     try:
         return await run_in_threadpool(model.model_validate, raw)  # 4 MiB: off the loop
