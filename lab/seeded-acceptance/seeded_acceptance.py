@@ -1,7 +1,7 @@
 """Acceptance of seeded (position-keyed) sampling against rejection sampling, same drafts.
 
 Runs N requests each way and prints drafted / accepted tokens and tokens per verify step
-(docs/measurements.md, "Seeded sampling acceptance"). Requests without a seed take
+(lab/seeded-acceptance/README.md). Requests without a seed take
 rejection sampling; their key stream is fixed here (``Rng(i)`` for request i) so runs
 repeat. Targets: a tiny random llama or gemma3 from ``tests/conftest.py`` on repetitive
 prompts, or SmolLM2-135M on the demo prompt.
