@@ -5,7 +5,7 @@ Contract: ``openblas_path()`` finds OpenBLAS on Linux without importing mlx;
 when preloaded) or warns once, and returns only when no re-exec happened; on the CPU backend
 ``default_dtype()`` is float32, on Metal/CUDA ``None`` (keep the weights as loaded).
 Tests: tests/test_backend.py, tests/test_cli.py (the preload), tests/conftest.py. Details:
-docs/design-notes.md."""
+docs/loading.md#backend."""
 
 from __future__ import annotations
 

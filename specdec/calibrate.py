@@ -4,7 +4,7 @@ Contract of ``Calibration(model, lengths, repeats=, context=, seed=)``: ``step()
 forward of the next block length (round-robin; round 0 warms up) and returns True when done;
 ``curve`` is then {L: median seconds} and ``store()`` caches it; ``estimate()`` is the curve
 so far; ``progress`` the fraction done. Steps never touch the model's own state.
-Tests: tests/test_calibrate.py. Why not at once (measured): docs/design-notes.md."""
+Tests: tests/test_calibrate.py. Why not at once (measured): docs/gate.md#calibration."""
 
 from __future__ import annotations
 

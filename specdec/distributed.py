@@ -7,7 +7,7 @@ rank ``follow``s. Each leader forward first sends its tokens and cache position 
 own. A dead rank fails the next collective, a hung one trips the ``Watchdog``; a follower
 without a leader exits with ``GroupLost``.
 Tests: tests/test_distributed.py (ranks: tests/distributed_ranks.py). Details:
-docs/design-notes.md."""
+docs/loading.md#distributed-sharded-targets."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ class Watchdog:
 
 class LeaderModel:
     """Rank 0's view of the sharded target: the model, but each call first tells the
-    other ranks what to run (docs/design-notes.md). Attributes are the model's."""
+    other ranks what to run (docs/loading.md#distributed-sharded-targets). Attributes are the model's."""
 
     # A token-tree forward swaps rank 0's RoPE modules and cache masks only: the other
     # ranks' heads would attend causally at linear positions, so trees are refused.

@@ -6,7 +6,7 @@ plain greedy decoding with any drafter; sampled output is distributed as plain s
 (exact rejection sampling). Stops apply token by token. The lifecycle is
 ``decode.request.Request``; each step ``decode.step.verify_step``. Options beyond mlx-lm's:
 ``prompt_cache``, ``draft_tree_budget``, ``response_format``, ``logits_processors``.
-Tests: tests/test_engine.py, tests/parity/test_parity_real.py. Details: docs/design-notes.md."""
+Tests: tests/test_engine.py, tests/parity/test_parity_real.py. Details: docs/verify-and-rollback.md#the-library-entry-point."""
 
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ def stream_generate(
     response_format: dict | None = None,
     logits_processors: Sequence[LogitsProcessor] = (),
 ) -> Iterator[GenerationResponse]:
-    """Generate from ``prompt``, speculating with ``drafter``; docs/design-notes.md has the
+    """Generate from ``prompt``, speculating with ``drafter``; docs/verify-and-rollback.md#the-library-entry-point has the
     drafter, ``response_format``, ``prompt_cache`` and ``draft_tree_budget`` (None: the
     ``DraftSpec``'s, else 0; ``num_draft_tokens`` likewise, else ``DraftSpec``'s default)."""
     spec = drafter if isinstance(drafter, DraftSpec) else None

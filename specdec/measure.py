@@ -5,7 +5,7 @@ a step emitting m tokens beats plain only if m > c(L)/c(1)); ``cost_curve_for`` 
 model fingerprint under ``$SPECDEC_CACHE_DIR/cost``; ``tree_overhead`` is a tree step over a
 linear one, timed interleaved; ``resolve_tree_budget``, ``proposal_cost``, ``draft_cost_for``
 ({"fixed", "per_token"} seconds, cached).
-Tests: tests/test_measure.py, tests/test_calibrate.py. Details: docs/design-notes.md."""
+Tests: tests/test_measure.py, tests/test_calibrate.py. Details: docs/gate.md#measuring-costs."""
 
 from __future__ import annotations
 
@@ -268,7 +268,7 @@ def _host_drafter(name: str) -> Drafter:
 
 def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = None, *,
                    cache_dir: str | Path | None = None) -> dict[str, float]:
-    """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/design-notes.md),
+    """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/gate.md#measuring-costs),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
     ``"model"`` needs ``draft_model``."""
     names = DraftSpec(drafter_name).draft_types

@@ -49,7 +49,7 @@ def shape_matched_reference(
 ) -> tuple[list[int], list[float]]:
     """The model's argmax (and top-2 margin) after each prefix of ``tokens`` — one more
     than ``len(tokens)``: the last is what follows them all (EOS if the run ended there) —
-    fed in the speculative run's block boundaries without rollback (docs/design-notes.md)."""
+    fed in the speculative run's block boundaries without rollback (docs/verify-and-rollback.md#parity-checks)."""
     cache = make_cache(model, rollback=False)
     prefill(model, cache, prompt_ids[:-1], prefill_step_size)
     seq = [prompt_ids[-1], *tokens]

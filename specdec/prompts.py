@@ -6,7 +6,7 @@ downloaded. ``demo_prompt``, ``code_edit_prompt``, ``json_prompt``, ``passage_pr
 ``parity_prompts``, ``short_questions``, ``agent_transcript``.
 Tests: tests/test_prompts.py, used by tests/parity/test_parity_real.py,
 tests/drafters/test_suffix.py and others. Details:
-docs/design-notes.md."""
+docs/loading.md#built-in-prompts."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ bound; ``parity`` compares every measured run with every plain run token by toke
 ``per_position``, ``class_summary`` and ``bounds`` aggregate.
 Tests: tests/bench/test_analysis.py, tests/bench/test_runner.py, tests/test_measure.py. The
 formulas with worked examples:
-docs/design-notes.md."""
+docs/bench.md#analysis."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def baseline_label(row_config: str, source: str) -> str:
 
 
 def zero_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float]) -> float:
-    """Speedup of these verify steps at zero drafting cost (docs/design-notes.md); 1.0 for
+    """Speedup of these verify steps at zero drafting cost (docs/bench.md#analysis); 1.0 for
     plain decoding."""
     c1 = cost[1]
     units = sum(cost_at(cost, L) / c1 for L, _ in steps)
@@ -38,7 +38,7 @@ def zero_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int,
 def with_draft_cost(steps: Iterable[Sequence[int]], generated: int, cost: Mapping[int, float],
                     draft_cost: Mapping[str, float] | None) -> float:
     """Speedup of these verify steps when each also pays the drafter's own cost for its
-    L - 1 drafted tokens (docs/design-notes.md); ``zero_cost`` when ``draft_cost`` is None.
+    L - 1 drafted tokens (docs/bench.md#analysis); ``zero_cost`` when ``draft_cost`` is None.
 
     >>> round(with_draft_cost([(5, 4), (5, 1)], 7, {1: 1.0, 5: 1.4},
     ...                       {"fixed": 0.1, "per_token": 0.05}), 2)
@@ -66,7 +66,7 @@ def _tok_s(turns: list[dict]) -> float:
 def summarize(records: Sequence[dict], cost: Mapping[int, float],
               draft_costs: Mapping[str, Mapping[str, float]] | None = None) -> list[dict]:
     """Rows per (case, config); ``draft_costs``: config label -> the drafter's measured cost
-    model, for the drafter-cost bound (docs/design-notes.md)."""
+    model, for the drafter-cost bound (docs/bench.md#analysis)."""
     runs = _runs(records)
     medians = {key: statistics.median(_tok_s(t) for t in by_run.values())
                for key, by_run in runs.items()}

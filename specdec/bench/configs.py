@@ -5,7 +5,7 @@ Contract: ``parse_config(text)`` -> ``BenchConfig`` (a ``DraftSpec`` plus the be
 ``tree=N|auto``, ``warm``; ``none`` is plain decoding. ``BenchConfig.drafter()`` builds a
 fresh drafter per run, so no state leaks between measured runs.
 Tests: tests/bench/test_configs.py, tests/bench/test_runner.py, tests/bench/test_workloads.py.
-Options in full: docs/design-notes.md.
+Options in full: docs/bench.md#configs.
 
     >>> parse_config("ngram:k=8:n=2:adaptive:nogate").label
     'ngram k=8 n=2 adaptive nogate'"""

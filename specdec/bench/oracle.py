@@ -4,7 +4,7 @@ Contract: ``OracleDrafter(turns)`` proposes exactly the next ``k`` tokens plain 
 produced (every draft accepted: the bound of any drafter at that k on this hardware);
 ``replay_bound(prompt, plain, k, cost)`` replays the plain output offline and models the
 speedup of linear prompt lookup against every earlier match's continuation as one tree.
-Tests: tests/bench/test_oracle.py. Details: docs/design-notes.md."""
+Tests: tests/bench/test_oracle.py. Details: docs/bench.md#the-oracle."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..policy.tree_shape import cost_at
 
 
 class OracleDrafter(Drafter):
-    """Proposes the plain output's next tokens (docs/design-notes.md)."""
+    """Proposes the plain output's next tokens (docs/bench.md#the-oracle)."""
 
     name = "oracle"
 

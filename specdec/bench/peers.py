@@ -5,7 +5,7 @@ Contract: ``make_peer(name, model, draft_model=None)`` returns a peer with ``bas
 ``speculative`` runs (``PeerRun``: tokens, prefill_s, decode_s) and ``close()``. A peer is
 compared only with its own baseline. A missing package raises ``PeerUnavailable`` naming the
 pip command, a crashed native peer ``PeerCrashed``; nothing falls back silently.
-Tests: tests/bench/test_peers.py. Each peer's method and costs: docs/design-notes.md."""
+Tests: tests/bench/test_peers.py. Each peer's method and costs: docs/bench.md#peers."""
 
 from __future__ import annotations
 
@@ -183,7 +183,7 @@ class MlxLmPeer:
 
 def make_peer(name: str, model: str, draft_model: str | None = None,
               loaded: dict[str, tuple[Any, Any]] | None = None) -> Peer:
-    """Load peer ``name`` on ``model`` (a packaged name or path); docs/design-notes.md.
+    """Load peer ``name`` on ``model`` (a packaged name or path); docs/bench.md#peers.
     ``loaded`` maps model names to (model, tokenizer) already in memory: mlx-lm runs the
     very same weights as ours, and a second copy of a 1.5B float32 model would not fit
     beside the others in 24 GiB."""

@@ -6,7 +6,7 @@ Contract: ``load_workloads(path)`` validates a JSONL file (``class`` and exactly
 ``builtin_workloads()`` builds every class from real text this project did not write;
 ``fit_prompt(tokenizer, workload, n)`` cuts or pads to ``n`` tokens, never touching the final
 instruction. Tests: tests/bench/test_workloads.py, tests/bench/test_runner.py.
-The format in full: docs/design-notes.md."""
+The format in full: docs/bench.md#workloads."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def _code(module: str, name: str, instruction: str) -> str:
 
 
 def builtin_workloads() -> list[Workload]:
-    """One or two workloads per class, from text found on this machine (docs/design-notes.md)."""
+    """One or two workloads per class, from text found on this machine (docs/bench.md#workloads)."""
     recs = json_records(8)
     records = json.dumps(recs, indent=2)
     zen = zen_text()
@@ -279,7 +279,7 @@ def _first_text(w: Workload) -> str:
 
 def fit_prompt(tokenizer: Any, w: Workload, n_tokens: int, filler: str | None = None) -> Workload:
     """``w`` with its first user text cut or padded to ``n_tokens`` prompt tokens (±2
-    after re-tokenisation); docs/design-notes.md. The result records ``prompt_tokens``."""
+    after re-tokenisation); docs/bench.md#workloads. The result records ``prompt_tokens``."""
     material, instruction = split_instruction(_first_text(w))
 
     def build(ids: list[int]) -> tuple[Workload, int]:

@@ -7,7 +7,7 @@ step for every cache kind; ``trim_rows`` the batched form; ``prefill_rows`` pref
 prompts in one forward. Anything that cannot roll back raises ``RollbackError``, never a
 silent no-op. Tests: tests/cache/test_batch_cache.py, tests/decode/test_batch.py,
 tests/decode/test_step.py. Why holes (measured) and the
-contract in full: docs/design-notes.md."""
+contract in full: docs/caches.md#the-batch-cache."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ class StepMarks:
         self._at = {p: m for p, m in self._at.items() if p in (position, self.anchor)}
 
     def back_to(self, position: int, at: int) -> int:
-        """Go back to the latest mark at or before ``position`` (docs/design-notes.md)."""
+        """Go back to the latest mark at or before ``position`` (docs/caches.md#recurrent-layers-hybrid-models)."""
         if not 0 <= position <= at:
             raise RollbackError(f"cannot go back to position {position} of a cache holding {at}")
         if position == at:  # nothing to drop: the state is already there

@@ -6,7 +6,7 @@ none, never approximate); ``settle`` trims to prompt + emitted after a call; ``f
 arrays, never objects; ``PrefixStore`` keeps finished caches under a byte budget (LRU);
 ``save``/``load_prompt_cache`` refuse another model's file. Recurrent models reuse only an
 exact extension or their last prefill's checkpoint.
-Tests: tests/cache/test_prompt_cache.py, tests/cache/test_recurrent.py. Details: docs/design-notes.md."""
+Tests: tests/cache/test_prompt_cache.py, tests/cache/test_recurrent.py. Details: docs/caches.md#the-prompt-cache."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ class PromptCache:
 
     def fork(self, n: int) -> "PromptCache | None":
         """A cache of the first ``n`` cached tokens sharing this one's arrays
-        (docs/design-notes.md)."""
+        (docs/caches.md#the-prompt-cache)."""
         self._check()
         if not 0 < n <= len(self.tokens):
             raise ValueError(f"cannot fork {n} of {len(self.tokens)} cached tokens")
@@ -232,7 +232,7 @@ def _restore(kind: str, shape: list[int], held: list) -> Any:
 
 def make_prompt_cache(model: Model, *, max_draft_tokens: int = 32, kv_bits: int | None = None,
                       kv_group_size: int = 64) -> PromptCache:
-    """An empty prompt cache for ``model`` (docs/design-notes.md)."""
+    """An empty prompt cache for ``model`` (docs/caches.md#the-prompt-cache)."""
     return PromptCache(model, max_draft_tokens=max_draft_tokens, kv_bits=kv_bits,
                        kv_group_size=kv_group_size)
 
@@ -265,7 +265,7 @@ def load_prompt_cache(path: str | os.PathLike, model: Model) -> PromptCache:
 
 
 class PrefixStore:
-    """Finished requests' caches, for requests that start the same way (docs/design-notes.md)."""
+    """Finished requests' caches, for requests that start the same way (docs/caches.md#the-prompt-cache)."""
 
     def __init__(self, model: Model, max_bytes: int, *, max_draft_tokens: int = 32,
                  kv_bits: int | None = None):

@@ -7,7 +7,7 @@ by ``"replay"`` (re-run recurrent layers on their kept rows; the default) or ``"
 (kept tokens ride in front of the next block); ``settle()`` feeds them at once. Rewinding
 past the last block, batched rows and trees raise ``RollbackError``.
 Tests: tests/cache/test_recurrent.py, tests/drafters/test_draft_model_hybrid.py. Why replay (measured) and the
-contract in full: docs/design-notes.md; docs/how-it-works.md, "Hybrid models"."""
+contract in full: docs/caches.md#recurrent-layers-hybrid-models; docs/how-it-works.md, "Hybrid models"."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ class RecurrentCache(list):
         self._fed: list[int] = []  # what went through the model since the snapshot
         self.pending: list[int] = []  # kept tokens not fed again yet (see ``settle``)
         self._mark: tuple[int, list[list[Any]]] | None = None  # see ``checkpoint``
-        self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (docs/design-notes.md)
+        self.kind = "replay"  # how ``rewind`` rebuilds the recurrent states (docs/caches.md#recurrent-layers-hybrid-models)
         self._calls: list[list[replay.Call | None] | None] | None = None  # per recurrent layer,
         # who wrote it in the block
         self._memo: dict = {}  # what the block's modules remembered (``Recorder.stop``)

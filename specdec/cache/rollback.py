@@ -6,7 +6,7 @@ ml-explore/mlx-lm#1914), refusing caches that cannot roll back (``UnsupportedCac
 unless recurrent ones are asked for; ``prefill`` fills in chunks; ``trim`` removes the last
 ``n`` positions everywhere; ``compact(cache, base_offset, keep)`` keeps a token tree's
 accepted path (via ``batch_cache.roll_back``). Either raises ``RollbackError``, never a no-op.
-Tests: tests/cache/test_rollback.py, tests/decode/test_tree_attention.py. Details: docs/design-notes.md."""
+Tests: tests/cache/test_rollback.py, tests/decode/test_tree_attention.py. Details: docs/caches.md#rollback."""
 
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def make_cache(
     kv_group_size: int = 64,
     recurrent: bool = False,
 ) -> list[Any]:
-    """The model's mlx-lm cache, made rollback-capable (docs/design-notes.md)."""
+    """The model's mlx-lm cache, made rollback-capable (docs/caches.md#rollback)."""
     cache = layer_caches(model)
     hybrid = recurrent and has_recurrent(cache)
     if hybrid:

@@ -8,7 +8,7 @@ own history and rolls back to the output; ``accept(tokens)`` advances it; ``forc
 what the grammar alone allows (free drafts). Plain decoding applies the same mask, so output
 is unchanged. Tests: tests/core/test_grammar.py, tests/drafters/test_grammar.py,
 tests/toolcall/test_formats.py.
-Why llguidance (measured): docs/design-notes.md."""
+Why llguidance (measured): docs/agents-and-structured-output.md#grammars."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ seen[r]``, so every verified position is processed as plain decoding would; a
 a ``stateful`` one gets ``accept(tokens)`` after each step; ``processors_for(params)`` is
 mlx-lm's order: logit bias, repetition, presence, frequency.
 Tests: tests/core/test_processors.py, tests/core/test_sampling.py, tests/test_engine.py.
-Details: docs/design-notes.md.
+Details: docs/verify-and-rollback.md#logits-processors.
 
     >>> import mlx.core as mx
     >>> FrequencyPenalty(0.5, 4)(mx.zeros((2, 5)), [1, 1, 2], [[], [1]]).tolist()
@@ -37,7 +37,7 @@ class LogitsProcessor:
 
 
 class WindowProcessor(LogitsProcessor):
-    """A processor of each row's last ``size`` tokens (docs/design-notes.md)."""
+    """A processor of each row's last ``size`` tokens (docs/verify-and-rollback.md#logits-processors)."""
 
     size = 20
     pipelined = True

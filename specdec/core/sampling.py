@@ -6,7 +6,7 @@ mlx-lm's ``make_logits_processors`` takes them; ``validate()`` names a bad field
 min-p, top-k filters, then softmax(x / T)); ``Rng`` is a per-request seeded generator (never
 the global state); ``PositionKeys``/``seeded_tokens`` make the token at output position t a
 function of (seed, t, the distribution there) alone, whatever was drafted before it.
-Tests: tests/core/test_sampling.py, tests/decode/test_step_seeded.py. Details: docs/design-notes.md."""
+Tests: tests/core/test_sampling.py, tests/decode/test_step_seeded.py. Details: docs/verify-and-rollback.md#sampling-and-seeds."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class Rng:
 
 
 class PositionKeys:
-    """The key of each output position of one seeded request (docs/design-notes.md).
+    """The key of each output position of one seeded request (docs/verify-and-rollback.md#sampling-and-seeds).
 
     Keys are derived lazily from the request's ``Rng`` (t splits for position t, made once
     and kept while the position may still be verified); ``release(t)`` forgets keys before

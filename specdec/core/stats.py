@@ -6,7 +6,7 @@ Definitions (vLLM's): acceptance_rate = accepted / drafted; mean_acceptance_leng
 token a forward emitted, the end-of-sequence token that ended the output included, over the
 target forwards after prefill (plain decoding: exactly 1.0; ``generated_tokens`` leaves
 that last token out, as the output and its usage do). decode_tokens_per_s times plain and speculative
-runs over exactly the same work (after prefill). Full definitions: docs/design-notes.md.
+runs over exactly the same work (after prefill). Full definitions: docs/verify-and-rollback.md#statistics.
 Tests: tests/core/test_stats.py, tests/test_engine.py.
 """
 

@@ -6,7 +6,7 @@ unless ``chat=False``; BOS as mlx-lm adds it; a template's refusal is a ``ValueE
 across tokens or inside an accepted block is never emitted, nor anything after it;
 ``TextOut.feed(token)`` -> (text, stopped). Tests: tests/core/test_text.py,
 tests/core/test_verify.py,
-tests/core/test_sampling.py. Details: docs/design-notes.md."""
+tests/core/test_sampling.py. Details: docs/verify-and-rollback.md#text-and-stop-sequences."""
 
 from __future__ import annotations
 

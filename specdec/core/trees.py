@@ -6,7 +6,7 @@ Contract: ``tree_positions`` (depths), ``ancestor_mask`` (the block's visibility
 ``first_branch``/``prune_tree``/``cut`` (shaping), ``greedy_tree_accept`` (the child equal to
 the target's argmax, row by row), ``tree_kids`` (each row's children, best first).
 Tests: tests/core/test_trees.py, tests/decode/test_tree_attention.py. Details:
-docs/design-notes.md."""
+docs/trees.md#tree-structure."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ the longest agreeing prefix plus the target's correction or bonus; ``rejection_s
 accepts with min(1, p/q) and resamples the residual (Leviathan et al. 2023);
 ``tree_rejection_sample`` tries a row's children in turn (SpecInfer). Device arrays come
 back for one host sync per step. Tests: tests/core/test_sampling.py, tests/core/test_verify.py.
-The rules in full: docs/design-notes.md."""
+The rules in full: docs/verify-and-rollback.md#verification-rules."""
 
 from __future__ import annotations
 

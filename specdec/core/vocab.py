@@ -3,7 +3,7 @@
 Contract: ``vocab_size(model, tokenizer=None)`` is the number of ids the model scores, from
 ``args.vocab_size``, else the output (or largest embedding) rows, else the tokenizer's
 vocabulary; padding rows count. It raises ``ValueError`` rather than guess.
-Tests: tests/core/test_vocab.py. Details: docs/design-notes.md."""
+Tests: tests/core/test_vocab.py. Details: docs/verify-and-rollback.md#vocabulary-size."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["vocab_size"]
 
 
 def vocab_size(model: Model, tokenizer: Any = None) -> int:
-    """The number of token ids ``model`` scores (docs/design-notes.md)."""
+    """The number of token ids ``model`` scores (docs/verify-and-rollback.md#vocabulary-size)."""
     rows = _positive(getattr(getattr(model, "args", None), "vocab_size", None))
     if rows is None:
         rows = _output_rows(model)

@@ -9,5 +9,5 @@ token after a fully accepted proposal); emitted (accepted + one recovered or bon
 fed (block rows computed); tail (tokens a drafter rides after the block, never kept:
 WeDLM's masks); kept (block rows whose cache entries survive the rollback);
 parked (a finished row whose batch slot stays until enough rows leave together).
-Glossary in full: docs/design-notes.md.
+Glossary in full: docs/verify-and-rollback.md#the-words.
 """

@@ -5,7 +5,7 @@ the cache holding ``context[:-1]`` on entry; the forward of token t+1 is queued 
 waiting for token t, so the host never stalls the device. ``until()``, when given, ends the
 generator with the computed token yielded unfed (the cache then holds the context but that
 token). Only ``pipelined`` processors run here. This is the reference every speculative path
-must reproduce. Full contract: docs/design-notes.md. Tests: tests/decode/test_plain.py,
+must reproduce. Full contract: docs/verify-and-rollback.md#plain-decoding. Tests: tests/decode/test_plain.py,
 tests/drafters/test_gate.py (paused
 stretches), tests/test_engine.py (parity with speculation).
 """

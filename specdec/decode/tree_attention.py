@@ -6,7 +6,7 @@ root path of row ``r`` (each token rotated at ``offset + depth``; each layer's m
 prefix + ancestors"). Both swaps are restored on exit; not re-entrant. The cache then holds
 the whole block: ``cache.batch_cache.roll_back`` compacts it to the accepted path.
 Supported layers: KVCache, QuantizedKVCache, WindowKVCache. Full contract:
-docs/design-notes.md. Tests: tests/decode/test_tree_attention.py.
+docs/trees.md#tree-attention. Tests: tests/decode/test_tree_attention.py.
 """
 
 from __future__ import annotations

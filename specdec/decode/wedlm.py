@@ -6,7 +6,7 @@ filled slots, fills the confident masks (entropy + position penalty below the th
 at least one) and slides the window; greedy, or sampled at a temperature with one key
 of the request's seeded ``Rng`` per step (entropies unscaled). Invariant: after every
 step the cache equals a causal prefill of prompt + committed. NOT lossless; the lossless
-use of the same forward is ``specdec.drafters.wedlm``. Full algorithm: docs/design-notes.md.
+use of the same forward is ``specdec.drafters.wedlm``. Full algorithm: docs/wedlm.md#the-lossy-decoder.
 Tests: tests/decode/test_wedlm.py, tests/core/test_wedlm.py.
 """
 

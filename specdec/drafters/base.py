@@ -11,7 +11,7 @@ hidden states); ``constrain``/``forced`` carry a request's grammar. ``draft_cost
 proposal) and ``guesses_paused`` (it can guess without a verify step of its own) inform the
 decode policy (``policy.drafting``), which decides how deep a row drafts: a drafter never
 pauses itself. Tests: tests/drafters/test_base.py, tests/decode/test_step.py,
-tests/drafters/test_trie.py. The contract in full: docs/design-notes.md."""
+tests/drafters/test_trie.py. The contract in full: docs/drafters.md#the-contract."""
 
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ __all__ = ["EMPTY", "Drafter", "NoDrafter", "Proposal", "Returned", "Wants"]
 
 
 class Drafter(ABC):
-    """Base class of every drafter (docs/design-notes.md). Subclasses set ``name``, implement
+    """Base class of every drafter (docs/drafters.md#the-contract). Subclasses set ``name``, implement
     ``propose`` and declare their capabilities; every other verb defaults to doing nothing."""
 
     name: str = "drafter"
-    branches: bool = False  # propose_tree can return real branches (docs/design-notes.md)
+    branches: bool = False  # propose_tree can return real branches (docs/drafters.md#the-contract)
     outputs: bool = False  # wants something from the verify forward (``wants``)
-    draft_cost: dict[str, float] | None = None  # seconds per proposal (docs/design-notes.md)
+    draft_cost: dict[str, float] | None = None  # seconds per proposal (docs/drafters.md#the-contract)
     guesses_paused: bool = True  # proposes without a verify step of its own (the gate's shadow)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
@@ -47,7 +47,7 @@ class Drafter(ABC):
         """The target accepted ``num_accepted`` tokens of the last proposal."""
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
-        """A token tree of at most ``budget`` nodes and depth ``k`` (docs/design-notes.md); by
+        """A token tree of at most ``budget`` nodes and depth ``k`` (docs/drafters.md#the-contract); by
         default the linear proposal, which is a one-branch tree."""
         return self.propose(context, min(k, budget))
 
@@ -60,7 +60,7 @@ class Drafter(ABC):
         ``begin``; the ``grammar`` drafter drafts what it forces, a chain passes it on."""
 
     def forced(self, context: Sequence[int], k: int) -> Proposal:
-        """Up to ``k`` tokens the request's grammar forces next (docs/design-notes.md); none
+        """Up to ``k`` tokens the request's grammar forces next (docs/drafters.md#the-contract); none
         here."""
         return EMPTY
 

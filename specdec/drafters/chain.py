@@ -5,7 +5,7 @@ Contract: ``ChainDrafter([d1, d2, ...])`` returns the first non-empty ``Proposal
 steps won, drafted and accepted. ``propose_tree`` merges the members' tries, first member
 first (a sampled tree with ``q`` is returned whole), telling each member how many of its own
 tokens were accepted. Tests: tests/drafters/test_chain.py, tests/drafters/test_trie.py.
-Details: docs/design-notes.md."""
+Details: docs/drafters.md#chain."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ equal to what it holds (``context + draft[:-1]`` after a proposal); ``propose`` 
 k-step chain on the device with one host sync; ``propose_tree`` (greedy) adds the draft's
 top alternatives at its first depths as leaves, best first; sampling draws with
 per-position keys (``coupled``) and returns ``q``.
-Tests: tests/drafters/test_draft_model.py, tests/drafters/test_draft_model_tree.py. Details: docs/design-notes.md."""
+Tests: tests/drafters/test_draft_model.py, tests/drafters/test_draft_model_tree.py. Details: docs/drafters.md#draft-model."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def branch_tree(chain: Sequence[int], chain_lp: Sequence[float],
 
 
 class DraftModelDrafter(Drafter):
-    """Drafts with a small model that shares the target's tokenizer (docs/design-notes.md)."""
+    """Drafts with a small model that shares the target's tokenizer (docs/drafters.md#draft-model)."""
 
     name = "model"
     branches = True  # greedy: the draft's top-k alternatives at the first depths
@@ -286,7 +286,7 @@ class DraftModelDrafter(Drafter):
             qs.append(q)
             if branch:
                 scores.append(self._scores(logits, tok, i < branch))
-            if i + 1 < k:  # the last token is not fed (docs/design-notes.md)
+            if i + 1 < k:  # the last token is not fed (docs/drafters.md#draft-model)
                 y = tok[None]
                 # Start computing this step while Python builds the next one.
                 mx.async_eval(y)
@@ -307,7 +307,7 @@ class DraftModelDrafter(Drafter):
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """The greedy chain with the draft's top-``branch_width`` alternatives at its first
-        ``branch_depths`` depths, best first (docs/design-notes.md); linear when sampling."""
+        ``branch_depths`` depths, best first (docs/drafters.md#draft-model); linear when sampling."""
         k = min(k, budget)
         if not self.branches:
             return self.propose(context, k)

@@ -4,7 +4,7 @@ Contract: ``GrammarDrafter()`` takes the request's grammar from ``constrain`` an
 ``grammar.forced(k)`` (the tokens the grammar allows alone), nothing where the grammar leaves
 a choice (so in a chain the next drafter proposes there), and never without a grammar. The
 cost gate drafts these unpriced; the target still verifies every one, so the output stays
-plain decoding's. Full contract: docs/design-notes.md. Tests: tests/drafters/test_grammar.py.
+plain decoding's. Full contract: docs/agents-and-structured-output.md#the-grammar-drafter. Tests: tests/drafters/test_grammar.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ states it purely, ``NgramIndex`` computes it incrementally (O(n_max - n_min + k)
 proposal), ``NgramDrafter`` wraps it. ``propose_tree`` merges every earlier match's
 continuation best first (``all_match_continuations``); its best path starts with the linear
 draft. Tests: tests/drafters/test_ngram.py, tests/drafters/test_trie.py,
-tests/drafters/test_grammar.py. Details: docs/design-notes.md."""
+tests/drafters/test_grammar.py. Details: docs/drafters.md#n-gram-prompt-lookup."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ class NgramDrafter(Drafter):
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """The continuations of every distinct earlier match, merged into one trie
-        (docs/design-notes.md)."""
+        (docs/drafters.md#n-gram-prompt-lookup)."""
         self._index.extend(context[len(self._index.tokens) :])
         if k <= 0 or budget <= 0:
             return EMPTY

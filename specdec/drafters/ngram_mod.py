@@ -5,7 +5,7 @@ Contract: ``NgramModTable(size, n)`` is a fixed-size lossy map hash(n tokens) ->
 hash, ``insert`` records a stretch; writes hold a lock, reads take none and can only yield a
 worse draft. ``NgramModDrafter`` inserts prompts and generated text in chunks and resets the
 table on a streak of poor acceptance. ``save`` is atomic; ``load`` refuses another
-tokenizer's file. Tests: tests/drafters/test_ngram_mod.py. Defaults by measurement: docs/design-notes.md."""
+tokenizer's file. Tests: tests/drafters/test_ngram_mod.py. Defaults by measurement: docs/drafters.md#the-shared-n-gram-table-ngram-mod."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ..core.persist import atomic_write, read_npz
 MULT = 6364136223846793005  # Knuth's MMIX LCG multiplier, as in the published ngram-mod
 _MASK = (1 << 64) - 1
 EMPTY = -1
-DEFAULT_SIZE = 1 << 18  # 1 MiB; measured: docs/design-notes.md
+DEFAULT_SIZE = 1 << 18  # 1 MiB; measured: docs/drafters.md#the-shared-n-gram-table-ngram-mod
 DEFAULT_N = 4
 DEFAULT_GATE = 32
 DEFAULT_RESET_BELOW = 0.5  # a proposal accepted below this fraction counts as "low"
@@ -111,7 +111,7 @@ def draft_walk(
 
 
 class NgramModTable:
-    """The shared memory; contract: docs/design-notes.md."""
+    """The shared memory; contract: docs/drafters.md#the-shared-n-gram-table-ngram-mod."""
 
     def __init__(
         self,
@@ -178,7 +178,7 @@ class NgramModTable:
             return self._slots.copy()
 
     def save(self, path: str | os.PathLike, *, tokenizer_fingerprint: str | None = None) -> None:
-        """Write the table atomically to ``path`` (docs/design-notes.md)."""
+        """Write the table atomically to ``path`` (docs/drafters.md#the-shared-n-gram-table-ngram-mod)."""
         fp = tokenizer_fingerprint or self.fingerprint
         if not fp:
             raise ValueError(

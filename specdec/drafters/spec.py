@@ -5,7 +5,7 @@ the server, the bench and the library all build one. ``DraftResources`` holds wh
 need but a spec only names (loaded by ``specdec.resources``); ``build_drafter`` returns a
 fresh drafter per request (its cost gate or adaptive k is a decode policy: ``policy.drafting``);
 ``parse_tree_budget`` is the one reader of a tree budget.
-Tests: tests/drafters/test_spec.py. Details: docs/design-notes.md.
+Tests: tests/drafters/test_spec.py. Details: docs/drafters.md#specs-and-resources.
 
     >>> DraftSpec("ngram, suffix", num_draft_tokens=8).draft_types
     ('ngram', 'suffix')"""
@@ -67,7 +67,7 @@ DEFAULT_NUM_DRAFT_TOKENS = 8
 
 @dataclass(frozen=True)
 class DraftSpec:
-    # the defaults, chosen by measurement (docs/measurements.md, "The default"): suffix
+    # the defaults, chosen by measurement (docs/gate.md#measured): suffix
     # drafting up to 8 tokens, the cost gate picking each step's k
     draft_type: str = "suffix"
     num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS
@@ -142,7 +142,7 @@ def _flag(field: str) -> str:
 
 @dataclass
 class DraftResources:
-    """What drafters use but a spec only names (docs/design-notes.md). Shared across requests."""
+    """What drafters use but a spec only names (docs/drafters.md#specs-and-resources). Shared across requests."""
 
     tokenizer: Any = None
     draft: tuple[Any, Any] | None = None  # (draft model, its tokenizer)

@@ -7,7 +7,7 @@ draft ``min(k, max(1, ceil(alpha * m)))`` tokens; continue with the most frequen
 (counts capped at ``count_cap``, recency breaks ties). Appending is amortised O(1); the
 history saves and loads atomically, refusing another tokenizer's file.
 Tests: tests/drafters/test_suffix.py, tests/drafters/test_suffix_match.py. Why the cap, costs:
-docs/design-notes.md."""
+docs/drafters.md#suffix."""
 
 from __future__ import annotations
 

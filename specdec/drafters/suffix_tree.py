@@ -6,7 +6,7 @@ followers' capped-count shares (SuffixDecoding's estimate); with ``linear_first`
 linear draft is placed first, then the most probable candidates up to ``budget``. Siblings
 best first, nodes in the order placed. Tests: tests/drafters/test_suffix_tree.py,
 tests/drafters/test_trie.py.
-Details: docs/design-notes.md."""
+Details: docs/trees.md#suffix-trees."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ Followers = Callable[[Hashable], list[tuple[int, int, tuple, Hashable]]]
 
 def best_first_tree(followers: Followers, root: Hashable, depth: int, budget: int,
                     eos: Iterable[int] = (), linear_first: bool = True) -> Proposal:
-    """Expand the most probable continuations below ``root`` (docs/design-notes.md, steps 2-3)."""
+    """Expand the most probable continuations below ``root`` (docs/trees.md#suffix-trees, steps 2-3)."""
     if depth <= 0 or budget <= 0:
         return EMPTY
     eos = frozenset(eos)

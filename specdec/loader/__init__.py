@@ -4,7 +4,7 @@ Public API: ``load(model, *, dtype="auto")`` -> (model, tokenizer), ``DTYPES``,
 ``PACKAGED_MODELS``, ``packaged_gguf_path(name)``, ``ModelLoadError`` (every user-facing
 failure; the message says what to do). GGUF models are converted once to an mlx-lm
 directory under ``$SPECDEC_CACHE_DIR`` (default ``~/.cache/specdec``). Importing this
-package does not import mlx. Full contract: docs/design-notes.md. Tests: tests/loader/test_api.py.
+package does not import mlx. Full contract: docs/loading.md#the-loader. Tests: tests/loader/test_api.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ repo id (else ``ModelLoadError`` listing the forms); the model is always an mlx-
 loaded by ``mlx_lm.utils.load``. ``dtype="auto"``: float32 on CPU, ``"native"`` on GPU
 (low-bit GGUFs re-quantized to 4 bits with embeddings and head at 8); explicit float dtypes
 dequantize and cast. Tests: tests/loader/test_api.py, tests/loader/test_api_quantize.py.
-Details: docs/design-notes.md."""
+Details: docs/loading.md#loading."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .registry import PACKAGED_MODELS, get_packaged, packaged_gguf_path
 DTYPES = ("auto", "native", "float32", "float16", "bfloat16")
 QUANT_GROUP_SIZE = 64
 QUANT_BITS = 4
-HEAD_BITS = 8  # embeddings and lm_head: docs/design-notes.md
+HEAD_BITS = 8  # embeddings and lm_head: docs/loading.md#loading
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def load(
     model: str | os.PathLike = "smollm2-135m", *, dtype: str = "auto"
 ) -> tuple[nn.Module, TokenizerWrapper]:
-    """Load a packaged model, GGUF file, mlx-lm directory or HF repo; docs/design-notes.md."""
+    """Load a packaged model, GGUF file, mlx-lm directory or HF repo; docs/loading.md#loading."""
     model = os.fspath(model)
     if dtype not in DTYPES:
         raise ModelLoadError(f"Unknown dtype {dtype!r}; use one of: {', '.join(DTYPES)}.")

@@ -5,7 +5,7 @@ when present; written to a temp dir and renamed), with ``specdec.json`` (source,
 summary, conversion time); older conversions of the same source are deleted;
 ``conversion_count()`` counts real conversions. Weights are exact float32; casting happens at
 load. Nothing here imports mlx. Tests: tests/loader/test_convert.py, tests/loader/test_api.py.
-Details: docs/design-notes.md."""
+Details: docs/loading.md#conversion."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Contract: ``open_gguf`` (``ModelLoadError`` for a bad file or an architecture ou
 ``SUPPORTED_ARCHS``), ``build_config`` (llama / qwen2 / gemma3_text; llama.cpp's constants
 where it hard-codes them), ``quant_summary``. Nothing here imports mlx.
 Tests: tests/loader/test_gguf_meta.py, through the loader, tests/loader/test_api.py. Details:
-docs/design-notes.md."""
+docs/loading.md#gguf-metadata."""
 
 from __future__ import annotations
 

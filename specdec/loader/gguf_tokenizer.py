@@ -4,7 +4,7 @@ Contract: ``build_tokenizer(g)`` gives the ids llama.cpp gives for the same text
 transformers' ``convert_gguf_tokenizer``, without torch); ``eos_token_ids`` lists every id
 that ends generation; ``save_tokenizer`` writes files ``mlx_lm.tokenizer_utils.load`` reads.
 Tests: tests/loader/test_gguf_tokenizer.py, through the loader, tests/loader/test_api.py.
-Details: docs/design-notes.md."""
+Details: docs/loading.md#gguf-tokenizers."""
 
 from __future__ import annotations
 

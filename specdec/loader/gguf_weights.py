@@ -5,7 +5,7 @@ transformations undone (llama's q/k RoPE permutation, gemma3's norm ``+ 1``); an
 name or quantization raises ``ModelLoadError``; ``write_safetensors`` writes ~1 GiB shards.
 Dequantization is exact. Nothing here imports mlx.
 Tests: tests/loader/test_gguf_weights.py, through the loader, tests/loader/test_api.py.
-Details: docs/design-notes.md."""
+Details: docs/loading.md#gguf-weights."""
 
 from __future__ import annotations
 

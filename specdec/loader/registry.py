@@ -5,7 +5,7 @@ Contract: ``PACKAGED_MODELS`` maps a short name to a ``PackagedModel``;
 ``<cache>/gguf/``, checked, re-assembled when a chunk changes); a missing package, unknown
 name or corrupt chunk raises ``ModelLoadError`` naming the pip command. Nothing here
 imports mlx. Tests: tests/loader/test_registry.py, tests/loader/test_api.py. Details:
-docs/design-notes.md."""
+docs/loading.md#packaged-models."""
 
 from __future__ import annotations
 

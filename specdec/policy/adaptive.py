@@ -6,7 +6,7 @@ k* = argmax_k E[tokens | k] / (cost(k + 1) + draft(k)) over 0..k_max, E from the
 per-slot acceptance (decayed counts from ``observe``), cost the measured verify curve, draft
 the drafter's own cost (None = free). k* = 0 is a plain step; output is unchanged for any k.
 Tests: tests/drafters/test_adaptive.py, tests/drafters/test_chain.py, tests/test_measure.py.
-Details: docs/design-notes.md."""
+Details: docs/gate.md#adaptive-k."""
 
 from __future__ import annotations
 

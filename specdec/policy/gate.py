@@ -12,7 +12,7 @@ trees) are priced on the acceptance by what the drafts before did and resume on 
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
-Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md; why offers:
+Tests: tests/drafters/test_gate.py. The pricing in full: docs/gate.md#the-cost-gate; why offers:
 lab/gate-trace."""
 
 from __future__ import annotations

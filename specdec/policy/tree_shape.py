@@ -6,7 +6,7 @@ exploration needed); ``node_slots`` names each node's (depth, rank, only child).
 ``TreeShaper`` keeps per-slot acceptance given the parent (Beta prior) and picks
 N* = argmax (1 + a_0 + ... + a_{N-1}) / ((c(N + 1) + p) / c(1)), pricing branches with the
 tree curve past the leading chain. Tests: tests/policy/test_tree_shape.py.
-Measured slot rates and worked examples: docs/design-notes.md."""
+Measured slot rates and worked examples: docs/trees.md#the-tree-shaper."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 def node_hits(tokens: Sequence[int], parents: Sequence[int] | None,
               emitted: Sequence[int]) -> list[bool | None]:
-    """Per node: on the emitted path, off it, or unknown (docs/design-notes.md).
+    """Per node: on the emitted path, off it, or unknown (docs/trees.md#the-tree-shaper).
 
     >>> node_hits([5, 6, 8, 7], [-1, 0, 0, 1], [5, 8, 2])
     [True, False, True, False]
@@ -139,7 +139,7 @@ def node_slots(parents: Sequence[int] | None, n: int) -> list[tuple[int, int, bo
 
 
 class TreeShaper:
-    """Per-request budget chooser (docs/design-notes.md). ``budget()`` before a step,
+    """Per-request budget chooser (docs/trees.md#the-tree-shaper). ``budget()`` before a step,
     ``update(tokens, parents, emitted)`` after it, with the drafter's *whole* proposal."""
 
     def __init__(self, cost: Mapping[int, float], max_nodes: int,

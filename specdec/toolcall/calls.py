@@ -4,7 +4,7 @@ Contract: ``ToolCall(name, arguments)`` with normalised JSON arguments; ``json_e
 finds where a bracketed value closes (``None`` while undecided, ``-1`` on mismatch);
 ``call_from_obj``/``calls_from_json`` read call objects; a matcher returns ``Match``,
 ``None`` (undecided) or ``False`` (not a call). Tests: tests/toolcall/test_calls.py.
-Details: docs/design-notes.md."""
+Details: docs/agents-and-structured-output.md#tool-call-values."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Contract: ``FORMATS`` holds ``hermes``, ``llama3_json``, ``mistral`` and ``gemma
 marked calls anywhere (``tags``) and unmarked ones where calls may start (``leads``), also
 bare JSON calls at a reply's start. Matchers depend only on the text, so every cut of a reply
 decides the same. ``render`` writes a family's calls; ``detect_format(template)`` picks one.
-Tests: tests/toolcall/test_formats.py. Each format's syntax: docs/design-notes.md."""
+Tests: tests/toolcall/test_formats.py. Each format's syntax: docs/agents-and-structured-output.md#tool-call-formats."""
 
 from __future__ import annotations
 

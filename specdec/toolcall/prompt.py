@@ -6,7 +6,7 @@ Contract: ``template_messages`` (arguments as objects, tool messages named);
 ``forced_call_schema(tools, tool_choice, parallel)`` (one call or an array; None for
 auto/none), which every format reads back; ``forced_response_format`` wraps it for
 ``core.grammar``. Tests: tests/toolcall/test_prompt.py.
-Details: docs/design-notes.md."""
+Details: docs/agents-and-structured-output.md#tools-in-the-prompt."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ parsed and rendered as pure functions.
 
 Contract: ``python_calls(text)`` reads only keyword calls of literal values, evaluating
 nothing (None otherwise); ``render_python`` is its inverse; ``function_gemma_call`` and
-``render_function_gemma`` likewise. Tests: tests/toolcall/test_pycalls.py. Details: docs/design-notes.md."""
+``render_function_gemma`` likewise. Tests: tests/toolcall/test_pycalls.py. Details: docs/agents-and-structured-output.md#python-style-calls."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Contract: ``ToolCallStream(fmt, names).feed(text)`` takes increments of any size
 held back. Invariant: every cut of a reply yields the same deltas once joined; tag text and
 separators never reach content; a reply without calls is unchanged; ``max_calls`` keeps the
 first. ``parse_tool_calls`` is the whole-reply reading.
-Tests: tests/toolcall/test_stream.py. Details: docs/design-notes.md."""
+Tests: tests/toolcall/test_stream.py. Details: docs/agents-and-structured-output.md#streaming-tool-calls."""
 
 from __future__ import annotations
 

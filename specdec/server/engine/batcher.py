@@ -8,7 +8,7 @@ their slots until leaving pays. Each job is a ``decode.request.Request``; a job'
 its own error, a failed step fails the running jobs with 500 and the thread keeps serving.
 Prefill is ``prefill``; a row and what it needs of its worker, ``rows``.
 Tests: tests/server/test_batcher.py. Measurements and the contract in full:
-docs/design-notes.md."""
+docs/batching-and-server.md#the-batcher."""
 
 from __future__ import annotations
 

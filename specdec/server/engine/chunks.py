@@ -5,7 +5,7 @@ extended with drafted/accepted counts and a ``specdec`` timings field; log-proba
 each endpoint's own format; a think block goes to ``reasoning_content``. (framed as Server-Sent
 Events by ``wires.chat``).
 Tests: tests/server/test_chunks.py.
-Details: docs/design-notes.md."""
+Details: docs/batching-and-server.md#chunks."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ the longest; reservations count prompt + ``max_tokens``, so an admitted batch ne
 the budget (the batcher holds back, the API refuses what never fits); ``default_budget()`` is
 ``DEFAULT_SHARE`` of memory; ``set_limits`` gives mlx a memory limit of weights + twice the KV
 budget + prompt cache + headroom and a small buffer cache. Tests: tests/server/test_kv_budget.py.
-Details: docs/design-notes.md."""
+Details: docs/batching-and-server.md#the-kv-budget."""
 
 from __future__ import annotations
 

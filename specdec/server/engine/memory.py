@@ -5,7 +5,7 @@ file is an error, never silently replaced); ``commit(tokens)`` adds a finished r
 called only by the inference thread; ``save()`` writes what changed, each file staged,
 fsynced and ``os.replace``d, so a kill leaves the old or the new file, never a torn one.
 Test hook: ``SPECDEC_SERVE_SAVE_PAUSE_S``. Tests: tests/server/test_memory.py.
-Details: docs/design-notes.md."""
+Details: docs/batching-and-server.md#shared-drafter-memory."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ PAUSE_ENV = "SPECDEC_SERVE_SAVE_PAUSE_S"
 
 def staged_replace(path: str, write: Callable[[str], None]) -> None:
     """``write(staging_path)`` must leave a complete, fsynced file there; it then
-    replaces ``path`` atomically (docs/design-notes.md)."""
+    replaces ``path`` atomically (docs/batching-and-server.md#shared-drafter-memory)."""
     directory, base = os.path.split(os.path.abspath(path))
     staging = os.path.join(directory, f".{base}.staging")
     write(staging)

@@ -5,7 +5,7 @@ Contract: ``TemplateTraits.of(tokenizer)`` (does the template know a think block
 into ``(content, reasoning)`` deltas: tags never reach either part, however they are split,
 and any cut of a text yields the same two strings as ``split_reasoning`` on the whole.
 Tests: tests/server/test_reasoning.py. Details:
-docs/design-notes.md."""
+docs/batching-and-server.md#reasoning."""
 
 from __future__ import annotations
 

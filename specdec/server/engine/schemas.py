@@ -7,7 +7,7 @@ parameters are errors; unimplemented ones only at their neutral value; parameter
 change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``speculative`` is
 ``speculative.SpeculativeOptions``. Tokenizer checks come later (``api.Api``).
 Tests: tests/server/test_app.py, tests/server/test_schemas.py. Details:
-docs/design-notes.md."""
+docs/batching-and-server.md#request-schemas."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Contract: ``ToolSupport.of`` (does the template render tools; which call format)
 ``plan_tools(body, support)`` -> ``ToolPlan`` or None (``auto``, ``none``, ``required`` and a
 named function, forced through a JSON-schema grammar); ``ToolResponder`` renders
 ``message.tool_calls`` and streams each call once complete, tag text never in ``content``.
-Tests: tests/server/test_tool_calls.py. Details: docs/design-notes.md."""
+Tests: tests/server/test_tool_calls.py. Details: docs/agents-and-structured-output.md#tool-calls-in-replies."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _call_json(d: CallDelta) -> dict[str, Any]:
 
 
 class ToolResponder(Responder):
-    """A chat ``Responder`` that reads the reply's tool calls (docs/design-notes.md)."""
+    """A chat ``Responder`` that reads the reply's tool calls (docs/agents-and-structured-output.md#tool-calls-in-replies)."""
 
     def __init__(self, model_id: str, logprobs: bool, top_logprobs: int, plan: ToolPlan,
                  reasoning: ReasoningSplitter | None = None):

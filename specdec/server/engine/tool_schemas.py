@@ -4,7 +4,7 @@ Contract: the pydantic models here are OpenAI's shapes, strict as in ``schemas``
 (``ToolDef``, ``ToolChoice``, ``NamedToolChoice``, ``ToolCallIn``). The checks
 ``part_problem``, ``message_problem`` and ``request_problem`` return a message that says
 what to change, or ``None``; ``schemas`` raises them as 400s. Full contract:
-docs/design-notes.md. Tests: tests/server/test_tool_schemas.py.
+docs/agents-and-structured-output.md#tool-schemas. Tests: tests/server/test_tool_schemas.py.
 """
 
 from __future__ import annotations

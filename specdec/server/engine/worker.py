@@ -9,7 +9,7 @@ its events in order, ending in ``DoneEvent`` or ``ErrorEvent``; ``cancel`` frees
 at once. Hybrids speculate one request at a time; a lost rank fails jobs with 503.
 What requests draft with is ``drafting``; what the thread sends back is ``replies``.
 Tests: tests/server/test_events.py, tests/server/test_limits.py, tests/server/test_worker.py.
-Details: docs/design-notes.md."""
+Details: docs/batching-and-server.md#the-worker."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Contract: ``Metrics.render()`` gives the ``specdec_*`` counters, gauges and hist
 (requests by endpoint and status, cancellations, tokens generated/prompted/drafted/accepted,
 acceptance rate, queue depth, running requests, KV reserved/budget, time to first token,
 time per output token, memory saves); the ``on_*`` hooks run on the inference thread.
-Tests: tests/server/test_metrics.py. The list in full: docs/design-notes.md."""
+Tests: tests/server/test_metrics.py. The list in full: docs/batching-and-server.md#metrics."""
 
 from __future__ import annotations
 

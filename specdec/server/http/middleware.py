@@ -6,7 +6,7 @@ Bearer or ``x-api-key`` key; /health open), ``LimitBody`` (413 past the limit, a
 chunked).
 
 Invariant: a refusal drains the body up to ``DRAIN_CAP`` first, so an uploading client
-reads the answer. Tests: tests/server/test_middleware.py. Details: docs/design-notes.md."""
+reads the answer. Tests: tests/server/test_middleware.py. Details: docs/batching-and-server.md#middleware."""
 
 from __future__ import annotations
 

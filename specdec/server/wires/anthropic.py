@@ -7,7 +7,7 @@ Contract: the wire renders and tokenizes nothing: ``Api.queue`` does, once, and 
 ``max_tokens`` to the room (``fit``); a request refused before its first token (or before
 ``HEADERS_AFTER_S``) gets a proper status, a slow stream gets headers and pings; the body is
 read by ``body.read_json`` (a 400 in Anthropic's shape). Tests: tests/server/test_anthropic.py.
-Details: docs/design-notes.md."""
+Details: docs/batching-and-server.md#the-anthropic-wire."""
 
 from __future__ import annotations
 
