@@ -172,9 +172,11 @@ def test_tiny_group_is_exact_and_a_dead_or_hung_rank_ends_rank0(sig, message):
 @requires_model("qwen2.5-coder-0.5b")
 def test_qwen_sharded_over_mlx_launch_speculates_exactly():
     """mlx.launch -n 2 --backend ring: Qwen2.5-Coder-0.5B (14 heads, 2 KV heads) split in
-    two; speculative output == plain output of the same sharded model, per drafter."""
+    two; speculative output == plain output of the same sharded model, per drafter. 16
+    tokens hold accepted and rejected drafts of each (unsharded: ngram 3 of 9, suffix 3
+    of 8; 24 tokens cost a third more)."""
     argv = ["mlx.launch", "-n", "2", "--backend", "ring", "--starting-port", str(free_port()),
-            "--", sys.executable, RANKS, "parity", "qwen2.5-coder-0.5b", "24"]
+            "--", sys.executable, RANKS, "parity", "qwen2.5-coder-0.5b", "16"]
     proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, start_new_session=True)
     try:
@@ -210,8 +212,10 @@ def test_serve_distributed_answers_then_a_dead_rank_gives_503_and_stops():
 
     from serverproc import Server
 
-    # a short watchdog: a collective that hangs on the dead peer still ends in a 503
-    flags = ["--distributed", "--distributed-timeout", "60", "--model", "qwen2.5-coder-0.5b",
+    # a short watchdog: a collective that hangs on the dead peer ends in a 503 only when it
+    # fires, so the test waits it out once (60 s took 60 % of the test; a step of this
+    # short chat is well under a second, under 10 s on a loaded 2-core machine)
+    flags = ["--distributed", "--distributed-timeout", "20", "--model", "qwen2.5-coder-0.5b",
              "--dtype", "float32"]
     ports = [free_port(), free_port()]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
