@@ -13,7 +13,7 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from .golden import cases, load, normalise, scripted_app
+from .golden import cases, job_view, load, normalise, scripted_app
 from .golden.record import CASES
 
 CASE_FILES = cases()
@@ -22,7 +22,7 @@ CASE_FILES = cases()
 def replay(case: dict) -> list[tuple[dict, dict]]:
     """Each recorded exchange's reply and the reply the app gives now, normalised alike;
     placeholders in a request are the ids this replay's own replies made."""
-    app, _ = scripted_app(case["script"], case["ending"])
+    app, worker = scripted_app(case["script"], case["ending"])
     ids: dict[str, str] = {}
     out = []
     with TestClient(app) as client:
@@ -32,11 +32,14 @@ def replay(case: dict) -> list[tuple[dict, dict]]:
             path, body = req["path"], req["body"]
             for ph, value in real.items():
                 path, body = path.replace(ph, value), body.replace(ph, value)
+            before = len(worker.requests)
             r = client.request(req["method"], path + (f"?{req['query']}" if req["query"] else ""),
                                headers=req["headers"], content=body.encode())
             got = {"status": r.status_code, "content_type": r.headers.get("content-type", ""),
-                   "body": normalise(r.text, ids)}
-            out.append((x["reply"], got))
+                   "body": normalise(r.text, ids),
+                   "jobs": json.loads(normalise(json.dumps(
+                       [job_view(j, worker.tokenizer) for j in worker.requests[before:]]), ids))}
+            out.append(({**x["reply"], "jobs": x["jobs"]}, got))
     return out
 
 

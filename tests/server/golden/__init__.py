@@ -4,12 +4,14 @@
 One JSON file per client case: ``script`` (the text pieces the scripted worker answers each
 job with, one per token) and ``ending`` (its finish reason), then ``exchanges``: each request
 as the client sent it (method, path, query, the headers that matter, body) and our reply
-(status, content type, body), ids and times normalised by ``normalise``. Ids our server made
+(status, content type, body) and the engine requests it made (``job_view``), ids and times
+normalised by ``normalise``. Ids our server made
 are placeholders (``<resp_1>``), in requests too (a client sends back the ids it was given),
 so a replay substitutes the ids its own replies made."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -19,14 +21,18 @@ from specdec.server.engine.events import DoneEvent, TokenEvent
 from specdec.server.http.app import create_app
 from specdec.server.http.metrics import Metrics
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
 from ..test_app import ScriptedWorker
-from ..tiny_api import word_tokenizer
 
 GOLDEN = Path(__file__).resolve().parent
 KEY = "golden-key"
-# renders tools (so tool calls are planned) and names Hermes' <tool_call> (the call format)
+# renders tools and past calls (so tool calls are planned, and the golden prompts show what
+# each wire made of them) and names Hermes' <tool_call> (the call format)
 TEMPLATE = ("{% if tools %}<tools>{{ tools | tojson }}</tools> <tool_call>\n{% endif %}"
-            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+            "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
+            "{% if m.tool_calls %} {{ m.tool_calls | tojson }}{% endif %}{{ '\\n' }}{% endfor %}"
             "{% if add_generation_prompt %}assistant:{% endif %}")
 CONTEXT = 1 << 17  # room for a CLI's max_tokens (Claude Code asks 32000)
 # the request headers a wire reads (or a client always sends: its identity); the rest vary
@@ -39,6 +45,19 @@ TIMES = re.compile(r'("(?:created|created_at|modified_at|expires_at|completed_at
                    r'|("(?:total|load|prompt_eval|eval)_duration"\s*:\s*)(\d+)')
 
 
+def byte_tokenizer(template: str = TEMPLATE) -> PreTrainedTokenizerFast:
+    """A real tokenizer, built here (no download): one token per UTF-8 byte, so a prompt
+    decodes back to its exact text (the golden files keep the prompt each wire rendered)."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(["<unk>", "<eos>", *alphabet])},
+                               merges=[], unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    hf = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>")
+    hf.chat_template = template
+    return hf
+
+
 class GoldenWorker(ScriptedWorker):
     """``ScriptedWorker`` whose last event carries usage and timings shaped as the real
     worker's (``engine.replies.done_event``), with fixed numbers: the wires' usage mapping
@@ -47,8 +66,13 @@ class GoldenWorker(ScriptedWorker):
     def submit(self, job):
         self.check_room()
         self.requests.append(job.request)
+        top = job.request.top_logprobs
         for i, piece in enumerate(self.script):
-            job.emit(TokenEvent(piece, i))
+            if job.request.logprobs:  # what the real worker adds when asked (or a wire asks)
+                alts = [(piece, -0.25), *[(" x", -3.0)] * (top - 1)][:top]
+                job.emit(TokenEvent(piece, i, -0.25, piece, alts))
+            else:
+                job.emit(TokenEvent(piece, i))
         n, k = len(job.request.prompt_ids), len(self.script)
         usage = {"prompt_tokens": n, "completion_tokens": k, "total_tokens": n + k,
                  "drafted_tokens": 4, "accepted_tokens": 3, "acceptance_rate": 0.75,
@@ -61,11 +85,27 @@ class GoldenWorker(ScriptedWorker):
 
 def scripted_app(script: list[str], ending: str = "stop"):
     """The real app (every wire) in front of a worker that answers ``script``; no model."""
-    worker = GoldenWorker(word_tokenizer(TEMPLATE), list(script), context_length=CONTEXT)
+    worker = GoldenWorker(byte_tokenizer(), list(script), context_length=CONTEXT)
     worker.ending = ending
     cfg = ServerConfig(model="m", model_alias=("claude-*", "gpt-*"), api_key=KEY,
                        allowed_hosts=("testserver",))
     return create_app(cfg, worker, Metrics()), worker
+
+
+# what a wire decides of the engine's request value (the same on every wire for the same ask);
+# the one place to follow a rename of its fields (then re-record)
+JOB_FIELDS = ("max_tokens", "stop", "logprobs", "top_logprobs", "response_format", "store")
+
+
+def job_view(request, tokenizer) -> dict:
+    """The engine request a wire made, as the golden file keeps it: the prompt as text, the
+    fields above, and the sampling values that differ from the defaults."""
+    sampling = request.sampling
+    changed = {f.name: getattr(sampling, f.name) for f in dataclasses.fields(sampling)
+               if getattr(sampling, f.name) != f.default}
+    view = {"prompt": tokenizer.decode(request.prompt_ids)}
+    view.update({k: getattr(request, k) for k in JOB_FIELDS})
+    return json.loads(json.dumps({**view, "sampling": changed}))
 
 
 def normalise(text: str, ids: dict[str, str]) -> str:

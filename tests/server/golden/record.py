@@ -23,7 +23,8 @@ from pathlib import Path
 
 import uvicorn
 
-from tests.server.golden import GOLDEN, KEY, REQUEST_HEADERS, known_ids, normalise, scripted_app
+from tests.server.golden import (GOLDEN, KEY, REQUEST_HEADERS, job_view, known_ids, normalise,
+                                 scripted_app)
 
 HELLO = ["Hello", "!", " How", " can", " I", " help", "?"]
 CALL = ["<tool_call>", '\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}',
@@ -38,8 +39,8 @@ USER = [{"role": "user", "content": "hi hello"}]
 class Recorder:
     """ASGI layer: every HTTP exchange's request and reply, raw."""
 
-    def __init__(self, app):
-        self.app, self.exchanges = app, []
+    def __init__(self, app, worker):
+        self.app, self.worker, self.exchanges = app, worker, []
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -59,19 +60,23 @@ class Recorder:
                 reply["body"].extend(msg.get("body", b""))
             await send(msg)
 
+        before = len(self.worker.requests)
         await self.app(scope, rec_receive, rec_send)
+        jobs = [job_view(r, self.worker.tokenizer) for r in self.worker.requests[before:]]
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         self.exchanges.append({"method": scope["method"], "path": scope["path"],
                                "query": scope["query_string"].decode(), "headers": headers,
-                               "body": bytes(body).decode(), "reply": reply})
+                               "body": bytes(body).decode(), "reply": reply, "jobs": jobs})
 
 
 def openai_chat(base):
     import openai
     c = openai.OpenAI(base_url=base + "/v1", api_key=KEY)
-    c.chat.completions.create(model="gpt-golden", messages=[{"role": "system", "content": SYSTEM}, *USER])
+    c.chat.completions.create(model="gpt-golden", messages=[{"role": "system", "content": SYSTEM}, *USER],
+                              temperature=0.7, top_p=0.9, stop=["\n\n"], seed=1, max_tokens=50)
     for _ in c.chat.completions.create(model="gpt-golden", messages=USER, stream=True,
-                                       stream_options={"include_usage": True}):
+                                       stream_options={"include_usage": True}, logprobs=True,
+                                       top_logprobs=2):
         pass
     try:
         c.chat.completions.create(model="gpt-golden", messages=USER, n=2)
@@ -95,7 +100,7 @@ def openai_chat_tools(base):
 def openai_completions(base):
     import openai
     c = openai.OpenAI(base_url=base + "/v1", api_key=KEY)
-    c.completions.create(model="gpt-golden", prompt="hi hello", max_tokens=7)
+    c.completions.create(model="gpt-golden", prompt="hi hello", max_tokens=7, logprobs=2)
     for _ in c.completions.create(model="gpt-golden", prompt="hi hello", max_tokens=7, stream=True):
         pass
 
@@ -103,7 +108,8 @@ def openai_completions(base):
 def openai_responses(base):
     import openai
     c = openai.OpenAI(base_url=base + "/v1", api_key=KEY)
-    r = c.responses.create(model="gpt-golden", instructions=SYSTEM, input="hi hello")
+    r = c.responses.create(model="gpt-golden", instructions=SYSTEM, input="hi hello",
+                           temperature=0.7, top_p=0.9, max_output_tokens=50)
     c.responses.create(model="gpt-golden", input="hi", previous_response_id=r.id)
     c.responses.retrieve(r.id)
     for _ in c.responses.create(model="gpt-golden", input="hi hello", stream=True, store=False):
@@ -130,7 +136,8 @@ def openai_responses_tools(base):
 def anthropic_messages(base):
     import anthropic
     c = anthropic.Anthropic(base_url=base, api_key=KEY)
-    c.messages.create(model="claude-golden", max_tokens=64, system=SYSTEM, messages=USER)
+    c.messages.create(model="claude-golden", max_tokens=64, system=SYSTEM, messages=USER,
+                      stop_sequences=["\n\n"], extra_body={"temperature": 0.7, "top_p": 0.9})
     with c.messages.stream(model="claude-golden", max_tokens=64, messages=USER) as s:
         s.get_final_message()
     c.messages.count_tokens(model="claude-golden", system=SYSTEM, messages=USER)
@@ -165,7 +172,8 @@ def ollama_api(base):
     c.generate(model="m", prompt="hi hello", stream=False)
     for _ in c.generate(model="m", prompt="hi hello", raw=True, stream=True):
         pass
-    c.chat(model="m", messages=USER, stream=False, options={"num_predict": 3, "temperature": 0})
+    c.chat(model="m", messages=USER, stream=False, options={"num_predict": 3, "temperature": 0.7,
+                                                          "top_p": 0.9, "stop": ["\n\n"], "seed": 1})
     try:
         c.chat(model="nope", messages=USER, stream=False)
     except ollama.ResponseError:
@@ -251,7 +259,8 @@ def golden(name: str, script: list[str], ending: str, exchanges: list[dict]) -> 
         out.append({"request": request, "reply": {
             "status": reply["status"], "content_type": reply["headers"].get("content-type", ""),
             # uvicorn sends no body for a HEAD (the app wrote one): what the client got
-            "body": "" if x["method"] == "HEAD" else normalise(bytes(reply["body"]).decode(), ids)}})
+            "body": "" if x["method"] == "HEAD" else normalise(bytes(reply["body"]).decode(), ids)},
+            "jobs": json.loads(normalise(json.dumps(x["jobs"]), ids))})
     return {"case": name, "script": script, "ending": ending, "exchanges": out}
 
 
@@ -260,8 +269,8 @@ def record(name: str) -> None:
     if needs and shutil.which(needs) is None:
         print(f"{name}: skipped ({needs} is not installed: make install-agents)")
         return
-    app, _ = scripted_app(script, ending)
-    rec = Recorder(app)
+    app, worker = scripted_app(script, ending)
+    rec = Recorder(app, worker)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
