@@ -28,11 +28,12 @@ from ..test_app import ScriptedWorker
 
 GOLDEN = Path(__file__).resolve().parent
 KEY = "golden-key"
-# renders tools and past calls (so tool calls are planned, and the golden prompts show what
-# each wire made of them) and names Hermes' <tool_call> (the call format)
+# renders tools and past calls, not their ids, as Qwen's and most templates do (so tool calls are
+# planned, and the golden prompts show what each wire made of them) and names Hermes'
+# <tool_call> (the call format)
 TEMPLATE = ("{% if tools %}<tools>{{ tools | tojson }}</tools> <tool_call>\n{% endif %}"
             "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
-            "{% if m.tool_calls %} {{ m.tool_calls | tojson }}{% endif %}{{ '\\n' }}{% endfor %}"
+            "{% if m.tool_calls %} {{ m.tool_calls | map(attribute='function') | list | tojson }}{% endif %}{{ '\\n' }}{% endfor %}"
             "{% if add_generation_prompt %}assistant:{% endif %}")
 CONTEXT = 1 << 17  # room for a CLI's max_tokens (Claude Code asks 32000)
 # the request headers a wire reads (or a client always sends: its identity); the rest vary
