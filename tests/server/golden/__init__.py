@@ -84,9 +84,9 @@ class GoldenWorker(ScriptedWorker):
         job.emit(DoneEvent(self.ending, "", usage, timings))
 
 
-def scripted_app(script: list[str], ending: str = "stop"):
+def scripted_app(script: list[str], ending: str = "stop", template: str = TEMPLATE):
     """The real app (every wire) in front of a worker that answers ``script``; no model."""
-    worker = GoldenWorker(byte_tokenizer(), list(script), context_length=CONTEXT)
+    worker = GoldenWorker(byte_tokenizer(template), list(script), context_length=CONTEXT)
     worker.ending = ending
     cfg = ServerConfig(model="m", model_alias=("claude-*", "gpt-*"), api_key=KEY,
                        allowed_hosts=("testserver",))
