@@ -29,7 +29,9 @@ def qwen():
 
 @pytest.fixture(scope="package")
 def smol():
-    """The default model's server with default flags, no key (test_ollama, test_responses)."""
-    s = Server("--model", MODEL)
+    """The default model's server, no key, one request at a time (each answer is the model's
+    plain decoding alone) and the ``claude-*`` alias (test_anthropic, test_ollama,
+    test_responses)."""
+    s = Server("--model", MODEL, "--max-batch", "1", "--model-alias", "claude-*")
     yield s
     s.stop()

@@ -14,14 +14,31 @@ WIRE_MAY_IMPORT = {"schemas", "events"}  # the engine's request value and its ev
 
 
 def engine_imports(source: str) -> set[str]:
-    """The engine modules ``source`` (a module of server/wires) imports at run time."""
+    """The engine modules ``source`` (a module of server/wires) imports at run time, however
+    spelled: ``from ..engine.x import``, ``from ..engine import x``, or through ``specdec``."""
     tree = ast.parse(source)
     typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
                    and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
                    for n in ast.walk(node)}
-    return {node.module.split(".")[1] for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and id(node) not in typing_only
-            and node.level == 2 and (node.module or "").startswith("engine.")}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 0:
+                module = module.removeprefix("specdec.server.") if module.startswith(
+                    "specdec.server.engine") else ""
+            elif node.level != 2:
+                continue
+            if module == "engine":
+                found |= {alias.name for alias in node.names}
+            elif module.startswith("engine."):
+                found.add(module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[3] for a in node.names
+                      if a.name.startswith("specdec.server.engine.")}
+    return found
 
 
 def test_no_server_module_is_over_the_limit():
@@ -38,5 +55,7 @@ def test_wires_import_only_the_request_value_and_events_from_the_engine():
 
 def test_the_check_catches_a_wire_reaching_into_the_engine():
     src = ("from typing import TYPE_CHECKING\nfrom ..engine.worker import W\n"
-           "if TYPE_CHECKING:\n    from ..engine.api import Api\n")
-    assert engine_imports(src) == {"worker"}
+           "from ..engine import batcher\nfrom specdec.server.engine.api import Api\n"
+           "import specdec.server.engine.rows\nfrom ..http.errors import APIError\n"
+           "if TYPE_CHECKING:\n    from ..engine.run import Run\n")
+    assert engine_imports(src) == {"worker", "batcher", "api", "rows"}

@@ -1,20 +1,18 @@
-"""Ollama's API on `specdec serve`, through the real ``ollama`` Python client.
-
-Each greedy answer is compared token-exactly with the same request through
-``/v1/chat/completions`` (or ``/v1/completions`` for a raw prompt): the Ollama surface is
-an adapter, so it must change nothing. One smollm2 server serves the module; the tool
-loop needs a template that renders tools (Qwen2.5-Coder-0.5B), on a second server, slow.
+"""Ollama's API on a real `specdec serve`, through the real ``ollama`` Python client: the
+models list, show and ps from the real weights, the real-model smoke (a greedy answer equals
+``/v1/chat/completions``' token for token) and its logprobs, on the package's shared SmolLM2
+server; the tool loop on the shared Qwen2.5-Coder-0.5B server (a template that renders tools).
+What each request becomes, streaming and refusals: in-process, test_ollama_wire.py; the bytes
+the client gets: test_golden.py.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import ollama
 import pytest
 from conftest import requires_model
-from pydantic import BaseModel
 from serverproc import MODEL
 
 pytestmark = pytest.mark.slow  # server processes on a real model
@@ -69,66 +67,6 @@ def test_chat_equals_the_openai_greedy_answer(server, client):
     assert r.total_duration >= r.eval_duration > 0 and r.prompt_eval_duration >= 0
 
 
-def test_stream_is_the_default_and_concatenates_to_the_whole_answer(server, client):
-    whole = client.chat(MODEL, ASK, stream=False, options=GREEDY)
-    parts = list(client.chat(MODEL, ASK, stream=True, options=GREEDY))
-    assert "".join(p.message.content for p in parts) == whole.message.content
-    assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
-    last = parts[-1]
-    assert last.message.content == "" and last.done_reason == "length"
-    assert last.eval_count == 16 and last.prompt_eval_count == whole.prompt_eval_count
-    with server.http().stream("POST", "/api/chat", json={  # no "stream": Ollama streams
-            "model": MODEL, "messages": ASK, "options": GREEDY}) as r:
-        assert r.headers["content-type"].startswith("application/x-ndjson")
-        lines = [json.loads(line) for line in r.iter_lines() if line]
-    assert len(lines) == len(parts) and lines[-1]["done"] is True
-
-
-def test_generate_maps_onto_the_chat_template_and_raw_onto_completions(server, client):
-    r = client.generate(MODEL, "Name three colours of the rainbow.", options=GREEDY)
-    assert r.response == client.chat(MODEL, ASK, options=GREEDY).message.content
-    system = [{"role": "system", "content": "Answer in French."}, *ASK]
-    r = client.generate(MODEL, ASK[0]["content"], system="Answer in French.", options=GREEDY)
-    assert r.response == openai_chat(server, system).choices[0].message.content
-    raw = client.generate(MODEL, "1, 2, 3,", raw=True, options={"num_predict": 8})
-    ref = server.openai().completions.create(model=MODEL, prompt="1, 2, 3,", max_tokens=8)
-    assert raw.response == ref.choices[0].text and raw.eval_count == 8
-    streamed = list(client.generate(MODEL, "1, 2, 3,", raw=True, stream=True,
-                                    options={"num_predict": 8}))
-    assert "".join(p.response for p in streamed) == raw.response and streamed[-1].done
-    assert client.generate(MODEL, "").done_reason == "load"  # clients preload this way
-    assert client.chat(MODEL, []).done_reason == "load"
-
-
-class Place(BaseModel):
-    age: int
-    city: Literal["Lyon", "Paris", "Oslo", "Lima"]
-
-
-def test_format_schema_and_json(server, client):
-    ask = [{"role": "user", "content": "Alice Smith is 34 and lives in Lyon. Give her as JSON."}]
-    r = client.chat(MODEL, ask, format=Place.model_json_schema(),
-                    options={"num_predict": 24, "temperature": 0})
-    assert Place.model_validate_json(r.message.content) == Place(age=34, city="Lyon")
-    ref = openai_chat(server, ask, 24, response_format={"type": "json_schema", "json_schema": {
-        "name": "ollama_format", "schema": Place.model_json_schema()}})
-    assert r.message.content == ref.choices[0].message.content
-    j = client.chat(MODEL, ask, format="json", options={"num_predict": 24, "temperature": 0})
-    ref = openai_chat(server, ask, 24, response_format={"type": "json_object"})
-    assert j.message.content == ref.choices[0].message.content and j.message.content.startswith("{")
-
-
-def test_options_reach_the_sampler(server, client):
-    stop = client.chat(MODEL, ASK, options={**GREEDY, "stop": [","]})
-    ref = openai_chat(server, ASK, stop=[","])
-    assert stop.message.content == ref.choices[0].message.content and stop.done_reason == "stop"
-    seeded = {"num_predict": 12, "temperature": 0.9, "seed": 7, "top_k": 20, "num_ctx": 99999}
-    a, b = (client.chat(MODEL, ASK, options=seeded).message.content for _ in range(2))
-    ref = server.openai().chat.completions.create(model=MODEL, messages=ASK, max_tokens=12,
-                                                  temperature=0.9, seed=7, extra_body={"top_k": 20})
-    assert a == b == ref.choices[0].message.content
-
-
 def test_logprobs_are_the_chat_endpoint_s(server, client):
     r = client.chat(MODEL, ASK, options={"num_predict": 4, "temperature": 0}, logprobs=True,
                     top_logprobs=2)
@@ -136,28 +74,6 @@ def test_logprobs_are_the_chat_endpoint_s(server, client):
     assert [lp.token for lp in r.logprobs] == [lp.token for lp in ref] and len(ref) == 4
     assert [lp.logprob for lp in r.logprobs] == pytest.approx([lp.logprob for lp in ref], abs=1e-3)
     assert all(len(lp.top_logprobs) == 2 for lp in r.logprobs)
-
-
-def refused(status, match, call):
-    with pytest.raises(ollama.ResponseError, match=match) as e:
-        call()
-    assert e.value.status_code == status
-
-
-def test_errors_are_ollama_shaped_with_their_status(server, client):
-    refused(404, "does not exist", lambda: client.chat("llama3.2", ASK))
-    refused(404, "does not exist", lambda: client.show("llama3.2:latest"))
-    refused(400, "options.temperature", lambda: client.chat(MODEL, ASK, options={"temperature": 5}))
-    refused(400, "images are not supported", lambda: client.chat(
-        MODEL, [{**ASK[0], "images": ["aGVsbG8="]}]))
-    refused(400, "does not support thinking", lambda: client.chat(MODEL, ASK, think=True))
-    refused(400, "does not support tools", lambda: client.chat(MODEL, ASK, tools=[WEATHER]))
-    refused(400, "suffix", lambda: client.generate(MODEL, "def f(", suffix="return 1"))
-    refused(400, "system", lambda: client.generate(MODEL, "1, 2,", system="x", raw=True))
-    refused(400, "a tool message answers", lambda: client.chat(
-        MODEL, [*ASK, {"role": "tool", "tool_name": "f", "content": "1"}]))
-    r = server.http().post("/api/chat", content=b"{nope")
-    assert r.status_code == 400 and set(r.json()) == {"error"}
 
 
 # -- tool calls: a template that renders tools ---------------------------------------------

@@ -31,7 +31,7 @@ PROMPTS = ["Alice Smith is 34 and lives in Lyon. Give her as JSON.",
 
 
 @pytest.fixture(scope="module")
-def server(smol):  # the package's shared server, default flags: grammar,suffix drafts
+def server(smol):  # the package's shared server, default drafts (grammar,suffix)
     return smol
 
 

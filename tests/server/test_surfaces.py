@@ -1,8 +1,10 @@
 """The conformance table: the same cases through every wire the server speaks — OpenAI chat
-completions, Anthropic messages, OpenAI responses, Ollama chat — must give the same
-answer (greedy, token for token: one request model, one generation path), streamed or
-whole, and each wire's own error shape. Raw HTTP here; the SDK and CLI tests are in
-tests/server/test_{anthropic,openai_responses,ollama}.py."""
+completions, Anthropic messages, OpenAI responses, Ollama chat — must make the same engine
+request (prompt, limits, stops, sampling, grammar: one request model, one generation path),
+and refuse in each wire's own shape: in-process, in front of the scripted worker (no model).
+On the shared Qwen server, one real-model smoke per wire: the text case answered whole and
+streamed equals chat completions' token for token. Raw HTTP here; the SDK and CLI tests are in
+tests/server/test_{anthropic,responses,ollama,golden,agent_clis}.py."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import json
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 from conftest import requires_model
+
+from .golden import KEY, job_view, scripted_app
 
 MODEL = "qwen2.5-coder-0.5b"  # a template that renders tools
 WEATHER = {"name": "get_weather", "description": "Current weather of a city.",
@@ -128,6 +133,50 @@ SURFACES = {  # path, body, reader, whether it has the case's feature
 }
 
 
+# -- in-process: every wire makes the chat request ------------------------------------------
+
+
+def engine_request(surface: str, c: dict) -> dict:
+    """The engine request the scripted app's ``surface`` made of case ``c``."""
+    app, worker = scripted_app(["ok"])
+    path, render, _, _ = SURFACES[surface]
+    with TestClient(app) as client:
+        r = client.post(path, json={**render(c), "model": "m"},
+                        headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 200, (surface, r.text)
+    [job] = worker.requests
+    view = job_view(job, worker.tokenizer)
+    fmt = view["response_format"]  # its schema's name is a label: the grammar is the schema
+    schema = fmt and {"type": fmt["type"], "schema": fmt.get("json_schema", {}).get("schema")}
+    return {"schema": schema, **{k: view[k] for k in ("prompt", "max_tokens", "stop", "sampling")}}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("surface", ["messages", "responses", "ollama"])
+def test_every_surface_makes_the_chat_request(surface, name):
+    c = CASES[name]
+    if not SURFACES[surface][3](c):
+        pytest.skip(f"{surface} has no such field ({name})")
+    assert engine_request(surface, c) == engine_request("chat", c)
+
+
+def test_every_surface_refuses_in_its_own_shape():
+    shapes = {"chat": lambda b: b["error"]["code"] == "model_not_found",
+              "messages": lambda b: b["type"] == "error" and b["error"]["type"] == "not_found_error",
+              "responses": lambda b: b["error"]["code"] == "model_not_found",
+              "ollama": lambda b: "does not exist" in b["error"]}
+    app, worker = scripted_app(["ok"])
+    with TestClient(app) as client:
+        for surface, (path, render, _, _) in SURFACES.items():
+            r = client.post(path, json={**render(CASES["text"]), "model": "no-such-model"},
+                            headers={"Authorization": f"Bearer {KEY}"})
+            assert r.status_code == 404 and shapes[surface](r.json()), (surface, r.text)
+    assert worker.requests == []
+
+
+# -- on the shared Qwen server: one real-model smoke per wire -----------------------------
+
+
 @pytest.fixture(scope="module")
 def server(qwen):  # the package's shared Qwen server (tests/server/conftest.py)
     return qwen
@@ -135,8 +184,8 @@ def server(qwen):  # the package's shared Qwen server (tests/server/conftest.py)
 
 @pytest.fixture(scope="module")
 def reference(server):
-    """Each case's chat-completions answer, computed once."""
-    return {name: ask(server, "chat", c) for name, c in CASES.items()}
+    """The text case's chat-completions answer, computed once."""
+    return ask(server, "chat", CASES["text"])
 
 
 def ask(server, surface: str, c: dict) -> dict:
@@ -148,18 +197,10 @@ def ask(server, surface: str, c: dict) -> dict:
 
 @pytest.mark.slow
 @requires_model(MODEL)
-@pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("surface", ["messages", "responses", "ollama"])
-def test_every_surface_answers_as_chat_completions(server, reference, surface, name):
-    c = CASES[name]
-    if not SURFACES[surface][3](c):
-        pytest.skip(f"{surface} has no such field ({name})")
-    got = ask(server, surface, c)
-    assert got == reference[name]
-    if c["force"]:
-        assert got["calls"] and got["calls"][0][0] == c["force"]
-    if c["schema"]:
-        assert set(json.loads(got["text"])) == {"name", "age"}
+def test_every_surface_answers_as_chat_completions(server, reference, surface):
+    got = ask(server, surface, CASES["text"])
+    assert got == reference and got["text"]
 
 
 def stream_text(server, surface: str, c: dict) -> str:
@@ -187,18 +228,4 @@ def stream_text(server, surface: str, c: dict) -> str:
 @requires_model(MODEL)
 @pytest.mark.parametrize("surface", list(SURFACES))
 def test_every_surface_streams_what_it_answers_whole(server, reference, surface):
-    assert stream_text(server, surface, CASES["text"]) == reference["text"]["text"]
-
-
-@pytest.mark.slow
-@requires_model(MODEL)
-def test_every_surface_refuses_in_its_own_shape(server):
-    bad = {**CASES["text"]}
-    shapes = {"chat": lambda b: b["error"]["code"] == "model_not_found",
-              "messages": lambda b: b["type"] == "error" and b["error"]["type"] == "not_found_error",
-              "responses": lambda b: b["error"]["code"] == "model_not_found",
-              "ollama": lambda b: "does not exist" in b["error"]}
-    for surface, (path, render, _, _) in SURFACES.items():
-        r = httpx.post(server.base + path, json={**render(bad), "model": "no-such-model"},
-                       headers=server.headers(), timeout=60)
-        assert r.status_code == 404 and shapes[surface](r.json()), (surface, r.text)
+    assert stream_text(server, surface, CASES["text"]) == reference["text"]
