@@ -59,6 +59,14 @@ def float_rows(a: mx.array) -> list[list[float]]:
     return cast("list[list[float]]", a.tolist())
 
 
+def nested(a: mx.array) -> list[Any]:
+    """An array of any rank >= 1 as nested lists (one sync): rows of mixed kinds read by
+    position, where a per-rank type would say no more."""
+    if a.ndim < 1:
+        raise ValueError("expected an array of rank >= 1, got a scalar")
+    return cast("list[Any]", a.tolist())
+
+
 def load_arrays(path: str) -> dict[str, mx.array]:
     """The named arrays of a .safetensors/.npz file; ``mx.load`` is typed as any of its
     return shapes, and without ``return_metadata`` it is this one."""
