@@ -106,7 +106,7 @@ def grammar_for(model: Model, tokenizer: Any, response_format: dict | Grammar | 
     return Grammar(tokenizer, grammar, vocab_size(model, tokenizer))
 
 
-def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | None,
+def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | DecodePolicy | None,
                 num_draft_tokens: int) -> tuple[int, Any]:
     """(node budget, shaper or None) for a request: ``"auto"`` prices trees on the model's
     measured curves and the drafter's own cost per proposal (when ``build_drafter``

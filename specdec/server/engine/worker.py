@@ -25,6 +25,7 @@ from ...cache.prompt_cache import PrefixStore
 from ...cache.recurrent import has_recurrent, refuse_trees
 from ...cache.rollback import RollbackError, UnsupportedCacheError, make_cache
 from ...calibrate import Calibration
+from ...core.model import Model
 from ...core.vocab import vocab_size
 from ...core.wedlm import settings_of
 from ...decode.batch import batchable
@@ -50,6 +51,12 @@ class InferenceWorker(Drafting, Replies):
     """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
     full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
+    # set by ``load`` (on the inference thread, before any job): read only after it
+    model: Model
+    tokenizer: Any  # the tokenizer's seam (a HF tokenizer or the GGUF one)
+    memory: SharedMemory
+    prefixes: PrefixStore
+
     def __init__(self, cfg: ServerConfig, metrics: Metrics, group: Any = None,
                  group_timeout: float = 120.0,
                  on_group_lost: Callable[[], None] | None = None):
@@ -63,7 +70,7 @@ class InferenceWorker(Drafting, Replies):
         self.one_at_a_time: str | None = None  # why requests do not batch (None: they do)
         self.plain_only: str | None = None  # why no request speculates (None: they may)
         self.recurrent = False  # a hybrid target: no token trees (cache.recurrent.refuse_trees)
-        self.model = self.tokenizer = self.memory = self.prefixes = None
+        self.leader: LeaderModel | None = None  # rank 0 of a sharded target (--distributed)
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
         self.kv: KVBudget | None = None  # the KV memory budget (None: sharded, or none)
@@ -109,8 +116,10 @@ class InferenceWorker(Drafting, Replies):
         self._drain_until = time.monotonic() + seconds
 
     def _cut_drained(self) -> None:
-        if self._drain_until is not None and time.monotonic() >= self._drain_until and self.busy:
-            self.batcher.end_all(APIError(503, "the server is shutting down: this request was "
+        batcher = self.batcher
+        if self._drain_until is not None and time.monotonic() >= self._drain_until and self.busy \
+                and batcher is not None:
+            batcher.end_all(APIError(503, "the server is shutting down: this request was "
                                           "still running after --drain-timeout; retry it",
                                           code="shutting_down"))
 
@@ -140,8 +149,8 @@ class InferenceWorker(Drafting, Replies):
             if self.batcher is not None:
                 self.batcher.close()
             self._save(final=True)
-            if self.group is not None and self.group_error is None:
-                self.model.stop()  # the followers exit; MLX work stays on this thread
+            if self.leader is not None and self.group_error is None:
+                self.leader.stop()  # the followers exit; MLX work stays on this thread
 
     def load(self) -> None:
         """Load the model and build the scheduler on the calling thread (``start`` calls it on
@@ -152,7 +161,7 @@ class InferenceWorker(Drafting, Replies):
             shard(self.model, self.group)
             dog = Watchdog(self.group_timeout, lambda s: self._group_lost(
                 f"no forward finished for {s:.0f} s (a rank hung or its network is down)"))
-            self.model = LeaderModel(self.model, self.group, dog)
+            self.model = self.leader = LeaderModel(self.model, self.group, dog)
         if cfg.speculation.draft_model:
             self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
         self.context_length = self._context_length()
@@ -269,15 +278,18 @@ class InferenceWorker(Drafting, Replies):
 
     def _loop(self) -> None:
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
+        batcher = self.batcher
+        if batcher is None:
+            raise RuntimeError("load() builds the scheduler before the loop runs")
         while not self._stopping:
             try:
-                self.batcher.run_once(0 if self.calibration is not None else tick)
+                batcher.run_once(0 if self.calibration is not None else tick)
                 if self.calibration is not None:
                     self._calibrate()
             except Exception:  # noqa: BLE001 (outside any job's own handling: the thread survives)
                 log.exception("a scheduling round failed; the inference thread keeps serving")
-            if self.group is not None and not self.busy:
-                self.model.watchdog.disarm()  # idle: no deadline until the next job
+            if self.leader is not None and self.leader.watchdog is not None and not self.busy:
+                self.leader.watchdog.disarm()  # idle: no deadline until the next job
             self._cut_drained()
             self._maybe_save()
 
@@ -287,7 +299,7 @@ class InferenceWorker(Drafting, Replies):
 
     def _save(self, final: bool = False) -> None:
         self._last_save = time.monotonic()
-        if self.memory is None:
+        if getattr(self, "memory", None) is None:  # not loaded (a load failed)
             return
         try:
             if self.memory.save():
