@@ -82,8 +82,8 @@ def flat_weights(model: Model) -> list[tuple[str, mx.array]]:
     return flat_tree(model.parameters())
 
 
-def flat_tree(tree: dict[str, Any]) -> list[tuple[str, mx.array]]:
-    """An mlx parameter tree (``module.parameters()``) as (dotted name, array) pairs."""
+def flat_tree(tree: Any) -> list[tuple[str, mx.array]]:
+    """An mlx tree (``module.parameters()``, a cache's state) as (dotted name, leaf) pairs."""
     from mlx.utils import tree_flatten  # typed as list-or-dict: the default gives the list
 
     return cast("list[tuple[str, mx.array]]", tree_flatten(tree))

@@ -62,18 +62,21 @@ class Api:
 
     async def prompt_ids(self, body: ChatCompletionRequest | CompletionRequest,
                          tools: list[dict] | None = None) -> list[int]:
-        chat = isinstance(body, ChatCompletionRequest)
-        param = "messages" if chat else "prompt"
-        prompt = body.chat_messages() if chat else body.prompt
-        template = body.template_kwargs(self.traits.thinking_switch) if chat else None
-        if not chat and isinstance(prompt, list) and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            bad = [t for t in prompt if not 0 <= t < self.worker.vocab_size]
-            if bad:
-                raise APIError(400, f"prompt token ids must lie in [0, {self.worker.vocab_size}); "
-                               f"got {bad[0]}", param=param)
-            return list(prompt)
+        prompt: str | list[int] | list[dict[str, Any]]
+        if isinstance(body, ChatCompletionRequest):
+            chat, param, prompt = True, "messages", body.chat_messages()
+            template = body.template_kwargs(self.traits.thinking_switch)
+        else:
+            chat, param, template = False, "prompt", None
+            given = body.prompt
+            if isinstance(given, list) and given and isinstance(given[0], int):
+                ids = [t for t in given if isinstance(t, int)]
+                bad = [t for t in ids if not 0 <= t < self.worker.vocab_size]
+                if bad:
+                    raise APIError(400, f"prompt token ids must lie in [0, {self.worker.vocab_size}); "
+                                   f"got {bad[0]}", param=param)
+                return ids
+            prompt = given if isinstance(given, str) else str(given[0])  # one text in a list
 
         def encode() -> list[int]:
             with self.worker.tokenizer_lock:
@@ -168,8 +171,11 @@ class Api:
             raise APIError(400, "token trees (draft_tree_budget) are verified one request at a "
                            "time: this server batches requests (start it with --max-batch 1 "
                            "for trees)", param="speculative.draft_tree_budget")
-        logprobs = body.logprobs if chat else body.logprobs is not None
-        top = (body.top_logprobs or 0) if chat else (body.logprobs or 0)
+        if isinstance(body, ChatCompletionRequest):
+            logprobs, top = body.logprobs, body.top_logprobs or 0
+            fmt = body.response_format.as_dict() if body.response_format else None
+        else:
+            logprobs, top, fmt = body.logprobs is not None, body.logprobs or 0, None
         sampling = SamplingParams(
             temperature=_or(body.temperature, cfg.temp), top_p=_or(body.top_p, cfg.top_p),
             top_k=_or(body.top_k, cfg.top_k), min_p=_or(body.min_p, cfg.min_p), seed=body.seed,
@@ -180,7 +186,6 @@ class Api:
             sampling.validate()
         except ValueError as e:
             raise APIError(400, str(e)) from e
-        fmt = body.response_format.as_dict() if chat and body.response_format else None
         if tools is not None and tools.forced_schema is not None:
             if fmt is not None:
                 raise APIError(400, "tool_choice 'required' or a named function already "
@@ -192,7 +197,8 @@ class Api:
                 await run_in_threadpool(response_grammar, fmt)
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
-        return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
+        stop = [body.stop] if isinstance(body.stop, str) else body.stop  # the schema's validator lists it
+        return GenRequest(ids, max_tokens, spec, sampling, stop=stop, logprobs=logprobs,
                           top_logprobs=top, response_format=fmt, tenant=tenant,
                           cache_salt=body.cache_salt,
                           store=getattr(body, "store", None) is not False)
