@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import Request
@@ -197,8 +197,7 @@ class Api:
                 await run_in_threadpool(response_grammar, fmt)
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
-        stop = [body.stop] if isinstance(body.stop, str) else body.stop  # the schema's validator lists it
-        return GenRequest(ids, max_tokens, spec, sampling, stop=stop, logprobs=logprobs,
+        return GenRequest(ids, max_tokens, spec, sampling, stop=body.stops, logprobs=logprobs,
                           top_logprobs=top, response_format=fmt, tenant=tenant,
                           cache_salt=body.cache_salt,
                           store=getattr(body, "store", None) is not False)
@@ -246,7 +245,7 @@ class Api:
         return len(await self.prompt_ids(body, plan.template_tools if plan else None))
 
     async def chat(self, request: Request, body: ChatCompletionRequest | CompletionRequest,
-                   queued: Queued | None = None) -> AsyncIterator[dict]:
+                   queued: Queued | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """The one event stream every other surface translates: ``body`` (already mapped
         from that surface's request) run as a streamed chat completion, its chunks in
         OpenAI's ``chat.completion.chunk`` shape (a raw ``CompletionRequest``'s carry
@@ -263,7 +262,7 @@ class Api:
             raise
         return self.chunks(run, include_usage=True)
 
-    async def chunks(self, run: Run, include_usage: bool) -> AsyncIterator[dict]:
+    async def chunks(self, run: Run, include_usage: bool) -> AsyncGenerator[dict[str, Any], None]:
         """A started request's chunks; an error after the first token raises its
         ``APIError`` here. Leaving early (the client went away) cancels the job."""
         responder, event = run.responder, run.first
