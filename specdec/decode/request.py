@@ -156,7 +156,8 @@ class Request:
 
     def feed(self, step: Step) -> list[Emitted]:
         """One step's tokens as ``Emitted``, recorded in the stats; sets ``finish_reason``."""
-        stats, out = self.stats, list[Emitted]()
+        stats = self.stats
+        out: list[Emitted] = []
         stats.record_step(step.drafted, step.accepted, step.fed, step.depth)
         if self.step_log is not None:
             self.step_log.append((step.fed, step.accepted))

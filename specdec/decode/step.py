@@ -183,13 +183,13 @@ def pick_token(logits: mx.array, params: SamplingParams, rng: KeySource | None) 
     return draw_token(logits, params, _need_rng(rng).next())
 
 
+_K = TypeVar("_K", bound=KeySource)
+
+
 def _need_rng(rng: _K | None) -> _K:
     if rng is None:
         raise ValueError("a sampled request (temperature > 0) draws with an Rng: pass one")
     return rng
-
-
-_K = TypeVar("_K", bound=KeySource)
 
 
 def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> Sampler:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...calibrate import Calibration
 from ...core.model import Model
@@ -65,7 +63,8 @@ class Drafting:
 
     @property
     def busy(self) -> int:
-        raise NotImplementedError  # the worker's
+        """How many jobs run (``InferenceWorker.busy``: calibration waits while any do)."""
+        raise NotImplementedError
 
     def _price(self) -> BlockPrice:
         """The batcher's block prices, which the cost curve sets."""
