@@ -67,12 +67,10 @@ class Api:
             chat, param, prompt = True, "messages", body.chat_messages()
             template = body.template_kwargs(self.traits.thinking_switch)
         else:
-            chat, param, template = False, "prompt", None
-            given = body.prompt
+            chat, param, template, given = False, "prompt", None, body.prompt
             if isinstance(given, list) and given and isinstance(given[0], int):
                 ids = [t for t in given if isinstance(t, int)]
-                bad = [t for t in ids if not 0 <= t < self.worker.vocab_size]
-                if bad:
+                if bad := [t for t in ids if not 0 <= t < self.worker.vocab_size]:
                     raise APIError(400, f"prompt token ids must lie in [0, {self.worker.vocab_size}); "
                                    f"got {bad[0]}", param=param)
                 return ids
@@ -153,10 +151,10 @@ class Api:
     async def gen_request(self, body: ChatCompletionRequest | CompletionRequest,
                           tools: ToolPlan | None = None, tenant: str = "",
                           fit: bool = False) -> GenRequest:
-        chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
+        chat, cfg = body if isinstance(body, ChatCompletionRequest) else None, self.cfg
         ids = await self.prompt_ids(body, tools.template_tools if tools else None)
         max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
-                                     "messages" if chat else "prompt", fit)
+                                     "messages" if chat is not None else "prompt", fit)
         try:
             spec = merge_speculative(cfg.speculation, body.speculative)
         except ValueError as e:
@@ -171,11 +169,8 @@ class Api:
             raise APIError(400, "token trees (draft_tree_budget) are verified one request at a "
                            "time: this server batches requests (start it with --max-batch 1 "
                            "for trees)", param="speculative.draft_tree_budget")
-        if isinstance(body, ChatCompletionRequest):
-            logprobs, top = body.logprobs, body.top_logprobs or 0
-            fmt = body.response_format.as_dict() if body.response_format else None
-        else:
-            logprobs, top, fmt = body.logprobs is not None, body.logprobs or 0, None
+        logprobs = chat.logprobs if chat is not None else body.logprobs is not None
+        top = (chat.top_logprobs or 0) if chat is not None else (body.logprobs or 0)
         sampling = SamplingParams(
             temperature=_or(body.temperature, cfg.temp), top_p=_or(body.top_p, cfg.top_p),
             top_k=_or(body.top_k, cfg.top_k), min_p=_or(body.min_p, cfg.min_p), seed=body.seed,
@@ -186,6 +181,7 @@ class Api:
             sampling.validate()
         except ValueError as e:
             raise APIError(400, str(e)) from e
+        fmt = chat.response_format.as_dict() if chat is not None and chat.response_format else None
         if tools is not None and tools.forced_schema is not None:
             if fmt is not None:
                 raise APIError(400, "tool_choice 'required' or a named function already "

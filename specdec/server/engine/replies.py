@@ -39,6 +39,12 @@ class Replies:
     tokenizer_lock: threading.Lock
     metrics: Metrics
 
+    def _scheduler(self) -> Batcher | WedlmRunner:
+        """The scheduler ``load`` built (the inference loop runs only after it)."""
+        if self.batcher is None:
+            raise RuntimeError("load() builds the scheduler before the inference loop runs")
+        return self.batcher
+
     def send_token(self, job: Job, text: str, r: Emitted) -> None:
         """One token to the client."""
         event = TokenEvent(text, r.token)

@@ -25,7 +25,6 @@ from ...cache.prompt_cache import PrefixStore
 from ...cache.recurrent import has_recurrent, refuse_trees
 from ...cache.rollback import RollbackError, UnsupportedCacheError, make_cache
 from ...calibrate import Calibration
-from ...core.model import Model
 from ...core.vocab import vocab_size
 from ...core.wedlm import settings_of
 from ...decode.batch import batchable
@@ -51,11 +50,7 @@ class InferenceWorker(Drafting, Replies):
     """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
     full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
-    # set by ``load`` (on the inference thread, before any job): read only after it
-    model: Model
-    tokenizer: Any  # the tokenizer's seam (a HF tokenizer or the GGUF one)
-    memory: SharedMemory
-    prefixes: PrefixStore
+    prefixes: PrefixStore  # set by ``load``, as the mixins' model, tokenizer and memory
 
     def __init__(self, cfg: ServerConfig, metrics: Metrics, group: Any = None,
                  group_timeout: float = 120.0,
@@ -116,10 +111,8 @@ class InferenceWorker(Drafting, Replies):
         self._drain_until = time.monotonic() + seconds
 
     def _cut_drained(self) -> None:
-        batcher = self.batcher
-        if self._drain_until is not None and time.monotonic() >= self._drain_until and self.busy \
-                and batcher is not None:
-            batcher.end_all(APIError(503, "the server is shutting down: this request was "
+        if self._drain_until is not None and time.monotonic() >= self._drain_until and self.batcher:  # busy
+            self.batcher.end_all(APIError(503, "the server is shutting down: this request was "
                                           "still running after --drain-timeout; retry it",
                                           code="shutting_down"))
 
@@ -197,7 +190,6 @@ class InferenceWorker(Drafting, Replies):
     def cannot_speculate(self) -> str | None:
         """Why no request can speculate on this model (None: they can); such a model
         serves plain decoding, said once at startup, rather than failing every request."""
-
         try:
             make_cache(self.model, kv_bits=self.cfg.kv_bits, recurrent=True)
         except (UnsupportedCacheError, RollbackError) as e:
@@ -208,7 +200,6 @@ class InferenceWorker(Drafting, Replies):
     def _setup_batching(self) -> None:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
         else 1, said in the log), make the batcher and find the verify cost curve."""
-
         layers = make_cache(self.model, rollback=False)
         self.recurrent = has_recurrent(layers)
         refuse_trees(layers, self.cfg.speculation.draft_tree_budget)  # at start-up, not per request
@@ -278,12 +269,9 @@ class InferenceWorker(Drafting, Replies):
 
     def _loop(self) -> None:
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
-        batcher = self.batcher
-        if batcher is None:
-            raise RuntimeError("load() builds the scheduler before the loop runs")
         while not self._stopping:
             try:
-                batcher.run_once(0 if self.calibration is not None else tick)
+                self._scheduler().run_once(0 if self.calibration is not None else tick)
                 if self.calibration is not None:
                     self._calibrate()
             except Exception:  # noqa: BLE001 (outside any job's own handling: the thread survives)
