@@ -60,7 +60,7 @@ class GenerationResult:
 
 
 def resolve_drafter(drafter: Drafter | DecodePolicy | DraftSpec | str | None, tokenizer: Any, *,
-                    model: Model = None, num_draft_tokens: int | None = None,
+                    model: Model | None = None, num_draft_tokens: int | None = None,
                     ngram_min: int | None = None, ngram_max: int | None = None,
                     temperature: float = 0.0, seed: int | None = None) -> Drafter | DecodePolicy:
     """A Drafter (or one under its decode policy: the spec's cost gate) from an instance, a
@@ -75,12 +75,13 @@ def resolve_drafter(drafter: Drafter | DecodePolicy | DraftSpec | str | None, to
     may disagree, and no keyword is dropped."""
     if drafter is None:
         return NoDrafter()
-    given = {name: v for name, v in (("num_draft_tokens", num_draft_tokens), ("ngram_min", ngram_min),
-                                     ("ngram_max", ngram_max)) if v is not None}
     if isinstance(drafter, str):
         drafter = DraftSpec(drafter)
     if isinstance(drafter, DraftSpec):
-        drafter = replace(drafter, **given)  # validated again by DraftSpec
+        drafter = replace(  # validated again by DraftSpec
+            drafter, num_draft_tokens=drafter.num_draft_tokens if num_draft_tokens is None else num_draft_tokens,
+            ngram_min=drafter.ngram_min if ngram_min is None else ngram_min,
+            ngram_max=drafter.ngram_max if ngram_max is None else ngram_max)
         table = None  # a file the spec names is loaded by prepare_resources, never ignored
         if drafter.uses("ngram-mod") and not drafter.ngram_mod_file:
             table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
@@ -106,7 +107,7 @@ def grammar_for(model: Model, tokenizer: Any, response_format: dict | Grammar | 
     return Grammar(tokenizer, grammar, vocab_size(model, tokenizer))
 
 
-def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | None,
+def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | DecodePolicy | None,
                 num_draft_tokens: int) -> tuple[int, Any]:
     """(node budget, shaper or None) for a request: ``"auto"`` prices trees on the model's
     measured curves and the drafter's own cost per proposal (when ``build_drafter``
@@ -118,7 +119,8 @@ def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | None,
     return resolve_tree_budget(model, tree_budget, propose_cost=propose_cost)
 
 
-def make_request(model: Model, prompt_ids: Sequence[int], *, drafter: Drafter | None = None,
+def make_request(model: Model, prompt_ids: Sequence[int], *,
+                 drafter: Drafter | DecodePolicy | None = None,
                  max_tokens: int = 256, num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
                  tree_budget: int | str = 0,
                  **kwargs: Any) -> Request:
@@ -211,14 +213,14 @@ def stream_generate(
         spec.num_draft_tokens if spec else DEFAULT_NUM_DRAFT_TOKENS
     tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
     grammar = grammar_for(model, tokenizer, response_format)
-    drafter = resolve_drafter(drafter, tokenizer, model=model, num_draft_tokens=k, ngram_min=ngram_min,
-                              ngram_max=ngram_max, temperature=temperature, seed=seed)
+    policy = resolve_drafter(drafter, tokenizer, model=model, num_draft_tokens=k, ngram_min=ngram_min,
+                             ngram_max=ngram_max, temperature=temperature, seed=seed)
     step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
     sampling = SamplingParams(temperature, top_p, top_k, min_p, seed, repetition_penalty,
                               repetition_context_size, presence_penalty=presence_penalty,
                               frequency_penalty=frequency_penalty, logit_bias=logit_bias or ())
     req = make_request(
-        model, tokens, drafter=drafter, max_tokens=max_tokens, num_draft_tokens=k, tree_budget=tree,
+        model, tokens, drafter=policy, max_tokens=max_tokens, num_draft_tokens=k, tree_budget=tree,
         eos=tokenizer.eos_token_ids, sampling=sampling, prefill_step_size=prefill_step_size,
         kv_bits=kv_bits, kv_group_size=kv_group_size, diagnostics=diagnostics,
         top_logprobs=top_logprobs, step_log=step_log, prompt_cache=prompt_cache,
@@ -233,14 +235,20 @@ def stream_generate(
 
 def generate(model: Model, tokenizer: Any, prompt: Any, **kwargs: Any) -> GenerationResult:
     """Run ``stream_generate`` to completion; same keyword arguments."""
-    text, toks, margins, logprobs = [], [], [], []
+    text: list[str] = []
+    toks: list[int] = []
+    margins: list[float] = []
+    logprobs: list[float] = []
     for resp in stream_generate(model, tokenizer, prompt, **kwargs):
         text.append(resp.text)
         if resp.token is not None:
             toks.append(resp.token)
-            logprobs.append(resp.logprob)
+            if resp.logprob is not None:  # every token's response carries it
+                logprobs.append(resp.logprob)
             if resp.margin is not None:
                 margins.append(resp.margin)
+    if resp.finish_reason is None or resp.prompt_ids is None:
+        raise RuntimeError("stream_generate ended without its final response")
     return GenerationResult(
         text="".join(text),
         tokens=toks,

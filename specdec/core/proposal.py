@@ -13,16 +13,19 @@ tests/decode/test_tree_attention.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:  # annotations only: this module stays importable without mlx
+    import mlx.core as mx
 
 
 @dataclass(frozen=True)
 class Proposal:
     tokens: tuple[int, ...] = ()
-    q: Any = None  # mx.array (len(tokens), V) for sampled drafts; None = point masses
+    q: mx.array | None = None  # mx.array (len(tokens), V) for sampled drafts; None = point masses
     parents: tuple[int, ...] | None = None  # None = linear chain
 
-    def __init__(self, tokens: Sequence[int] = (), q: Any = None,
+    def __init__(self, tokens: Sequence[int] = (), q: mx.array | None = None,
                  parents: Sequence[int] | None = None):
         object.__setattr__(self, "tokens", tuple(int(t) for t in tokens))
         object.__setattr__(self, "q", q)
@@ -51,12 +54,19 @@ class Proposal:
         return self.parents is None or all(p == i - 1 for i, p in enumerate(self.parents))
 
     @property
+    def parent_ids(self) -> tuple[int, ...]:
+        """Each node's parent index, the chain's (``i - 1``) spelled out for a linear one."""
+        if self.parents is None:
+            return tuple(range(-1, len(self.tokens) - 1))
+        return self.parents
+
+    @property
     def depth(self) -> int:
         """Length of the longest root path (= len for a linear proposal)."""
         if self.is_linear:
             return len(self.tokens)
         depth: list[int] = []
-        for p in self.parents:  # topological order: a parent's depth is known
+        for p in self.parent_ids:  # topological order: a parent's depth is known
             depth.append(1 + (depth[p] if p >= 0 else 0))
         return max(depth, default=0)
 
@@ -65,9 +75,10 @@ class Proposal:
         if self.is_linear:
             return list(self.tokens[: node + 1])
         out = []
+        parents = self.parent_ids
         while node >= 0:
             out.append(self.tokens[node])
-            node = self.parents[node]
+            node = parents[node]
         return out[::-1]
 
     def truncated(self, k: int) -> "Proposal":

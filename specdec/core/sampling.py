@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
@@ -90,6 +90,13 @@ def processed_probs(logits: mx.array, params: SamplingParams) -> mx.array:
     if 0 < params.top_k < x.shape[-1]:
         x = apply_top_k(x, params.top_k)
     return mx.softmax(x / params.temperature, axis=-1)
+
+
+class KeySource(Protocol):
+    """Where plain decoding takes each token's key: an ``Rng``, or a seeded row's sampler
+    (its output positions' keys)."""
+
+    def next(self) -> mx.array: ...
 
 
 class Rng:

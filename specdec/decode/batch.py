@@ -85,6 +85,13 @@ class Batch:
         return len(self.rows)
 
     @property
+    def layers(self) -> list[Any]:
+        """The batch's cache layers (one per model layer); only while it has rows."""
+        if self.cache is None:
+            raise RuntimeError("an empty batch has no cache: join a row first")
+        return self.cache
+
+    @property
     def queued(self) -> bool:
         """Whether a pipelined plain step is queued on the device (see ``step``)."""
         return self.inflight is not None
@@ -127,12 +134,12 @@ class Batch:
     def _add(self, rows: Sequence[Row], layers: list[RowsKVCache]) -> None:
         self._check_batchable(rows)
         self._unpark()  # the join copies the batch cache anyway: parked rows leave first
-        if any(type(c) not in (KVCache, RowsKVCache) for c in self.cache):
-            kinds = sorted({type(c).__name__ for c in self.cache})
+        if any(type(c) not in (KVCache, RowsKVCache) for c in self.layers):
+            kinds = sorted({type(c).__name__ for c in self.layers})
             raise ValueError(f"cannot batch cache layers {kinds}: batching needs full-attention KVCache")
-        if not isinstance(self.cache[0], RowsKVCache):
-            self.cache = [RowsKVCache.from_kv(c) for c in self.cache]
-        for c, m in zip(self.cache, layers):
+        if not isinstance(self.layers[0], RowsKVCache):
+            self.cache = [RowsKVCache.from_kv(c) for c in self.layers]
+        for c, m in zip(self.layers, layers):
             c.extend(m)  # right-aligns both: the shorter side gets left padding
         self.rows.extend(rows)
 
@@ -157,7 +164,7 @@ class Batch:
         at 32 rows of 576 tokens, more than a step: ``lab/batch-leave-and-park-cost/batch_leave_cost.py``), and
         speculative rows finish on different steps; a parked row costs one row of a step."""
         out = self._extract(indices)
-        if not isinstance(self.cache[0], RowsKVCache):
+        if not isinstance(self.layers[0], RowsKVCache):
             self._drop(indices)
             return out, list(indices)
         for i in indices:
@@ -185,8 +192,8 @@ class Batch:
         return parked
 
     def _extract(self, indices: Sequence[int]) -> list[list[Any]]:
-        lone = not isinstance(self.cache[0], RowsKVCache)  # a lone row's own layers
-        out = [self.cache] if lone else [[c.extract(i) for c in self.cache] for i in indices]
+        lone = not isinstance(self.layers[0], RowsKVCache)  # a lone row's own layers
+        out = [self.layers] if lone else [[c.extract(i) for c in self.layers] for i in indices]
         if self.inflight is not None:  # the queued step fed them one token more
             for i, layers in zip(indices, out):
                 if i < self.inflight.covers:
@@ -204,5 +211,5 @@ class Batch:
         if not self.rows:
             self.cache = None
         else:
-            for c in self.cache:
+            for c in self.layers:
                 c.filter(keep)  # also drops the padding every remaining row shares

@@ -56,7 +56,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
         verify = [Verify(r.context, d.verifies, r.sampler, r.processors, r.top_logprobs, r.diagnostics,
                          wants(r, d) if speculate else None) for r, d in zip(rows, drafted)]
         L, t0 = max(v.block for v in verify), time.perf_counter()
-        steps = verify_step(batch.model, batch.cache, verify, vocab=batch.vocab)
+        steps = verify_step(batch.model, batch.layers, verify, vocab=batch.vocab)
         # 5. observe: prices, policies, drafters, shapers and contexts learn the step (a lone
         #    row's policy its time: the block without what rode after it, as the drafter's cost)
         t1 = time.perf_counter()

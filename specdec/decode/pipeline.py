@@ -31,8 +31,8 @@ def pipelines(batch: Batch, speculate: bool) -> bool:
     layers, and no row drafting (none asked, a policy at k = 0, or blocks priced out:
     the block policy keeps L = 1 for drafts as long as each row's last proposal)."""
     rows = batch.rows
-    if not rows or not all(map(plain_row, rows)) or isinstance(batch.cache, RecurrentCache) \
-            or any(type(c) not in (KVCache, RowsKVCache) for c in batch.cache):
+    if not rows or not all(map(plain_row, rows)) or isinstance(batch.layers, RecurrentCache) \
+            or any(type(c) not in (KVCache, RowsKVCache) for c in batch.layers):
         return False
     # a batch judges by each row's last proposal (so a row with nothing to copy does not
     # hold it off the pipelined path); a lone row asks its drafter every step, as a single
@@ -49,11 +49,11 @@ def pipelined_step(batch: Batch) -> list[Step]:
     stream's does)."""
     rows, cur, t0 = batch.rows, batch.inflight, time.perf_counter()
     if cur is None:
-        cur = InFlight(queue_plain_step(batch.model, batch.cache, last_tokens(rows)), len(rows))
+        cur = InFlight(queue_plain_step(batch.model, batch.layers, last_tokens(rows)), len(rows))
     feed = cur.arrays[0]
     if cur.covers < len(rows):  # rows that joined since it was queued: fed from the host
         feed = mx.concatenate([feed, last_tokens(rows[cur.covers:])])
-    batch.inflight = InFlight(queue_plain_step(batch.model, batch.cache, feed), len(rows))
+    batch.inflight = InFlight(queue_plain_step(batch.model, batch.layers, feed), len(rows))
     steps = land(batch, cur)
     if len(rows) == 1 and cur.covers == 1:
         rows[0].policy.took(StepTime(0, time.perf_counter() - t0))

@@ -17,9 +17,10 @@ from typing import Callable, Iterator, Sequence
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
 
+from ..core.arrays import floats, ints, scalar_float, scalar_int
 from ..core.model import Model
-from ..core.processors import WindowProcessor, processors_for
-from ..core.sampling import Rng, SamplingParams
+from ..core.processors import LogitBias, WindowProcessor, processors_for
+from ..core.sampling import KeySource, SamplingParams
 from .step import Step, pick_token, sorted_top, top2_margin, top_entries
 
 
@@ -28,7 +29,7 @@ def plain_steps(
     cache: list,
     context: Sequence[int],
     params: SamplingParams,
-    rng: Rng | None,
+    rng: KeySource | None,
     diagnostics: bool,
     top_logprobs: int = 0,
     until: Callable[[], bool] | None = None,
@@ -44,9 +45,14 @@ def plain_steps(
     def forward(tok: mx.array) -> list[mx.array]:
         nonlocal window
         logits = model(tok.reshape(1, 1), cache=cache)[0, -1][None]
-        for p in procs:
-            logits = p.apply(logits, window[None, -p.size:]) if isinstance(p, WindowProcessor) \
-                else p.add(logits)
+        for p in procs:  # the pipelined kinds (checked above)
+            if isinstance(p, WindowProcessor):
+                logits = p.apply(logits, window[None, -p.size:])
+            elif isinstance(p, LogitBias):
+                logits = p.add(logits)
+            else:
+                raise TypeError(f"{type(p).__name__} says it is pipelined but plain decoding "
+                                "runs only WindowProcessor and LogitBias")
         logits = logits[0]
         y = pick_token(logits, params, rng)
         if size:
@@ -56,10 +62,11 @@ def plain_steps(
         return out + (top_entries(logits - lse, top_logprobs) if top_logprobs else [])
 
     def step(arrays: list[mx.array]) -> Step:
-        vals = [a.tolist() for a in arrays]  # waits for this token only
-        margins = [vals[2]] if diagnostics else None
-        top = [sorted_top(*vals[-2:])] if top_logprobs else None
-        return Step(tokens=[vals[0]], drafted=0, accepted=0, fed=1, logprobs=[vals[1]], margins=margins, top=top)
+        tok = scalar_int(arrays[0])  # waits for this token only
+        margins = [scalar_float(arrays[2])] if diagnostics else None
+        top = [sorted_top(ints(arrays[-2]), floats(arrays[-1]))] if top_logprobs else None
+        return Step(tokens=[tok], drafted=0, accepted=0, fed=1, logprobs=[scalar_float(arrays[1])],
+                    margins=margins, top=top)
 
     with mx.stream(generation_stream):  # as mlx-lm's generate_step (not across the yields)
         cur = forward(mx.array([context[-1]]))

@@ -98,7 +98,10 @@ class Request:
 
     @property
     def layers(self) -> list[Any]:
-        return self.prompt_cache.layers if self.prompt_cache is not None else self._cache
+        layers = self.prompt_cache.layers if self.prompt_cache is not None else self._cache
+        if layers is None:
+            raise RuntimeError("the request's cache is made by start(): call it first")
+        return layers
 
     def start(self) -> None:
         """The cache (a prompt cache's longest shared prefix, or a fresh one), the stats,
@@ -153,7 +156,8 @@ class Request:
 
     def feed(self, step: Step) -> list[Emitted]:
         """One step's tokens as ``Emitted``, recorded in the stats; sets ``finish_reason``."""
-        stats, out = self.stats, []
+        stats = self.stats
+        out: list[Emitted] = []
         stats.record_step(step.drafted, step.accepted, step.fed, step.depth)
         if self.step_log is not None:
             self.step_log.append((step.fed, step.accepted))

@@ -153,7 +153,7 @@ def observe(row: Row, drafted: Drafted, step: Step) -> None:
 
 def parked_stand_in(row: Row) -> Row:
     """A finished row's stand-in: greedy, one token a step, nothing drafted or checked."""
-    return Row([row.context[-1]], NoDrafter(), 0, SamplingParams(), TokensLeft(1), parked=True)
+    return Row([row.context[-1]], as_policy(NoDrafter()), 0, SamplingParams(), TokensLeft(1), parked=True)
 
 
 def drafting(row: Row) -> bool:

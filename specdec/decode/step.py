@@ -14,16 +14,18 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar, cast
 
 import mlx.core as mx
+import mlx.nn as nn
 
 from ..cache.batch_cache import roll_back
 from ..cache.recurrent import RecurrentCache
+from ..core.arrays import ints, nested
 from ..core.model import Model
 from ..core.proposal import Proposal, Returned, Wants
 from ..core.processors import LogitsProcessor
-from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
+from ..core.sampling import KeySource, PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
 from ..core.verify import greedy_accept, rejection_sample, resolve, tree_rejection_sample, tree_resolve
 from ..eagle.capture import capture_layers
@@ -168,17 +170,26 @@ def node_depths(proposal: Proposal) -> list[int]:
     if proposal.is_linear:
         return list(range(1, len(proposal) + 1))
     depth: list[int] = []
-    for p in proposal.parents:  # topological order: a parent's depth is known
+    for p in proposal.parent_ids:  # topological order: a parent's depth is known
         depth.append(1 + (depth[p] if p >= 0 else 0))
     return depth
 
 
-def pick_token(logits: mx.array, params: SamplingParams, rng: Rng | None) -> mx.array:
+def pick_token(logits: mx.array, params: SamplingParams, rng: KeySource | None) -> mx.array:
     """Plain decoding's choice from one row of (processed) logits: the t-th call of a
     request draws with its Rng's t-th key, the key ``PositionKeys.at(t)`` gives."""
     if params.greedy:
         return mx.argmax(logits, axis=-1)
-    return draw_token(logits, params, rng.next())
+    return draw_token(logits, params, _need_rng(rng).next())
+
+
+_K = TypeVar("_K", bound=KeySource)
+
+
+def _need_rng(rng: _K | None) -> _K:
+    if rng is None:
+        raise ValueError("a sampled request (temperature > 0) draws with an Rng: pass one")
+    return rng
 
 
 def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> Sampler:
@@ -186,6 +197,7 @@ def sampler_for(params: SamplingParams, rng: Rng | None, speculative: bool) -> S
     rejection sampling (exact in distribution) or plain sampling."""
     if params.greedy:
         return Greedy()
+    rng = _need_rng(rng)
     if params.seed is not None:
         return SeededSampler(params, rng)
     return RejectionSampler(params, rng) if speculative else PlainSampler(params, rng)
@@ -243,15 +255,16 @@ def verify_forward(model: Model, cache: list, blocks: Sequence[Sequence[int]] | 
             raise ValueError("models with recurrent layers verify one request's linear draft "
                              "at a time (no token trees, no batched rows)")
         # the pre-block states a rollback returns to; the last rollback's kept tokens go first
-        fed = cache.begin(blocks[0])
+        fed = cache.begin(ints(blocks[0]) if isinstance(blocks, mx.array) else blocks[0])
         try:
             logits = model(mx.array([fed]), cache=cache)
         finally:  # the forward is built: its recorded rows are all there is to replay
             cache.end_block()
         return logits[:, len(fed) - len(blocks[0]):]
-    scope = tree_attention(model, cache, parents) if parents is not None else nullcontext()
+    scope = tree_attention(cast("nn.Module", model), cache, parents) if parents is not None else nullcontext()
     with scope:
-        return model(blocks if isinstance(blocks, mx.array) else mx.array(blocks), cache=cache)
+        ids = blocks if isinstance(blocks, mx.array) else mx.array([list(b) for b in blocks])
+        return model(ids, cache=cache)
 
 
 def top_entries(logp: mx.array, n: int) -> list[mx.array]:
@@ -315,7 +328,7 @@ def _greedy_arrays(logits: mx.array, rows: Sequence[Verify]) -> list[mx.array]:
 
 def _greedy_host(host: list[list], rows: Sequence[Verify]) -> list[tuple[list, list, list]]:
     """``_greedy_arrays``' host copies as each row's (logprobs, decided, extras)."""
-    out = []
+    out: list[tuple[list, list, list]] = []
     for i, r in enumerate(rows):
         n = len(r.proposal)
         drafts = host[2][i][:n] if n else []
@@ -323,12 +336,13 @@ def _greedy_host(host: list[list], rows: Sequence[Verify]) -> list[tuple[list, l
     return out
 
 
-def _returned(logits: mx.array, hidden: dict[int, mx.array], i: int, row: Verify) -> Returned:
+def _returned(logits: mx.array, hidden: dict[int, mx.array], i: int, row: Verify,
+              wants: Wants) -> Returned:
     """Row i's part of the forward its drafter ``wants``: its tail's logits, the block rows'
     hidden states of the layers it named."""
     n = 1 + len(row.proposal)
-    return Returned(logits[i, n:row.block] if row.wants.tail else None,
-                    {j: hidden[j][i, :n] for j in row.wants.layers})
+    return Returned(logits[i, n:row.block] if wants.tail else None,
+                    {j: hidden[j][i, :n] for j in wants.layers})
 
 
 def _decide(logits: mx.array, rows: Sequence[Verify],
@@ -339,14 +353,14 @@ def _decide(logits: mx.array, rows: Sequence[Verify],
     fast = [i for i, r in enumerate(rows) if plain_greedy(r)]
     fast = fast if len(fast) > 1 else []
     rest = sorted(set(range(len(rows))) - set(fast))
-    picked = logits if len(fast) == len(rows) else logits[mx.array(fast)] if fast else None
-    batched = _greedy_arrays(picked, [rows[i] for i in fast]) if fast else []
+    batched = _greedy_arrays(logits if len(fast) == len(rows) else logits[mx.array(fast)],
+                             [rows[i] for i in fast]) if fast else []
     arrays = [_row_arrays(logits[i, : 1 + len(rows[i].proposal)], rows[i]) for i in rest]
     wanted = [a for i, r in enumerate(rows) if r.wants  # read in this same sync
-              for a in r.wants.read(_returned(logits, hidden, i, r))]
+              for a in r.wants.read(_returned(logits, hidden, i, r, r.wants))]
     mx.eval(*batched, *(a for row in arrays for part in row for a in part), *wanted)
     host: list[Any] = [None] * len(rows)
-    for i, h in zip(fast, _greedy_host([a.tolist() for a in batched], [rows[i] for i in fast])):
+    for i, h in zip(fast, _greedy_host([nested(a) for a in batched], [rows[i] for i in fast])):
         host[i] = h
     for i, row in zip(rest, arrays):
         host[i] = [[a.tolist() for a in part] for part in row]
@@ -388,7 +402,8 @@ def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
     with capture_layers(model, layers) if layers else nullcontext() as captured:
         logits = verify_forward(model, cache, blocks, trees[0].proposal.parents if trees else None)
     # a recurrent cache replays its kept tokens first: the block is the forward's last L rows
-    hidden = {j: h[:, h.shape[1] - L:] for j, h in captured.hidden.items()} if layers else {}
+    hidden = {j: h[:, h.shape[1] - L:] for j, h in captured.hidden.items()} \
+        if captured is not None else {}
     host = _decide(logits, rows, hidden)
     done = [_finish(r, lps[0], decided, extras) for r, (lps, decided, extras) in zip(rows, host)]
     roll_back(cache, L, [kept for _, kept in done])
@@ -406,5 +421,5 @@ def queue_plain_step(model: Model, cache: list, tokens: mx.array) -> list[mx.arr
 
 def land_plain_step(arrays: list[mx.array], rows: Sequence[Verify]) -> list[Step]:
     """The rows' Steps of a queued plain step (waits for it: the step's one sync)."""
-    host = _greedy_host([a.tolist() for a in arrays], rows)
+    host = _greedy_host([nested(a) for a in arrays], rows)
     return [_finish(r, lps[0], decided, extras)[0] for r, (lps, decided, extras) in zip(rows, host)]

@@ -68,7 +68,8 @@ class Tracer:
     request number go on every row."""
 
     def __init__(self, out: IO[str]):
-        self.out, self.tags, self.request = out, {}, -1
+        self.out, self.request = out, -1
+        self.tags: dict[str, Any] = {}
         self._i = 0
 
     def tag(self, **tags: Any) -> None:

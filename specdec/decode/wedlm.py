@@ -15,12 +15,13 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+from ..core.arrays import ints
 from ..core.model import Model
 from ..core.sampling import Rng
 from ..core.text import TextOut, encode_prompt
@@ -99,17 +100,19 @@ def _step(model: Model, cache: list, win: _Window, s: WedlmSettings, stats: Wedl
     win.masked += [True] * c
     order = win.order()
     n_filled = sum(1 for m in win.masked if not m)
-    logits = reordered_logits(model, cache, [win.tokens[i] for i in order], order)
+    logits = reordered_logits(cast("nn.Module", model), cache, [win.tokens[i] for i in order], order)
     stats.forwards += 1
     stats.forwarded_tokens += len(order)
     committed = win.tokens[:c]
     trim_prompt_cache(cache, len(order) - c)  # the run is physically first: keep only it
     masks = order[n_filled:]  # never empty: slot c is a mask by the choice of c
-    key = rng.next() if temperature > 0 else None
+    if temperature > 0 and rng is None:
+        raise ValueError("sampling (temperature > 0) draws with an Rng: pass one")
+    key = rng.next() if temperature > 0 and rng is not None else None
     tok, fill = pick(logits[n_filled:], [i - masks[0] for i in masks], s, temperature, key)
     mx.eval(tok, fill)
     stats.host_syncs += 1
-    for i, t, f in zip(masks, tok.tolist(), fill.tolist()):
+    for i, t, f in zip(masks, ints(tok), ints(fill)):
         if f:
             win.tokens[i], win.masked[i] = int(t), False
     del win.tokens[:c], win.masked[:c]
@@ -130,7 +133,7 @@ def step_stream(model: Model, prompt_ids: Sequence[int], settings: WedlmSettings
     if temperature > 0 and rng is None:
         rng = Rng(None)
     stats = stats if stats is not None else WedlmStats()
-    cache = cache if cache is not None else make_prompt_cache(model)
+    cache = cache if cache is not None else make_prompt_cache(cast("nn.Module", model))
     mx.eval(model(mx.array(list(prompt_ids))[None], cache=cache))
     win = _Window([settings.mask_token_id] * settings.window, [True] * settings.window)
     stop, emitted = set(int(e) for e in eos), 0

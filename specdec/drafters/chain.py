@@ -28,22 +28,13 @@ class ChainDrafter(Drafter):
         self._winner: Drafter | None = None
         self._trees: list[tuple[Drafter, Proposal]] = []  # the last tree step's members
         self._pending: tuple[int, int] | None = None  # (context length, accepted), tree step
-        costs = [d.draft_cost for d in self.drafters]  # every member proposing: an upper bound
+        costs = [c for d in self.drafters if (c := d.draft_cost)]  # all proposing: an upper bound
         self.draft_cost = {key: sum(c[key] for c in costs) for key in ("fixed", "per_token")} \
-            if all(costs) else None
-
-    @property
-    def branches(self) -> bool:
-        """Two members' proposals merge into a trie with branches; one member's are its own."""
-        return len(self.drafters) > 1 or self.drafters[0].branches
-
-    @property
-    def outputs(self) -> bool:
-        return any(d.outputs for d in self.drafters)
-
-    @property
-    def guesses_paused(self) -> bool:
-        return any(d.guesses_paused for d in self.drafters)
+            if len(costs) == len(self.drafters) else None
+        # members fix these when built: two members' proposals merge into a trie with branches
+        self.branches = len(self.drafters) > 1 or self.drafters[0].branches
+        self.outputs = any(d.outputs for d in self.drafters)
+        self.guesses_paused = any(d.guesses_paused for d in self.drafters)
 
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants | None:
         """The first member's wants (its predictions follow whoever drafted the block)."""

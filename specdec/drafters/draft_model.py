@@ -11,7 +11,7 @@ Tests: tests/drafters/test_draft_model.py, tests/drafters/test_draft_model_tree.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import mlx.core as mx
 
@@ -19,6 +19,7 @@ from ..cache.marks import StepMarks
 from ..cache.prompt_cache import common_prefix
 from ..cache.recurrent import RecurrentCache
 from ..cache.rollback import RollbackError, WindowKVCache, make_cache, prefill, trim
+from ..core.arrays import ints
 from ..core.model import Model
 from ..core.sampling import PositionKeys, Rng
 from ..core.vocab import vocab_size
@@ -90,7 +91,9 @@ def branch_tree(chain: Sequence[int], chain_lp: Sequence[float],
         nodes += [(path[d] + lp, 1, d, t, d - 1) for lp, t in alts]
     # a child never scores above its parent, and ties put the chain first: topological
     nodes.sort(key=lambda n: (-n[0], n[1], n[2]))
-    where, tokens, parents = {-1: -1}, [], []
+    where: dict[int, int] = {-1: -1}
+    tokens: list[int] = []
+    parents: list[int] = []
     for _, alt, d, t, parent in nodes[:budget]:
         parents.append(where[parent])
         if not alt:
@@ -178,6 +181,12 @@ class DraftModelDrafter(Drafter):
         """The tokens whose keys/values the draft cache holds, in order (a copy)."""
         return list(self._tokens)
 
+    def _built(self) -> list:
+        """The cache ``sync`` has just built or rolled back (never None after it)."""
+        if self._cache is None:
+            raise RuntimeError("the draft cache is built by sync(); call it first")
+        return self._cache
+
     def reset(self) -> None:
         """Drop the draft cache; the next propose rebuilds it."""
         self._cache, self._marks, self._tokens, self._known = None, None, [], 0
@@ -192,7 +201,7 @@ class DraftModelDrafter(Drafter):
             self._positions = PositionKeys(Rng(self._coupled))
         keep = self.sync(prompt_ids, self.max_trim)
         missing = list(prompt_ids[keep:-1])
-        prefill(self.model, self._cache, missing, self.prefill_step_size)
+        prefill(self.model, self._built(), missing, self.prefill_step_size)
         self._tokens += missing
         self.stats["fed"] += len(missing)
         self._known = len(self._tokens)  # == prompt_ids[:-1]
@@ -254,7 +263,7 @@ class DraftModelDrafter(Drafter):
         idx = mx.argpartition(-lp, kth=b - 1)[:b]
         return [lp[tok], idx, lp[idx]]
 
-    def _keys(self, k: int, position: int) -> list[mx.array | None] | None:
+    def _keys(self, k: int, position: int) -> list[mx.array | None] | mx.array | None:
         """Keys of the k draws (after a placeholder): the positions' keys when coupled,
         else k fresh splits of the drafter's own key; None when greedy."""
         if self._positions is not None:
@@ -275,15 +284,18 @@ class DraftModelDrafter(Drafter):
         ``position``: the output position of the first draft token (coupled keys);
         ``fed``: the tokens the cache holds before ``block`` (a recurrent cache's marks)."""
         keys = self._keys(k, position)
-        y = mx.array(block)[None]
-        toks, qs, scores = [], [], []
+        y = mx.array(list(block))[None]
+        toks: list[mx.array] = []
+        qs: list[mx.array] = []
+        scores: list[list[mx.array]] = []
         for i in range(k):
             logits = self.model(y, cache=self._cache)[:, -1, :]
             if self._marks is not None:  # the state after this token: a rollback point
                 self._marks.mark(fed + len(block) + i)
             tok, q = self._pick(logits, None if keys is None else keys[i + 1])
             toks.append(tok)
-            qs.append(q)
+            if q is not None:  # sampled (keys is not None): every draw has one
+                qs.append(q)
             if branch:
                 scores.append(self._scores(logits, tok, i < branch))
             if i + 1 < k:  # the last token is not fed (docs/drafters.md#draft-model)
@@ -291,7 +303,7 @@ class DraftModelDrafter(Drafter):
                 # Start computing this step while Python builds the next one.
                 mx.async_eval(y)
         q = mx.concatenate(qs, axis=0) if keys is not None else None
-        extra = []
+        extra: list[mx.array] = []
         if branch:
             tops = [s for s in scores if len(s) == 3]
             extra = [mx.concatenate([s[0] for s in scores]),
@@ -331,12 +343,13 @@ class DraftModelDrafter(Drafter):
             # (only the cache is evaluated), since the block's logits would be computed
             # for every position and all but the last thrown away.
             head = len(missing) - 1 if len(missing) > _BLOCK else 0
-            prefill(self.model, self._cache, missing[:head], self.prefill_step_size)
+            prefill(self.model, self._built(), missing[:head], self.prefill_step_size)
             toks, q, extra = self._chain(missing[head:], k, branch, len(context) - self._prompt_len,
                                          keep + head)
             mx.eval(toks, *([q] if q is not None else []), *extra)  # the one host sync
-            draft = toks.tolist()
-            scores = [a.tolist() for a in extra]  # already on the host: no further sync
+            draft = ints(toks)
+            # already on the host: no further sync; 1-D (the chain's) and 2-D (the tops)
+            scores = [cast("list[Any]", a.tolist()) for a in extra]
         except BaseException:
             self.reset()  # the cache's contents are unknown now: never trust them again
             raise

@@ -68,8 +68,7 @@ class EagleDrafter(Drafter):
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         v, self._verified = self._verified, None
-        n = v.kept(context) if v is not None and v.features is not None else 0
-        if k < 1 or n < 1:
+        if k < 1 or v is None or v.features is None or (n := v.kept(context)) < 1:
             return EMPTY
         follows = mx.array([list(context[v.start:v.start + n])])  # the token after each kept row
         drafts = self.head.draft(self._cache, v.features[None, :n], follows, k).tokens

@@ -69,7 +69,9 @@ def all_match_continuations(
         n=1: (6,) ends at 4 and 1, both taken  -> nothing new
         -> [[9, 5], [7, 5]]
     """
-    L, out, used = len(context), [], set()
+    L = len(context)
+    out: list[list[int]] = []
+    used: set[int] = set()
     if k <= 0:
         return out
     for n in range(min(n_max, L - 1), n_min - 1, -1):

@@ -114,7 +114,8 @@ class SuffixAutomaton:
 
     def continuation(self, state: int, n: int, eos: frozenset[int] | set[int]) -> list[int]:
         """Up to ``n`` tokens following the most frequent transitions from ``state``."""
-        nxt, count, first, out = self.next, self.count, self.first, []
+        nxt, count, first = self.next, self.count, self.first
+        out: list[int] = []
         while len(out) < n:
             best, best_key = -1, (-1, -1)
             for tok, t in nxt[state].items():

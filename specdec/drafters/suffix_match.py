@@ -92,7 +92,8 @@ def most_frequent_continuation(
     so n=2 gives [3, 1], n=4 gives [3, 1, 2, 4], and eos={1} gives [3, 1]. Note the
     contrast with n-gram lookup, which would follow the most recent [1, 2] and draft 4.
     """
-    eos, pat, out = set(eos), list(pattern), []
+    eos, pat = set(eos), list(pattern)
+    out: list[int] = []
     while len(out) < n:
         follow: dict[int, list] = {}  # token -> [count, first (doc, end) of pattern + token]
         for d, e in occurrences(docs, pat):

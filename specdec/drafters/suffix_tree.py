@@ -78,7 +78,9 @@ def automaton_followers(automaton) -> Followers:
 def docs_followers(docs: Sequence[Sequence[int]], count_cap: int) -> Followers:
     """Brute-force followers of a pattern in ``docs`` (the reference for the automaton)."""
 
-    def followers(pattern):
+    def followers(pattern: Hashable) -> list[tuple[int, int, tuple, Hashable]]:
+        if not isinstance(pattern, tuple):  # this one's states are the patterns themselves
+            raise TypeError(f"a docs_followers state is a tuple of token ids, got {pattern!r}")
         follow: dict[int, list] = {}  # token -> [count, first (doc, end) of pattern + token]
         for d, e in occurrences(docs, pattern):
             entry = follow.setdefault(docs[d][e + 1], [0, (d, e + 1)])

@@ -176,8 +176,8 @@ def walk(p: Proposal, truth: Sequence[int]) -> int:
     lookup = {(parent, tok): i for i, (tok, parent) in enumerate(zip(p.tokens, _parents(p)))}
     node, n = -1, 0
     for tok in truth:
-        node = lookup.get((node, tok))
-        if node is None:
+        child = lookup.get((node, tok))
+        if child is None:
             break
-        n += 1
+        node, n = child, n + 1
     return n

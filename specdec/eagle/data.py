@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 import mlx.core as mx
 import numpy as np
 
+from ..core.arrays import load_arrays
 from .capture import capture_layers
 
 Answer = Callable[[list[list[int]]], list[list[int]]]  # prompts -> the target's greedy answers
@@ -77,14 +78,14 @@ def samples_of(model, prompts: Sequence[list[int]], answers: Sequence[list[int]]
     order = mx.argsort(-top_lp, axis=-1)
     top, top_lp = mx.take_along_axis(top, order, -1), mx.take_along_axis(top_lp, order, -1)
     mx.eval(feats, top, top_lp)
-    feats, top, top_lp = (np.array(feats.astype(mx.float16)), np.array(top.astype(mx.int32)),
-                          np.array(top_lp.astype(mx.float16)))
+    np_feats, np_top, np_lp = (np.array(feats.astype(mx.float16)), np.array(top.astype(mx.int32)),
+                               np.array(top_lp.astype(mx.float16)))
     out = []
     for b, (p, x) in enumerate(zip(prompts, seqs)):
         n, tok = len(x), np.array(x, np.int32)
         ans = np.zeros(n, np.uint8)
-        ans[len(p):] = tok[len(p):] == top[b, len(p) - 1:n - 1, 0]
-        out.append(Sample(tok, feats[b, :n], top[b, :n], top_lp[b, :n], ans))
+        ans[len(p):] = tok[len(p):] == np_top[b, len(p) - 1:n - 1, 0]
+        out.append(Sample(tok, np_feats[b, :n], np_top[b, :n], np_lp[b, :n], ans))
     return out
 
 
@@ -98,7 +99,7 @@ def write_shard(path: Path, samples: list[Sample]) -> None:
 
 
 def read_shard(path: Path) -> list[Sample]:
-    a = {k: np.array(v) for k, v in mx.load(str(path)).items()}
+    a = {k: np.array(v) for k, v in load_arrays(str(path)).items()}
     out, start = [], 0
     for n in a["lengths"].tolist():
         sl = slice(start, start + n)

@@ -20,6 +20,8 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
+from ..core.arrays import scalar_float, scalar_int
+
 ARCHS = ("llama", "qwen2", "qwen3")
 
 
@@ -143,7 +145,7 @@ class Eagle3Head(nn.Module):
                 hidden = self.step(tok.reshape(1, 1), hidden, None, cache[0])
         mx.eval(out, lps)
         cache[0].trim(k - 1)
-        return Draft([int(t.item()) for t in out], [float(v.item()) for v in lps])
+        return Draft([scalar_int(t) for t in out], [scalar_float(v) for v in lps])
 
 
 def _widen_projections(attn: nn.Module, width: int, bias: bool) -> None:

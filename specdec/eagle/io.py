@@ -17,8 +17,8 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
+from ..core.arrays import flat_tree, load_arrays
 from .head import Eagle3Head, HeadConfig, default_layer_ids
 
 _FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
@@ -85,17 +85,19 @@ def load_head(path: str | Path, target: nn.Module | None = None,
         raise HeadFormatError(f"{d} must hold config.json and model.safetensors (an EAGLE-3 head).")
     cfg = config_from_json(json.loads((d / "config.json").read_text()),
                            len(target.layers) if target is not None else None)
-    weights = {canonical_key(k): v for k, v in mx.load(str(d / "model.safetensors")).items()}
+    weights = {canonical_key(k): v for k, v in load_arrays(str(d / "model.safetensors")).items()}
     if "t2d" not in weights and cfg.draft_vocab_size == cfg.vocab_size:  # full vocabulary heads
         weights["t2d"] = mx.ones((cfg.vocab_size,), dtype=mx.bool_)
         weights["d2t"] = mx.zeros((cfg.vocab_size,), dtype=mx.int64)
     has_embed = "embed_tokens.weight" in weights
-    if not has_embed and target is None:
-        raise HeadFormatError(f"{d} ships no embed_tokens.weight: load it with its target model.")
-    head = Eagle3Head(cfg, None if has_embed else target.model.embed_tokens)
+    embed = None
     if not has_embed:
-        weights.update({f"embed_tokens.{k}": v for k, v in
-                        tree_flatten(target.model.embed_tokens.parameters())})
+        if target is None:
+            raise HeadFormatError(f"{d} ships no embed_tokens.weight: load it with its target "
+                                  "model.")
+        embed = target.model.embed_tokens
+        weights.update({f"embed_tokens.{k}": v for k, v in flat_tree(embed.parameters())})
+    head = Eagle3Head(cfg, embed)
     weights = {k: v.astype(dtype) if mx.issubdtype(v.dtype, mx.floating) and
                not k.startswith("embed_tokens.") else v for k, v in weights.items()}
     weights["d2t"] = weights["d2t"].astype(mx.int64)
@@ -114,8 +116,8 @@ def save_head(head: Eagle3Head, path: str | Path, *, with_embeddings: bool = Fal
     """Write ``head`` as config.json + model.safetensors (``midlayer.*``); returns bytes written."""
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
-    weights = {}
-    for k, v in tree_flatten(head.parameters()):
+    weights: dict[str, mx.array] = {}
+    for k, v in flat_tree(head.parameters()):
         if k.startswith("embed_tokens.") and not with_embeddings:
             continue
         if dtype is not None and mx.issubdtype(v.dtype, mx.floating):

@@ -19,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from ..core.arrays import scalar_int
 from .data import Sample
 from .head import Eagle3Head
 
@@ -112,16 +113,16 @@ class _Unrolled:
     """The keys/values of every unrolled step so far; ``offset`` is the step (rope shift)."""
 
     def __init__(self) -> None:
-        self.keys = self.values = None
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
         self.offset = 0
 
     def update_and_fetch(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
-        if self.keys is None:
-            self.keys, self.values = k, v
-        else:
-            self.keys = mx.concatenate([self.keys, k], axis=2)
-            self.values = mx.concatenate([self.values, v], axis=2)
-        return self.keys, self.values
+        if self.keys is not None and self.values is not None:
+            k = mx.concatenate([self.keys, k], axis=2)
+            v = mx.concatenate([self.values, v], axis=2)
+        self.keys, self.values = k, v
+        return k, v
 
 
 def _shift(x: mx.array, by: int) -> mx.array:
@@ -173,7 +174,7 @@ def acceptance_counts(head: Eagle3Head, batch: Batch, steps: int) -> tuple[np.nd
         ok = ok & (draft == _shift(batch.tokens, 2 + j))
         hits.append(ok.sum())
     mx.eval(hits, eligible)
-    return np.array([int(h.item()) for h in hits]), int(eligible.sum().item())
+    return np.array([scalar_int(h) for h in hits]), scalar_int(eligible.sum())
 
 
 def mean_accepted_length(accept: Sequence[float]) -> float:

@@ -22,6 +22,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 from tqdm import tqdm
 
+from ..core.arrays import load_arrays
 from .data import read_shard
 from .head import Eagle3Head
 from .train import (DraftVocab, acceptance_counts, batches, fold_scale, mean_accepted_length,
@@ -109,8 +110,8 @@ def load_checkpoint(out: Path, head: Eagle3Head, opt: optim.Optimizer, cfg: Trai
     if state["config"] != asdict(cfg) or state.get("shards") != shards:
         raise ValueError(f"{d} was written with other training settings or data "
                          f"({state['config']}); rerun with those, or delete {d} to start over.")
-    head.load_weights(list(mx.load(str(d / "head.safetensors")).items()), strict=False)
-    opt.state = tree_unflatten(list(mx.load(str(d / "opt.safetensors")).items()))
+    head.load_weights(list(load_arrays(str(d / "head.safetensors")).items()), strict=False)
+    opt.state = tree_unflatten(list(load_arrays(str(d / "opt.safetensors")).items()))
     return state
 
 

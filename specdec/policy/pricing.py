@@ -55,12 +55,14 @@ class BlockPrice:
     def cost(self, rows: int) -> Callable[[int], float]:
         """The cost of a ``rows`` x L block (n = rows * L tokens), at the ratio observed
         at the nearest L not longer than it (1.0 until one is)."""
-        size = size_class(rows)
+        size, curve = size_class(rows), self.curve
+        if curve is None:
+            raise ValueError("no verify cost curve to price a block with: reprice() first")
 
         def cost(n: int) -> float:
             L = n // rows
             seen = [b for s, b in self.ratio if s == size and b <= L]
-            return self.curve(n) * (self.ratio[(size, max(seen))] if seen else 1.0)
+            return curve(n) * (self.ratio[(size, max(seen))] if seen else 1.0)
 
         return cost
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import threading
@@ -124,7 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # refuses every request with a bare 503: only a backstop against open sockets
         # idle keep-alive connections close after 5 s
         config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level=args.log_level,
-                                timeout_graceful_shutdown=cfg.drain_timeout + 5,
+                                timeout_graceful_shutdown=math.ceil(cfg.drain_timeout) + 5,
                                 access_log=False, timeout_keep_alive=5,
                                 limit_concurrency=cfg.max_in_flight() + 1024)
         _serve_draining(config, worker, cfg.drain_timeout)

@@ -41,6 +41,9 @@ def test_items_become_chat_messages_with_calls_joined():
     ([{"role": "user", "content": 3}], "input[0].content", "a string or a list"),
     ([{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}],
      "input[0].content[0]", "text-only model"),
+    # a part's type that is no string (unhashable) was a TypeError, a 500 (issue #45 item 6)
+    ([{"role": "user", "content": [{"type": ["input_text"], "text": "a"}]}],
+     "input[0].content[0]", "text-only model"),
     ([call(None)], "input[0].call_id", "needs call_id as a string"),
     ([{"type": "web_search_call"}], "input[0]", "'web_search_call' are not supported"),
 ])

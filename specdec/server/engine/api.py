@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import Request
@@ -62,18 +62,19 @@ class Api:
 
     async def prompt_ids(self, body: ChatCompletionRequest | CompletionRequest,
                          tools: list[dict] | None = None) -> list[int]:
-        chat = isinstance(body, ChatCompletionRequest)
-        param = "messages" if chat else "prompt"
-        prompt = body.chat_messages() if chat else body.prompt
-        template = body.template_kwargs(self.traits.thinking_switch) if chat else None
-        if not chat and isinstance(prompt, list) and isinstance(prompt[0], str):
-            prompt = prompt[0]
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            bad = [t for t in prompt if not 0 <= t < self.worker.vocab_size]
-            if bad:
-                raise APIError(400, f"prompt token ids must lie in [0, {self.worker.vocab_size}); "
-                               f"got {bad[0]}", param=param)
-            return list(prompt)
+        prompt: str | list[int] | list[dict[str, Any]]
+        if isinstance(body, ChatCompletionRequest):
+            chat, param, prompt = True, "messages", body.chat_messages()
+            template = body.template_kwargs(self.traits.thinking_switch)
+        else:
+            chat, param, template, given = False, "prompt", None, body.prompt
+            if isinstance(given, list) and given and isinstance(given[0], int):
+                ids = [t for t in given if isinstance(t, int)]
+                if bad := [t for t in ids if not 0 <= t < self.worker.vocab_size]:
+                    raise APIError(400, f"prompt token ids must lie in [0, {self.worker.vocab_size}); "
+                                   f"got {bad[0]}", param=param)
+                return ids
+            prompt = given if isinstance(given, str) else str(given[0])  # one text in a list
 
         def encode() -> list[int]:
             with self.worker.tokenizer_lock:
@@ -150,10 +151,10 @@ class Api:
     async def gen_request(self, body: ChatCompletionRequest | CompletionRequest,
                           tools: ToolPlan | None = None, tenant: str = "",
                           fit: bool = False) -> GenRequest:
-        chat, cfg = isinstance(body, ChatCompletionRequest), self.cfg
+        chat, cfg = body if isinstance(body, ChatCompletionRequest) else None, self.cfg
         ids = await self.prompt_ids(body, tools.template_tools if tools else None)
         max_tokens = self.max_tokens(body.requested_max_tokens(), len(ids),
-                                     "messages" if chat else "prompt", fit)
+                                     "messages" if chat is not None else "prompt", fit)
         try:
             spec = merge_speculative(cfg.speculation, body.speculative)
         except ValueError as e:
@@ -168,8 +169,8 @@ class Api:
             raise APIError(400, "token trees (draft_tree_budget) are verified one request at a "
                            "time: this server batches requests (start it with --max-batch 1 "
                            "for trees)", param="speculative.draft_tree_budget")
-        logprobs = body.logprobs if chat else body.logprobs is not None
-        top = (body.top_logprobs or 0) if chat else (body.logprobs or 0)
+        logprobs = chat.logprobs if chat is not None else body.logprobs is not None
+        top = (chat.top_logprobs or 0) if chat is not None else (body.logprobs or 0)
         sampling = SamplingParams(
             temperature=_or(body.temperature, cfg.temp), top_p=_or(body.top_p, cfg.top_p),
             top_k=_or(body.top_k, cfg.top_k), min_p=_or(body.min_p, cfg.min_p), seed=body.seed,
@@ -180,7 +181,7 @@ class Api:
             sampling.validate()
         except ValueError as e:
             raise APIError(400, str(e)) from e
-        fmt = body.response_format.as_dict() if chat and body.response_format else None
+        fmt = chat.response_format.as_dict() if chat is not None and chat.response_format else None
         if tools is not None and tools.forced_schema is not None:
             if fmt is not None:
                 raise APIError(400, "tool_choice 'required' or a named function already "
@@ -192,7 +193,7 @@ class Api:
                 await run_in_threadpool(response_grammar, fmt)
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
-        return GenRequest(ids, max_tokens, spec, sampling, stop=body.stop, logprobs=logprobs,
+        return GenRequest(ids, max_tokens, spec, sampling, stop=body.stops, logprobs=logprobs,
                           top_logprobs=top, response_format=fmt, tenant=tenant,
                           cache_salt=body.cache_salt,
                           store=getattr(body, "store", None) is not False)
@@ -240,7 +241,7 @@ class Api:
         return len(await self.prompt_ids(body, plan.template_tools if plan else None))
 
     async def chat(self, request: Request, body: ChatCompletionRequest | CompletionRequest,
-                   queued: Queued | None = None) -> AsyncIterator[dict]:
+                   queued: Queued | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """The one event stream every other surface translates: ``body`` (already mapped
         from that surface's request) run as a streamed chat completion, its chunks in
         OpenAI's ``chat.completion.chunk`` shape (a raw ``CompletionRequest``'s carry
@@ -257,7 +258,7 @@ class Api:
             raise
         return self.chunks(run, include_usage=True)
 
-    async def chunks(self, run: Run, include_usage: bool) -> AsyncIterator[dict]:
+    async def chunks(self, run: Run, include_usage: bool) -> AsyncGenerator[dict[str, Any], None]:
         """A started request's chunks; an error after the first token raises its
         ``APIError`` here. Leaving early (the client went away) cancels the job."""
         responder, event = run.responder, run.first

@@ -110,7 +110,8 @@ class Batcher(Prefilling):
             self._synced()  # parked rows that rode along long enough left first
             # rows that joined while a pipelined step was queued (the last ones) may
             # have no Step yet: theirs comes with the next
-            done, failed = [], {}
+            done: list[int] = []
+            failed: dict[int, BaseException] = {}
             for i, step in enumerate(steps):
                 try:
                     if self._deliver(i, step):
@@ -179,7 +180,7 @@ class Batcher(Prefilling):
         """Drop the parked slots the batch let go of (all at once: on a join, a step or
         enough parked)."""
         if None in self.decoding and not any(r.parked for r in self.batch.rows):
-            self.decoding = self.running
+            self.decoding = list[Active | None](self.running)
         if None not in self.decoding:
             self.parked_tokens = 0
 
@@ -215,11 +216,13 @@ class Batcher(Prefilling):
         """Rows ``rows`` leave the batch together: each job with its cache layers."""
         if not rows:
             return []
-        out = [self.decoding[i] for i in rows]
-        layers, gone = self.batch.park_rows(rows)
+        out = [a for i in rows if (a := self.decoding[i]) is not None]
+        if len(out) != len(rows):
+            raise RuntimeError(f"rows {rows} to leave include a parked slot")
+        layers, left = self.batch.park_rows(rows)
         for i in rows:
             self.decoding[i] = None
-        gone = set(gone)
+        gone = set(left)
         self.decoding = [a for i, a in enumerate(self.decoding) if i not in gone]
         self.parked_tokens = max(self.parked_tokens, *(reserved(a.job) for a in out)) \
             if None in self.decoding else 0

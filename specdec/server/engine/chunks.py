@@ -20,6 +20,13 @@ def _chat_item(text: str, lp: float) -> dict[str, Any]:
     return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
 
 
+def _scored(e: TokenEvent) -> tuple[str, float]:
+    """A token's text and log-probability, which the worker sends when logprobs are asked."""
+    if e.token_text is None or e.logprob is None:
+        raise ValueError("a token event without its log-probability: logprobs were not asked")
+    return e.token_text, e.logprob
+
+
 class Responder:
     def __init__(self, chat: bool, model_id: str, logprobs: bool, top_logprobs: int,
                  reasoning: ReasoningSplitter | None = None):
@@ -39,13 +46,13 @@ class Responder:
             return None
         if self.chat:
             return {"content": [
-                {**_chat_item(e.token_text, e.logprob),
+                {**_chat_item(*_scored(e)),
                  "top_logprobs": [_chat_item(t, lp) for t, lp in (e.top or [])]}
                 for e in events]}
         offsets = []
         for e in events:
             offsets.append(self._offset)
-            self._offset += len(e.token_text)
+            self._offset += len(_scored(e)[0])
         return {"tokens": [e.token_text for e in events],
                 "token_logprobs": [e.logprob for e in events],
                 "top_logprobs": [dict(e.top or []) for e in events] if self.top_logprobs else None,

@@ -12,17 +12,23 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...calibrate import Calibration
+from ...core.model import Model
 from ...drafters.base import NoDrafter
 from ...drafters.spec import DraftResources
 from ...policy.build import build_policy
 from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
 from ...policy.block import curve_cost, unknown_cost
-from ...policy.pricing import BATCH_COST_LENGTHS
-from .events import GenRequest
+from ...policy.pricing import BATCH_COST_LENGTHS, BlockPrice
+from ..config import ServerConfig
+from .batcher import Batcher
+from .events import GenRequest, JobQueue
 from .memory import SharedMemory
+
+if TYPE_CHECKING:  # annotations only
+    from .wedlm_runner import WedlmRunner
 
 log = logging.getLogger("specdec.server")
 # an unseen model's batch cost curve is measured in idle time (``calibrate``): repeats per
@@ -34,6 +40,37 @@ CALIBRATION_SLICE_S = 0.05
 
 class Drafting:
     """``InferenceWorker``'s drafting side: drafters, memories and the cost curve."""
+
+    # the worker's state read here (set by ``InferenceWorker``)
+    cfg: ServerConfig
+    model: Model
+    tokenizer: Any  # the tokenizer's seam (a HF tokenizer or the GGUF one)
+    draft: tuple[Any, Any] | None  # (draft model, its tokenizer)
+    group: Any
+    max_batch: int
+    plain_only: str | None
+    recurrent: bool
+    batcher: Batcher | WedlmRunner | None
+    queue: JobQueue
+    memory: SharedMemory
+    _isolated: SharedMemory
+    _tenant_memory: dict[str, SharedMemory]
+    curve: dict[int, float] | None
+    calibration: Calibration | None
+    _gate_off_said: bool
+    _costs: dict[int, dict[int, float]]
+    _draft_costs: dict[str, dict[str, float]]
+
+    @property
+    def busy(self) -> int:
+        """How many jobs run (``InferenceWorker.busy``: calibration waits while any do)."""
+        raise NotImplementedError
+
+    def _price(self) -> BlockPrice:
+        """The batcher's block prices, which the cost curve sets."""
+        if not isinstance(self.batcher, Batcher):
+            raise RuntimeError("the verify cost curve prices the batcher's blocks: none runs")
+        return self.batcher.price
 
     def _find_curve(self) -> None:
         """The verify cost curve from the cache; without one a ``Calibration`` measures it
@@ -51,7 +88,7 @@ class Drafting:
                      "sharded or hybrid target): requests draft without the cost gate")
             return
         self.calibration = Calibration(self.model, lengths, repeats=CALIBRATION_REPEATS)
-        self.batcher.price.curve = unknown_cost  # several rows decode plain until it is known
+        self._price().curve = unknown_cost  # several rows decode plain until it is known
         log.info("batching up to %d requests; no verify cost curve cached for this model: "
                  "batches of several requests decode plain and a lone request drafts without "
                  "the cost gate until it is measured, %d forwards in idle time",
@@ -60,23 +97,25 @@ class Drafting:
     def _use_curve(self, curve: dict[int, float]) -> None:
         self.curve = curve
         if self.max_batch > 1:
-            self.batcher.price.reprice(curve_cost(curve))
+            self._price().reprice(curve_cost(curve))
 
     def _calibrate(self, budget_s: float = CALIBRATION_SLICE_S) -> None:
         """Calibration forwards for up to ``budget_s`` while no job runs or waits; once
         done, the batch prices its blocks with the curve (and the curve is cached)."""
         cal, t0 = self.calibration, time.monotonic()
+        if cal is None:
+            return
         while not self.busy and not len(self.queue) and time.monotonic() - t0 < budget_s:
-            if cal.step():
+            if cal.step() and cal.curve is not None:  # step() says whether the curve is done
                 cal.store()
                 self._use_curve(cal.curve)
                 log.info("verify cost curve measured and cached: batches and cost gates now "
                          "price their drafts")
                 self.calibration = None
                 return
-            if self.curve is None and cal.estimate() is not None:
+            if self.curve is None and (estimate := cal.estimate()) is not None:
                 # one round of every length: rough, but better than no pricing at all
-                self._use_curve(cal.estimate())
+                self._use_curve(estimate)
                 log.info("verify cost curve: a first estimate prices batches and cost gates "
                          "(%.0f %% measured)", 100 * cal.progress)
 
@@ -126,8 +165,11 @@ class Drafting:
         """The known verify curve at every length 1..max_len (between and beyond the
         measured lengths: ``policy.block.curve_cost``'s interpolation)."""
 
-        cost = curve_cost(self.curve)
-        return {L: self.curve.get(L) or cost(L) for L in range(1, max_len + 1)}
+        curve = self.curve
+        if curve is None:
+            raise RuntimeError("the cost gate prices with the verify cost curve: none is known yet")
+        cost = curve_cost(curve)
+        return {L: curve.get(L) or cost(L) for L in range(1, max_len + 1)}
 
     def _draft_cost(self, draft_type: str) -> dict[str, float]:
         if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)

@@ -16,12 +16,13 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
+import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache
 
+from ...core.arrays import flat_tree
 from ...core.model import Model
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ log = logging.getLogger("specdec.server")
 
 
 def _bytes(tree: Any) -> int:
-    return sum(a.nbytes for _, a in tree_flatten(tree) if isinstance(a, mx.array))
+    return sum(a.nbytes for _, a in flat_tree(tree) if isinstance(a, mx.array))
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Footprint:
 
     @classmethod
     def measure(cls, model: Model, kv_bits: int | None = None) -> Footprint:
-        cache = make_prompt_cache(model)
+        cache = make_prompt_cache(cast("nn.Module", model))
         if kv_bits is not None:
             cache = [QuantizedKVCache(bits=kv_bits) if type(c) is KVCache else c for c in cache]
         model(mx.array([[0]]), cache=cache)
@@ -60,7 +61,7 @@ class Footprint:
                 fixed += _bytes(c.state)
                 continue
             # keys/values are allocated in steps of tokens (axis -2), quantized ones as tuples
-            kv = [a for _, a in tree_flatten([c.keys, c.values])]
+            kv = [a for _, a in flat_tree([c.keys, c.values])]
             per_token.append((_bytes(kv) // kv[0].shape[-2], getattr(c, "max_size", None)))
         return cls(tuple(per_token), fixed)
 

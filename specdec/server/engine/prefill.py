@@ -8,15 +8,26 @@ batch is left as it was. Tests: tests/server/test_batcher.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...cache.prompt_cache import common_prefix
+from ...decode.batch import Batch
 from ...decode.request import prefill_together
-from .rows import Active
+from .rows import Active, WorkerPort
 
 CHUNK = 256  # prefill tokens per scheduling round: bounds the stall of the running rows
 
 
 class Prefilling:
     """``Batcher``'s prefill side."""
+
+    # the batcher's state and steps used here (``batcher.Batcher``)
+    worker: WorkerPort
+    batch: Batch
+    prefilling: list[Active]
+    decoding: list[Active | None]
+    _synced: Callable[[], None]
+    _failed: Callable[[Active, BaseException], None]
 
     def _prefill_group(self) -> list[Active]:
         """The oldest prefilling jobs whose prompts, padded to the longest, take at most

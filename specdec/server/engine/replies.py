@@ -9,16 +9,41 @@ from __future__ import annotations
 
 import logging
 
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from ...decode.request import Emitted, Request
 from ...distributed import is_group_failure
 from ..http.errors import APIError, internal_error
-from .events import DoneEvent, ErrorEvent, Job, TokenEvent
+from .events import DoneEvent, ErrorEvent, Job, JobQueue, TokenEvent
+
+if TYPE_CHECKING:  # annotations only: the worker imports this module
+    from ..http.metrics import Metrics
+    from .batcher import Batcher
+    from .wedlm_runner import WedlmRunner
 
 log = logging.getLogger("specdec.server")
 
 
 class Replies:
     """``InferenceWorker``'s replies: token, done and error events."""
+
+    # the worker's state read here (set by ``InferenceWorker``)
+    group: Any  # the distributed group (None: one machine)
+    group_error: str | None
+    on_group_lost: Callable[[], None] | None
+    queue: JobQueue
+    batcher: Batcher | WedlmRunner | None
+    tokenizer: Any  # the tokenizer's seam (a HF tokenizer or the GGUF one)
+    tokenizer_lock: threading.Lock
+    metrics: Metrics
+
+    def _scheduler(self) -> Batcher | WedlmRunner:
+        """The scheduler ``load`` built (the inference loop runs only after it)."""
+        if self.batcher is None:
+            raise RuntimeError("load() builds the scheduler before the inference loop runs")
+        return self.batcher
 
     def send_token(self, job: Job, text: str, r: Emitted) -> None:
         """One token to the client."""
@@ -70,6 +95,8 @@ class Replies:
     def done_event(self, job: Job, req: Request, started: float) -> DoneEvent:
         """The final event of a finished ``decode.request.Request``: usage and timings."""
         s, n_prompt = req.stats, len(job.request.prompt_ids)
+        if req.finish_reason is None:
+            raise RuntimeError("a done event for a request that has not finished")
         usage = {
             "prompt_tokens": n_prompt, "completion_tokens": s.generated_tokens,
             "total_tokens": n_prompt + s.generated_tokens, "drafted_tokens": s.drafted,

@@ -143,6 +143,11 @@ class _Sampling(IgnoredParams):
         "as vLLM's: only requests with the same salt (and API key) share prefix-cache "
         "entries; a salted request also neither reads nor feeds the shared drafting memory"))
 
+    @property
+    def stops(self) -> list[str] | None:
+        """``stop`` as ``_stops`` left it: a list (its type says what a client may send)."""
+        return [self.stop] if isinstance(self.stop, str) else self.stop
+
     @field_validator("stop")
     @classmethod
     def _stops(cls, v: str | list[str] | None) -> list[str] | None:

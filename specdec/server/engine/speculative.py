@@ -49,7 +49,7 @@ class SpeculativeOptions(Strict):
             budget = parse_tree_budget(v, text=False)  # the one parser; the server caps it
         except ValueError:
             budget = None
-        if budget is None or (budget != "auto" and budget > MAX_TREE_NODES):
+        if budget is None or (isinstance(budget, int) and budget > MAX_TREE_NODES):
             raise unsupported(f"draft_tree_budget must be in [0, {MAX_TREE_NODES}] or 'auto'")
         return budget
 

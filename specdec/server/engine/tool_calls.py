@@ -70,9 +70,8 @@ def plan_tools(body: ChatCompletionRequest, support: ToolSupport, model_id: str)
     cannot do what the request needs."""
     tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
     history = any(m.role == "tool" or m.tool_calls for m in body.messages)
-    choice = body.tool_choice or ("auto" if tools else "none")
-    if not isinstance(choice, str):
-        choice = choice.model_dump()
+    asked = body.tool_choice or ("auto" if tools else "none")
+    choice = asked if isinstance(asked, str) else asked.model_dump()
     if not tools and not history:
         return None
     use = bool(tools) and choice != "none"
@@ -98,8 +97,9 @@ class ToolResponder(Responder):
     def __init__(self, model_id: str, logprobs: bool, top_logprobs: int, plan: ToolPlan,
                  reasoning: ReasoningSplitter | None = None):
         super().__init__(True, model_id, logprobs, top_logprobs, reasoning=reasoning)
-        assert plan.format is not None
-        self.plan = plan
+        if plan.format is None:
+            raise ValueError("a ToolResponder reads calls: its plan needs a call format")
+        self.plan, self.format = plan, plan.format
         self.stream = ToolCallStream(plan.format, plan.names, max_calls=plan.max_calls)
         self._unsent: list[TokenEvent] = []  # tokens whose log-probabilities are not out yet
 
@@ -150,7 +150,7 @@ class ToolResponder(Responder):
     def whole(self, events: list[TokenEvent], done: DoneEvent) -> dict[str, Any]:
         out = super().whole(events, done)
         choice = out["choices"][0]
-        parsed = parse_tool_calls(choice["message"]["content"], self.plan.format, self.plan.names,
+        parsed = parse_tool_calls(choice["message"]["content"], self.format, self.plan.names,
                                   max_calls=self.plan.max_calls)
         choice["message"]["content"] = parsed.content
         if parsed.calls:

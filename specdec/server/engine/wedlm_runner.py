@@ -144,6 +144,8 @@ class WedlmRunner:
         self._end(DoneEvent(reason, r.text.tail() if tail else "", usage, timings))
 
     def _end(self, event: Any) -> None:
+        if self.current is None:
+            raise RuntimeError("no running job to end")
         job, self.current = self.current.job, None
         job.state = "finished"
         job.emit(event)

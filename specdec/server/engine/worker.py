@@ -50,6 +50,8 @@ class InferenceWorker(Drafting, Replies):
     """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
     full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
+    prefixes: PrefixStore  # set by ``load``, as the mixins' model, tokenizer and memory
+
     def __init__(self, cfg: ServerConfig, metrics: Metrics, group: Any = None,
                  group_timeout: float = 120.0,
                  on_group_lost: Callable[[], None] | None = None):
@@ -63,7 +65,7 @@ class InferenceWorker(Drafting, Replies):
         self.one_at_a_time: str | None = None  # why requests do not batch (None: they do)
         self.plain_only: str | None = None  # why no request speculates (None: they may)
         self.recurrent = False  # a hybrid target: no token trees (cache.recurrent.refuse_trees)
-        self.model = self.tokenizer = self.memory = self.prefixes = None
+        self.leader: LeaderModel | None = None  # rank 0 of a sharded target (--distributed)
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
         self.context_length = self.vocab_size = 0
         self.kv: KVBudget | None = None  # the KV memory budget (None: sharded, or none)
@@ -109,7 +111,7 @@ class InferenceWorker(Drafting, Replies):
         self._drain_until = time.monotonic() + seconds
 
     def _cut_drained(self) -> None:
-        if self._drain_until is not None and time.monotonic() >= self._drain_until and self.busy:
+        if self._drain_until is not None and time.monotonic() >= self._drain_until and self.batcher:  # busy
             self.batcher.end_all(APIError(503, "the server is shutting down: this request was "
                                           "still running after --drain-timeout; retry it",
                                           code="shutting_down"))
@@ -140,8 +142,8 @@ class InferenceWorker(Drafting, Replies):
             if self.batcher is not None:
                 self.batcher.close()
             self._save(final=True)
-            if self.group is not None and self.group_error is None:
-                self.model.stop()  # the followers exit; MLX work stays on this thread
+            if self.leader is not None and self.group_error is None:
+                self.leader.stop()  # the followers exit; MLX work stays on this thread
 
     def load(self) -> None:
         """Load the model and build the scheduler on the calling thread (``start`` calls it on
@@ -152,7 +154,7 @@ class InferenceWorker(Drafting, Replies):
             shard(self.model, self.group)
             dog = Watchdog(self.group_timeout, lambda s: self._group_lost(
                 f"no forward finished for {s:.0f} s (a rank hung or its network is down)"))
-            self.model = LeaderModel(self.model, self.group, dog)
+            self.model = self.leader = LeaderModel(self.model, self.group, dog)
         if cfg.speculation.draft_model:
             self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
         self.context_length = self._context_length()
@@ -188,7 +190,6 @@ class InferenceWorker(Drafting, Replies):
     def cannot_speculate(self) -> str | None:
         """Why no request can speculate on this model (None: they can); such a model
         serves plain decoding, said once at startup, rather than failing every request."""
-
         try:
             make_cache(self.model, kv_bits=self.cfg.kv_bits, recurrent=True)
         except (UnsupportedCacheError, RollbackError) as e:
@@ -199,7 +200,6 @@ class InferenceWorker(Drafting, Replies):
     def _setup_batching(self) -> None:
         """Resolve ``--max-batch`` (None: ``DEFAULT_MAX_BATCH`` where the model can batch,
         else 1, said in the log), make the batcher and find the verify cost curve."""
-
         layers = make_cache(self.model, rollback=False)
         self.recurrent = has_recurrent(layers)
         refuse_trees(layers, self.cfg.speculation.draft_tree_budget)  # at start-up, not per request
@@ -271,13 +271,13 @@ class InferenceWorker(Drafting, Replies):
         tick = min(self.cfg.save_interval, 1.0) if self.cfg.save_interval > 0 else 1.0
         while not self._stopping:
             try:
-                self.batcher.run_once(0 if self.calibration is not None else tick)
+                self._scheduler().run_once(0 if self.calibration is not None else tick)
                 if self.calibration is not None:
                     self._calibrate()
             except Exception:  # noqa: BLE001 (outside any job's own handling: the thread survives)
                 log.exception("a scheduling round failed; the inference thread keeps serving")
-            if self.group is not None and not self.busy:
-                self.model.watchdog.disarm()  # idle: no deadline until the next job
+            if self.leader is not None and self.leader.watchdog is not None and not self.busy:
+                self.leader.watchdog.disarm()  # idle: no deadline until the next job
             self._cut_drained()
             self._maybe_save()
 
@@ -287,7 +287,7 @@ class InferenceWorker(Drafting, Replies):
 
     def _save(self, final: bool = False) -> None:
         self._last_save = time.monotonic()
-        if self.memory is None:
+        if getattr(self, "memory", None) is None:  # not loaded (a load failed)
             return
         try:
             if self.memory.save():

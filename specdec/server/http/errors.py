@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -77,7 +78,7 @@ def _param(loc: tuple) -> str | None:
     return ".".join(parts) or None
 
 
-def validation_error(errors: list[dict[str, Any]]) -> APIError:
+def validation_error(errors: Sequence[Mapping[str, Any]]) -> APIError:
     """The first pydantic/FastAPI validation error as a 400 (the count of the rest)."""
     first = errors[0]
     kind, param = first.get("type", ""), _param(tuple(first.get("loc", ())))

@@ -15,14 +15,11 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import APIError, error_response
 from .metrics import Metrics
 
-Receive = Callable[[], Awaitable[dict]]
-Send = Callable[[dict], Awaitable[None]]
-ASGIApp = Callable[[dict, Receive, Send], Awaitable[None]]
 DRAIN_CAP = 64 << 20
 BODY_READ_TIMEOUT_S = 30.0  # the longest wait for the next piece of a request body
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/messages",
@@ -54,7 +51,7 @@ async def drain(receive: Receive, seen: int = 0) -> None:
         more = msg.get("more_body", False)
 
 
-async def refuse(err: APIError, scope: dict, receive: Receive, send: Send, seen: int = 0,
+async def refuse(err: APIError, scope: Scope, receive: Receive, send: Send, seen: int = 0,
                  body_done: bool = False) -> None:
     if not body_done:
         await drain(receive, seen)
@@ -80,13 +77,13 @@ class AccessLog:
     def __init__(self, app: ASGIApp):
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start, status, body = time.perf_counter(), [500], bytearray()
         reason: list[str | None] = [None]
 
-        async def record(msg: dict) -> None:
+        async def record(msg: Message) -> None:
             if msg["type"] == "http.response.start":
                 status[0] = msg["status"]
             elif msg["type"] == "http.response.body":
@@ -108,7 +105,7 @@ class AccessLog:
             self._line(scope, status[0], time.perf_counter() - start, reason[0])
 
     @staticmethod
-    def _line(scope: dict, status: int, seconds: float, reason: str | None) -> None:
+    def _line(scope: Scope, status: int, seconds: float, reason: str | None) -> None:
         client = scope.get("client")
         who = f"{client[0]}:{client[1]}" if client else "-"
         why = f" reason={json.dumps(reason, ensure_ascii=False)}" if reason else ""
@@ -123,12 +120,12 @@ class CountRequests:
     def __init__(self, app: ASGIApp, metrics: Metrics):
         self.app, self.metrics = app, metrics
 
-    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         status = [500]  # if nothing was sent, the app crashed
 
-        async def record(msg: dict) -> None:
+        async def record(msg: Message) -> None:
             if msg["type"] == "http.response.start":
                 status[0] = msg["status"]
             await send(msg)
@@ -157,7 +154,7 @@ class AllowHosts:
     def __init__(self, app: ASGIApp, hosts: tuple[str, ...]):
         self.app, self.hosts = app, {h.lower() for h in hosts}
 
-    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         given = host_name(dict(scope["headers"]).get(b"host", b""))
@@ -177,7 +174,7 @@ class RequireKey:
         # with one, everything is shared as before
         self.tenants = [f"key{i}" if len(keys) > 1 else "" for i in range(len(keys))]
 
-    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or not (path.startswith(("/v1", "/api/")) or path in GUARDED):
             return await self.app(scope, receive, send)
@@ -208,7 +205,7 @@ class LimitBody:
                         f"{self.limit} (--max-body-bytes). Shorten the prompt or raise the limit.",
                         code="request_too_large")
 
-    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
@@ -236,7 +233,7 @@ class LimitBody:
 def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
-    async def replay() -> dict:
+    async def replay() -> Message:
         nonlocal sent
         if not sent:
             sent = True
@@ -255,7 +252,7 @@ class LimitInFlight:
     def __init__(self, app: ASGIApp, limit: int):
         self.app, self.limit, self.in_flight = app, limit, 0
 
-    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == "/health":  # probes always answered
             return await self.app(scope, receive, send)
         if self.in_flight >= self.limit:
@@ -273,7 +270,7 @@ class LimitInFlight:
 def wrap(app: ASGIApp, metrics: Metrics, api_keys: tuple[str, ...], max_body_bytes: int,
          hosts: tuple[str, ...] | None = None, max_in_flight: int | None = None) -> ASGIApp:
     """The stack; ``hosts`` None: any Host header (a server bound to a public address)."""
-    inner = LimitBody(app, max_body_bytes)
+    inner: ASGIApp = LimitBody(app, max_body_bytes)
     if api_keys:
         inner = RequireKey(inner, api_keys)
     if hosts is not None:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
@@ -38,7 +38,7 @@ def _sse(kind: str, data: dict[str, Any]) -> str:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, ensure_ascii=False)}\n\n"
 
 
-async def _whole(chunks: AsyncIterator[dict], blocks: Blocks, msg_id: str, model: str) -> dict:
+async def _whole(chunks: AsyncGenerator[dict[str, Any], None], blocks: Blocks, msg_id: str, model: str) -> dict:
     async with contextlib.aclosing(chunks):
         async for chunk in chunks:
             blocks.feed(chunk)
@@ -47,7 +47,7 @@ async def _whole(chunks: AsyncIterator[dict], blocks: Blocks, msg_id: str, model
                     blocks.stop_reason(), blocks.stop_sequence())
 
 
-async def _first(pending: asyncio.Future, wait: float) -> bool:
+async def _first(pending: asyncio.Future, wait: float | None) -> bool:
     """Whether ``pending`` (``api.chat`` starting) finished within ``wait`` seconds."""
     done, _ = await asyncio.wait({pending}, timeout=wait)
     return bool(done)
@@ -100,8 +100,10 @@ def register(app: Any, api: Api) -> None:
             chunks = pending.result() if started else None
         except NoTokens:
             return Response(status_code=CLIENT_CLOSED)  # the client left: nobody reads an answer
-        blocks, msg_id = Blocks(body.stop), "msg_" + uuid.uuid4().hex
+        blocks, msg_id = Blocks(body.stops), "msg_" + uuid.uuid4().hex
         if not req.stream:
+            if chunks is None:  # waited for without a limit: it has started
+                raise RuntimeError("a non-streamed message's request did not start")
             return JSONResponse(await _whole(chunks, blocks, msg_id, req.model))
         return StreamingResponse(_stream(pending, blocks, msg_id, req.model, queued.prompt_tokens,
                                          NoTokens),

@@ -103,7 +103,8 @@ def document(app: Any, bodies: dict[str, type[BaseModel]]) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schema, models = make(), {}
+            schema = make()
+            models: dict[str, Any] = {}
             for path, model in bodies.items():
                 js = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 models.update(js.pop("$defs", {}), **{model.__name__: js})

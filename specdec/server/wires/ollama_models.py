@@ -11,11 +11,11 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TYPE_CHECKING
+from typing import Any, TYPE_CHECKING, cast
 
 import mlx.nn as nn
-from mlx.utils import tree_flatten
 
+from ...core.arrays import flat_weights
 from ...core.model import Model
 
 if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
@@ -38,11 +38,12 @@ class Weights:
 
 def weights(model: Model) -> Weights:
     """The served weights' parameter count, bytes and quantization (as Ollama labels it)."""
-    bits = {name: m.bits for name, m in model.named_modules()
+    modules = cast("nn.Module", model).named_modules()  # an mlx-lm model (a leader's raises)
+    bits = {name: m.bits for name, m in modules
             if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))}
     count = size = 0
     dtypes: set[str] = set()
-    for name, a in tree_flatten(model.parameters()):
+    for name, a in flat_weights(model):
         size += a.nbytes
         owner, _, leaf = name.rpartition(".")
         if owner in bits:  # packed into uint32: 32 // bits parameters each (scales aside)

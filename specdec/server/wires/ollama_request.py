@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import Any, TYPE_CHECKING, TypeVar
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
@@ -23,6 +23,7 @@ from ..engine.schemas import ChatCompletionRequest, CompletionRequest
 if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
     from ..engine.api import Api
 
+_M = TypeVar("_M", bound=BaseModel)
 # ChatCompletionRequest's names -> Ollama's, for 400 messages that name what was sent
 RENAMES = {"max_tokens": "options.num_predict", "repetition_penalty": "options.repeat_penalty",
            "response_format": "format", "chat_template_kwargs": "think",
@@ -202,15 +203,16 @@ def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
             for t in tools]
 
 
-def _validated(model_cls: type, payload: dict[str, Any]) -> Any:
+def _validated(model_cls: type[_M], payload: dict[str, Any]) -> _M:
     try:
         return model_cls.model_validate(payload)
     except ValidationError as e:
         err = _invalid(e)
-    head, _, rest = (err.param or "").partition(".")
+    param = err.param or ""
+    head, _, rest = param.partition(".")
     if head in RENAMES:  # name the field as the client sent it
         new = RENAMES[head] + (f".{rest}" if rest else "")
-        err.message, err.param = err.message.replace(err.param, new, 1), new
+        err.message, err.param = err.message.replace(param, new, 1), new
     raise err
 
 
@@ -256,10 +258,9 @@ class Surface:
             if getattr(body, key):
                 raise APIError(400, f"{what} is not supported here: omit {key}", param=key)
         if not body.raw and self.has_template:
-            messages = ([{"role": "system", "content": body.system}] if body.system else []) \
-                + [{"role": "user", "content": body.prompt or ""}]
-            return self.chat_request(ChatBody(model=body.model, messages=[
-                Message(**m) for m in messages], format=body.format, options=body.options,
+            messages = ([Message(role="system", content=body.system)] if body.system else []) \
+                + [Message(role="user", content=body.prompt or "")]
+            return self.chat_request(ChatBody(model=body.model, messages=messages, format=body.format, options=body.options,
                 think=body.think, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
                 speculative=body.speculative, cache_salt=body.cache_salt, store=body.store), name)
         why = "raw" if body.raw else "this model has no chat template, so"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,7 +155,7 @@ def generate_fields(p: Piece) -> dict[str, Any]:
 Shape = Callable[[Piece], dict[str, Any]]
 
 
-async def ndjson_lines(chunks: AsyncIterator[dict], name: str, shape: Shape,
+async def ndjson_lines(chunks: AsyncGenerator[dict[str, Any], None], name: str, shape: Shape,
                   started: float) -> AsyncIterator[str]:
     """NDJSON lines; a failure after the first line ends the stream with ``{"error"}``."""
     tr = Translator()
@@ -171,7 +171,7 @@ async def ndjson_lines(chunks: AsyncIterator[dict], name: str, shape: Shape,
         await chunks.aclose()  # a client gone mid-stream: the job is cancelled
 
 
-async def whole_answer(chunks: AsyncIterator[dict], name: str, shape: Shape, started: float) -> dict:
+async def whole_answer(chunks: AsyncGenerator[dict[str, Any], None], name: str, shape: Shape, started: float) -> dict:
     tr, whole = Translator(), Piece()
     try:
         async for chunk in chunks:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TYPE_CHECKING
 
@@ -45,7 +45,7 @@ class Turn:
     """One request in flight: its folder, and what the store keeps when it ends."""
 
     folder: Folder
-    chunks: AsyncIterator[dict[str, Any]]
+    chunks: AsyncGenerator[dict[str, Any], None]
     earlier: Stored | None  # the previous response (its items are shared, never copied)
     new_items: list[dict[str, Any]]  # this turn's input (references resolved)
     store: ResponseStore | None

@@ -64,7 +64,8 @@ class Folder:
         self.open = item
         out.append(self._event("response.output_item.added", output_index=len(
             self.response["output"]) - 1, item=copy.deepcopy(item)))
-        part = {"message": ("content_part", {"type": "output_text", "text": "", "annotations": []}),
+        part: dict[str, tuple[str, dict[str, Any]]] = {
+            "message": ("content_part", {"type": "output_text", "text": "", "annotations": []}),
                 "reasoning": ("reasoning_summary_part", {"type": "summary_text", "text": ""})}
         if item["type"] in part:
             name, first = part[item["type"]]
@@ -98,19 +99,22 @@ class Folder:
                                   item=copy.deepcopy(item))]
 
     def _text(self, kind: str, delta: str) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         if self.open is None or self.open["type"] != kind:
-            item = {"type": kind, "id": _id("msg_" if kind == "message" else "rs_"),
-                    "status": "in_progress"}
+            item: dict[str, Any] = {"type": kind, "id": _id("msg_" if kind == "message" else "rs_"),
+                                    "status": "in_progress"}
             item.update({"role": "assistant", "content": []} if kind == "message" else {"summary": []})
             out = self._add(item)
-        part = self.open["content" if kind == "message" else "summary"][0]
+        open_ = self.open  # this kind's item (``_add`` opened it if none was)
+        if open_ is None:
+            raise RuntimeError("no output item is open to add text to")
+        part = open_["content" if kind == "message" else "summary"][0]
         part["text"] += delta
         if kind == "message":
-            return out + [self._event("response.output_text.delta", **self._where(self.open),
+            return out + [self._event("response.output_text.delta", **self._where(open_),
                                       content_index=0, delta=delta, logprobs=[])]
         return out + [self._event("response.reasoning_summary_text.delta",
-                                  **self._where(self.open), summary_index=0, delta=delta)]
+                                  **self._where(open_), summary_index=0, delta=delta)]
 
     def _call(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
         out, item = [], self.calls.get(delta.get("index", 0))

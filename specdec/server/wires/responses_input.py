@@ -56,7 +56,7 @@ def _text(content: Any, where: str) -> str:
     out = []
     for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        key = TEXT_PARTS.get(kind)
+        key = TEXT_PARTS.get(kind) if isinstance(kind, str) else None
         if key is None or not isinstance(part.get(key), str):
             raise _bad(f"{where}[{i}]", f"parts of type {kind!r} are not supported: this server "
                        "runs a text-only model; send input_text parts or a string")
@@ -208,7 +208,8 @@ def input_items(req: ResponsesRequest, store: ResponseStore,
     out = []
     for i, item in enumerate(req.input):
         if isinstance(item, dict) and item.get("type") == "item_reference":
-            found = store.item(tenant, item.get("id"))
+            ref = item.get("id")
+            found = store.item(tenant, ref) if isinstance(ref, str) else None
             if found is None:  # another key's item is as unknown as one never stored
                 raise APIError(404, f"input[{i}]: item_reference {item.get('id')!r} names no "
                                "item of a response stored for this API key; send the item "
