@@ -1,0 +1,187 @@
+"""drafters.mtp + eagle.mtp: a checkpoint's own MTP block, read from ``mtp.*`` weights written in
+the published Qwen3-Next / Qwen3.5 layout (zero-centred norms, per-expert MoE weights), drafts
+from the verify forward's last hidden state. Output is plain decoding's, greedy and seeded, for
+k 1..8, on two hybrid (linear-attention + attention) targets: a MoE Qwen3-Next and a dense Qwen3.5
+(mlx-lm's Qwen3.5 needs a linear-attention layer: an all-attention one does not run there)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+
+import mlx.core as mx
+import pytest
+from hybrid_tiny import CONFIGS, VOCAB
+from mlx.utils import tree_flatten, tree_map
+
+from specdec.core.sampling import SamplingParams
+from specdec.core.stats import SpecStats
+from specdec.drafters.mtp import MtpDrafter
+from specdec.drafters.spec import DraftSpec, build_drafter
+from specdec.eagle.mtp import MtpFormatError, MtpHead, load_mtp
+from specdec.engine import token_stream
+from specdec.resources import prepare_resources
+
+TARGETS = {  # a hybrid MoE target (Qwen3-Next's shape) and a hybrid dense-MLP Qwen3.5
+    "hybrid": ("qwen3_next", dict(CONFIGS["qwen3_next"], num_experts=4, num_experts_per_tok=2,
+                                  mlp_only_layers=[])),
+    "dense": ("qwen3_5", dict(CONFIGS["qwen3_5"])),
+}
+PROMPT = [5, 9, 17, 3, 5, 9, 17, 3, 5]
+# the published names (Qwen3-Next / Qwen3.5 checkpoints; vLLM's and SGLang's loaders read these)
+DENSE_KEYS = {"mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
+              "mtp.norm.weight", "mtp.layers.0.input_layernorm.weight",
+              "mtp.layers.0.post_attention_layernorm.weight", "mtp.layers.0.self_attn.q_proj.weight",
+              "mtp.layers.0.self_attn.k_proj.weight", "mtp.layers.0.self_attn.v_proj.weight",
+              "mtp.layers.0.self_attn.o_proj.weight", "mtp.layers.0.self_attn.q_norm.weight",
+              "mtp.layers.0.self_attn.k_norm.weight", "mtp.layers.0.mlp.gate_proj.weight",
+              "mtp.layers.0.mlp.up_proj.weight", "mtp.layers.0.mlp.down_proj.weight"}
+
+
+@functools.lru_cache(maxsize=None)
+def target(name: str):
+    arch, cfg = TARGETS[name]
+    mod = importlib.import_module(f"mlx_lm.models.{arch}")
+    model = mod.Model(mod.ModelArgs.from_dict(dict(cfg, model_type=arch, vocab_size=VOCAB)))
+    mx.random.seed(0)
+    model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.5, model.parameters()))
+    mx.eval(model.parameters())
+    return model
+
+
+def published(head: MtpHead) -> dict[str, mx.array]:
+    """``head``'s weights as a checkpoint stores them: ``mtp.``-prefixed, norms zero-centred,
+    experts one by one (``mlp.experts.{e}.{gate,up,down}_proj``)."""
+    out = {}
+    for k, v in tree_flatten(head.parameters()):
+        if ".switch_mlp." in k:
+            base, name = k.split(".switch_mlp.")
+            out.update({f"mtp.{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
+        else:
+            out[f"mtp.{k}"] = v - 1.0 if k.endswith("norm.weight") else v
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint(name: str, tmp_root: str) -> str:
+    """An original-checkpoint directory holding a random MTP block (and a config.json)."""
+    model = target(name)
+    mx.random.seed(7)
+    head = MtpHead(model)
+    head.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.5, head.parameters()))
+    d = f"{tmp_root}/{name}"
+    import os
+
+    os.makedirs(d, exist_ok=True)
+    mx.save_safetensors(f"{d}/model-00002-of-00002.safetensors", published(head))
+    mx.save_safetensors(f"{d}/model-00001-of-00002.safetensors", {"model.embed_tokens.weight": mx.zeros((2, 2))})
+    keys = list(published(head))
+    wmap = {k: "model-00002-of-00002.safetensors" for k in keys}
+    wmap["model.embed_tokens.weight"] = "model-00001-of-00002.safetensors"
+    with open(f"{d}/model.safetensors.index.json", "w") as f:
+        json.dump({"weight_map": wmap}, f)
+    with open(f"{d}/config.json", "w") as f:
+        json.dump(dict(TARGETS[name][1], model_type=TARGETS[name][0], mtp_num_hidden_layers=1), f)
+    return d
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("mtp"))
+
+
+@functools.lru_cache(maxsize=None)
+def plain(name: str, seed: int | None):
+    sp = SamplingParams(temperature=0.0 if seed is None else 0.8, seed=seed)
+    return [e.token for e in token_stream(target(name), PROMPT, max_tokens=20, sampling=sp)]
+
+
+def test_the_fixture_uses_the_published_names_and_loads_them(root):
+    dense = json.load(open(f"{checkpoint('dense', root)}/model.safetensors.index.json"))["weight_map"]
+    assert {k for k in dense if k.startswith("mtp.")} == DENSE_KEYS
+    hybrid = json.load(open(f"{checkpoint('hybrid', root)}/model.safetensors.index.json"))["weight_map"]
+    assert "mtp.layers.0.mlp.experts.3.down_proj.weight" in hybrid
+    assert "mtp.layers.0.mlp.shared_expert_gate.weight" in hybrid
+    head = load_mtp(checkpoint("dense", root), target("dense"))
+    stored = mx.load(f"{checkpoint('dense', root)}/model-00002-of-00002.safetensors")
+    assert mx.allclose(head.norm.weight, stored["mtp.norm.weight"] + 1.0)  # un-centred
+    assert mx.array_equal(head.fc.weight, stored["mtp.fc.weight"])
+    moe = load_mtp(checkpoint("hybrid", root), target("hybrid")).layers[0].mlp.switch_mlp
+    stored = mx.load(f"{checkpoint('hybrid', root)}/model-00002-of-00002.safetensors")
+    assert mx.array_equal(moe.down_proj.weight[3], stored["mtp.layers.0.mlp.experts.3.down_proj.weight"])
+
+
+def test_a_checkpoint_without_mtp_weights_or_a_wrong_target_is_refused(root, tmp_path):
+    mx.save_safetensors(str(tmp_path / "model.safetensors"), {"model.norm.weight": mx.ones((4,))})
+    with pytest.raises(MtpFormatError, match="holds no mtp"):
+        load_mtp(tmp_path, target("dense"))
+    with pytest.raises(MtpFormatError, match="do not fit"):
+        load_mtp(checkpoint("dense", root), target("hybrid"))
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_greedy_output_is_plain_for_every_k(name, root):
+    head = load_mtp(checkpoint(name, root), target(name))
+    for k in range(1, 9):
+        stats = SpecStats()
+        out = [e.token for e in token_stream(target(name), PROMPT, drafter=MtpDrafter(head, target(name)),
+                                             max_tokens=20, num_draft_tokens=k, stats=stats)]
+        assert out == plain(name, None), f"k={k}"
+        assert stats.drafted > 0
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_seeded_sampling_is_plain_through_the_spec_path(name, root):
+    """Built as the CLI and server build it: ``prepare_resources`` reads the model's own
+    directory when no --draft-model is given."""
+    model = target(name)
+    model.specdec_source = checkpoint(name, root)
+    spec = DraftSpec("mtp", gate=False)
+    res = prepare_resources(spec, model, None)
+    for seed, k in ((3, 1), (4, 4), (5, 8)):
+        sp = SamplingParams(temperature=0.8, seed=seed)
+        stats = SpecStats()
+        out = [e.token for e in token_stream(model, PROMPT, drafter=build_drafter(spec, res, temperature=0.8,
+                                                                                   seed=seed),
+                                             max_tokens=20, num_draft_tokens=k, sampling=sp, stats=stats)]
+        assert out == plain(name, seed), f"seed={seed} k={k}"
+        assert stats.drafted > 0
+
+
+def test_the_spec_names_mtp_and_refuses_a_second_reader_of_draft_model():
+    assert DraftSpec("mtp", draft_model="/x").draft_types == ("mtp",)
+    DraftSpec("mtp,suffix", draft_model="/x").check_used()
+    with pytest.raises(ValueError, match="mtp reads --draft-model"):
+        DraftSpec("mtp,eagle", draft_model="/x").check_used()
+
+
+class Recording(MtpDrafter):
+    """Records each proposal's kept rows: (context, block start, the hidden states it fed)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.fed = []
+
+    def propose(self, context, k):
+        v = self._verified
+        if v is not None and v.features is not None and v.kept(context):
+            self.fed.append((list(context), v.start, v.features[:v.kept(context)]))
+        return super().propose(context, k)
+
+
+def test_the_block_is_fed_the_targets_normed_last_hidden_state_at_the_kept_rows(root):
+    """Oracle: a fresh forward over the context gives the same hidden states (hybrid replay:
+    the block's rows are the forward's last ones)."""
+    from specdec.eagle.capture import capture_layers
+
+    model = target("hybrid")
+    drafter = Recording(load_mtp(checkpoint("hybrid", root), model), model)
+    list(token_stream(model, PROMPT, drafter=drafter, max_tokens=12, num_draft_tokens=3))
+    assert len(drafter.fed) >= 3
+    n_layers = len(model.model.layers)
+    for context, start, fed in drafter.fed:
+        with capture_layers(model, (n_layers,)) as cap:
+            model(mx.array([context[:start + fed.shape[0] - 1]]))
+        want = model.model.norm(cap.hidden[n_layers])[0, start - 1:]
+        assert mx.allclose(fed, want, atol=1e-4), (start, fed.shape)
