@@ -13,7 +13,7 @@ import json
 import mlx.core as mx
 import pytest
 from hybrid_tiny import CONFIGS, VOCAB
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_flatten, tree_map, tree_map_with_path
 
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
@@ -185,3 +185,50 @@ def test_the_block_is_fed_the_targets_normed_last_hidden_state_at_the_kept_rows(
             model(mx.array([context[:start + fed.shape[0] - 1]]))
         want = model.model.norm(cap.hidden[n_layers])[0, start - 1:]
         assert mx.allclose(fed, want, atol=1e-4), (start, fed.shape)
+
+
+def near_markov(name: str, eps: float):
+    """A copy of a target whose layers add only ``eps`` times their output: its next token is
+    nearly a function of the last one (hidden ~ embed(t)), so drafts of the block below that
+    knows it are accepted in full and in part (context still tips some choices)."""
+    arch, cfg = TARGETS[name]
+    mod = importlib.import_module(f"mlx_lm.models.{arch}")
+    model = mod.Model(mod.ModelArgs.from_dict(dict(cfg, model_type=arch, vocab_size=VOCAB)))
+    outs = ("o_proj.weight", "out_proj.weight", "down_proj.weight")
+    model.update(tree_map(lambda p: p, target(name).parameters()))
+    model.update(tree_map_with_path(lambda k, p: p * eps if k.endswith(outs) else p, model.parameters()))
+    mx.eval(model.parameters())
+    return model
+
+
+def knowing_block(model) -> MtpHead:
+    """An MTP block that predicts the near-Markov target's token after next: it reads only the
+    next token's embedding, normed as the target's final norm does (fc = [I | 0]), its layer
+    adds nothing, so the shared LM head gives the target's choice after that token."""
+    head = MtpHead(model)
+    h = model.args.hidden_size
+    head.update(tree_map_with_path(lambda k, p: mx.zeros_like(p) if k.endswith(
+        ("o_proj.weight", "down_proj.weight")) else p, head.parameters()))
+    head.fc.weight = mx.concatenate([mx.eye(h), mx.zeros((h, h))], axis=1)
+    head.pre_fc_norm_embedding.weight = model.model.norm.weight
+    head.norm.weight = mx.ones((h,))
+    return head
+
+
+def test_accepted_drafts_roll_a_hybrid_back_exactly():
+    model = near_markov("hybrid", 0.01)
+    head = knowing_block(model)
+    want = [e.token for e in token_stream(model, PROMPT, max_tokens=24)]
+    for k in (3, 4):
+        stats, log = SpecStats(), []
+        out = [e.token for e in token_stream(model, PROMPT, drafter=MtpDrafter(head, model), max_tokens=24,
+                                             num_draft_tokens=k, stats=stats, step_log=log)]
+        assert out == want, f"k={k}"
+        assert any(a == L - 1 for L, a in log if L > 1), log  # every draft accepted
+        assert any(0 < a < L - 1 for L, a in log), log  # some accepted, some rolled back
+    sp = SamplingParams(temperature=0.5, seed=11)
+    want = [e.token for e in token_stream(model, PROMPT, max_tokens=24, sampling=sp)]
+    stats = SpecStats()
+    out = [e.token for e in token_stream(model, PROMPT, drafter=MtpDrafter(head, model), max_tokens=24,
+                                         num_draft_tokens=4, sampling=sp, stats=stats)]
+    assert out == want and stats.accepted > 0
