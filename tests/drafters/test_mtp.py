@@ -232,3 +232,16 @@ def test_accepted_drafts_roll_a_hybrid_back_exactly():
     out = [e.token for e in token_stream(model, PROMPT, drafter=MtpDrafter(head, model), max_tokens=24,
                                          num_draft_tokens=4, sampling=sp, stats=stats)]
     assert out == want and stats.accepted > 0
+
+
+def test_fused_expert_weights_are_split_as_mlx_lm_splits_them():
+    """Qwen3.5-MoE stores experts fused (``experts.gate_up_proj`` (E, 2I, H), ``experts.down_proj``)."""
+    from specdec.eagle.mtp import canonical
+
+    gate_up, down = mx.arange(2 * 6 * 3).reshape(2, 6, 3), mx.ones((2, 3, 3))
+    out = canonical({"layers.0.mlp.experts.gate_up_proj": gate_up, "layers.0.mlp.experts.down_proj": down,
+                     "layers.0.input_layernorm.weight": mx.zeros((3,))})
+    assert mx.array_equal(out["layers.0.mlp.switch_mlp.gate_proj.weight"], gate_up[:, :3])
+    assert mx.array_equal(out["layers.0.mlp.switch_mlp.up_proj.weight"], gate_up[:, 3:])
+    assert mx.array_equal(out["layers.0.mlp.switch_mlp.down_proj.weight"], down)
+    assert mx.array_equal(out["layers.0.input_layernorm.weight"], mx.ones((3,)))
