@@ -14,7 +14,7 @@ import mlx.nn as nn
 from .core.model import Model
 from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
 from .eagle.io import load_head
-from .eagle.mtp import load_mtp
+from .eagle.mtp import load_for
 from .loader import load
 from .measure import cost_curve_for, draft_cost_for
 
@@ -43,11 +43,7 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
         # the head shares the target's embeddings: it reads the loaded mlx-lm module's layers
         res.head = load_head(spec.draft_model, target=cast(nn.Module, model))
     if spec.uses("mtp"):  # the checkpoint's own mtp.* weights: --draft-model or the model's dir
-        source = spec.draft_model or getattr(model, "specdec_source", None)
-        if not source:
-            raise ValueError("--draft-type mtp needs --draft-model DIR (the original checkpoint "
-                             "with its mtp.* weights): the model was not loaded from a directory")
-        res.mtp = load_mtp(source, cast(nn.Module, model))
+        res.mtp = load_for(cast(nn.Module, model), spec.draft_model)
     if spec.uses("ngram-mod") and res.table is None:
         res.table = ngram_mod_table(spec, tokenizer)
     if spec.speculative and (spec.gate or spec.adaptive_k):

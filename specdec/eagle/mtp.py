@@ -177,3 +177,13 @@ def load_mtp(path: str | Path, target: nn.Module, dtype: mx.Dtype | None = None)
         raise MtpFormatError(f"the mtp.* weights in {d} do not fit the target's MTP block: {e}") from e
     mx.eval(head.parameters())
     return head
+
+
+def load_for(target: nn.Module, draft_model: str | None = None) -> MtpHead:
+    """The MTP block ``--draft-type mtp`` drafts with: from ``draft_model`` (the original
+    checkpoint's directory), else the directory the target was loaded from."""
+    source = draft_model or getattr(target, "specdec_source", None)
+    if not source:
+        raise MtpFormatError("--draft-type mtp needs --draft-model DIR (the original checkpoint with "
+                             "its mtp.* weights): the model was not loaded from a local directory")
+    return load_mtp(source, target)

@@ -245,3 +245,48 @@ def test_fused_expert_weights_are_split_as_mlx_lm_splits_them():
     assert mx.array_equal(out["layers.0.mlp.switch_mlp.up_proj.weight"], gate_up[:, 3:])
     assert mx.array_equal(out["layers.0.mlp.switch_mlp.down_proj.weight"], down)
     assert mx.array_equal(out["layers.0.input_layernorm.weight"], mx.ones((3,)))
+
+
+def test_the_server_drafts_with_the_models_own_mtp_block(tmp_path, monkeypatch):
+    """``specdec serve --model DIR --draft-type mtp`` in process: the worker loads the block from
+    the model's own directory (its mtp.* shard beside the weights mlx-lm loads, which drop it);
+    greedy and seeded answers equal plain ones, with drafts made."""
+    import asyncio
+
+    from hybrid_tiny import save_dir
+
+    from specdec.loader import load
+    from specdec.server.config import ServerConfig
+    from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
+    from specdec.server.engine.worker import InferenceWorker
+    from specdec.server.http.metrics import Metrics
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    d = save_dir("qwen3_5", tmp_path / "ckpt")
+    model, _ = load(str(d))
+    mx.random.seed(1)
+    head = MtpHead(model)
+    head.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.15, head.parameters()))
+    mx.save_safetensors(str(d / "model-mtp.safetensors"), published(head))
+
+    async def tokens(worker, spec, sampling):
+        job = Job(GenRequest(prompt_ids=PROMPT, max_tokens=16, speculation=spec, sampling=sampling),
+                  asyncio.get_running_loop())
+        worker.submit(job)
+        out = []
+        while not isinstance(e := await asyncio.wait_for(job.events.get(), 120), DoneEvent):
+            out += [e.token] if isinstance(e, TokenEvent) else []
+        return out, e.usage
+
+    mtp = DraftSpec("mtp", gate=False)
+    worker = InferenceWorker(ServerConfig(model=str(d), speculation=mtp, save_interval=0,
+                                          context_length=512), Metrics())
+    worker.start()
+    try:
+        assert worker.mtp is not None and worker.draft is None
+        for sp in (SamplingParams(), SamplingParams(temperature=0.8, seed=5)):
+            want, _ = asyncio.run(tokens(worker, DraftSpec("none"), sp))
+            got, usage = asyncio.run(tokens(worker, mtp, sp))
+            assert got == want and usage["drafted_tokens"] > 0, usage
+    finally:
+        worker.stop()

@@ -161,6 +161,9 @@ class Api:
         if spec.uses("model") and self.worker.draft is None:
             raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
                            param="speculative.draft_type")
+        if spec.uses("mtp") and self.worker.mtp is None:
+            raise APIError(400, "draft_type 'mtp' needs a server started with --draft-type mtp (its "
+                           "MTP block loaded)", param="speculative.draft_type")
         if spec.draft_tree_budget and self.worker.recurrent:
             raise APIError(400, trees_refused("send speculative.draft_tree_budget 0 (linear drafts)"),
                            param="speculative.draft_tree_budget")

@@ -118,7 +118,7 @@ class Drafting:
         memory = self.memory_for(req)
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
-            history=memory.history, cost=cost, target=self.model,
+            history=memory.history, cost=cost, target=self.model, mtp=self.mtp,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
         return build_policy(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 
