@@ -94,7 +94,7 @@ def root(tmp_path_factory):
 @functools.lru_cache(maxsize=None)
 def plain(name: str, seed: int | None):
     sp = SamplingParams(temperature=0.0 if seed is None else 0.8, seed=seed)
-    return [e.token for e in token_stream(target(name), PROMPT, max_tokens=20, sampling=sp)]
+    return [e.token for e in token_stream(target(name), PROMPT, max_tokens=16, sampling=sp)]
 
 
 def test_the_fixture_uses_the_published_names_and_loads_them(root):
@@ -120,13 +120,13 @@ def test_a_checkpoint_without_mtp_weights_or_a_wrong_target_is_refused(root, tmp
         load_mtp(checkpoint("dense", root), target("hybrid"))
 
 
-@pytest.mark.parametrize("name", list(TARGETS))
-def test_greedy_output_is_plain_for_every_k(name, root):
+@pytest.mark.parametrize("name,ks", [("hybrid", range(1, 9)), ("dense", (1, 2, 5, 8))])
+def test_greedy_output_is_plain_for_every_k(name, ks, root):
     head = load_mtp(checkpoint(name, root), target(name))
-    for k in range(1, 9):
+    for k in ks:
         stats = SpecStats()
         out = [e.token for e in token_stream(target(name), PROMPT, drafter=MtpDrafter(head, target(name)),
-                                             max_tokens=20, num_draft_tokens=k, stats=stats)]
+                                             max_tokens=16, num_draft_tokens=k, stats=stats)]
         assert out == plain(name, None), f"k={k}"
         assert stats.drafted > 0
 
@@ -144,7 +144,7 @@ def test_seeded_sampling_is_plain_through_the_spec_path(name, root):
         stats = SpecStats()
         out = [e.token for e in token_stream(model, PROMPT, drafter=build_drafter(spec, res, temperature=0.8,
                                                                                    seed=seed),
-                                             max_tokens=20, num_draft_tokens=k, sampling=sp, stats=stats)]
+                                             max_tokens=16, num_draft_tokens=k, sampling=sp, stats=stats)]
         assert out == plain(name, seed), f"seed={seed} k={k}"
         assert stats.drafted > 0
 
