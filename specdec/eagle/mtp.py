@@ -1,5 +1,6 @@
-"""Native multi-token-prediction (MTP) heads as Qwen3-Next / Qwen3.5 / 3.6 checkpoints ship them
-(``mtp.*`` weights that mlx-lm's ``sanitize`` drops), read from the original checkpoint.
+"""Native multi-token-prediction (MTP) heads as Qwen3-Next / Qwen3.5 / 3.6 (``mtp.*``) and MiMo
+(``model.mtp_layers.*``) checkpoints ship them (mlx-lm's ``sanitize`` drops them), read from the
+original checkpoint (``Layout``: each family's names).
 
 The block (Qwen3-Next's published maths; vLLM's and SGLang's MTP models compute the same):
 ``h' = norm(layer(fc(concat(pre_fc_norm_embedding(embed(t_next)), pre_fc_norm_hidden(h)))))``,
@@ -8,15 +9,17 @@ final norm (captured as the final norm's input and normed here with the target's
 the next draft, the block's own ``h'``. ``layer`` is mlx-lm's decoder layer class of the target
 (a full-attention one: the target's attention and MLP / MoE), ``embed`` and the LM head are the
 target's. Invariants: the head's KV cache holds one entry per target position it has seen (rope
-positions line up); ``draft`` trims its own speculative entries before returning. Norms are stored
-zero-centred (``1 + w``), as for the target's. Tests: tests/drafters/test_mtp.py.
+positions line up); ``draft`` trims its own speculative entries before returning. Qwen's norms are
+stored zero-centred (``1 + w``), as for its targets; MiMo concatenates the hidden state first.
+Tests: tests/drafters/test_mtp.py.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
-from dataclasses import dataclass
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,7 +28,27 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-ARCHS = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a family publishes its MTP block: the key ``prefix``, its names of our block-level
+    parts (``fc``, the two input norms, the output ``norm``), the concat order (MiMo puts the
+    hidden state first) and whether norms are stored zero-centred (Qwen3-Next / 3.5)."""
+
+    prefix: str
+    names: dict
+    hidden_first: bool = False
+    centred: bool = False
+
+
+_QWEN = Layout("mtp.", {n: n for n in ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")},
+               centred=True)
+# MiMo (``model.mtp_layers.{i}.*``, vLLM's mimo_mtp reads the same): a qwen2-style layer
+_MIMO = Layout("model.mtp_layers.", {"input_proj": "fc", "token_layernorm": "pre_fc_norm_embedding",
+                                     "hidden_layernorm": "pre_fc_norm_hidden", "final_layernorm": "norm"},
+               hidden_first=True)
+LAYOUTS = {"qwen3_next": _QWEN, "qwen3_5": _QWEN, "qwen3_5_moe": _QWEN, "mimo": _MIMO}
 _EXPERT = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
@@ -67,9 +90,7 @@ class MtpHead(nn.Module):
     def __init__(self, target: nn.Module, num_layers: int = 1):
         super().__init__()
         text, arch = text_model(target), type(target).__module__.rsplit(".", 1)[-1]
-        if arch not in ARCHS:
-            raise MtpFormatError(f"--draft-type mtp reads Qwen3-Next / Qwen3.5 MTP blocks; the target "
-                                 f"is mlx-lm's {arch!r} (supported: {', '.join(ARCHS)}).")
+        self.layout = layout_of(target)
         if num_layers != 1:
             raise MtpFormatError(f"the checkpoint has {num_layers} MTP layers; one is supported.")
         args, layers = text.args, text.model.layers
@@ -78,7 +99,8 @@ class MtpHead(nn.Module):
         if idx is None:
             raise MtpFormatError("the target has no full-attention layer to model the MTP layer on.")
         h, eps = args.hidden_size, args.rms_norm_eps
-        self.layers = [type(layers[idx])(args, idx)]
+        cls = type(layers[idx])  # Qwen's layers take their index (linear or not), MiMo's do not
+        self.layers = [cls(args, idx) if len(inspect.signature(cls).parameters) > 1 else cls(args)]
         self.fc = nn.Linear(2 * h, h, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(h, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(h, eps=eps)
@@ -88,8 +110,8 @@ class MtpHead(nn.Module):
     def step(self, tokens: mx.array, hidden: mx.array, mask: Any, cache: KVCache) -> mx.array:
         """``tokens`` (1, T) after positions whose hidden states are ``hidden`` (1, T, H) -> the
         block's normed output (1, T, H), its entries added to ``cache``."""
-        x = mx.concatenate([self.pre_fc_norm_embedding(self.shared.embed(tokens)),
-                            self.pre_fc_norm_hidden(hidden)], axis=-1)
+        parts = [self.pre_fc_norm_embedding(self.shared.embed(tokens)), self.pre_fc_norm_hidden(hidden)]
+        x = mx.concatenate(parts[::-1] if self.layout.hidden_first else parts, axis=-1)
         return self.norm(self.layers[0](self.fc(x), mask, cache))
 
     def make_cache(self) -> list[KVCache]:
@@ -116,30 +138,51 @@ class MtpHead(nn.Module):
         return [int(t.item()) for t in out]
 
 
-def read_mtp_weights(path: str | Path) -> dict[str, mx.array]:
+def layout_of(target: nn.Module) -> Layout:
+    """The MTP layout of the target's family (``MtpFormatError`` for one without MTP blocks)."""
+    arch = type(target).__module__.rsplit(".", 1)[-1]
+    if arch not in LAYOUTS:
+        raise MtpFormatError(f"--draft-type mtp reads the MTP blocks of Qwen3-Next, Qwen3.5 / 3.6 and "
+                             f"MiMo; the target is mlx-lm's {arch!r} (supported: {', '.join(LAYOUTS)}).")
+    return LAYOUTS[arch]
+
+
+def read_mtp_weights(path: str | Path, prefix: str = "mtp.") -> dict[str, mx.array]:
     """The ``mtp.*`` tensors of a checkpoint directory (sharded or not), prefix removed; only
     the shards that hold them are opened."""
     d = Path(path)
     index = d / "model.safetensors.index.json"
     if index.is_file():
         wmap = json.loads(index.read_text()).get("weight_map", {})
-        files = sorted({f for k, f in wmap.items() if k.startswith("mtp.")})
+        files = sorted({f for k, f in wmap.items() if k.startswith(prefix)})
     else:
         files = sorted(p.name for p in d.glob("*.safetensors"))
     out: dict[str, mx.array] = {}
     for f in files:
-        out.update({k[4:]: v for k, v in mx.load(str(d / f)).items() if k.startswith("mtp.")})
+        out.update({k[len(prefix):]: v for k, v in mx.load(str(d / f)).items() if k.startswith(prefix)})
     if not out:
-        raise MtpFormatError(f"{d} holds no mtp.* weights: point --draft-model at the original "
+        raise MtpFormatError(f"{d} holds no {prefix}* weights: point --draft-model at the original "
                              "checkpoint (mlx-community conversions drop its MTP layers).")
     return out
 
 
-def canonical(weights: dict[str, mx.array]) -> dict[str, mx.array]:
-    """Published MTP weights -> ours: norms un-centred (``1 + w``), per-expert or fused
-    (``experts.gate_up_proj``) expert weights stacked as mlx-lm's ``switch_mlp``."""
+def our_name(key: str, layout: Layout) -> str:
+    """A published key (prefix removed: ``layers.0.x``, ``fc.weight``, MiMo's ``0.input_proj.weight``)
+    -> our module path (``layers.0.x``, ``fc.weight``)."""
+    m = re.match(r"^(?:layers\.)?(\d+)\.(.*)$", key)
+    index, rest = m.groups() if m else (None, key)
+    part, _, leaf = rest.rpartition(".")
+    if part in layout.names:
+        return f"{layout.names[part]}.{leaf}"
+    return rest if index is None else f"layers.{index}.{rest}"
+
+
+def canonical(weights: dict[str, mx.array], layout: Layout = _QWEN) -> dict[str, mx.array]:
+    """Published MTP weights -> ours: renamed (``our_name``), zero-centred norms read as
+    ``1 + w``, per-expert or fused (``experts.gate_up_proj``) expert weights stacked as mlx-lm's
+    ``switch_mlp``."""
     out, experts = {}, {}
-    for k, v in weights.items():
+    for k, v in ((our_name(k, layout), v) for k, v in weights.items()):
         m = _EXPERT.match(k)
         if m:
             experts.setdefault((m.group(1), m.group(3)), {})[int(m.group(2))] = v
@@ -149,7 +192,7 @@ def canonical(weights: dict[str, mx.array]) -> dict[str, mx.array]:
             out[f"{base}.switch_mlp.up_proj.weight"] = v[..., mid:, :]
         elif k.endswith(".experts.down_proj"):
             out[k[:-len(".experts.down_proj")] + ".switch_mlp.down_proj.weight"] = v
-        elif k.endswith("norm.weight") and v.ndim == 1:
+        elif layout.centred and k.endswith("norm.weight") and v.ndim == 1:
             out[k] = v + 1.0
         else:
             out[k] = v
@@ -165,7 +208,8 @@ def load_mtp(path: str | Path, target: nn.Module, dtype: mx.Dtype | None = None)
     if not d.is_dir():
         raise MtpFormatError(f"{d} is not a directory: --draft-model names the original checkpoint "
                              "directory (config.json + *.safetensors with mtp.* weights).")
-    weights = canonical(read_mtp_weights(d))
+    layout = layout_of(target)
+    weights = canonical(read_mtp_weights(d, layout.prefix), layout)
     n = len({k.split(".")[1] for k in weights if k.startswith("layers.")})
     head = MtpHead(target, n)
     dtype = dtype or text_model(target).model.norm.weight.dtype  # norms are never quantized

@@ -2,7 +2,8 @@
 the published Qwen3-Next / Qwen3.5 layout (zero-centred norms, per-expert MoE weights), drafts
 from the verify forward's last hidden state. Output is plain decoding's, greedy and seeded, for
 k 1..8, on two hybrid (linear-attention + attention) targets: a MoE Qwen3-Next and a dense Qwen3.5
-(mlx-lm's Qwen3.5 needs a linear-attention layer: an all-attention one does not run there)."""
+(mlx-lm's Qwen3.5 needs a linear-attention layer: an all-attention one does not run there), and on
+a dense attention-only MiMo (``model.mtp_layers.*``, hidden state first)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ TARGETS = {  # a hybrid MoE target (Qwen3-Next's shape) and a hybrid dense-MLP Q
     "hybrid": ("qwen3_next", dict(CONFIGS["qwen3_next"], num_experts=4, num_experts_per_tok=2,
                                   mlp_only_layers=[])),
     "dense": ("qwen3_5", dict(CONFIGS["qwen3_5"])),
+    "mimo": ("mimo", dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
+                          num_key_value_heads=2, rms_norm_eps=1e-5, num_nextn_predict_layers=1)),
 }
 PROMPT = [5, 9, 17, 3, 5, 9, 17, 3, 5]
 # the published names (Qwen3-Next / Qwen3.5 checkpoints; vLLM's and SGLang's loaders read these)
@@ -51,15 +54,22 @@ def target(name: str):
 
 
 def published(head: MtpHead) -> dict[str, mx.array]:
-    """``head``'s weights as a checkpoint stores them: ``mtp.``-prefixed, norms zero-centred,
-    experts one by one (``mlp.experts.{e}.{gate,up,down}_proj``)."""
+    """``head``'s weights as a checkpoint stores them: Qwen's ``mtp.``-prefixed names, norms
+    zero-centred, experts one by one (``mlp.experts.{e}.{gate,up,down}_proj``); MiMo's
+    ``model.mtp_layers.0.*`` with its own names of fc and the norms."""
+    lay = head.layout
+    theirs = {ours: name for name, ours in lay.names.items()}
+    mimo = lay.prefix != "mtp."
     out = {}
     for k, v in tree_flatten(head.parameters()):
-        if ".switch_mlp." in k:
-            base, name = k.split(".switch_mlp.")
-            out.update({f"mtp.{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
+        part, _, leaf = k.rpartition(".")
+        key = f"{'0.' if mimo else ''}{theirs[part]}.{leaf}" if part in theirs else \
+            k[len("layers."):] if mimo else k
+        if ".switch_mlp." in key:
+            base, name = key.split(".switch_mlp.")
+            out.update({f"{lay.prefix}{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
         else:
-            out[f"mtp.{k}"] = v - 1.0 if k.endswith("norm.weight") else v
+            out[lay.prefix + key] = v - 1.0 if lay.centred and key.endswith("norm.weight") else v
     return out
 
 
@@ -103,6 +113,13 @@ def test_the_fixture_uses_the_published_names_and_loads_them(root):
     hybrid = json.load(open(f"{checkpoint('hybrid', root)}/model.safetensors.index.json"))["weight_map"]
     assert "mtp.layers.0.mlp.experts.3.down_proj.weight" in hybrid
     assert "mtp.layers.0.mlp.shared_expert_gate.weight" in hybrid
+    mimo = json.load(open(f"{checkpoint('mimo', root)}/model.safetensors.index.json"))["weight_map"]
+    assert {"model.mtp_layers.0.input_proj.weight", "model.mtp_layers.0.token_layernorm.weight",
+            "model.mtp_layers.0.hidden_layernorm.weight", "model.mtp_layers.0.final_layernorm.weight",
+            "model.mtp_layers.0.self_attn.q_proj.bias", "model.mtp_layers.0.mlp.down_proj.weight"} <= set(mimo)
+    head = load_mtp(checkpoint("mimo", root), target("mimo"))
+    stored = mx.load(f"{checkpoint('mimo', root)}/model-00002-of-00002.safetensors")
+    assert mx.array_equal(head.norm.weight, stored["model.mtp_layers.0.final_layernorm.weight"])  # as is
     head = load_mtp(checkpoint("dense", root), target("dense"))
     stored = mx.load(f"{checkpoint('dense', root)}/model-00002-of-00002.safetensors")
     assert mx.allclose(head.norm.weight, stored["mtp.norm.weight"] + 1.0)  # un-centred
@@ -120,7 +137,7 @@ def test_a_checkpoint_without_mtp_weights_or_a_wrong_target_is_refused(root, tmp
         load_mtp(checkpoint("dense", root), target("hybrid"))
 
 
-@pytest.mark.parametrize("name,ks", [("hybrid", range(1, 9)), ("dense", (1, 2, 5, 8))])
+@pytest.mark.parametrize("name,ks", [("hybrid", range(1, 9)), ("dense", (1, 2, 5, 8)), ("mimo", (1, 3, 8))])
 def test_greedy_output_is_plain_for_every_k(name, ks, root):
     head = load_mtp(checkpoint(name, root), target(name))
     for k in ks:
@@ -209,14 +226,18 @@ def knowing_block(model) -> MtpHead:
     h = model.args.hidden_size
     head.update(tree_map_with_path(lambda k, p: mx.zeros_like(p) if k.endswith(
         ("o_proj.weight", "down_proj.weight")) else p, head.parameters()))
-    head.fc.weight = mx.concatenate([mx.eye(h), mx.zeros((h, h))], axis=1)
+    parts = [mx.eye(h), mx.zeros((h, h))]  # [embedding | hidden], MiMo's the other way round
+    head.fc.weight = mx.concatenate(parts[::-1] if head.layout.hidden_first else parts, axis=1)
     head.pre_fc_norm_embedding.weight = model.model.norm.weight
     head.norm.weight = mx.ones((h,))
     return head
 
 
-def test_accepted_drafts_roll_a_hybrid_back_exactly():
-    model = near_markov("hybrid", 0.01)
+@pytest.mark.parametrize("name,eps", [("hybrid", 0.01), ("mimo", 0.003)])
+def test_accepted_drafts_roll_back_exactly(name, eps):
+    """Also the maths: a block reading the wrong half of its input (MiMo's order) drafts t + 1
+    again, and drafts are then never accepted in full."""
+    model = near_markov(name, eps)
     head = knowing_block(model)
     want = [e.token for e in token_stream(model, PROMPT, max_tokens=24)]
     for k in (3, 4):
