@@ -190,12 +190,16 @@ class Recording(MtpDrafter):
 def test_the_block_is_fed_the_targets_normed_last_hidden_state_at_the_kept_rows(root):
     """Oracle: a fresh forward over the context gives the same hidden states (hybrid replay:
     the block's rows are the forward's last ones)."""
-    from specdec.eagle.capture import capture_layers
-
     model = target("hybrid")
     drafter = Recording(load_mtp(checkpoint("hybrid", root), model), model)
     list(token_stream(model, PROMPT, drafter=drafter, max_tokens=12, num_draft_tokens=3))
     assert len(drafter.fed) >= 3
+    assert_fed_a_fresh_forwards_states(model, drafter)
+
+
+def assert_fed_a_fresh_forwards_states(model, drafter: Recording) -> None:
+    from specdec.eagle.capture import capture_layers
+
     n_layers = len(model.model.layers)
     for context, start, fed in drafter.fed:
         with capture_layers(model, (n_layers,)) as cap:
@@ -311,3 +315,40 @@ def test_the_server_drafts_with_the_models_own_mtp_block(tmp_path, monkeypatch):
             assert got == want and usage["drafted_tokens"] > 0, usage
     finally:
         worker.stop()
+
+
+def test_batched_rows_each_draft_from_their_own_block_state():
+    """Three rows of an attention-only (batchable) target in one ``Batch`` under a flat cost
+    (drafting pays): each row's own hidden states reach its drafter (a fresh forward's), and
+    each row's tokens equal its request decoded alone, with drafts accepted."""
+    from specdec.decode import loop
+    from specdec.decode.batch import Batch
+    from specdec.decode.request import Request
+
+    model = near_markov("mimo", 0.003)
+    head = knowing_block(model)
+    prompts = [[5 + i, 9, 17, 3, 5 + i, 9] for i in range(3)]
+    want = [[e.token for e in token_stream(model, p, max_tokens=12)] for p in prompts]
+    batch, live, out, accepted, drafted = Batch(model, lambda n: 1.0, learn=False), [], {}, 0, 0
+    drafters = [Recording(head, model) for _ in prompts]
+    for i, p in enumerate(prompts):
+        req = Request(model, p, drafter=drafters[i], max_tokens=12)
+        req.start()
+        req.prefill()
+        batch.join(req.row(), req.layers)
+        live.append((i, req))
+        out[i] = []
+    while live:
+        steps = loop.step(batch)
+        for (i, req), s in zip(live, steps):
+            out[i] += [e.token for e in req.feed(s)]
+            accepted += s.accepted if len(steps) > 1 else 0
+            drafted += s.drafted if len(steps) > 1 else 0
+        done = [j for j, (_, req) in enumerate(live) if req.finish_reason]
+        batch.leave_rows(done)
+        live = [x for j, x in enumerate(live) if j not in set(done)]
+    assert [out[i] for i in range(3)] == want
+    assert accepted > 0
+    for d in drafters:
+        assert len(d.fed) >= 2
+        assert_fed_a_fresh_forwards_states(model, d)
