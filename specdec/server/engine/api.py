@@ -164,6 +164,9 @@ class Api:
         if spec.uses("mtp") and self.worker.mtp is None:
             raise APIError(400, "draft_type 'mtp' needs a server started with --draft-type mtp (its "
                            "MTP block loaded)", param="speculative.draft_type")
+        if spec.uses("mtp") and spec.gate:
+            raise APIError(400, "draft_type 'mtp' drafts without the cost gate for now: send "
+                           "speculative.gate false", param="speculative.gate")
         if spec.draft_tree_budget and self.worker.recurrent:
             raise APIError(400, trees_refused("send speculative.draft_tree_budget 0 (linear drafts)"),
                            param="speculative.draft_tree_budget")
