@@ -284,9 +284,12 @@ def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = 
             raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
         key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
-    if name in ("eagle", "mtp"):
-        raise ValueError(f"the cost gate does not price a {name} head's drafts yet: pass --no-gate "
-                         f"(gate=False) with --draft-type {name}")
+    if name == "eagle":
+        raise ValueError("the cost gate does not price an EAGLE-3 head's drafts yet: pass --no-gate "
+                         "(gate=False) with --draft-type eagle")
+    if name == "mtp":
+        raise ValueError("the cost gate does not price an MTP block's drafts yet: pass --no-gate "
+                         "(gate=False) with --draft-type mtp")
     if name == "wedlm":  # k + 1 masks riding on the verify block of the target itself
         key = f"draft-wedlm-tail-{model_fingerprint(model)}"
         return _cached(key, lambda: tail_cost(model), cache_dir, complete=complete)
