@@ -166,6 +166,15 @@ def test_seeded_sampling_is_plain_through_the_spec_path(name, root):
         assert stats.drafted > 0
 
 
+def test_a_chain_with_suffix_drafting_keeps_plain_output(root):
+    model = target("dense")
+    spec = DraftSpec("mtp,suffix", draft_model=checkpoint("dense", root), gate=False)
+    drafter, stats = build_drafter(spec, prepare_resources(spec, model, None)), SpecStats()
+    out = [e.token for e in token_stream(model, PROMPT, drafter=drafter, max_tokens=16, num_draft_tokens=4,
+                                         stats=stats)]
+    assert out == plain("dense", None) and drafter.stats["mtp"]["drafted"] > 0
+
+
 def test_the_spec_names_mtp_and_refuses_a_second_reader_of_draft_model():
     assert DraftSpec("mtp", draft_model="/x").draft_types == ("mtp",)
     DraftSpec("mtp,suffix", draft_model="/x").check_used()
