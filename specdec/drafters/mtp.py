@@ -23,8 +23,19 @@ from .base import EMPTY, Drafter, Proposal
 from .eagle import Verified
 
 
+def kept(block: Verified, context: Sequence[int]) -> int:
+    """How many of ``block``'s rows the target kept (its root and accepted drafts), read from
+    any later ``context``: an accepted draft is in the context, a rejected one is not (the
+    target's token there differs from it, greedy or sampled), so the matching prefix is exact."""
+    tail, a = context[block.start:], 0
+    while a < min(len(block.drafts), len(tail)) and tail[a] == block.drafts[a]:
+        a += 1
+    return min(a + 1, len(tail))
+
+
 class MtpDrafter(Drafter):
-    """Drafts with a checkpoint's MTP block fed from the verify forward (module doc)."""
+    """Drafts with a checkpoint's MTP block fed from the verify forward (module doc). Blocks
+    verified while it was not asked (a chain's other member won) are fed at its next turn."""
 
     name = "mtp"
     outputs = True
@@ -34,29 +45,32 @@ class MtpDrafter(Drafter):
         self.head, self.eos = head, eos
         self.layer = len(text_model(target).model.layers)  # capture id: the last layer's output
         self._cache = head.make_cache()
-        self._verified: Verified | None = None
+        self._pending: list[Verified] = []
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        self._cache, self._verified = self.head.make_cache(), None
+        self._cache, self._pending = self.head.make_cache(), []
 
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants:
         verified = Verified(len(context), tuple(drafts))
 
         def read(returned: Returned) -> list[Any]:
             verified.features = self.head.shared.norm(returned.hidden[self.layer])
-            self._verified = verified
             return [verified.features]
 
-        self._verified = None  # until this block is read, nothing feeds the head
+        self._pending.append(verified)  # fed once read (a failed step's block never is)
         return Wants(read, layers=(self.layer,))
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
-        v, self._verified = self._verified, None
-        n = v.kept(context) if v is not None and v.features is not None else 0
-        if k < 1 or n < 1:
+        if k < 1:  # not asked: what it was fed waits for its next turn
             return EMPTY
-        follows = mx.array([list(context[v.start:v.start + n])])  # the token after each kept row
-        drafts = self.head.draft(self._cache, v.features[None, :n], follows, k)
+        blocks, self._pending = [v for v in self._pending if v.features is not None], []
+        rows = [(v, n) for v in blocks if (n := kept(v, context)) > 0]
+        if not rows:
+            return EMPTY
+        hidden = mx.concatenate([v.features[:n] for v, n in rows])[None]
+        # the token after each kept row
+        follows = mx.array([[t for v, n in rows for t in context[v.start:v.start + n]]])
+        drafts = self.head.draft(self._cache, hidden, follows, k)
         for i, t in enumerate(drafts):  # nothing after an EOS can be emitted
             if t in self.eos:
                 drafts = drafts[:i + 1]

@@ -18,7 +18,8 @@ from mlx.utils import tree_flatten, tree_map, tree_map_with_path
 
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
-from specdec.drafters.mtp import MtpDrafter
+from specdec.drafters.base import EMPTY, Drafter, Proposal
+from specdec.drafters.mtp import MtpDrafter, kept
 from specdec.drafters.spec import DraftSpec, build_drafter
 from specdec.eagle.mtp import MtpFormatError, MtpHead, load_mtp
 from specdec.engine import token_stream
@@ -187,12 +188,13 @@ class Recording(MtpDrafter):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.fed = []
+        self.fed, self.pending_seen = [], []
 
     def propose(self, context, k):
-        v = self._verified
-        if v is not None and v.features is not None and v.kept(context):
-            self.fed.append((list(context), v.start, v.features[:v.kept(context)]))
+        self.pending_seen.append(list(self._pending))
+        for v in self._pending:
+            if v.features is not None and (n := kept(v, context)):
+                self.fed.append((list(context), v.start, v.features[:n]))
         return super().propose(context, k)
 
 
@@ -361,3 +363,39 @@ def test_batched_rows_each_draft_from_their_own_block_state():
     for d in drafters:
         assert len(d.fed) >= 2
         assert_fed_a_fresh_forwards_states(model, d)
+
+
+def test_kept_reads_a_blocks_accepted_rows_from_any_later_context():
+    from specdec.drafters.eagle import Verified
+
+    block = Verified(2, (1, 2, 3))
+    assert [kept(block, [0, 0, *t]) for t in ([7], [1, 7], [1, 2, 9], [1, 2, 3, 4], [1, 2, 3, 4, 5, 1])] == \
+        [1, 2, 3, 4, 4]
+    assert kept(Verified(2, ()), [0, 0, 5, 6]) == 1
+
+
+class EveryOther(Drafter):
+    """Proposes one token at every other context length (so a chain's next member is skipped
+    on those steps)."""
+
+    name = "every-other"
+
+    def propose(self, context, k):
+        return Proposal([(context[-1] + 1) % VOCAB]) if len(context) % 2 == 0 else EMPTY
+
+
+def test_behind_another_drafter_in_a_chain_every_verified_block_is_fed_in_order():
+    """Steps another member wins are fed to the block at its next turn, so its cache holds
+    every verified position, contiguously, with a fresh forward's states."""
+    from specdec.drafters.chain import ChainDrafter
+
+    model = near_markov("hybrid", 0.01)
+    recording = Recording(knowing_block(model), model)
+    chain = ChainDrafter([EveryOther(), recording])
+    want = [e.token for e in token_stream(model, PROMPT, max_tokens=24)]
+    out = [e.token for e in token_stream(model, PROMPT, drafter=chain, max_tokens=24, num_draft_tokens=4)]
+    assert out == want and chain.stats["every-other"]["won"] > 2 and chain.stats["mtp"]["won"] > 2
+    assert any(len(blocks) > 1 for blocks in recording.pending_seen)
+    spans = [(start, fed.shape[0]) for _, start, fed in recording.fed]
+    assert all(s + n == s2 for (s, n), (s2, _) in zip(spans, spans[1:])), spans
+    assert_fed_a_fresh_forwards_states(model, recording)
