@@ -89,7 +89,7 @@ class MtpHead(nn.Module):
 
     def __init__(self, target: nn.Module, num_layers: int = 1):
         super().__init__()
-        text, arch = text_model(target), type(target).__module__.rsplit(".", 1)[-1]
+        text = text_model(target)
         self.layout = layout_of(target)
         if num_layers != 1:
             raise MtpFormatError(f"the checkpoint has {num_layers} MTP layers; one is supported.")
