@@ -399,3 +399,15 @@ def test_behind_another_drafter_in_a_chain_every_verified_block_is_fed_in_order(
     spans = [(start, fed.shape[0]) for _, start, fed in recording.fed]
     assert all(s + n == s2 for (s, n), (s2, _) in zip(spans, spans[1:])), spans
     assert_fed_a_fresh_forwards_states(model, recording)
+
+
+def test_a_server_refuses_mtp_requests_it_cannot_serve():
+    from specdec.server.engine.speculative import refuse_unloaded
+
+    with pytest.raises(ValueError, match="started with --draft-type mtp"):
+        refuse_unloaded(DraftSpec("mtp", gate=False), None, None)
+    with pytest.raises(ValueError, match="speculative.gate false"):
+        refuse_unloaded(DraftSpec("mtp"), None, object())
+    with pytest.raises(ValueError, match="started with --draft-model"):
+        refuse_unloaded(DraftSpec("model", draft_model="x"), None, object())
+    refuse_unloaded(DraftSpec("mtp,suffix", gate=False), None, object())

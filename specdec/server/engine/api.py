@@ -31,7 +31,7 @@ from .chunks import Responder
 from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
 from .run import DisconnectWatch, Queued, Run
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .speculative import merge_speculative
+from .speculative import merge_speculative, refuse_unloaded
 from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
 from .worker import InferenceWorker
 
@@ -156,17 +156,9 @@ class Api:
                                      "messages" if chat else "prompt", fit)
         try:
             spec = merge_speculative(cfg.speculation, body.speculative)
+            refuse_unloaded(spec, self.worker.draft, self.worker.mtp)
         except ValueError as e:
             raise APIError(400, str(e), param="speculative") from e
-        if spec.uses("model") and self.worker.draft is None:
-            raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
-                           param="speculative.draft_type")
-        if spec.uses("mtp") and self.worker.mtp is None:
-            raise APIError(400, "draft_type 'mtp' needs a server started with --draft-type mtp (its "
-                           "MTP block loaded)", param="speculative.draft_type")
-        if spec.uses("mtp") and spec.gate:
-            raise APIError(400, "draft_type 'mtp' drafts without the cost gate for now: send "
-                           "speculative.gate false", param="speculative.gate")
         if spec.draft_tree_budget and self.worker.recurrent:
             raise APIError(400, trees_refused("send speculative.draft_tree_budget 0 (linear drafts)"),
                            param="speculative.draft_tree_budget")

@@ -17,6 +17,8 @@ from typing import Any
 from ...calibrate import Calibration
 from ...drafters.base import NoDrafter
 from ...drafters.spec import DraftResources
+from ...eagle.mtp import load_for
+from ...loader import load
 from ...policy.build import build_policy
 from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
 from ...policy.block import curve_cost, unknown_cost
@@ -79,6 +81,15 @@ class Drafting:
                 self._use_curve(cal.estimate())
                 log.info("verify cost curve: a first estimate prices batches and cost gates "
                          "(%.0f %% measured)", 100 * cal.progress)
+
+    def load_drafters(self) -> None:
+        """What ``--draft-model`` names: with ``--draft-type mtp`` the checkpoint holding the MTP
+        block (default: the model's own directory), else a draft model."""
+        spec = self.cfg.speculation
+        if spec.uses("mtp"):
+            self.mtp = load_for(self.model, spec.draft_model)
+        elif spec.draft_model:
+            self.draft = load(spec.draft_model, dtype=self.cfg.dtype)
 
     def memory_for(self, req: GenRequest) -> SharedMemory:
         """The drafting memory ``req`` reads: the shared one (one key or none; the memory

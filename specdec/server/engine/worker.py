@@ -29,7 +29,6 @@ from ...core.vocab import vocab_size
 from ...core.wedlm import settings_of
 from ...decode.batch import batchable
 from ...distributed import LeaderModel, Watchdog, shard
-from ...eagle.mtp import load_for
 from ...loader import load
 from .batcher import Batcher
 from ..config import ServerConfig
@@ -155,10 +154,7 @@ class InferenceWorker(Drafting, Replies):
             dog = Watchdog(self.group_timeout, lambda s: self._group_lost(
                 f"no forward finished for {s:.0f} s (a rank hung or its network is down)"))
             self.model = LeaderModel(self.model, self.group, dog)
-        if cfg.speculation.uses("mtp"):  # --draft-model names its checkpoint, not a draft model
-            self.mtp = load_for(self.model, cfg.speculation.draft_model)
-        elif cfg.speculation.draft_model:
-            self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
+        self.load_drafters()
         self.context_length = self._context_length()
         self.vocab_size = vocab_size(self.model, self.tokenizer)
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
