@@ -404,10 +404,14 @@ def test_behind_another_drafter_in_a_chain_every_verified_block_is_fed_in_order(
 def test_a_server_refuses_mtp_requests_it_cannot_serve():
     from specdec.server.engine.speculative import refuse_unloaded
 
+    from types import SimpleNamespace
+
+    bare, loaded = SimpleNamespace(draft=None, mtp=None), SimpleNamespace(draft=None, mtp=object())
     with pytest.raises(ValueError, match="started with --draft-type mtp"):
-        refuse_unloaded(DraftSpec("mtp", gate=False), None, None)
+        refuse_unloaded(DraftSpec("mtp", gate=False), bare)
     with pytest.raises(ValueError, match="speculative.gate false"):
-        refuse_unloaded(DraftSpec("mtp"), None, object())
+        refuse_unloaded(DraftSpec("mtp"), loaded)
     with pytest.raises(ValueError, match="started with --draft-model"):
-        refuse_unloaded(DraftSpec("model", draft_model="x"), None, object())
-    refuse_unloaded(DraftSpec("mtp,suffix", gate=False), None, object())
+        refuse_unloaded(DraftSpec("model", draft_model="x"), loaded)
+    refuse_unloaded(DraftSpec("mtp,suffix", gate=False), loaded)
+    refuse_unloaded(DraftSpec("suffix"), SimpleNamespace())  # names nothing: reads nothing

@@ -156,7 +156,7 @@ class Api:
                                      "messages" if chat else "prompt", fit)
         try:
             spec = merge_speculative(cfg.speculation, body.speculative)
-            refuse_unloaded(spec, self.worker.draft, self.worker.mtp)
+            refuse_unloaded(spec, self.worker)
         except ValueError as e:
             raise APIError(400, str(e), param="speculative") from e
         if spec.draft_tree_budget and self.worker.recurrent:

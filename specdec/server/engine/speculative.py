@@ -10,7 +10,7 @@ Tests: tests/drafters/test_spec.py, tests/server/test_schemas.py."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -65,12 +65,13 @@ class SpeculativeOptions(Strict):
             raise unsupported(str(e).replace("draft type", "draft_type")) from None
 
 
-def refuse_unloaded(spec: DraftSpec, draft: object, mtp: object) -> None:
-    """``ValueError`` when ``spec`` needs what this server did not load (``draft``: its draft
-    model, ``mtp``: its MTP block) or asks the cost gate to price an MTP block (not yet)."""
-    if spec.uses("model") and draft is None:
+def refuse_unloaded(spec: DraftSpec, worker: Any) -> None:
+    """``ValueError`` when ``spec`` needs what the ``worker`` did not load (``draft``: a draft
+    model, ``mtp``: an MTP block; read only when named) or asks the cost gate to price an MTP
+    block (not yet)."""
+    if spec.uses("model") and worker.draft is None:
         raise ValueError("draft_type 'model' needs a server started with --draft-model")
-    if spec.uses("mtp") and mtp is None:
+    if spec.uses("mtp") and worker.mtp is None:
         raise ValueError("draft_type 'mtp' needs a server started with --draft-type mtp")
     if spec.uses("mtp") and spec.gate:
         raise ValueError("draft_type 'mtp' drafts without the cost gate for now: send "
