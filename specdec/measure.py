@@ -287,6 +287,9 @@ def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = 
     if name == "eagle":
         raise ValueError("the cost gate does not price an EAGLE-3 head's drafts yet: pass --no-gate "
                          "(gate=False) with --draft-type eagle")
+    if name == "mtp":
+        raise ValueError("the cost gate does not price an MTP block's drafts yet: pass --no-gate "
+                         "(gate=False) with --draft-type mtp")
     if name == "wedlm":  # k + 1 masks riding on the verify block of the target itself
         key = f"draft-wedlm-tail-{model_fingerprint(model)}"
         return _cached(key, lambda: tail_cost(model), cache_dir, complete=complete)

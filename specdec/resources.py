@@ -14,6 +14,7 @@ import mlx.nn as nn
 from .core.model import Model
 from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
 from .eagle.io import load_head
+from .eagle.mtp import load_for
 from .loader import load
 from .measure import cost_curve_for, draft_cost_for
 
@@ -31,7 +32,7 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
     adaptive k and the drafter's own cost for those or an automatic tree budget (both
     measured once per model and cached on disk: a few seconds on first use)."""
     res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history,
-                         target=model if spec.uses("wedlm") else None)
+                         target=model if spec.uses("wedlm") or spec.uses("mtp") else None)
     if spec.uses("model") and res.draft is None:
         if not spec.draft_model:  # DraftSpec refuses it at construction; said for the checker
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
@@ -41,6 +42,8 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
             raise ValueError("--draft-type eagle needs --draft-model DIR (a head's folder)")
         # the head shares the target's embeddings: it reads the loaded mlx-lm module's layers
         res.head = load_head(spec.draft_model, target=cast(nn.Module, model))
+    if spec.uses("mtp"):  # the checkpoint's own mtp.* weights: --draft-model or the model's dir
+        res.mtp = load_for(cast(nn.Module, model), spec.draft_model)
     if spec.uses("ngram-mod") and res.table is None:
         res.table = ngram_mod_table(spec, tokenizer)
     if spec.speculative and (spec.gate or spec.adaptive_k):

@@ -23,7 +23,7 @@ from .ngram import NgramDrafter
 from .ngram_mod import NgramModDrafter, NgramModTable, tokenizer_fingerprint
 from .suffix import SuffixDrafter, SuffixHistory
 
-DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm", "eagle")
+DRAFT_TYPES = ("none", "ngram", "ngram-mod", "suffix", "model", "grammar", "wedlm", "eagle", "mtp")
 DEFAULT_SUFFIX_HISTORY = 32768
 
 
@@ -116,7 +116,8 @@ class DraftSpec:
         """Refuse options that name a drafter the spec does not use: parsed and then
         silently ignored, they would mislead (a CLI user's --draft-model with ngram)."""
         unused = [flag for flag, set_, used in (
-            ("--draft-model", self.draft_model, self.uses("model") or self.uses("eagle")),
+            ("--draft-model", self.draft_model,
+             self.uses("model") or self.uses("eagle") or self.uses("mtp")),
             ("--ngram-mod-file", self.ngram_mod_file, self.uses("ngram-mod")),
             ("--ngram-mod-size", self.ngram_mod_size, self.uses("ngram-mod")),
             ("--ngram-mod-n", self.ngram_mod_n, self.uses("ngram-mod")),
@@ -130,6 +131,9 @@ class DraftSpec:
         if self.uses("eagle") and (not self.draft_model or self.uses("model")):
             raise ValueError("--draft-type eagle needs --draft-model DIR (an EAGLE-3 head), and "
                              "no draft model beside it: both would read --draft-model")
+        if self.uses("mtp") and (self.uses("model") or self.uses("eagle")):
+            raise ValueError("--draft-type mtp reads --draft-model as the checkpoint holding the "
+                             "mtp.* weights: chain it with no model or eagle drafter")
 
     def with_options(self, **changes: Any) -> "DraftSpec":
         """A copy with ``changes`` applied (``None`` values keep the current field), validated."""
@@ -152,6 +156,7 @@ class DraftResources:
     draft_cost: Mapping[str, float] | None = None  # measure.draft_cost_for: {"fixed", "per_token"} s
     target: Any = None  # the target model: the wedlm drafter drafts with its mask predictions
     head: Any = None  # a loaded EAGLE-3 head (eagle.io.load_head): the eagle drafter's
+    mtp: Any = None  # a loaded MTP block (eagle.mtp.load_mtp): the mtp drafter's (needs target)
 
 
 def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> NgramModTable:
@@ -197,6 +202,13 @@ def _one(name: str, spec: DraftSpec, res: DraftResources, eos: frozenset,
             raise ValueError("draft type 'eagle' needs its head loaded: build the resources with "
                              "specdec.prepare_resources(spec, model, tokenizer) (--draft-model DIR)")
         return EagleDrafter(res.head, eos=eos)
+    if name == "mtp":
+        from .mtp import MtpDrafter  # imports mlx: see above
+
+        if res.mtp is None or res.target is None:
+            raise ValueError("draft type 'mtp' needs its MTP block and the target loaded: build the "
+                             "resources with specdec.prepare_resources(spec, model, tokenizer)")
+        return MtpDrafter(res.mtp, res.target, eos=eos)
     # "model": DraftSpec admits no other name; imports mlx and mlx-lm: see above
     from .draft_model import DraftModelDrafter
 

@@ -2,7 +2,8 @@
 
 Contract: inside ``with capture_layers(model, ids) as cap:`` each forward of ``model`` records the
 *input* of decoder layer ``i`` for every ``i`` in ids (EAGLE-3's convention: the hidden state after
-layer i-1, pre-norm; vLLM's aux hidden states are the same); the model's layer list is restored on
+layer i-1, pre-norm; vLLM's aux hidden states are the same); ``i`` = the layer count names the last
+layer's output, the final norm's input (what MTP heads read); the model's layer list is restored on
 exit, even on error. Nothing runs twice: the wrapped layer is called once with its own arguments.
 Tests: tests/eagle/test_capture.py.
 """
@@ -32,14 +33,19 @@ class CapturedFeatures:
 
 
 class _Recorder:
-    """Stands in for one layer: records its input, then calls it unchanged."""
+    """Stands in for one layer: records its input (or, with ``output``, its output), then
+    returns what the layer returns, unchanged."""
 
-    def __init__(self, layer: Any, index: int, sink: CapturedFeatures):
-        self.layer, self.index, self.sink = layer, index, sink
+    def __init__(self, layer: Any, index: int, sink: CapturedFeatures, output: bool = False):
+        self.layer, self.index, self.sink, self.output = layer, index, sink, output
 
     def __call__(self, x: mx.array, *args: Any, **kwargs: Any) -> Any:
-        self.sink.hidden[self.index] = x
-        return self.layer(x, *args, **kwargs)
+        if not self.output:
+            self.sink.hidden[self.index] = x
+        y = self.layer(x, *args, **kwargs)
+        if self.output:
+            self.sink.hidden[self.index] = y
+        return y
 
     def __getattr__(self, name: str) -> Any:  # layer attributes (e.g. use_sliding) read through
         return getattr(self.layer, name)
@@ -58,14 +64,21 @@ def decoder_layers(model: Any) -> list[Any]:
 @contextmanager
 def capture_layers(model: Any, layer_ids: Sequence[int]) -> Iterator[CapturedFeatures]:
     layers = decoder_layers(model)
-    bad = [i for i in layer_ids if not 0 <= i < len(layers)]
+    n = len(layers)
+    bad = [i for i in layer_ids if not 0 <= i <= n]
     if bad:
-        raise ValueError(f"layer ids {bad} out of range for a {len(layers)}-layer model.")
+        raise ValueError(f"layer ids {bad} out of range for a {n}-layer model (0..{n}; "
+                         f"{n}: the last layer's output).")
     sink = CapturedFeatures(tuple(layer_ids))
-    originals = {i: layers[i] for i in set(layer_ids)}
+    wanted = set(layer_ids)
+    originals = {i: layers[i] for i in wanted - {n}}
+    if n in wanted:  # the last layer's output: wrap it (outside any input recorder of its own)
+        originals.setdefault(n - 1, layers[n - 1])
     try:
-        for i, layer in originals.items():
-            layers[i] = _Recorder(layer, i, sink)
+        for i in sorted(originals):
+            layers[i] = _Recorder(originals[i], i, sink) if i in wanted else originals[i]
+        if n in wanted:
+            layers[n - 1] = _Recorder(layers[n - 1], n, sink, output=True)
         yield sink
     finally:
         for i, layer in originals.items():

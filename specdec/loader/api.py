@@ -49,6 +49,8 @@ def load(
         ref = str(convert_gguf(Path(ref)))
         gguf_info = read_marker(Path(ref))
     mlx_model, tokenizer = _mlx_lm_load(ref, kind)
+    if kind == "mlx" and Path(ref).is_dir():  # where --draft-type mtp finds the mtp.* weights
+        mlx_model.specdec_source = str(Path(ref).resolve())
     _apply_dtype(mlx_model, _target_dtype(dtype), gguf_info)
     return mlx_model, tokenizer
 

@@ -1,5 +1,6 @@
 """What a drafter declares it wants from the verify forward (``Drafter.wants``): the hidden
-states of layers [2, 15, 27] at every block row are exactly those a plain forward over the same
+states of layers [2, 15, 27] and the last layer's output (id 30, the final norm's input: what
+MTP heads read) at every block row are exactly those a plain forward over the same
 tokens gives (fp32, SmolLM2), the capture is undone after the step, and the tokens are plain
 decoding's. WeDLM's tail rides the same mechanism (tests/drafters/test_wedlm.py)."""
 
@@ -13,7 +14,7 @@ from specdec.drafters.base import Drafter
 from specdec.eagle.capture import capture_layers, decoder_layers
 from specdec.engine import token_stream
 
-LAYERS = (2, 15, 27)
+LAYERS = (2, 15, 27, 30)  # SmolLM2-135M has 30 layers: id 30 is the last one's output
 PROMPT = "List the first ten prime numbers, separated by commas:"
 
 
@@ -62,4 +63,6 @@ def test_declared_hidden_states_are_a_plain_forwards_and_tokens_stay_plain(smoll
         for i in LAYERS:
             want = np.array(cap.hidden[i][0, len(block) - rows:])
             assert hidden[i].dtype == mx.float32
-            np.testing.assert_allclose(np.array(hidden[i]), want, rtol=1e-4, atol=1e-4)
+            # fp32 noise of another block length grows with the layer's scale (the last: ~60)
+            atol = 1e-4 * max(1.0, float(np.abs(want).max()) / 10)
+            np.testing.assert_allclose(np.array(hidden[i]), want, rtol=1e-4, atol=atol)

@@ -53,3 +53,23 @@ def test_capture_restores_after_error_and_rejects_bad_ids():
         pass
     with pytest.raises(RuntimeError, match="no forward"):
         cap.fused_input()
+
+
+def test_the_layer_count_names_the_last_layers_output_the_final_norms_input():
+    """MTP heads read the target's last hidden state: id L (the layer count) is the last
+    layer's output; normed and through the head it gives the forward's own logits."""
+    model = tiny_target("qwen3")
+    ids = mx.array([[3, 14, 15, 92, 65, 35, 8]])
+    n = len(model.model.layers)
+    plain = model(ids)
+    with capture_layers(model, (n - 1, n)) as cap:
+        logits = model(ids)
+    assert mx.array_equal(logits, plain)
+    assert all(not hasattr(layer, "sink") for layer in model.model.layers)
+    ref = _manual_inputs(model, ids, {n - 1})
+    assert mx.allclose(cap.hidden[n - 1], ref[n - 1], atol=1e-5)
+    head = model.model.embed_tokens.as_linear if model.args.tie_word_embeddings else model.lm_head
+    assert mx.allclose(head(model.model.norm(cap.hidden[n])), plain, atol=1e-4)
+    with pytest.raises(ValueError, match="out of range"):
+        with capture_layers(model, (n + 1,)):
+            pass

@@ -84,6 +84,7 @@ class ScriptedWorker:
         self.tokenizer, self.tokenizer_lock = tokenizer, threading.Lock()
         self.context_length, self.vocab_size = context_length, len(tokenizer.get_vocab())
         self.draft, self.max_batch, self.queue, self.busy, self.alive = None, 1, [], 0, True
+        self.mtp = None  # no MTP block loaded (--draft-type mtp)
         self.one_at_a_time, self.model = None, None  # no weights: the script answers
         self.memory = SimpleNamespace(info=dict)
         self.kv, self.kv_reserved = None, 0  # no KV budget: nothing is cached

@@ -31,7 +31,7 @@ from .chunks import Responder
 from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
 from .run import DisconnectWatch, Queued, Run
 from .schemas import ChatCompletionRequest, CompletionRequest
-from .speculative import merge_speculative
+from .speculative import merge_speculative, refuse_unloaded
 from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
 from .worker import InferenceWorker
 
@@ -157,11 +157,9 @@ class Api:
                                      "messages" if chat is not None else "prompt", fit)
         try:
             spec = merge_speculative(cfg.speculation, body.speculative)
+            refuse_unloaded(spec, self.worker)
         except ValueError as e:
             raise APIError(400, str(e), param="speculative") from e
-        if spec.uses("model") and self.worker.draft is None:
-            raise APIError(400, "draft_type 'model' needs a server started with --draft-model",
-                           param="speculative.draft_type")
         if spec.draft_tree_budget and self.worker.recurrent:
             raise APIError(400, trees_refused("send speculative.draft_tree_budget 0 (linear drafts)"),
                            param="speculative.draft_tree_budget")

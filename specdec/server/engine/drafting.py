@@ -18,6 +18,8 @@ from ...calibrate import Calibration
 from ...core.model import Model
 from ...drafters.base import NoDrafter
 from ...drafters.spec import DraftResources
+from ...eagle.mtp import load_for
+from ...loader import load
 from ...policy.build import build_policy
 from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
 from ...policy.block import curve_cost, unknown_cost
@@ -119,6 +121,15 @@ class Drafting:
                 log.info("verify cost curve: a first estimate prices batches and cost gates "
                          "(%.0f %% measured)", 100 * cal.progress)
 
+    def load_drafters(self) -> None:
+        """What ``--draft-model`` names: with ``--draft-type mtp`` the checkpoint holding the MTP
+        block (default: the model's own directory), else a draft model."""
+        spec = self.cfg.speculation
+        if spec.uses("mtp"):
+            self.mtp = load_for(self.model, spec.draft_model)
+        elif spec.draft_model:
+            self.draft = load(spec.draft_model, dtype=self.cfg.dtype)
+
     def memory_for(self, req: GenRequest) -> SharedMemory:
         """The drafting memory ``req`` reads: the shared one (one key or none; the memory
         file's), its tenant's own (several keys), or for a salted request one that nothing
@@ -157,7 +168,7 @@ class Drafting:
         memory = self.memory_for(req)
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
-            history=memory.history, cost=cost, target=self.model,
+            history=memory.history, cost=cost, target=self.model, mtp=self.mtp,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
         return build_policy(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 

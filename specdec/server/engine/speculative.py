@@ -3,13 +3,14 @@ apply to the server's ``DraftSpec``.
 
 Contract: ``SpeculativeOptions`` checks only JSON types and the server's caps (draft length,
 n-gram length, tree nodes); ``merge_speculative`` applies them to the server's default
-``DraftSpec``, whose own checks raise a ``ValueError`` naming the ``speculative`` field.
+``DraftSpec``, whose own checks raise a ``ValueError`` naming the ``speculative`` field;
+``refuse_unloaded`` refuses a spec that needs what the server did not load.
 Tests: tests/drafters/test_spec.py, tests/server/test_schemas.py."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -62,6 +63,19 @@ class SpeculativeOptions(Strict):
             return ",".join(parse_draft_types(v))
         except ValueError as e:
             raise unsupported(str(e).replace("draft type", "draft_type")) from None
+
+
+def refuse_unloaded(spec: DraftSpec, worker: Any) -> None:
+    """``ValueError`` when ``spec`` needs what the ``worker`` did not load (``draft``: a draft
+    model, ``mtp``: an MTP block; read only when named) or asks the cost gate to price an MTP
+    block (not yet)."""
+    if spec.uses("model") and worker.draft is None:
+        raise ValueError("draft_type 'model' needs a server started with --draft-model")
+    if spec.uses("mtp") and worker.mtp is None:
+        raise ValueError("draft_type 'mtp' needs a server started with --draft-type mtp")
+    if spec.uses("mtp") and spec.gate:
+        raise ValueError("draft_type 'mtp' drafts without the cost gate for now: send "
+                         "speculative.gate false")
 
 
 def merge_speculative(default: DraftSpec, opts: SpeculativeOptions | None) -> DraftSpec:

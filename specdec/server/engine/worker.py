@@ -67,6 +67,7 @@ class InferenceWorker(Drafting, Replies):
         self.recurrent = False  # a hybrid target: no token trees (cache.recurrent.refuse_trees)
         self.leader: LeaderModel | None = None  # rank 0 of a sharded target (--distributed)
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
+        self.mtp: Any = None  # the checkpoint's MTP block (eagle.mtp) with --draft-type mtp
         self.context_length = self.vocab_size = 0
         self.kv: KVBudget | None = None  # the KV memory budget (None: sharded, or none)
         self.limits: MemoryLimits | None = None  # mlx's limits, set from the budgets
@@ -155,8 +156,7 @@ class InferenceWorker(Drafting, Replies):
             dog = Watchdog(self.group_timeout, lambda s: self._group_lost(
                 f"no forward finished for {s:.0f} s (a rank hung or its network is down)"))
             self.model = self.leader = LeaderModel(self.model, self.group, dog)
-        if cfg.speculation.draft_model:
-            self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
+        self.load_drafters()
         self.context_length = self._context_length()
         self.vocab_size = vocab_size(self.model, self.tokenizer)
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)

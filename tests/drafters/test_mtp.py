@@ -1,0 +1,417 @@
+"""drafters.mtp + eagle.mtp: a checkpoint's own MTP block, read from ``mtp.*`` weights written in
+the published Qwen3-Next / Qwen3.5 layout (zero-centred norms, per-expert MoE weights), drafts
+from the verify forward's last hidden state. Output is plain decoding's, greedy and seeded, for
+k 1..8, on two hybrid (linear-attention + attention) targets: a MoE Qwen3-Next and a dense Qwen3.5
+(mlx-lm's Qwen3.5 needs a linear-attention layer: an all-attention one does not run there), and on
+a dense attention-only MiMo (``model.mtp_layers.*``, hidden state first)."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+
+import mlx.core as mx
+import pytest
+from hybrid_tiny import CONFIGS, VOCAB
+from mlx.utils import tree_flatten, tree_map, tree_map_with_path
+
+from specdec.core.sampling import SamplingParams
+from specdec.core.stats import SpecStats
+from specdec.drafters.base import EMPTY, Drafter, Proposal
+from specdec.drafters.mtp import MtpDrafter, kept
+from specdec.drafters.spec import DraftSpec, build_drafter
+from specdec.eagle.mtp import MtpFormatError, MtpHead, load_mtp
+from specdec.engine import token_stream
+from specdec.resources import prepare_resources
+
+TARGETS = {  # a hybrid MoE target (Qwen3-Next's shape) and a hybrid dense-MLP Qwen3.5
+    "hybrid": ("qwen3_next", dict(CONFIGS["qwen3_next"], num_experts=4, num_experts_per_tok=2,
+                                  mlp_only_layers=[])),
+    "dense": ("qwen3_5", dict(CONFIGS["qwen3_5"])),
+    "mimo": ("mimo", dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
+                          num_key_value_heads=2, rms_norm_eps=1e-5, num_nextn_predict_layers=1)),
+}
+PROMPT = [5, 9, 17, 3, 5, 9, 17, 3, 5]
+# the published names (Qwen3-Next / Qwen3.5 checkpoints; vLLM's and SGLang's loaders read these)
+DENSE_KEYS = {"mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
+              "mtp.norm.weight", "mtp.layers.0.input_layernorm.weight",
+              "mtp.layers.0.post_attention_layernorm.weight", "mtp.layers.0.self_attn.q_proj.weight",
+              "mtp.layers.0.self_attn.k_proj.weight", "mtp.layers.0.self_attn.v_proj.weight",
+              "mtp.layers.0.self_attn.o_proj.weight", "mtp.layers.0.self_attn.q_norm.weight",
+              "mtp.layers.0.self_attn.k_norm.weight", "mtp.layers.0.mlp.gate_proj.weight",
+              "mtp.layers.0.mlp.up_proj.weight", "mtp.layers.0.mlp.down_proj.weight"}
+
+
+@functools.lru_cache(maxsize=None)
+def target(name: str):
+    arch, cfg = TARGETS[name]
+    mod = importlib.import_module(f"mlx_lm.models.{arch}")
+    model = mod.Model(mod.ModelArgs.from_dict(dict(cfg, model_type=arch, vocab_size=VOCAB)))
+    mx.random.seed(0)
+    model.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.5, model.parameters()))
+    mx.eval(model.parameters())
+    return model
+
+
+def published(head: MtpHead) -> dict[str, mx.array]:
+    """``head``'s weights as a checkpoint stores them: Qwen's ``mtp.``-prefixed names, norms
+    zero-centred, experts one by one (``mlp.experts.{e}.{gate,up,down}_proj``); MiMo's
+    ``model.mtp_layers.0.*`` with its own names of fc and the norms."""
+    lay = head.layout
+    theirs = {ours: name for name, ours in lay.names.items()}
+    mimo = lay.prefix != "mtp."
+    out = {}
+    for k, v in tree_flatten(head.parameters()):
+        part, _, leaf = k.rpartition(".")
+        key = f"{'0.' if mimo else ''}{theirs[part]}.{leaf}" if part in theirs else \
+            k[len("layers."):] if mimo else k
+        if ".switch_mlp." in key:
+            base, name = key.split(".switch_mlp.")
+            out.update({f"{lay.prefix}{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
+        else:
+            out[lay.prefix + key] = v - 1.0 if lay.centred and key.endswith("norm.weight") else v
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def checkpoint(name: str, tmp_root: str) -> str:
+    """An original-checkpoint directory holding a random MTP block (and a config.json)."""
+    model = target(name)
+    mx.random.seed(7)
+    head = MtpHead(model)
+    head.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.5, head.parameters()))
+    d = f"{tmp_root}/{name}"
+    import os
+
+    os.makedirs(d, exist_ok=True)
+    mx.save_safetensors(f"{d}/model-00002-of-00002.safetensors", published(head))
+    mx.save_safetensors(f"{d}/model-00001-of-00002.safetensors", {"model.embed_tokens.weight": mx.zeros((2, 2))})
+    keys = list(published(head))
+    wmap = {k: "model-00002-of-00002.safetensors" for k in keys}
+    wmap["model.embed_tokens.weight"] = "model-00001-of-00002.safetensors"
+    with open(f"{d}/model.safetensors.index.json", "w") as f:
+        json.dump({"weight_map": wmap}, f)
+    with open(f"{d}/config.json", "w") as f:
+        json.dump(dict(TARGETS[name][1], model_type=TARGETS[name][0], mtp_num_hidden_layers=1), f)
+    return d
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("mtp"))
+
+
+@functools.lru_cache(maxsize=None)
+def plain(name: str, seed: int | None):
+    sp = SamplingParams(temperature=0.0 if seed is None else 0.8, seed=seed)
+    return [e.token for e in token_stream(target(name), PROMPT, max_tokens=16, sampling=sp)]
+
+
+def test_the_fixture_uses_the_published_names_and_loads_them(root):
+    dense = json.load(open(f"{checkpoint('dense', root)}/model.safetensors.index.json"))["weight_map"]
+    assert {k for k in dense if k.startswith("mtp.")} == DENSE_KEYS
+    hybrid = json.load(open(f"{checkpoint('hybrid', root)}/model.safetensors.index.json"))["weight_map"]
+    assert "mtp.layers.0.mlp.experts.3.down_proj.weight" in hybrid
+    assert "mtp.layers.0.mlp.shared_expert_gate.weight" in hybrid
+    mimo = json.load(open(f"{checkpoint('mimo', root)}/model.safetensors.index.json"))["weight_map"]
+    assert {"model.mtp_layers.0.input_proj.weight", "model.mtp_layers.0.token_layernorm.weight",
+            "model.mtp_layers.0.hidden_layernorm.weight", "model.mtp_layers.0.final_layernorm.weight",
+            "model.mtp_layers.0.self_attn.q_proj.bias", "model.mtp_layers.0.mlp.down_proj.weight"} <= set(mimo)
+    head = load_mtp(checkpoint("mimo", root), target("mimo"))
+    stored = mx.load(f"{checkpoint('mimo', root)}/model-00002-of-00002.safetensors")
+    assert mx.array_equal(head.norm.weight, stored["model.mtp_layers.0.final_layernorm.weight"])  # as is
+    head = load_mtp(checkpoint("dense", root), target("dense"))
+    stored = mx.load(f"{checkpoint('dense', root)}/model-00002-of-00002.safetensors")
+    assert mx.allclose(head.norm.weight, stored["mtp.norm.weight"] + 1.0)  # un-centred
+    assert mx.array_equal(head.fc.weight, stored["mtp.fc.weight"])
+    moe = load_mtp(checkpoint("hybrid", root), target("hybrid")).layers[0].mlp.switch_mlp
+    stored = mx.load(f"{checkpoint('hybrid', root)}/model-00002-of-00002.safetensors")
+    assert mx.array_equal(moe.down_proj.weight[3], stored["mtp.layers.0.mlp.experts.3.down_proj.weight"])
+
+
+def test_a_checkpoint_without_mtp_weights_or_a_wrong_target_is_refused(root, tmp_path):
+    mx.save_safetensors(str(tmp_path / "model.safetensors"), {"model.norm.weight": mx.ones((4,))})
+    with pytest.raises(MtpFormatError, match="holds no mtp"):
+        load_mtp(tmp_path, target("dense"))
+    with pytest.raises(MtpFormatError, match="do not fit"):
+        load_mtp(checkpoint("dense", root), target("hybrid"))
+
+
+@pytest.mark.parametrize("name,ks", [("hybrid", range(1, 9)), ("dense", (1, 2, 5, 8)), ("mimo", (1, 3, 8))])
+def test_greedy_output_is_plain_for_every_k(name, ks, root):
+    head = load_mtp(checkpoint(name, root), target(name))
+    for k in ks:
+        stats = SpecStats()
+        out = [e.token for e in token_stream(target(name), PROMPT, drafter=MtpDrafter(head, target(name)),
+                                             max_tokens=16, num_draft_tokens=k, stats=stats)]
+        assert out == plain(name, None), f"k={k}"
+        assert stats.drafted > 0
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_seeded_sampling_is_plain_through_the_spec_path(name, root):
+    """Built as the CLI and server build it: ``prepare_resources`` reads the model's own
+    directory when no --draft-model is given."""
+    model = target(name)
+    model.specdec_source = checkpoint(name, root)
+    spec = DraftSpec("mtp", gate=False)
+    res = prepare_resources(spec, model, None)
+    for seed, k in ((3, 1), (4, 4), (5, 8)):
+        sp = SamplingParams(temperature=0.8, seed=seed)
+        stats = SpecStats()
+        out = [e.token for e in token_stream(model, PROMPT, drafter=build_drafter(spec, res, temperature=0.8,
+                                                                                   seed=seed),
+                                             max_tokens=16, num_draft_tokens=k, sampling=sp, stats=stats)]
+        assert out == plain(name, seed), f"seed={seed} k={k}"
+        assert stats.drafted > 0
+
+
+def test_a_chain_with_suffix_drafting_keeps_plain_output(root):
+    model = target("dense")
+    spec = DraftSpec("mtp,suffix", draft_model=checkpoint("dense", root), gate=False)
+    drafter, stats = build_drafter(spec, prepare_resources(spec, model, None)), SpecStats()
+    out = [e.token for e in token_stream(model, PROMPT, drafter=drafter, max_tokens=16, num_draft_tokens=4,
+                                         stats=stats)]
+    assert out == plain("dense", None) and drafter.stats["mtp"]["drafted"] > 0
+
+
+def test_the_spec_names_mtp_and_refuses_a_second_reader_of_draft_model():
+    assert DraftSpec("mtp", draft_model="/x").draft_types == ("mtp",)
+    DraftSpec("mtp,suffix", draft_model="/x").check_used()
+    with pytest.raises(ValueError, match="mtp reads --draft-model"):
+        DraftSpec("mtp,eagle", draft_model="/x").check_used()
+
+
+class Recording(MtpDrafter):
+    """Records each proposal's kept rows: (context, block start, the hidden states it fed)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.fed, self.pending_seen = [], []
+
+    def propose(self, context, k):
+        self.pending_seen.append(list(self._pending))
+        for v in self._pending:
+            if v.features is not None and (n := kept(v, context)):
+                self.fed.append((list(context), v.start, v.features[:n]))
+        return super().propose(context, k)
+
+
+def test_the_block_is_fed_the_targets_normed_last_hidden_state_at_the_kept_rows(root):
+    """Oracle: a fresh forward over the context gives the same hidden states (hybrid replay:
+    the block's rows are the forward's last ones)."""
+    model = target("hybrid")
+    drafter = Recording(load_mtp(checkpoint("hybrid", root), model), model)
+    list(token_stream(model, PROMPT, drafter=drafter, max_tokens=12, num_draft_tokens=3))
+    assert len(drafter.fed) >= 3
+    assert_fed_a_fresh_forwards_states(model, drafter)
+
+
+def assert_fed_a_fresh_forwards_states(model, drafter: Recording) -> None:
+    from specdec.eagle.capture import capture_layers
+
+    n_layers = len(model.model.layers)
+    for context, start, fed in drafter.fed:
+        with capture_layers(model, (n_layers,)) as cap:
+            model(mx.array([context[:start + fed.shape[0] - 1]]))
+        want = model.model.norm(cap.hidden[n_layers])[0, start - 1:]
+        assert mx.allclose(fed, want, atol=1e-4), (start, fed.shape)
+
+
+def near_markov(name: str, eps: float):
+    """A copy of a target whose layers add only ``eps`` times their output: its next token is
+    nearly a function of the last one (hidden ~ embed(t)), so drafts of the block below that
+    knows it are accepted in full and in part (context still tips some choices)."""
+    arch, cfg = TARGETS[name]
+    mod = importlib.import_module(f"mlx_lm.models.{arch}")
+    model = mod.Model(mod.ModelArgs.from_dict(dict(cfg, model_type=arch, vocab_size=VOCAB)))
+    outs = ("o_proj.weight", "out_proj.weight", "down_proj.weight")
+    model.update(tree_map(lambda p: p, target(name).parameters()))
+    model.update(tree_map_with_path(lambda k, p: p * eps if k.endswith(outs) else p, model.parameters()))
+    mx.eval(model.parameters())
+    return model
+
+
+def knowing_block(model) -> MtpHead:
+    """An MTP block that predicts the near-Markov target's token after next: it reads only the
+    next token's embedding, normed as the target's final norm does (fc = [I | 0]), its layer
+    adds nothing, so the shared LM head gives the target's choice after that token."""
+    head = MtpHead(model)
+    h = model.args.hidden_size
+    head.update(tree_map_with_path(lambda k, p: mx.zeros_like(p) if k.endswith(
+        ("o_proj.weight", "down_proj.weight")) else p, head.parameters()))
+    parts = [mx.eye(h), mx.zeros((h, h))]  # [embedding | hidden], MiMo's the other way round
+    head.fc.weight = mx.concatenate(parts[::-1] if head.layout.hidden_first else parts, axis=1)
+    head.pre_fc_norm_embedding.weight = model.model.norm.weight
+    head.norm.weight = mx.ones((h,))
+    return head
+
+
+@pytest.mark.parametrize("name,eps", [("hybrid", 0.01), ("mimo", 0.003)])
+def test_accepted_drafts_roll_back_exactly(name, eps):
+    """Also the maths: a block reading the wrong half of its input (MiMo's order) drafts t + 1
+    again, and drafts are then never accepted in full."""
+    model = near_markov(name, eps)
+    head = knowing_block(model)
+    want = [e.token for e in token_stream(model, PROMPT, max_tokens=24)]
+    for k in (3, 4):
+        stats, log = SpecStats(), []
+        out = [e.token for e in token_stream(model, PROMPT, drafter=MtpDrafter(head, model), max_tokens=24,
+                                             num_draft_tokens=k, stats=stats, step_log=log)]
+        assert out == want, f"k={k}"
+        assert any(a == L - 1 for L, a in log if L > 1), log  # every draft accepted
+        assert any(0 < a < L - 1 for L, a in log), log  # some accepted, some rolled back
+    sp = SamplingParams(temperature=0.5, seed=11)
+    want = [e.token for e in token_stream(model, PROMPT, max_tokens=24, sampling=sp)]
+    stats = SpecStats()
+    out = [e.token for e in token_stream(model, PROMPT, drafter=MtpDrafter(head, model), max_tokens=24,
+                                         num_draft_tokens=4, sampling=sp, stats=stats)]
+    assert out == want and stats.accepted > 0
+
+
+def test_fused_expert_weights_are_split_as_mlx_lm_splits_them():
+    """Qwen3.5-MoE stores experts fused (``experts.gate_up_proj`` (E, 2I, H), ``experts.down_proj``)."""
+    from specdec.eagle.mtp import canonical
+
+    gate_up, down = mx.arange(2 * 6 * 3).reshape(2, 6, 3), mx.ones((2, 3, 3))
+    out = canonical({"layers.0.mlp.experts.gate_up_proj": gate_up, "layers.0.mlp.experts.down_proj": down,
+                     "layers.0.input_layernorm.weight": mx.zeros((3,))})
+    assert mx.array_equal(out["layers.0.mlp.switch_mlp.gate_proj.weight"], gate_up[:, :3])
+    assert mx.array_equal(out["layers.0.mlp.switch_mlp.up_proj.weight"], gate_up[:, 3:])
+    assert mx.array_equal(out["layers.0.mlp.switch_mlp.down_proj.weight"], down)
+    assert mx.array_equal(out["layers.0.input_layernorm.weight"], mx.ones((3,)))
+
+
+def test_the_server_drafts_with_the_models_own_mtp_block(tmp_path, monkeypatch):
+    """``specdec serve --model DIR --draft-type mtp`` in process: the worker loads the block from
+    the model's own directory (its mtp.* shard beside the weights mlx-lm loads, which drop it);
+    greedy and seeded answers equal plain ones, with drafts made."""
+    import asyncio
+
+    from hybrid_tiny import save_dir
+
+    from specdec.loader import load
+    from specdec.server.config import ServerConfig
+    from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
+    from specdec.server.engine.worker import InferenceWorker
+    from specdec.server.http.metrics import Metrics
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    d = save_dir("qwen3_5", tmp_path / "ckpt")
+    model, _ = load(str(d))
+    mx.random.seed(1)
+    head = MtpHead(model)
+    head.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.15, head.parameters()))
+    mx.save_safetensors(str(d / "model-mtp.safetensors"), published(head))
+
+    async def tokens(worker, spec, sampling):
+        job = Job(GenRequest(prompt_ids=PROMPT, max_tokens=16, speculation=spec, sampling=sampling),
+                  asyncio.get_running_loop())
+        worker.submit(job)
+        out = []
+        while not isinstance(e := await asyncio.wait_for(job.events.get(), 120), DoneEvent):
+            out += [e.token] if isinstance(e, TokenEvent) else []
+        return out, e.usage
+
+    mtp = DraftSpec("mtp", gate=False)
+    worker = InferenceWorker(ServerConfig(model=str(d), speculation=mtp, save_interval=0,
+                                          context_length=512), Metrics())
+    worker.start()
+    try:
+        assert worker.mtp is not None and worker.draft is None
+        for sp in (SamplingParams(), SamplingParams(temperature=0.8, seed=5)):
+            want, _ = asyncio.run(tokens(worker, DraftSpec("none"), sp))
+            got, usage = asyncio.run(tokens(worker, mtp, sp))
+            assert got == want and usage["drafted_tokens"] > 0, usage
+    finally:
+        worker.stop()
+
+
+def test_batched_rows_each_draft_from_their_own_block_state():
+    """Three rows of an attention-only (batchable) target in one ``Batch`` under a flat cost
+    (drafting pays): each row's own hidden states reach its drafter (a fresh forward's), and
+    each row's tokens equal its request decoded alone, with drafts accepted."""
+    from specdec.decode import loop
+    from specdec.decode.batch import Batch
+    from specdec.decode.request import Request
+
+    model = near_markov("mimo", 0.003)
+    head = knowing_block(model)
+    prompts = [[5 + i, 9, 17, 3, 5 + i, 9] for i in range(3)]
+    want = [[e.token for e in token_stream(model, p, max_tokens=12)] for p in prompts]
+    batch, live, out, accepted, drafted = Batch(model, lambda n: 1.0, learn=False), [], {}, 0, 0
+    drafters = [Recording(head, model) for _ in prompts]
+    for i, p in enumerate(prompts):
+        req = Request(model, p, drafter=drafters[i], max_tokens=12)
+        req.start()
+        req.prefill()
+        batch.join(req.row(), req.layers)
+        live.append((i, req))
+        out[i] = []
+    while live:
+        steps = loop.step(batch)
+        for (i, req), s in zip(live, steps):
+            out[i] += [e.token for e in req.feed(s)]
+            accepted += s.accepted if len(steps) > 1 else 0
+            drafted += s.drafted if len(steps) > 1 else 0
+        done = [j for j, (_, req) in enumerate(live) if req.finish_reason]
+        batch.leave_rows(done)
+        live = [x for j, x in enumerate(live) if j not in set(done)]
+    assert [out[i] for i in range(3)] == want
+    assert accepted > 0
+    for d in drafters:
+        assert len(d.fed) >= 2
+        assert_fed_a_fresh_forwards_states(model, d)
+
+
+def test_kept_reads_a_blocks_accepted_rows_from_any_later_context():
+    from specdec.drafters.eagle import Verified
+
+    block = Verified(2, (1, 2, 3))
+    assert [kept(block, [0, 0, *t]) for t in ([7], [1, 7], [1, 2, 9], [1, 2, 3, 4], [1, 2, 3, 4, 5, 1])] == \
+        [1, 2, 3, 4, 4]
+    assert kept(Verified(2, ()), [0, 0, 5, 6]) == 1
+
+
+class EveryOther(Drafter):
+    """Proposes one token at every other context length (so a chain's next member is skipped
+    on those steps)."""
+
+    name = "every-other"
+
+    def propose(self, context, k):
+        return Proposal([(context[-1] + 1) % VOCAB]) if len(context) % 2 == 0 else EMPTY
+
+
+def test_behind_another_drafter_in_a_chain_every_verified_block_is_fed_in_order():
+    """Steps another member wins are fed to the block at its next turn, so its cache holds
+    every verified position, contiguously, with a fresh forward's states."""
+    from specdec.drafters.chain import ChainDrafter
+
+    model = near_markov("hybrid", 0.01)
+    recording = Recording(knowing_block(model), model)
+    chain = ChainDrafter([EveryOther(), recording])
+    want = [e.token for e in token_stream(model, PROMPT, max_tokens=24)]
+    out = [e.token for e in token_stream(model, PROMPT, drafter=chain, max_tokens=24, num_draft_tokens=4)]
+    assert out == want and chain.stats["every-other"]["won"] > 2 and chain.stats["mtp"]["won"] > 2
+    assert any(len(blocks) > 1 for blocks in recording.pending_seen)
+    spans = [(start, fed.shape[0]) for _, start, fed in recording.fed]
+    assert all(s + n == s2 for (s, n), (s2, _) in zip(spans, spans[1:])), spans
+    assert_fed_a_fresh_forwards_states(model, recording)
+
+
+def test_a_server_refuses_mtp_requests_it_cannot_serve():
+    from specdec.server.engine.speculative import refuse_unloaded
+
+    from types import SimpleNamespace
+
+    bare, loaded = SimpleNamespace(draft=None, mtp=None), SimpleNamespace(draft=None, mtp=object())
+    with pytest.raises(ValueError, match="started with --draft-type mtp"):
+        refuse_unloaded(DraftSpec("mtp", gate=False), bare)
+    with pytest.raises(ValueError, match="speculative.gate false"):
+        refuse_unloaded(DraftSpec("mtp"), loaded)
+    with pytest.raises(ValueError, match="started with --draft-model"):
+        refuse_unloaded(DraftSpec("model", draft_model="x"), loaded)
+    refuse_unloaded(DraftSpec("mtp,suffix", gate=False), loaded)
+    refuse_unloaded(DraftSpec("suffix"), SimpleNamespace())  # names nothing: reads nothing
