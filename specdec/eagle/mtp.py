@@ -21,13 +21,14 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
+from ..core.arrays import load_arrays, scalar_int
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class MtpFormatError(ValueError):
 
 def text_model(target: nn.Module) -> nn.Module:
     """The mlx-lm text model (``args``, ``model``, LM head) of a target (Qwen3.5's is inside)."""
-    return getattr(target, "language_model", target)
+    return cast("nn.Module", getattr(target, "language_model", target))
 
 
 def final_hidden(target: nn.Module) -> Callable[[mx.array], mx.array]:
@@ -135,7 +136,7 @@ class MtpHead(nn.Module):
                 h = self.step(tok.reshape(1, 1), h, None, cache[0])
         mx.eval(out)
         cache[0].trim(k - 1)
-        return [int(t.item()) for t in out]
+        return [scalar_int(t) for t in out]
 
 
 def layout_of(target: nn.Module) -> Layout:
@@ -159,7 +160,7 @@ def read_mtp_weights(path: str | Path, prefix: str = "mtp.") -> dict[str, mx.arr
         files = sorted(p.name for p in d.glob("*.safetensors"))
     out: dict[str, mx.array] = {}
     for f in files:
-        out.update({k[len(prefix):]: v for k, v in mx.load(str(d / f)).items() if k.startswith(prefix)})
+        out.update({k[len(prefix):]: v for k, v in load_arrays(str(d / f)).items() if k.startswith(prefix)})
     if not out:
         raise MtpFormatError(f"{d} holds no {prefix}* weights: point --draft-model at the original "
                              "checkpoint (mlx-community conversions drop its MTP layers).")
@@ -181,7 +182,8 @@ def canonical(weights: dict[str, mx.array], layout: Layout = _QWEN) -> dict[str,
     """Published MTP weights -> ours: renamed (``our_name``), zero-centred norms read as
     ``1 + w``, per-expert or fused (``experts.gate_up_proj``) expert weights stacked as mlx-lm's
     ``switch_mlp``."""
-    out, experts = {}, {}
+    out: dict[str, mx.array] = {}
+    experts: dict[tuple[str, str], dict[int, mx.array]] = {}
     for k, v in ((our_name(k, layout), v) for k, v in weights.items()):
         m = _EXPERT.match(k)
         if m:

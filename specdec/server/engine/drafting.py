@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import mlx.nn as nn
 
 from ...calibrate import Calibration
 from ...core.model import Model
@@ -126,7 +128,7 @@ class Drafting:
         block (default: the model's own directory), else a draft model."""
         spec = self.cfg.speculation
         if spec.uses("mtp"):
-            self.mtp = load_for(self.model, spec.draft_model)
+            self.mtp = load_for(cast("nn.Module", self.model), spec.draft_model)
         elif spec.draft_model:
             self.draft = load(spec.draft_model, dtype=self.cfg.dtype)
 
