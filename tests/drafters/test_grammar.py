@@ -12,6 +12,7 @@ from functools import lru_cache
 import pytest
 from conftest import TINY_VOCAB, assert_speculated, cached_tiny, real_model, requires_model
 
+from specdec.decode.generation import Generation
 from specdec.core.grammar import Grammar, response_grammar
 from specdec.core.sampling import SamplingParams
 from specdec.decode.request import Request
@@ -78,7 +79,8 @@ def run(model, prompt, drafter=None, with_drafter_grammar=False, **kw):
     if with_drafter_grammar:
         drafter = ChainDrafter([GrammarDrafter(), drafter]) if drafter else GrammarDrafter()
     log = []
-    req = Request(model, prompt, drafter=drafter, max_tokens=60, eos={0}, processors=[g], step_log=log, **kw)
+    req = Request(model, prompt, Generation.of(max_tokens=60, **kw), drafter=drafter, eos={0}, processors=[g],
+                  step_log=log)
     req.start()
     req.prefill()
     return [e.token for e in req.run()], log

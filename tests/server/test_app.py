@@ -318,11 +318,11 @@ def test_a_full_queue_refuses_before_the_prompt_is_even_read(smol_tok):
 
 
 def test_a_reader_that_stops_reading_has_its_job_cancelled():
+    from specdec.decode.generation import Generation
     from specdec.server.engine.events import MAX_PENDING_EVENTS, GenRequest, Job
-    from specdec.drafters.spec import DraftSpec
 
     async def run():
-        job = Job(GenRequest([1], 10**6, DraftSpec("suffix")), asyncio.get_running_loop())
+        job = Job(GenRequest([1], Generation(max_tokens=10**6)), asyncio.get_running_loop())
         for i in range(MAX_PENDING_EVENTS + 500):  # the worker keeps emitting; nobody reads
             job.emit(TokenEvent("x", i))
         await asyncio.sleep(0)
