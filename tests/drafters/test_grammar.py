@@ -102,7 +102,7 @@ def test_constrained_speculation_equals_plain_constrained_decoding(arch):
         value = json.loads(text)  # the grammar holds even a random model to the schema
         assert set(value) == {"name", "n", "tags"} and len(value["name"]) <= 6, text
         for drafter, extra in ((NgramDrafter(1, 3), {}), (None, {}),
-                               (TruthTreeDrafter(ref, TINY_VOCAB, seed=seed), {"tree_budget": 8})):
+                               (TruthTreeDrafter(ref, TINY_VOCAB, seed=seed), {"draft_tree_budget": 8})):
             out, log = run(model, prompt(seed), drafter, with_drafter_grammar=drafter is None or not extra,
                            num_draft_tokens=4, **extra)
             assert out == ref, (arch, seed, type(drafter).__name__)

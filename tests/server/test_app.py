@@ -170,12 +170,12 @@ def test_max_tokens_default_runs_to_the_context(smol_tok):
                             (None, {"max_completion_tokens": 7}, 7)):
         assert post(client, **body).status_code == 200
         n = len(worker.requests[-1].prompt_ids)
-        assert worker.requests[-1].max_tokens == (200 - n if want == "room" else want)
+        assert worker.requests[-1].gen.max_tokens == (200 - n if want == "room" else want)
     capped, worker = serve(tok, script=["x"], max_tokens=8)
     post(capped)
     post(capped, max_tokens=50)  # the operator's cap bounds what a client asks too
     post(capped, max_tokens=3)
-    assert [r.max_tokens for r in worker.requests] == [8, 8, 3]
+    assert [r.gen.max_tokens for r in worker.requests] == [8, 8, 3]
     r = post(capped, max_tokens=200)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
 

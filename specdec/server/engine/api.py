@@ -193,11 +193,9 @@ class Api:
                 await run_in_threadpool(response_grammar, fmt)
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
-        gen = Generation(max_tokens=max_tokens, draft=spec, sampling=sampling,
-                         stop=tuple(body.stop or ()), kv_bits=cfg.kv_bits, logprobs=logprobs,
-                         top_logprobs=top, response_format=fmt)
-        return GenRequest(ids, gen, tenant=tenant, cache_salt=body.cache_salt,
-                          store=getattr(body, "store", None) is not False)
+        gen = Generation(max_tokens, spec, sampling, tuple(body.stop or ()), kv_bits=cfg.kv_bits,
+                         logprobs=logprobs, top_logprobs=top, response_format=fmt)  # the one value
+        return GenRequest(ids, gen, tenant, body.cache_salt, getattr(body, "store", None) is not False)
 
     async def queue(self, request: Request, body: ChatCompletionRequest | CompletionRequest,
                     fit: bool = False) -> Queued:
@@ -216,11 +214,9 @@ class Api:
         chat = isinstance(body, ChatCompletionRequest)
         reasoning = self.reasoning(gen) if chat else None
         out = gen.gen  # what the answer reports: logprobs, top_logprobs
-        responder = (ToolResponder(self.cfg.model_id, out.logprobs, out.top_logprobs, tools,
-                                   reasoning=reasoning)
+        responder = (ToolResponder(self.cfg.model_id, out.logprobs, out.top_logprobs, tools, reasoning=reasoning)
                      if tools is not None and tools.format is not None else
-                     Responder(chat, self.cfg.model_id, out.logprobs, out.top_logprobs,
-                               reasoning=reasoning))
+                     Responder(chat, self.cfg.model_id, out.logprobs, out.top_logprobs, reasoning=reasoning))
         return Queued(job, responder, watch, len(gen.prompt_ids))
 
     async def first(self, queued: Queued) -> Run:
