@@ -232,7 +232,7 @@ def stream_generate(
                    repetition_context_size=repetition_context_size,
                    presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
                    logit_bias=logit_bias)
-    given = {k: v for k, v in sampled.items() if v is not None}
+    given: dict[str, Any] = {k: v for k, v in sampled.items() if v is not None}
     gen = _one_value(generation, dict(
         draft=spec_of(drafter, generation), max_tokens=max_tokens, num_draft_tokens=num_draft_tokens,
         ngram_min=ngram_min, ngram_max=ngram_max, draft_tree_budget=draft_tree_budget, stop=stop,

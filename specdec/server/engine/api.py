@@ -194,7 +194,7 @@ class Api:
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
         gen = Generation(max_tokens, spec, sampling, tuple(body.stop or ()), kv_bits=cfg.kv_bits,
-                         logprobs=logprobs, top_logprobs=top, response_format=fmt)  # the one value
+                         logprobs=bool(logprobs), top_logprobs=top, response_format=fmt)  # the one value
         return GenRequest(ids, gen, tenant, body.cache_salt, getattr(body, "store", None) is not False)
 
     async def queue(self, request: Request, body: ChatCompletionRequest | CompletionRequest,
