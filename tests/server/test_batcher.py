@@ -261,6 +261,19 @@ def test_at_most_max_batch_rows_admitted_first_in_first_out(worker):
         assert run.tokens(job) == greedy(worker, job.request.prompt_ids, n)
 
 
+def test_the_request_value_reaches_the_row_unchanged(worker):
+    """#45: the batcher passes the job's ``Generation`` itself to its ``Request`` (no field
+    re-spelled on the way), and the row drafts the spec's k: one value, one road."""
+    run = Rounds(worker, max_batch=1)
+    spec = DraftSpec("ngram", num_draft_tokens=3, gate=False)
+    job = run.submit(chat_ids(worker, short_questions(1)[0]), 2, spec)
+    run.round()
+    (a,) = run.batcher.prefilling or run.batcher.running
+    assert a.req.gen is job.request.gen and a.req.row().k == 3 == a.req.k
+    run.finish()
+    assert len(run.tokens(job)) <= 2
+
+
 def test_a_job_past_the_kv_budget_waits_for_a_row_to_leave(worker):
     ids = [chat_ids(worker, q) for q in short_questions(3)]
     row = max(map(len, ids)) + 8
