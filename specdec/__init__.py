@@ -30,6 +30,8 @@ _EXPORTS = {
     "DraftResources": "specdec.drafters",
     "build_drafter": "specdec.drafters",
     "prepare_resources": "specdec.resources",
+    "drafter_for": "specdec.resources",
+    "Generation": "specdec.decode.generation",
     "Drafter": "specdec.drafters",
     "Proposal": "specdec.drafters",
     "SpecStats": "specdec.core.stats",

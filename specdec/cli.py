@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .backend import ensure_openblas
@@ -204,7 +205,8 @@ def _generate(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Mode
     kw = {**cfg.engine_kwargs(), "drafter": cfg.build_drafter(model, tokenizer)}
     base = None
     if args.compare:
-        generate(model, tokenizer, prompt, **{**kw, "drafter": None, "max_tokens": 8})  # warm-up
+        generate(model, tokenizer, prompt,  # warm-up
+                 **{**kw, "drafter": None, "generation": replace(kw["generation"], max_tokens=8)})
         base = generate(model, tokenizer, prompt, **{**kw, "drafter": None})
     # the main run reuses the prompt cache; the --compare baseline runs without it
     prompt_cache = _prompt_cache(cfg, model)

@@ -4,9 +4,10 @@ Contract: ``add_draft_flags(parser)`` adds the drafter flags (``specdec generate
 ``parity`` and ``serve`` share them); ``RunConfig.from_args(namespace)`` validates at the
 boundary (raising
 ``ValueError`` with what to change). The drafter flags become one ``DraftSpec``
-(``draft_spec_from_args``, shared with ``specdec serve``); ``build_drafter`` loads what
-the spec needs and returns a fresh drafter; ``engine_kwargs()`` gives the keyword
-arguments of ``specdec.generate`` / ``stream_generate`` other than the drafter.
+(``draft_spec_from_args``, shared with ``specdec serve``); ``generation()`` is the run as
+one ``Generation`` value; ``build_drafter`` loads what the spec needs and returns a fresh
+drafter (``resources.drafter_for``); ``engine_kwargs()`` gives the keyword arguments of
+``specdec.generate`` / ``stream_generate`` other than the drafter.
 Tests: tests/test_config.py, tests/test_cli.py, tests/drafters/test_spec.py.
 """
 
@@ -20,14 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core.model import Model
-from .drafters import shared_ngram_mod_table
 from .drafters.spec import DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec, parse_tree_budget
 from .loader.api import DTYPES  # one list of dtype names
-from .policy.build import build_policy
 from .policy.drafting import DecodePolicy
 from .prompts import demo_prompt
 
-if TYPE_CHECKING:  # drafters are imported when built (``build_policy``): the CLI starts in 0.2 s
+if TYPE_CHECKING:  # drafters are imported when built (``drafter_for``): the CLI starts in 0.2 s
     from .drafters.ngram_mod import NgramModTable
 
 DRAFT_FIELDS = tuple(f.name for f in fields(DraftSpec))
@@ -222,39 +221,31 @@ class RunConfig:
             return demo_prompt()
         return self.prompt
 
+    def generation(self) -> Any:
+        """The run as one ``decode.generation.Generation`` (``--num-draft-tokens`` and the
+        other drafter flags in its ``draft``: the spec), passed unchanged to the row."""
+        from .decode.generation import Generation  # imports mlx: `specdec --help` starts without it
+
+        return Generation(max_tokens=self.max_tokens, draft=self.spec, sampling=self.sampling(),
+                          stop=tuple(self.stop or ()), prefill_step_size=self.prefill_step_size,
+                          kv_bits=self.kv_bits, response_format=self.response_format())
+
     def build_drafter(self, model: Model, tokenizer: Any) -> DecodePolicy:
-        """The drafter for one request, under the spec's decode policy: loads the draft model /
-        ngram-mod file as asked."""
-        from .resources import prepare_resources  # imports mlx: `specdec --help` starts without it
+        """The drafter for one request, under the spec's decode policy (``drafter_for``, the
+        one assembly): loads the draft model / ngram-mod file as asked, keeping the table
+        (``--ngram-mod-file`` saves it after the run)."""
+        from .resources import drafter_for, resources_for  # imports mlx: `--help` without it
 
         if self.spec.uses("wedlm"):  # the --wedlm-* flags shape its drafts too
             from .core.wedlm import attach_settings, settings_of  # imports mlx: `--help` without it
 
             attach_settings(model, self.wedlm_settings(settings_of(model).mask_token_id))
-        table = None
-        if self.spec.uses("ngram-mod") and not self.spec.ngram_mod_file:
-            table = shared_ngram_mod_table(tokenizer, self.spec.ngram_mod_size, self.spec.ngram_mod_n)
-        res = prepare_resources(self.spec, model, tokenizer, dtype=self.dtype, table=table)
+        res = resources_for(self.spec, model, tokenizer, dtype=self.dtype)
         self.table = res.table
-        return build_policy(self.spec, res, temperature=self.temp, seed=self.seed)
+        return drafter_for(self.spec, model, tokenizer, res, sampling=self.sampling())
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """``generate``'s keyword arguments; the drafter is ``build_drafter``'s."""
-        return dict(
-            response_format=self.response_format(),
-            max_tokens=self.max_tokens,
-            num_draft_tokens=self.spec.num_draft_tokens,
-            draft_tree_budget=self.spec.draft_tree_budget,
-            stop=self.stop,
-            temperature=self.temp,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            seed=self.seed,
-            repetition_penalty=self.repetition_penalty,
-            repetition_context_size=self.repetition_context_size,
-            system=self.system,
-            chat=False if self.raw else None,
-            prefill_step_size=self.prefill_step_size,
-            kv_bits=self.kv_bits,
-        )
+        """``generate``'s keyword arguments: the ``generation`` and how the prompt is
+        encoded; the drafter is ``build_drafter``'s."""
+        return dict(generation=self.generation(), system=self.system,
+                    chat=False if self.raw else None)

@@ -10,7 +10,7 @@ Tests: tests/test_engine.py, tests/parity/test_parity_real.py. Details: docs/ver
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from .cache.prompt_cache import PromptCache
@@ -23,14 +23,13 @@ from .core.sampling import SamplingParams
 from .core.vocab import vocab_size
 from .core.stats import SpecStats
 from .core.text import TextOut, encode_prompt
-from .decode.request import Emitted, Request
-from .drafters import Drafter, DraftResources, DraftSpec, NoDrafter, shared_ngram_mod_table
-from .policy.build import build_policy
+from .decode.generation import Generation
+from .decode.request import Emitted, Request, TreePlan
+from .drafters import Drafter, DraftSpec, NoDrafter
 from .policy.drafting import DecodePolicy
 from .policy.adaptive import draft_seconds
-from .drafters.spec import DEFAULT_NUM_DRAFT_TOKENS
 from .measure import resolve_tree_budget
-from .resources import prepare_resources
+from .resources import drafter_for
 
 
 @dataclass
@@ -59,41 +58,47 @@ class GenerationResult:
     steps: list[tuple[int, int]] = field(default_factory=list)  # (block length, accepted)
 
 
-def resolve_drafter(drafter: Drafter | DecodePolicy | DraftSpec | str | None, tokenizer: Any, *,
-                    model: Model | None = None, num_draft_tokens: int | None = None,
-                    ngram_min: int | None = None, ngram_max: int | None = None,
-                    temperature: float = 0.0, seed: int | None = None) -> Drafter | DecodePolicy:
-    """A Drafter (or one under its decode policy: the spec's cost gate) from an instance, a
-    ``DraftSpec``, a draft-type string, or None (plain).
+class _FromSpec:
+    """``stream_generate``'s default drafter: the spec's (``generation.draft``, else
+    ``DraftSpec()``: suffix drafting under the cost gate)."""
 
-    A spec or string is built with ``prepare_resources`` on ``model`` (the cost gate, on
-    by default, prices drafts on the model's verify cost curve, measured once and cached;
-    a spec naming ``draft_model`` loads it). A string uses the process-wide ngram-mod
-    table of this tokenizer (so library calls share one memory, as a server does).
-    ``num_draft_tokens``, ``ngram_min`` and ``ngram_max`` (None: the spec's) replace a
-    spec's: the cost gate's bound and the row's depth are then one value, never two that
-    may disagree, and no keyword is dropped."""
+    def __repr__(self) -> str:
+        return "FROM_SPEC"
+
+
+FROM_SPEC: Any = _FromSpec()
+DraftArg = Drafter | DecodePolicy | DraftSpec | str | None
+
+
+def resolve_drafter(drafter: DraftArg, gen: Generation, model: Model | None,
+                    tokenizer: Any) -> Drafter | DecodePolicy:
+    """A request's drafter: an instance as it is, None plain, a ``DraftSpec`` or a
+    draft-type string (already merged into ``gen.draft`` by the edge) built by the one
+    ``resources.drafter_for`` on ``model`` (the cost gate prices drafts on its verify cost
+    curve, measured once and cached; a spec naming ``draft_model`` loads it)."""
     if drafter is None:
         return NoDrafter()
-    if isinstance(drafter, str):
-        drafter = DraftSpec(drafter)
-    if isinstance(drafter, DraftSpec):
-        drafter = replace(  # validated again by DraftSpec
-            drafter, num_draft_tokens=drafter.num_draft_tokens if num_draft_tokens is None else num_draft_tokens,
-            ngram_min=drafter.ngram_min if ngram_min is None else ngram_min,
-            ngram_max=drafter.ngram_max if ngram_max is None else ngram_max)
-        table = None  # a file the spec names is loaded by prepare_resources, never ignored
-        if drafter.uses("ngram-mod") and not drafter.ngram_mod_file:
-            table = shared_ngram_mod_table(tokenizer, drafter.ngram_mod_size, drafter.ngram_mod_n)
-        if model is None and drafter.speculative and (drafter.gate or drafter.adaptive_k):
-            raise ValueError("the cost gate needs the target model (resolve_drafter(..., model=))")
-        res = prepare_resources(drafter, model, tokenizer, table=table) if model is not None \
-            else DraftResources(tokenizer=tokenizer, table=table)
-        return build_policy(drafter, res, temperature=temperature, seed=seed)
+    if isinstance(drafter, (str, DraftSpec)) or drafter is FROM_SPEC:
+        return drafter_for(gen.draft, model, tokenizer, sampling=gen.sampling)
     if not isinstance(drafter, (Drafter, DecodePolicy)):
         raise TypeError(f"{drafter!r} is not a Drafter: subclass specdec.drafters.Drafter "
                         "(propose returns a Proposal)")
     return drafter
+
+
+def spec_of(drafter: DraftArg, generation: Generation | None) -> DraftSpec:
+    """The spec a call's ``drafter`` names (the default and an instance: ``DraftSpec()``'s
+    k and tree budget; None: plain); with ``generation`` given its ``draft``, which a spec
+    or string given beside it must agree with (two descriptions, never one dropped)."""
+    if generation is not None:
+        named = DraftSpec(drafter) if isinstance(drafter, str) else drafter
+        if isinstance(named, DraftSpec) and named != generation.draft:
+            raise ValueError(f"drafter={drafter!r} differs from generation.draft "
+                             f"({generation.draft}): give the spec once, in the generation")
+        return generation.draft
+    if isinstance(drafter, str):
+        return DraftSpec(drafter)
+    return drafter if isinstance(drafter, DraftSpec) else DraftSpec("none") if drafter is None else DraftSpec()
 
 
 def grammar_for(model: Model, tokenizer: Any, response_format: dict | Grammar | None) -> Grammar | None:
@@ -107,68 +112,79 @@ def grammar_for(model: Model, tokenizer: Any, response_format: dict | Grammar | 
     return Grammar(tokenizer, grammar, vocab_size(model, tokenizer))
 
 
-def tree_policy(model: Model, tree_budget: int | str, drafter: Drafter | DecodePolicy | None,
-                num_draft_tokens: int) -> tuple[int, Any]:
-    """(node budget, shaper or None) for a request: ``"auto"`` prices trees on the model's
-    measured curves and the drafter's own cost per proposal (when ``build_drafter``
-    measured it)."""
-    if not tree_budget:
-        return 0, None
-    refuse_trees(make_cache(model, rollback=False), tree_budget)  # before "auto" measures trees
-    propose_cost = draft_seconds(drafter.draft_cost if drafter is not None else None, num_draft_tokens)
-    return resolve_tree_budget(model, tree_budget, propose_cost=propose_cost)
+def tree_policy(model: Model, spec: DraftSpec, drafter: Drafter | DecodePolicy | None) -> TreePlan:
+    """A request's token trees: ``spec.draft_tree_budget`` nodes, or ``"auto"`` priced on
+    the model's measured curves and the drafter's own cost per proposal (when
+    ``drafter_for`` measured it)."""
+    if not spec.draft_tree_budget:
+        return TreePlan()
+    refuse_trees(make_cache(model, rollback=False), spec.draft_tree_budget)  # before "auto" measures
+    cost = getattr(drafter, "draft_cost", None)
+    budget, shaper = resolve_tree_budget(model, spec.draft_tree_budget,
+                                         propose_cost=draft_seconds(cost, spec.num_draft_tokens))
+    return TreePlan(budget, shaper)
 
 
-def make_request(model: Model, prompt_ids: Sequence[int], *,
-                 drafter: Drafter | DecodePolicy | None = None,
-                 max_tokens: int = 256, num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
-                 tree_budget: int | str = 0,
-                 **kwargs: Any) -> Request:
-    """A started, prefilled ``decode.request.Request`` (see ``token_stream``)."""
-    budget, shaper = tree_policy(model, tree_budget, drafter, num_draft_tokens)
-    req = Request(model, prompt_ids, drafter=drafter, max_tokens=max_tokens,
-                  num_draft_tokens=num_draft_tokens, tree_budget=budget, shaper=shaper, **kwargs)
+def make_request(model: Model, prompt_ids: Sequence[int], gen: Generation, *,
+                 drafter: Drafter | DecodePolicy | None = None, **runtime: Any) -> Request:
+    """A started, prefilled ``decode.request.Request`` of ``gen`` (its trees resolved:
+    ``tree_policy``); ``runtime``: ``Request``'s keywords beside the value."""
+    req = Request(model, prompt_ids, gen, drafter=drafter, tree=tree_policy(model, gen.draft, drafter),
+                  **runtime)
     req.start()
     req.prefill()
     return req
 
 
+def _one_value(generation: Generation | None, given: dict[str, Any]) -> Generation:
+    """The call's ``Generation``: ``generation``, or its keywords (None: the default)."""
+    if generation is None:
+        return Generation.of(**given)
+    named = sorted(k for k, v in given.items() if v is not None and k != "draft")
+    if named:
+        raise TypeError(f"{', '.join(named)} given beside generation=: set them in the Generation")
+    return generation
+
+
 def token_stream(
     model: Model,
     prompt_ids: Sequence[int],
+    generation: Generation | None = None,
     *,
-    drafter: Drafter | None = None,
-    max_tokens: int = 256,
-    num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
+    drafter: Drafter | DecodePolicy | None = None,
+    max_tokens: int | None = None,
+    num_draft_tokens: int | None = None,
     eos: Sequence[int] | set[int] = (),
-    sampling: SamplingParams = SamplingParams(),
-    prefill_step_size: int = 512,
+    sampling: SamplingParams | None = None,
+    prefill_step_size: int | None = None,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    diagnostics: bool = False,
-    top_logprobs: int = 0,
+    kv_group_size: int | None = None,
+    diagnostics: bool | None = None,
+    top_logprobs: int | None = None,
     stats: SpecStats | None = None,
     step_log: list[tuple[int, int]] | None = None,
     prompt_cache: PromptCache | None = None,
-    tree_budget: int | str = 0,
+    tree_budget: int | str | None = None,
 ) -> Iterator[Emitted]:
     """The token-level core: yields emitted tokens until EOS (not yielded) or max_tokens.
 
-    Needs no tokenizer. The prompt is prefilled before this returns. ``stats`` (updated in
-    place) and ``step_log`` (appended ``(block length, accepted)`` per step) are optional
-    outputs. ``top_logprobs`` = n > 0 attaches the n most likely ``(token, logprob)``
-    pairs, best first, to each token. ``prompt_cache`` (``make_prompt_cache``) is reused
-    for the prompt's cached prefix and left holding exactly the prompt and the emitted
-    tokens (see ``cache.prompt_cache``). ``tree_budget``: max token-tree nodes per step (0
-    = linear drafts; ``"auto"``: chosen each step by a ``policy.tree_shape.TreeShaper`` on
-    the model's verify cost curve). The lifecycle is ``decode.request.Request``'s.
+    Needs no tokenizer. The prompt is prefilled before this returns. ``generation`` (or its
+    keywords, None taking ``Generation``'s defaults: k is ``DraftSpec``'s) is the request;
+    ``drafter`` drafts (None: plain). ``stats`` (updated in place) and ``step_log``
+    (appended ``(block length, accepted)`` per step) are optional outputs.
+    ``top_logprobs`` = n > 0 attaches the n most likely ``(token, logprob)`` pairs, best
+    first, to each token. ``prompt_cache`` (``make_prompt_cache``) is reused for the
+    prompt's cached prefix and left holding exactly the prompt and the emitted tokens (see
+    ``cache.prompt_cache``). ``tree_budget``: max token-tree nodes per step (0 = linear
+    drafts; ``"auto"``: chosen each step by a ``policy.tree_shape.TreeShaper`` on the
+    model's verify cost curve). The lifecycle is ``decode.request.Request``'s.
     """
-    return make_request(
-        model, prompt_ids, drafter=drafter, max_tokens=max_tokens, num_draft_tokens=num_draft_tokens,
-        tree_budget=tree_budget, eos=eos, sampling=sampling, prefill_step_size=prefill_step_size,
-        kv_bits=kv_bits, kv_group_size=kv_group_size, diagnostics=diagnostics,
-        top_logprobs=top_logprobs, stats=stats, step_log=step_log, prompt_cache=prompt_cache,
-    ).run()
+    gen = _one_value(generation, dict(
+        max_tokens=max_tokens, num_draft_tokens=num_draft_tokens, sampling=sampling,
+        prefill_step_size=prefill_step_size, kv_bits=kv_bits, kv_group_size=kv_group_size,
+        diagnostics=diagnostics, top_logprobs=top_logprobs, draft_tree_budget=tree_budget))
+    return make_request(model, prompt_ids, gen, drafter=drafter, eos=eos, stats=stats,
+                        step_log=step_log, prompt_cache=prompt_cache).run()
 
 
 def stream_generate(
@@ -176,55 +192,73 @@ def stream_generate(
     tokenizer: Any,
     prompt: str | Sequence[int] | Sequence[dict],
     *,
-    drafter: Drafter | DraftSpec | str | None = DraftSpec.draft_type,
-    max_tokens: int = 256,
+    drafter: DraftArg = FROM_SPEC,
+    generation: Generation | None = None,
+    max_tokens: int | None = None,
     num_draft_tokens: int | None = None,
     ngram_min: int | None = None,
     ngram_max: int | None = None,
     stop: Sequence[str] | None = None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    min_p: float = 0.0,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
     seed: int | None = None,
-    repetition_penalty: float = 1.0,
-    repetition_context_size: int = 20,
-    presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0,
+    repetition_penalty: float | None = None,
+    repetition_context_size: int | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
     logit_bias: dict[int, float] | None = None,
     system: str | None = None,
     chat: bool | None = None,
-    prefill_step_size: int = 512,
+    prefill_step_size: int | None = None,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    diagnostics: bool = False,
-    top_logprobs: int = 0,
+    kv_group_size: int | None = None,
+    diagnostics: bool | None = None,
+    top_logprobs: int | None = None,
     prompt_cache: PromptCache | None = None,
     draft_tree_budget: int | str | None = None,
     response_format: dict | None = None,
     logits_processors: Sequence[LogitsProcessor] = (),
 ) -> Iterator[GenerationResponse]:
-    """Generate from ``prompt``, speculating with ``drafter``; docs/verify-and-rollback.md#the-library-entry-point has the
-    drafter, ``response_format``, ``prompt_cache`` and ``draft_tree_budget`` (None: the
-    ``DraftSpec``'s, else 0; ``num_draft_tokens`` likewise, else ``DraftSpec``'s default)."""
-    spec = drafter if isinstance(drafter, DraftSpec) else None
-    tree = draft_tree_budget if draft_tree_budget is not None else spec.draft_tree_budget if spec else 0
-    k = num_draft_tokens if num_draft_tokens is not None else \
-        spec.num_draft_tokens if spec else DEFAULT_NUM_DRAFT_TOKENS
-    tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
-    grammar = grammar_for(model, tokenizer, response_format)
-    policy = resolve_drafter(drafter, tokenizer, model=model, num_draft_tokens=k, ngram_min=ngram_min,
-                             ngram_max=ngram_max, temperature=temperature, seed=seed)
-    step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
-    sampling = SamplingParams(temperature, top_p, top_k, min_p, seed, repetition_penalty,
-                              repetition_context_size, presence_penalty=presence_penalty,
-                              frequency_penalty=frequency_penalty, logit_bias=logit_bias or ())
-    req = make_request(
-        model, tokens, drafter=policy, max_tokens=max_tokens, num_draft_tokens=k, tree_budget=tree,
-        eos=tokenizer.eos_token_ids, sampling=sampling, prefill_step_size=prefill_step_size,
+    """Generate from ``prompt``, speculating with ``drafter`` (default: the spec's, suffix
+    drafting under the cost gate); docs/verify-and-rollback.md#the-library-entry-point has the drafter,
+    ``response_format``, ``prompt_cache`` and ``draft_tree_budget``. The generation is one
+    value, ``generation`` or built here once from the keywords (None: ``Generation``'s
+    default; the drafting ones: the ``DraftSpec`` given as ``drafter``, else
+    ``DraftSpec``'s), and reaches the row unchanged."""
+    sampled = dict(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
+                   repetition_penalty=repetition_penalty,
+                   repetition_context_size=repetition_context_size,
+                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                   logit_bias=logit_bias)
+    given: dict[str, Any] = {k: v for k, v in sampled.items() if v is not None}
+    gen = _one_value(generation, dict(
+        draft=spec_of(drafter, generation), max_tokens=max_tokens, num_draft_tokens=num_draft_tokens,
+        ngram_min=ngram_min, ngram_max=ngram_max, draft_tree_budget=draft_tree_budget, stop=stop,
+        sampling=SamplingParams(**given) if given else None, prefill_step_size=prefill_step_size,
         kv_bits=kv_bits, kv_group_size=kv_group_size, diagnostics=diagnostics,
-        top_logprobs=top_logprobs, step_log=step_log, prompt_cache=prompt_cache,
-        text=TextOut(tokenizer, stop), processors=[*([grammar] if grammar else []), *logits_processors])
+        top_logprobs=top_logprobs, response_format=response_format))
+    yield from generation_stream(model, tokenizer, prompt, gen, drafter=drafter, system=system,
+                                 chat=chat, prompt_cache=prompt_cache,
+                                 logits_processors=logits_processors)
+
+
+def generation_stream(model: Model, tokenizer: Any, prompt: str | Sequence[int] | Sequence[dict],
+                      gen: Generation, *, drafter: DraftArg = FROM_SPEC, system: str | None = None,
+                      chat: bool | None = None, prompt_cache: PromptCache | None = None,
+                      logits_processors: Sequence[LogitsProcessor] = ()
+                      ) -> Iterator[GenerationResponse]:
+    """``stream_generate`` of one ``Generation``: the prompt encoded, the drafter resolved
+    (``resolve_drafter``), the request run; one response per token, then the final one."""
+    tokens = encode_prompt(tokenizer, prompt, system=system, chat=chat)
+    grammar = grammar_for(model, tokenizer, gen.response_format)
+    policy = resolve_drafter(drafter, gen, model, tokenizer)
+    step_log: list[tuple[int, int]] = []  # one tuple per step: cheap, and the bench's ceiling needs it
+    req = make_request(
+        model, tokens, gen, drafter=policy, eos=tokenizer.eos_token_ids, step_log=step_log,
+        prompt_cache=prompt_cache, text=TextOut(tokenizer, gen.stop),
+        processors=[*([grammar] if grammar else []), *logits_processors])
     stats = req.stats
     for e in req.run():
         yield GenerationResponse(e.text, e.token, e.from_draft, stats, margin=e.margin,
@@ -235,11 +269,16 @@ def stream_generate(
 
 def generate(model: Model, tokenizer: Any, prompt: Any, **kwargs: Any) -> GenerationResult:
     """Run ``stream_generate`` to completion; same keyword arguments."""
+    return collect(stream_generate(model, tokenizer, prompt, **kwargs))
+
+
+def collect(responses: Iterator[GenerationResponse]) -> GenerationResult:
+    """A ``stream_generate`` (or ``generation_stream``) run to completion."""
     text: list[str] = []
     toks: list[int] = []
     margins: list[float] = []
     logprobs: list[float] = []
-    for resp in stream_generate(model, tokenizer, prompt, **kwargs):
+    for resp in responses:
         text.append(resp.text)
         if resp.token is not None:
             toks.append(resp.token)

@@ -8,7 +8,7 @@ Tests: tests/test_parity.py."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence
 
 import mlx.core as mx
@@ -16,6 +16,7 @@ import mlx.core as mx
 from .core.arrays import floats, ints
 from .core.model import Model
 from .engine import GenerationResult, generate
+from .decode.generation import Generation
 from .decode.step import top2_margin
 from .cache.rollback import prefill
 from .cache.rollback import make_cache
@@ -123,8 +124,13 @@ def diagnose(
 
 def check_parity(model: Model, tokenizer: Any, prompt: Any, **kwargs: Any) -> ParityReport:
     """Run plain and speculative decoding (``kwargs`` as for ``generate``) and compare."""
-    kwargs = {**kwargs, "diagnostics": True}
+    gen = kwargs.get("generation")
+    if gen is not None:  # the one value: with its margins on
+        gen = kwargs["generation"] = replace(gen, diagnostics=True)
+    else:
+        kwargs = {**kwargs, "diagnostics": True}
     plain = generate(model, tokenizer, prompt, **{**kwargs, "drafter": None})
     spec = generate(model, tokenizer, prompt, **kwargs)
     eos = set(tokenizer.eos_token_ids)
-    return diagnose(model, plain, spec, eos, kwargs.get("prefill_step_size", 512))
+    step = gen.prefill_step_size if gen is not None else kwargs.get("prefill_step_size") or Generation.prefill_step_size
+    return diagnose(model, plain, spec, eos, step)

@@ -1,8 +1,10 @@
-"""What a drafter spec needs before drafters can be built: ``prepare_resources(spec, model,
+"""From a drafter spec to a request's drafter, in one place: ``prepare_resources(spec, model,
 tokenizer)`` loads the draft model, opens the ngram-mod table and measures (once, cached on
-disk) the verify cost curve and the drafter's own cost, returning ``DraftResources`` for
-``build_drafter``. It sits above measurement and loading; drafters do neither.
-Tests: tests/test_resources.py, tests/test_measure.py.
+disk) the verify cost curve and the drafter's own cost, returning ``DraftResources``;
+``drafter_for(spec, model, tokenizer, resources?)`` is the one assembly of a fresh drafter
+under its decode policy that the library, the CLI, the server and the bench use. It sits
+above measurement and loading; drafters do neither.
+Tests: tests/test_resources.py, tests/test_measure.py, tests/test_engine.py.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from typing import TYPE_CHECKING, Any, cast
 import mlx.nn as nn
 
 from .core.model import Model
+from .core.sampling import SamplingParams
+from .drafters import shared_ngram_mod_table
 from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
 from .eagle.io import load_head
 from .eagle.mtp import load_for
 from .loader import load
 from .measure import cost_curve_for, draft_cost_for
+from .policy.build import build_policy
+from .policy.drafting import DecodePolicy
 
 if TYPE_CHECKING:
     from .drafters.ngram_mod import NgramModTable
@@ -51,3 +57,31 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
     if spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto"):
         res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None)
     return res
+
+
+def resources_for(spec: DraftSpec, model: Model | None, tokenizer: Any, *,
+                  dtype: str = "auto") -> DraftResources:
+    """A library call's or a CLI run's resources: ``prepare_resources`` on ``model``, the
+    ngram-mod table the process-wide one of this tokenizer unless the spec names a file
+    (so library calls share one memory, as a server does). Without a model only what
+    needs none (a priced spec is refused: say ``model=``)."""
+    table = None  # a file the spec names is loaded by prepare_resources, never ignored
+    if spec.uses("ngram-mod") and not spec.ngram_mod_file:
+        table = shared_ngram_mod_table(tokenizer, spec.ngram_mod_size, spec.ngram_mod_n)
+    if model is not None:
+        return prepare_resources(spec, model, tokenizer, dtype=dtype, table=table)
+    if spec.speculative and (spec.gate or spec.adaptive_k):
+        raise ValueError("the cost gate needs the target model: drafter_for(spec, model, tokenizer)")
+    return DraftResources(tokenizer=tokenizer, table=table)
+
+
+def drafter_for(spec: DraftSpec, model: Model | None, tokenizer: Any,
+                resources: DraftResources | None = None, *,
+                sampling: SamplingParams = SamplingParams(), dtype: str = "auto") -> DecodePolicy:
+    """A fresh drafter for one request under the spec's decode policy (the cost gate, adaptive
+    k or the spec's k every step): the one assembly. ``resources``: a server's (its shared
+    memories, its curve) or a bench's, used as they are; None: ``resources_for``.
+    ``sampling``'s temperature and seed drive a draft model's own sampling (exact
+    rejection sampling needs the request's)."""
+    res = resources if resources is not None else resources_for(spec, model, tokenizer, dtype=dtype)
+    return build_policy(spec, res, temperature=sampling.temperature, seed=sampling.seed)

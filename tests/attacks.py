@@ -308,6 +308,7 @@ def row_raises(loaded, rows: int, max_tokens: int) -> dict:
     other row's tokens must equal its solo run's."""
     from specdec.decode import loop
     from specdec.decode.batch import Batch, RowFailed
+    from specdec.decode.generation import Generation
     from specdec.decode.request import Request
     from specdec.drafters import NgramDrafter
     from specdec.engine import token_stream
@@ -326,8 +327,8 @@ def row_raises(loaded, rows: int, max_tokens: int) -> dict:
     prompts = [tok.encode(q) for q in short_questions()[:rows]]
     reqs = []
     for i, p in enumerate(prompts):
-        req = Request(model, p, drafter=Faulty(1, 3) if i == 1 else NgramDrafter(1, 3),
-                      max_tokens=max_tokens, num_draft_tokens=4)
+        req = Request(model, p, Generation.of(max_tokens=max_tokens, num_draft_tokens=4),
+                      drafter=Faulty(1, 3) if i == 1 else NgramDrafter(1, 3))
         req.start()
         req.prefill()
         reqs.append(req)

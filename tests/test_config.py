@@ -72,8 +72,14 @@ def test_json_schema_and_prompt_files_are_read_or_named(tmp_path):
     assert RunConfig(prompt="hi").read_prompt() == "hi"
 
 
-def test_engine_kwargs_carry_the_run():
-    cfg = RunConfig(raw=True, max_tokens=5, temp=0.5, spec=DraftSpec("ngram", num_draft_tokens=3))
+def test_engine_kwargs_carry_the_run_as_one_generation():
+    """#45: the CLI's flags become one ``Generation`` (``--num-draft-tokens`` in its spec:
+    one road, the spec's default when left out) and how the prompt is encoded."""
+    spec = DraftSpec("ngram", num_draft_tokens=3)
+    cfg = RunConfig(raw=True, max_tokens=5, temp=0.5, stop=["x"], kv_bits=4, spec=spec)
     kw = cfg.engine_kwargs()
-    assert (kw["chat"], kw["max_tokens"], kw["temperature"], kw["num_draft_tokens"]) == (False, 5, 0.5, 3)
+    gen = kw["generation"]
+    assert (kw["chat"], gen.max_tokens, gen.sampling.temperature, gen.k, gen.draft) == (False, 5, 0.5, 3, spec)
+    assert (gen.stop, gen.kv_bits, gen.prefill_step_size) == (("x",), 4, cfg.prefill_step_size)
     assert RunConfig().engine_kwargs()["chat"] is None
+    assert RunConfig().generation().k == DraftSpec.num_draft_tokens

@@ -13,6 +13,7 @@ from conftest import assert_speculated, cached_tiny, repetitive_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec.decode.generation import Generation
 from specdec.drafters import NgramDrafter
 from specdec.engine import token_stream
 from specdec.core.stats import SpecStats
@@ -157,7 +158,8 @@ def test_penalties_and_logit_bias_parity(arch, kind):
             from specdec.decode.request import Request
             from specdec.core.processors import LogitBias
 
-            req = Request(model, prompt, max_tokens=48, sampling=params, processors=[LogitBias([(0, 0.0)])])
+            req = Request(model, prompt, Generation(max_tokens=48, sampling=params),
+                          processors=[LogitBias([(0, 0.0)])])
             req.start()
             req.prefill()
             assert [e.token for e in req.run()] == ref
@@ -184,53 +186,61 @@ def test_repetition_penalty_parity(arch, penalty):
 
 def test_every_unnamed_draft_length_is_draftspecs():
     """#45: k has one default. A caller naming no k gets DraftSpec's, whichever door it
-    uses: token_stream (the row drafts that deep), the engine's and Request's keyword
-    defaults, and `specdec cost`'s flag (before: 4 there, 8 in DraftSpec)."""
+    uses: token_stream (the row drafts that deep), the library's keywords (None: the
+    value's default), the one ``Generation`` value, and `specdec cost`'s flag (before: 4
+    there, 8 in DraftSpec); Request and make_request take no k of their own."""
     import inspect
 
     from specdec.cli import build_parser
+    from specdec.decode.generation import Generation
     from specdec.decode.request import Request
     from specdec.drafters import DraftSpec
-    from specdec.engine import make_request, resolve_drafter, stream_generate
+    from specdec.engine import make_request, stream_generate
 
     k = DraftSpec.num_draft_tokens
     log: list = []
     run(cached_tiny("llama"), [5, 6, 7] * 12, NgramDrafter(1, 3), max_tokens=24, step_log=log)
     assert max(n for n, _ in log) - 1 == k  # a period-3 prompt: the ngram drafter fills any depth
-    for f in (make_request, token_stream, Request.__init__):
-        assert inspect.signature(f).parameters["num_draft_tokens"].default == k, f.__qualname__
-    for f in (resolve_drafter, stream_generate):  # None: the spec's (a type string's: DraftSpec's)
+    for f in (make_request, Request.__init__):
+        assert "num_draft_tokens" not in inspect.signature(f).parameters, f.__qualname__
+    for f in (token_stream, stream_generate):  # None: the value's (DraftSpec's)
         assert inspect.signature(f).parameters["num_draft_tokens"].default is None, f.__qualname__
+    assert Generation().k == k
     assert build_parser().parse_args(["cost"]).num_draft_tokens == k
 
 
 def test_an_explicit_draft_length_reaches_the_gate_and_the_row(tmp_path, monkeypatch):
-    """#45: one road for k. ``stream_generate(drafter=spec, num_draft_tokens=n)`` gives the
-    row n; the gate ``resolve_drafter`` builds from the spec is bounded by the same n (before:
-    by the spec's own k, so n above it was silently capped), and a type string gets
-    DraftSpec's default."""
+    """#45: one road for k. ``stream_generate(drafter=spec, num_draft_tokens=n)`` puts n in
+    the one value's spec; the gate ``drafter_for`` builds from it is bounded by the same n
+    the row drafts to (before: by the spec's own k, so n above it was silently capped), and
+    a type string gets DraftSpec's default."""
+    from specdec.decode.generation import Generation
     from specdec.drafters import DraftSpec
-    from specdec.engine import resolve_drafter
+    from specdec.engine import resolve_drafter, spec_of
+    from specdec.resources import drafter_for
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     model = cached_tiny("llama")
-    assert resolve_drafter(DraftSpec("suffix", num_draft_tokens=2), None, model=model,
-                           num_draft_tokens=3).k_max == 3
-    assert resolve_drafter(DraftSpec("suffix", num_draft_tokens=2), None, model=model).k_max == 2
-    assert resolve_drafter("suffix", None, model=model).k_max == DraftSpec.num_draft_tokens
+    gen = Generation.of(draft=spec_of(DraftSpec("suffix", num_draft_tokens=2), None), num_draft_tokens=3)
+    assert gen.k == 3 and resolve_drafter(DraftSpec("suffix"), gen, model, None).k_max == 3
+    assert drafter_for(DraftSpec("suffix", num_draft_tokens=2), model, None).k_max == 2
+    assert drafter_for(spec_of("suffix", None), model, None).k_max == DraftSpec.num_draft_tokens
+    with pytest.raises(ValueError, match="give the spec once"):  # two descriptions, never one dropped
+        spec_of(DraftSpec("ngram"), Generation())
 
 
 def test_ngram_bounds_given_beside_a_spec_reach_the_drafter():
-    """``resolve_drafter(spec, ngram_min=, ngram_max=)`` builds the n-gram drafter with those
-    bounds (before: a spec's own were used and the keywords silently dropped); a bad pair is
-    refused with DraftSpec's message."""
+    """``stream_generate(drafter=spec, ngram_min=, ngram_max=)``: the value's spec carries
+    those bounds to the drafter (before: a spec's own were used and the keywords silently
+    dropped); a bad pair is refused with DraftSpec's message."""
+    from specdec.decode.generation import Generation
     from specdec.drafters import DraftSpec
-    from specdec.engine import resolve_drafter
+    from specdec.resources import drafter_for
 
     spec = DraftSpec("ngram", gate=False, adaptive_k=False)
-    d = resolve_drafter(spec, None, ngram_min=2, ngram_max=5).drafter  # under the plain policy
+    d = drafter_for(Generation.of(draft=spec, ngram_min=2, ngram_max=5).draft, None, None).drafter
     assert (d.n_min, d.n_max) == (2, 5)
-    d = resolve_drafter(spec, None).drafter
+    d = drafter_for(spec, None, None).drafter
     assert (d.n_min, d.n_max) == (1, 3)
     with pytest.raises(ValueError, match="ngram-max"):
-        resolve_drafter(spec, None, ngram_min=4, ngram_max=2)
+        Generation.of(draft=spec, ngram_min=4, ngram_max=2)

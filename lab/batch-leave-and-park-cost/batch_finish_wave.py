@@ -25,6 +25,7 @@ import time
 from specdec.core.text import encode_prompt
 from specdec.decode import loop
 from specdec.decode.batch import Batch
+from specdec.decode.generation import Generation
 from specdec.decode.request import Request, prefill_together
 from specdec.drafters import NoDrafter
 from specdec.loader import load
@@ -32,7 +33,7 @@ from specdec.prompts import parity_prompts
 
 
 def wave(model, prompts: list[list[int]], park: bool) -> tuple[float, list[list[int]]]:
-    reqs = [Request(model, p, drafter=NoDrafter(), max_tokens=8 + 2 * (i % 16))
+    reqs = [Request(model, p, Generation(max_tokens=8 + 2 * (i % 16)), drafter=NoDrafter())
             for i, p in enumerate(prompts)]
     for r in reqs:
         r.start()

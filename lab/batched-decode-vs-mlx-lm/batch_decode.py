@@ -34,11 +34,11 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator
 
 from specdec import load
-from specdec.core.sampling import SamplingParams
 from specdec.decode import loop
 from specdec.decode.batch import Batch
 from specdec.policy.pricing import BATCH_COST_LENGTHS
 from specdec.policy.block import curve_cost
+from specdec.decode.generation import Generation
 from specdec.decode.request import Request
 from specdec.drafters.spec import DraftSpec, build_drafter
 from specdec.drafters.suffix import SuffixHistory
@@ -76,8 +76,7 @@ def run_ours(model, tokenizer, prompts, steps, spec, cost, profile=None):
     res = prepare_resources(spec, model, tokenizer, history=SuffixHistory(1 << 20))
     batch, reqs = Batch(model, cost), []
     for p in prompts:
-        req = Request(model, p, drafter=build_drafter(spec, res), max_tokens=10**6,
-                      num_draft_tokens=spec.num_draft_tokens, sampling=SamplingParams())
+        req = Request(model, p, Generation(max_tokens=10**6, draft=spec), drafter=build_drafter(spec, res))
         req.start()
         req.prefill()
         batch.join(req.row(), req.layers)

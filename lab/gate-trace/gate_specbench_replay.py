@@ -27,7 +27,8 @@ from specdec.bench.specbench import workloads
 from specdec.policy.adaptive import robust_line
 from specdec.policy.gate import CostGate
 from specdec.drafters.spec import DraftSpec
-from specdec.engine import generate, resolve_drafter
+from specdec.engine import generate
+from specdec.resources import drafter_for
 
 K = 8
 DRAFT_COST = {"fixed": 2.4e-6, "per_token": 0.0}  # the suffix drafter's, as the bench measured it
@@ -56,7 +57,7 @@ def gate_class(where: str | None):
 def replay(q: dict, tok, curve: dict, line: dict, ratio: float, gate) -> dict:
     """One answer decoded by ``gate`` (a CostGate class; None: ungated) on the clock."""
     prompt, out = q["prompt"], q["tokens"]
-    drafter = resolve_drafter(DraftSpec(gate=False), tok)  # the plain decode policy
+    drafter = drafter_for(DraftSpec(gate=False), None, tok)  # the plain decode policy
     if gate is not None:
         drafter = gate(drafter.drafter, curve, K, dict(DRAFT_COST))
     drafter.begin(prompt)

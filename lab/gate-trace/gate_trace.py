@@ -26,7 +26,8 @@ from pathlib import Path
 import specdec
 from specdec.decode.trace import tracing
 from specdec.drafters.spec import DraftSpec
-from specdec.engine import generate, resolve_drafter
+from specdec.engine import generate
+from specdec.resources import drafter_for
 
 GROUPS = {"writing": "mt_bench", "roleplay": "mt_bench", "reasoning": "mt_bench", "math": "mt_bench",
           "coding": "mt_bench", "extraction": "mt_bench", "stem": "mt_bench", "humanities": "mt_bench"}
@@ -44,7 +45,7 @@ def old_gate(model, tok, where: str):
                                                   f"{where}/specdec/{package}/gate.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    gate = resolve_drafter(DraftSpec(), tok, model=model)
+    gate = drafter_for(DraftSpec(), model, tok)
     old = mod.CostGate(gate.inner, gate.cost, gate.k_max, draft_cost=gate.draft_cost)
     old.cost = dict(raw_curve(model))  # as it priced: the curve as measured
     old.draft_cost = gate.draft_cost
@@ -89,7 +90,7 @@ def run(model, tok, q: dict, name: str, max_tokens: int) -> dict:
     if name == "before":
         drafter = old_gate(model, tok, BEFORE)
     else:
-        drafter = resolve_drafter(CONFIGS[name], tok, model=model) if CONFIGS[name] else None
+        drafter = drafter_for(CONFIGS[name], model, tok) if CONFIGS[name] else None
     t0 = time.perf_counter()
     res = generate(model, tok, [{"role": "user", "content": q["turns"][0]}], drafter=drafter,
                    max_tokens=max_tokens, num_draft_tokens=8)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from ..drafters.spec import DraftResources, DraftSpec, ngram_mod_table, parse_tree_budget
-from ..policy.build import build_policy
 from ..policy.drafting import DecodePolicy
 
 _FLAGS = ("adaptive", "nogate", "warm")
@@ -79,6 +78,8 @@ class BenchConfig:
         tokenizer) for the ``model`` type; ``draft_cost``: the drafter's measured cost per
         proposal (``measure.draft_cost_for``; adaptive k and ``tree=auto`` count it); ``table``: the file of a saved ngram-mod table, loaded
         afresh for every run of a ``warm`` config (the cross-model warm-start experiment)."""
+        from ..resources import drafter_for  # loads models: the bench's parser starts without it
+
         if self.baseline:
             return None
         res = DraftResources(tokenizer=tokenizer, draft=draft, cost=cost, draft_cost=draft_cost)
@@ -91,7 +92,7 @@ class BenchConfig:
             raise ValueError(f"config {self.text} needs a draft model: pass --draft-model")
         if (self.spec.adaptive_k or self.spec.gate) and cost is None:
             raise ValueError(f"config {self.text} needs the verify cost curve")
-        return build_policy(self.spec, res)
+        return drafter_for(self.spec, None, tokenizer, res)  # the one assembly
 
 
 def parse_config(text: str) -> BenchConfig:

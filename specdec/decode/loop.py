@@ -23,6 +23,7 @@ from ..core.sampling import Rng, SamplingParams
 from ..policy.drafting import StepTime
 from . import trace
 from .batch import Batch, RowFailed
+from .generation import Generation
 from .pipeline import land, pipelined_step, pipelines
 from .plain import plain_steps
 from .rows import NOTHING, Drafted, Row, observe_row, propose, wants
@@ -84,10 +85,9 @@ class SingleStream(Protocol):
 
     model: Model
     prompt_ids: list[int]
+    gen: Generation  # its sampling, top_logprobs and diagnostics are the stream's
     sampling: SamplingParams
     rng: Rng | None
-    diagnostics: bool
-    top_logprobs: int
     processors: list[LogitsProcessor]
 
     @property
@@ -103,7 +103,7 @@ def stream(request: SingleStream) -> Iterator[Step]:
     one is on, follows its steps and its policy: ``trace``)."""
     if not request.speculative and not request.processors:
         yield from plain_steps(request.model, request.layers, request.prompt_ids, request.sampling,
-                               request.rng, request.diagnostics, request.top_logprobs)
+                               request.rng, request.gen.diagnostics, request.gen.top_logprobs)
         return
     row = request.row()
     tracer = trace.active()  # once per request: no trace, no cost per step
@@ -132,7 +132,7 @@ def _plain_stretch(request: SingleStream, row: Row, layers: list[Any]) -> Iterat
         layers.settle()  # the last rollback's kept tokens, before plain forwards
     keys = row.sampler if isinstance(row.sampler, SeededSampler) else request.rng
     plain = plain_steps(request.model, layers, row.context, request.sampling, keys,
-                        request.diagnostics, request.top_logprobs, until=lambda: row.policy.drafts)
+                        request.gen.diagnostics, request.gen.top_logprobs, until=lambda: row.policy.drafts)
     while True:
         t0 = time.perf_counter()
         s = next(plain, None)

@@ -21,13 +21,13 @@ from ..cache.rollback import make_cache, prefill
 from ..core.grammar import Grammar
 from ..core.model import Model
 from ..core.processors import LogitsProcessor
-from ..core.sampling import Rng, SamplingParams
+from ..core.sampling import Rng
 from ..core.stats import SpecStats
 from ..core.text import TextOut
 from ..drafters.base import Drafter, NoDrafter
-from ..drafters.spec import DEFAULT_NUM_DRAFT_TOKENS
 from ..policy.drafting import DecodePolicy, as_policy
 from ..policy.tree_shape import TreeShaper
+from .generation import Generation
 from .loop import stream
 from .rows import Row, TokensLeft
 from .step import Step
@@ -43,49 +43,44 @@ class Emitted:
     text: str = ""  # the text this token completes (with a TextOut)
 
 
-def check_args(max_tokens: int, num_draft_tokens: int, prefill_step_size: int,
-               top_logprobs: int) -> None:
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    if num_draft_tokens < 1:
-        raise ValueError(f"num_draft_tokens must be >= 1, got {num_draft_tokens}")
-    if prefill_step_size < 1:
-        raise ValueError(f"prefill_step_size must be >= 1, got {prefill_step_size}")
-    if not 0 <= top_logprobs <= 100:
-        raise ValueError(f"top_logprobs must be in [0, 100], got {top_logprobs}")
+@dataclass(frozen=True)
+class TreePlan:
+    """A request's token trees, resolved: at most ``budget`` nodes per step (0: linear
+    drafts), ``shaper`` choosing each step's count (a budget of ``"auto"``:
+    ``engine.tree_policy`` prices it on the model's measured curves)."""
+
+    budget: int = 0
+    shaper: TreeShaper | None = None
 
 
 class Request:
-    """One request: its arguments (validated here), cache, drafter under its decode policy
-    (``drafter=`` a bare ``Drafter`` drafts the depth asked every step), stats and output."""
+    """One request: its ``Generation`` (validated when built), cache, drafter under its
+    decode policy (``drafter=`` a bare ``Drafter`` drafts ``gen.k`` deep every step), stats
+    and output. Runtime objects travel beside the value: the drafter, ``eos`` (the
+    tokenizer's), the resolved ``tree``, a prompt cache, the stats and step log, the
+    detokenizer (``text``, which applies ``gen.stop``) and logits ``processors``."""
 
-    def __init__(self, model: Model, prompt_ids: Sequence[int], *,
+    def __init__(self, model: Model, prompt_ids: Sequence[int], gen: Generation = Generation(), *,
                  drafter: Drafter | DecodePolicy | None = None,
-                 max_tokens: int = 256, num_draft_tokens: int = DEFAULT_NUM_DRAFT_TOKENS,
-                 eos: Sequence[int] | set[int] = (),
-                 sampling: SamplingParams = SamplingParams(), tree_budget: int = 0,
-                 shaper: TreeShaper | None = None, prompt_cache: PromptCache | None = None,
-                 kv_bits: int | None = None, kv_group_size: int = 64, prefill_step_size: int = 512,
-                 diagnostics: bool = False, top_logprobs: int = 0, stats: SpecStats | None = None,
+                 eos: Sequence[int] | set[int] = (), tree: TreePlan | None = None,
+                 prompt_cache: PromptCache | None = None, stats: SpecStats | None = None,
                  step_log: list[tuple[int, int]] | None = None, text: TextOut | None = None,
                  processors: Sequence[LogitsProcessor] = ()):
-        check_args(max_tokens, num_draft_tokens, prefill_step_size, top_logprobs)
         if not prompt_ids:
             raise ValueError("the prompt encodes to no tokens")
-        if tree_budget and not getattr(model, "verifies_trees", True):
+        tree = tree if tree is not None else _fixed_tree(gen.draft.draft_tree_budget)
+        if tree.budget and not getattr(model, "verifies_trees", True):
             raise ValueError("token trees (--draft-tree-budget) do not work on a sharded target "
                              "(--distributed) yet: use linear drafts (--draft-tree-budget 0)")
-        self.model, self.prompt_ids = model, list(prompt_ids)
+        self.model, self.prompt_ids, self.gen = model, list(prompt_ids), gen
         self.policy = as_policy(drafter)
         self.drafter = self.policy.drafter
-        self.sampling = sampling.validate()
-        self.max_tokens, self.k, self.eos = max_tokens, num_draft_tokens, set(eos)
-        self.tree_budget, self.shaper = tree_budget, shaper
-        self.prompt_cache, self.kv_bits, self.kv_group_size = prompt_cache, kv_bits, kv_group_size
-        self.prefill_step_size, self.diagnostics, self.top_logprobs = prefill_step_size, diagnostics, top_logprobs
+        self.sampling, self.max_tokens, self.k = gen.sampling, gen.max_tokens, gen.k
+        self.eos, self.tree_budget, self.shaper = set(eos), tree.budget, tree.shaper
+        self.prompt_cache = prompt_cache
         self.stats = stats if stats is not None else SpecStats()
         self.step_log, self.text, self.processors = step_log, text, list(processors)
-        self.left = TokensLeft(max_tokens)  # drafting stops there
+        self.left = TokensLeft(gen.max_tokens)  # drafting stops there
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
         self.stopped = False  # by a stop string
@@ -108,10 +103,10 @@ class Request:
         the drafter's ``constrain`` and ``begin``, and the prompt tokens left to feed."""
         if self.prompt_cache is None:
             self._cache, reused = make_cache(self.model, max_trim=self.k + 1, rollback=self.speculative,
-                                             kv_bits=self.kv_bits, kv_group_size=self.kv_group_size,
-                                             recurrent=True), 0
+                                             kv_bits=self.gen.kv_bits,
+                                             kv_group_size=self.gen.kv_group_size, recurrent=True), 0
         else:
-            reused = self.prompt_cache.reuse(self.model, self.prompt_ids, self.k, self.kv_bits)
+            reused = self.prompt_cache.reuse(self.model, self.prompt_ids, self.k, self.gen.kv_bits)
         self._start(reused)
 
     def adopt(self, cache: PromptCache) -> PromptCache:
@@ -121,7 +116,7 @@ class Request:
         if self.prompt_cache is None or self.prompt_cache.tokens != list(self.prompt_ids[: self.stats.cached_tokens]):
             raise ValueError("a request adopts a prompt cache only before its prefill, with one")
         old, self.prompt_cache = self.prompt_cache, cache
-        reused = cache.reuse(self.model, self.prompt_ids, self.k, self.kv_bits)
+        reused = cache.reuse(self.model, self.prompt_ids, self.k, self.gen.kv_bits)
         self.stats.cached_tokens, self.pending = reused, self.prompt_ids[reused:-1]
         return old
 
@@ -139,7 +134,7 @@ class Request:
         """Feed up to ``chunk`` prompt tokens (None: all); True once none are left."""
         n = len(self.pending) if chunk is None else chunk
         part, self.pending = self.pending[:n], self.pending[n:]
-        prefill(self.model, self.layers, part, self.prefill_step_size)
+        prefill(self.model, self.layers, part, self.gen.prefill_step_size)
         if self.prompt_cache is not None:
             self.prompt_cache.fed(part)
         if self.pending:
@@ -150,7 +145,7 @@ class Request:
     def row(self) -> Row:
         if self._row is None:
             self._row = Row(list(self.prompt_ids), self.policy, self.k, self.sampling, self.left,
-                            rng=self.rng, top_logprobs=self.top_logprobs, diagnostics=self.diagnostics,
+                            rng=self.rng, top_logprobs=self.gen.top_logprobs, diagnostics=self.gen.diagnostics,
                             tree_budget=self.tree_budget, shaper=self.shaper, extra=self.processors)
         return self._row
 
@@ -219,11 +214,18 @@ class Request:
             self.finish(ok)
 
 
+def _fixed_tree(budget: int | str) -> TreePlan:
+    if not isinstance(budget, int):
+        raise ValueError("draft_tree_budget 'auto' is chosen on the model's measured cost curves: "
+                         "resolve it with specdec.engine.tree_policy and pass Request(tree=)")
+    return TreePlan(budget)
+
+
 def prefill_together(model: Model, requests: Sequence[Request]) -> list[RowsKVCache]:
     """Prefill several started requests' prompts in one batched forward; the batch cache
     for ``Batch.join_rows`` (each row from its request's ``layers``)."""
     layers = prefill_rows(model, [r.layers for r in requests], [r.pending for r in requests],
-                          requests[0].prefill_step_size)
+                          requests[0].gen.prefill_step_size)
     now = time.perf_counter()
     for r in requests:
         r.pending = []

@@ -6,6 +6,7 @@ rollback itself: tests/cache/test_batch_cache.py)."""
 import pytest
 from conftest import TINY_VOCAB, cached_tiny, real_model, repetitive_prompt
 
+from specdec.decode.generation import Generation
 from specdec.decode import loop
 from specdec.decode.batch import PARK_STEPS, Batch, batchable
 from specdec.policy.block import curve_cost, unknown_cost
@@ -33,8 +34,8 @@ def alone(model, prompt, kind, max_tokens, params=SamplingParams(), k=4):
 def start(model, prompt, kind, max_tokens, params=SamplingParams(), k=4, prefill=True, cache=None):
     """A started request's (row, cache layers, request, stats), through the lifecycle the
     server uses (``decode.request.Request``), prefilled unless ``prefill`` is False."""
-    req = Request(model, prompt, drafter=DRAFTERS[kind](), max_tokens=max_tokens,
-                  num_draft_tokens=k, sampling=params, prompt_cache=cache)
+    req = Request(model, prompt, Generation.of(max_tokens=max_tokens, num_draft_tokens=k, sampling=params),
+                  drafter=DRAFTERS[kind](), prompt_cache=cache)
     req.start()
     assert not prefill or req.prefill()
     return req.row(), req.layers, req, req.stats
@@ -212,7 +213,7 @@ def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
     batch = Batch(model, lambda n: 1.0 + n, learn=False)
     prompts = [repetitive_prompt(s, 20) for s in (30, 31)]
     for p, right in zip(prompts, (True, False)):
-        req = Request(model, p, drafter=Scripted(p, alone(model, p, "none", 12), right), max_tokens=12)
+        req = Request(model, p, Generation(max_tokens=12), drafter=Scripted(p, alone(model, p, "none", 12), right))
         req.start()
         req.prefill()
         batch.join(req.row(), req.layers)
@@ -236,7 +237,7 @@ def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
     batch, reqs, gates = Batch(model, curve_cost(cost), learn=False), [], []
     for p, w in zip(prompts, want):
         gates.append(CostGate(Scripted(p, w + [0] * 8, False), cost, k_max=4, timed=False))
-        req = Request(model, p, drafter=gates[-1], max_tokens=16, num_draft_tokens=4)
+        req = Request(model, p, Generation.of(max_tokens=16, num_draft_tokens=4), drafter=gates[-1])
         req.start()
         req.prefill()
         batch.join(req.row(), req.layers)
@@ -326,7 +327,7 @@ def test_a_batch_where_no_block_can_pay_asks_no_drafter(cost):
     acceptance estimate that no step can use. A lone row asks again; output unchanged."""
     model = cached_tiny("llama")
     prompts = [repetitive_prompt(s, 30) for s in range(3)]
-    reqs = [Request(model, p, drafter=CountingSuffix(), max_tokens=m, num_draft_tokens=4)
+    reqs = [Request(model, p, Generation.of(max_tokens=m, num_draft_tokens=4), drafter=CountingSuffix())
             for p, m in zip(prompts, (12, 12, 20))]
     for r in reqs:
         r.start()
@@ -374,8 +375,8 @@ def test_a_row_whose_drafter_fails_leaves_alone_and_the_others_are_unchanged():
     prompts = [repetitive_prompt(s, 30) for s in range(3)]
     reqs = []
     for i, p in enumerate(prompts):
-        req = Request(model, p, drafter=Faulty() if i == 1 else NgramDrafter(1, 3),
-                      max_tokens=20, num_draft_tokens=4)
+        req = Request(model, p, Generation.of(max_tokens=20, num_draft_tokens=4),
+                      drafter=Faulty() if i == 1 else NgramDrafter(1, 3))
         req.start()
         assert req.prefill()
         reqs.append(req)

@@ -4,6 +4,7 @@ of each prompt alone (tiny random-weight models, exact in fp32)."""
 import pytest
 from conftest import cached_tiny, repetitive_prompt
 
+from specdec.decode.generation import Generation
 from specdec.decode import loop
 from specdec.decode.batch import Batch
 from specdec.decode.request import Request
@@ -22,7 +23,7 @@ def tokens(steps, n, seen=None):
 
 
 def started(model, prompt, drafter, k=4):
-    r = Request(model, prompt, drafter=drafter, max_tokens=24, num_draft_tokens=k)
+    r = Request(model, prompt, Generation.of(max_tokens=24, num_draft_tokens=k), drafter=drafter)
     r.start()
     assert r.prefill()
     return r

@@ -1,4 +1,4 @@
-"""``specdec.decode.request``: the request's argument checks, and ``feed`` ending the output
+"""``specdec.decode.request``: the ``Generation`` value's checks, and ``feed`` ending the output
 at EOS (not emitted), at ``max_tokens`` or inside an accepted block, with its stats (a tiny
 random-weight model; steps written by hand)."""
 
@@ -8,7 +8,9 @@ import pytest
 from conftest import cached_tiny
 
 from specdec.core.sampling import SamplingParams
-from specdec.decode.request import Request, check_args
+from specdec.decode.generation import Generation
+from specdec.decode.request import Request
+from specdec.drafters import DraftSpec
 from specdec.decode.step import Step
 
 
@@ -17,8 +19,8 @@ def step(tokens, accepted=0, drafted=0):
                 logprobs=[-0.5] * len(tokens))
 
 
-def started(**kw):
-    r = Request(cached_tiny("llama"), [1, 2, 3], **kw)
+def started(eos=(), **kw):
+    r = Request(cached_tiny("llama"), [1, 2, 3], Generation(**kw), eos=eos)
     r.start()
     assert r.prefill()
     return r
@@ -26,24 +28,43 @@ def started(**kw):
 
 @pytest.mark.parametrize("args, message", [
     ((0, 4, 512, 0), "max_tokens must be >= 1, got 0"),
-    ((8, 0, 512, 0), "num_draft_tokens must be >= 1, got 0"),
+    ((8, 0, 512, 0), "num-draft-tokens must be an integer >= 1, got 0"),
     ((8, 4, 0, 0), "prefill_step_size must be >= 1, got 0"),
     ((8, 4, 512, 101), r"top_logprobs must be in \[0, 100\], got 101"),
     ((8, 4, 512, -1), r"top_logprobs must be in \[0, 100\], got -1"),
 ])
 def test_arguments_are_checked_with_the_value_given(args, message):
+    def gen(max_tokens, k, step, top):
+        return Generation.of(max_tokens=max_tokens, num_draft_tokens=k, prefill_step_size=step,
+                             top_logprobs=top)
+
     with pytest.raises(ValueError, match=message):
-        check_args(*args)
-    check_args(1, 1, 1, 100)  # the edges themselves are fine
+        gen(*args)
+    assert gen(1, 1, 1, 100).k == 1  # the edges themselves are fine
+
+
+def test_a_generation_has_each_default_once_and_refuses_unknown_options():
+    """#45: the value's defaults are the ones every edge gets (k: DraftSpec's); ``of``
+    takes None as the default and names an option it does not know."""
+    assert Generation.of(max_tokens=None, num_draft_tokens=None) == Generation()
+    assert Generation().k == DraftSpec.num_draft_tokens == Generation().draft.num_draft_tokens
+    spec = DraftSpec("ngram", num_draft_tokens=3, draft_tree_budget=5)
+    assert Generation.of(draft=spec, ngram_max=4).draft == DraftSpec("ngram", num_draft_tokens=3,
+                                                                     ngram_max=4, draft_tree_budget=5)
+    assert Generation.of(stop=["a"]).stop == ("a",)
+    with pytest.raises(TypeError, match="max_token"):
+        Generation.of(max_token=3)
 
 
 def test_an_empty_prompt_and_bad_sampling_are_refused_before_anything_runs():
     with pytest.raises(ValueError, match="the prompt encodes to no tokens"):
         Request(cached_tiny("llama"), [])
     with pytest.raises(ValueError, match="max_tokens"):
-        Request(cached_tiny("llama"), [1], max_tokens=0)
+        Request(cached_tiny("llama"), [1], Generation(max_tokens=0))
     with pytest.raises(ValueError):
-        Request(cached_tiny("llama"), [1], sampling=SamplingParams(temperature=-1.0))
+        Request(cached_tiny("llama"), [1], Generation(sampling=SamplingParams(temperature=-1.0)))
+    with pytest.raises(ValueError, match="engine.tree_policy"):  # "auto" needs the model's curves
+        Request(cached_tiny("llama"), [1], Generation(draft=DraftSpec(draft_tree_budget="auto")))
 
 
 def test_feed_ends_at_max_tokens_inside_an_accepted_block():

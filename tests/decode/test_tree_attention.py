@@ -369,7 +369,7 @@ def test_tree_budget_is_validated_and_threaded_everywhere():
     add_draft_flags(p)
     for arg, want in (("auto", "auto"), ("12", 12)):
         cfg = RunConfig.from_args(p.parse_args(["--draft-tree-budget", arg]))
-        assert cfg.spec.draft_tree_budget == want and cfg.engine_kwargs()["draft_tree_budget"] == want
+        assert cfg.spec.draft_tree_budget == want and cfg.engine_kwargs()["generation"].draft.draft_tree_budget == want
     with pytest.raises(SystemExit):
         p.parse_args(["--draft-tree-budget", "-3"])
     merged = merge_speculative(DraftSpec("suffix"), SpeculativeOptions(draft_tree_budget=8))

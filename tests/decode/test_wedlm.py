@@ -19,7 +19,8 @@ from specdec.core.wedlm import WedlmSettings, settings_of
 from specdec.decode.wedlm import WedlmStats, generate_wedlm, reordered_logits, wedlm_stream
 from specdec.drafters.wedlm import WedlmDrafter
 from specdec.drafters.spec import DraftSpec
-from specdec.engine import resolve_drafter, token_stream
+from specdec.engine import token_stream
+from specdec.resources import drafter_for
 from specdec.loader import ModelLoadError
 from specdec.loader.wedlm import load_wedlm
 
@@ -214,7 +215,7 @@ def test_spec_built_drafter_with_gate_and_chain(tmp_path, monkeypatch, draft_typ
     ckpt = load_wedlm(write_checkpoint(tmp_path))
     prompt = [5, 6, 7, 8, 9, 10]
     for gate in (True, False):
-        d = resolve_drafter(DraftSpec(draft_type, gate=gate), ckpt.tokenizer, model=ckpt.model)
+        d = drafter_for(DraftSpec(draft_type, gate=gate), ckpt.model, ckpt.tokenizer)
         out = [e.token for e in token_stream(ckpt.model, prompt, drafter=d, max_tokens=24,
                                              num_draft_tokens=8)]
         assert out == ar(ckpt.model, prompt, n=24), (draft_type, gate)
@@ -222,7 +223,7 @@ def test_spec_built_drafter_with_gate_and_chain(tmp_path, monkeypatch, draft_typ
 
 def test_wedlm_drafter_refuses_a_plain_model():
     with pytest.raises(ValueError, match="not a WeDLM model"):
-        resolve_drafter(DraftSpec("wedlm", gate=False), None, model=tiny())
+        drafter_for(DraftSpec("wedlm", gate=False), tiny(), None)
 
 
 def _cli(tmp_path, *args):

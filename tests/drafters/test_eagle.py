@@ -15,7 +15,8 @@ from specdec.core.stats import SpecStats
 from specdec.drafters.eagle import EagleDrafter
 from specdec.drafters.spec import DraftSpec
 from specdec.eagle.head import Eagle3Head, HeadConfig
-from specdec.engine import resolve_drafter, token_stream
+from specdec.engine import token_stream
+from specdec.resources import drafter_for
 
 HEAD_DIR = "/work/heads/smollm2"  # a head trained here (issue #47); skipped where absent
 
@@ -51,7 +52,7 @@ def test_a_trained_head_on_smollm2_keeps_greedy_parity(smollm):
     model, tok = smollm
     prompt = tok.encode("The capital of France is Paris. The capital of Germany is")
     plain = [e.token for e in token_stream(model, prompt, max_tokens=24)]
-    drafter = resolve_drafter(DraftSpec("eagle", draft_model=HEAD_DIR, gate=False), tok, model=model)
+    drafter = drafter_for(DraftSpec("eagle", draft_model=HEAD_DIR, gate=False), model, tok)
     stats = SpecStats()
     out = [e.token for e in token_stream(model, prompt, drafter=drafter, max_tokens=24,
                                          num_draft_tokens=4, stats=stats)]

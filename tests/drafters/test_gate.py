@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from conftest import cached_tiny
 
+from specdec.decode.generation import Generation
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
 from specdec.drafters import Drafter, NgramDrafter, Proposal
@@ -283,7 +284,7 @@ def test_each_batched_row_is_gated_on_its_own():
         if not right:  # the same proposals, every token shifted: every draft rejected
             drafter.ref = [(t + 1) % 64 for t in drafter.ref]
         gate = CostGate(drafter, cost, k_max=4, timed=False)
-        req = Request(model, p, drafter=gate, max_tokens=48, num_draft_tokens=4)
+        req = Request(model, p, Generation.of(max_tokens=48, num_draft_tokens=4), drafter=gate)
         req.start()
         assert req.prefill()
         gates.append(gate)

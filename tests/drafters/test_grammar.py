@@ -12,6 +12,7 @@ from functools import lru_cache
 import pytest
 from conftest import TINY_VOCAB, assert_speculated, cached_tiny, real_model, requires_model
 
+from specdec.decode.generation import Generation
 from specdec.core.grammar import Grammar, response_grammar
 from specdec.core.sampling import SamplingParams
 from specdec.decode.request import Request
@@ -78,7 +79,8 @@ def run(model, prompt, drafter=None, with_drafter_grammar=False, **kw):
     if with_drafter_grammar:
         drafter = ChainDrafter([GrammarDrafter(), drafter]) if drafter else GrammarDrafter()
     log = []
-    req = Request(model, prompt, drafter=drafter, max_tokens=60, eos={0}, processors=[g], step_log=log, **kw)
+    req = Request(model, prompt, Generation.of(max_tokens=60, **kw), drafter=drafter, eos={0}, processors=[g],
+                  step_log=log)
     req.start()
     req.prefill()
     return [e.token for e in req.run()], log
@@ -100,7 +102,7 @@ def test_constrained_speculation_equals_plain_constrained_decoding(arch):
         value = json.loads(text)  # the grammar holds even a random model to the schema
         assert set(value) == {"name", "n", "tags"} and len(value["name"]) <= 6, text
         for drafter, extra in ((NgramDrafter(1, 3), {}), (None, {}),
-                               (TruthTreeDrafter(ref, TINY_VOCAB, seed=seed), {"tree_budget": 8})):
+                               (TruthTreeDrafter(ref, TINY_VOCAB, seed=seed), {"draft_tree_budget": 8})):
             out, log = run(model, prompt(seed), drafter, with_drafter_grammar=drafter is None or not extra,
                            num_draft_tokens=4, **extra)
             assert out == ref, (arch, seed, type(drafter).__name__)

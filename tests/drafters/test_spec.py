@@ -160,9 +160,9 @@ def test_ngram_mod_file_shape_must_match_the_flags(tmp_path, smollm):
     ngram_mod_table(DraftSpec("ngram-mod", ngram_mod_size=512), tok).save(path)
     loaded = ngram_mod_table(DraftSpec("ngram-mod", ngram_mod_file=path), tok)
     assert loaded.size == 512
-    from specdec.engine import resolve_drafter  # the library path loads the file too
+    from specdec.resources import drafter_for  # the library path loads the file too
 
-    assert resolve_drafter(DraftSpec("ngram-mod", ngram_mod_file=path, gate=False), tok).drafter.table.size == 512
+    assert drafter_for(DraftSpec("ngram-mod", ngram_mod_file=path, gate=False), None, tok).drafter.table.size == 512
     with pytest.raises(ValueError, match="size 512"):
         ngram_mod_table(DraftSpec("ngram-mod", ngram_mod_file=path, ngram_mod_size=1024), tok)
 

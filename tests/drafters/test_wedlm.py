@@ -8,6 +8,7 @@ import mlx.core as mx
 import pytest
 
 from decode.test_wedlm import MASK, PROMPT, _assert_cache_is_prefill, _CountingMx, ar, tiny
+from specdec.decode.generation import Generation
 from specdec.core.proposal import Returned
 from specdec.core.wedlm import WedlmSettings
 from specdec.decode import loop
@@ -38,7 +39,7 @@ class Forwards:
 
 
 def started(model, prompt, drafter, n=24, k=4):
-    r = Request(model, prompt, drafter=drafter, max_tokens=n, num_draft_tokens=k)
+    r = Request(model, prompt, Generation.of(max_tokens=n, num_draft_tokens=k), drafter=drafter)
     r.start()
     assert r.prefill()
     return r

@@ -42,7 +42,7 @@ def test_max_tokens_is_fitted_to_the_room_once_by_the_engine():
     for asked, want in ((5, 5), (CONTEXT - n, CONTEXT - n), (10_000, CONTEXT - n)):
         r = client.post("/v1/messages", json={"model": "m", "max_tokens": asked, "messages": HI})
         assert r.status_code == 200, r.text
-        assert worker.requests[-1].max_tokens == want
+        assert worker.requests[-1].gen.max_tokens == want
         assert worker.requests[-1].prompt_ids == prompt_ids(worker, HI)
         assert r.json()["content"] == [{"type": "text", "text": "hello hi"}]
     assert len(worker.requests) == 3  # one queued request each; nothing tokenized twice

@@ -171,12 +171,12 @@ def test_max_tokens_default_runs_to_the_context(smol_tok):
                             (None, {"max_completion_tokens": 7}, 7)):
         assert post(client, **body).status_code == 200
         n = len(worker.requests[-1].prompt_ids)
-        assert worker.requests[-1].max_tokens == (200 - n if want == "room" else want)
+        assert worker.requests[-1].gen.max_tokens == (200 - n if want == "room" else want)
     capped, worker = serve(tok, script=["x"], max_tokens=8)
     post(capped)
     post(capped, max_tokens=50)  # the operator's cap bounds what a client asks too
     post(capped, max_tokens=3)
-    assert [r.max_tokens for r in worker.requests] == [8, 8, 3]
+    assert [r.gen.max_tokens for r in worker.requests] == [8, 8, 3]
     r = post(capped, max_tokens=200)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
 
@@ -319,11 +319,11 @@ def test_a_full_queue_refuses_before_the_prompt_is_even_read(smol_tok):
 
 
 def test_a_reader_that_stops_reading_has_its_job_cancelled():
+    from specdec.decode.generation import Generation
     from specdec.server.engine.events import MAX_PENDING_EVENTS, GenRequest, Job
-    from specdec.drafters.spec import DraftSpec
 
     async def run():
-        job = Job(GenRequest([1], 10**6, DraftSpec("suffix")), asyncio.get_running_loop())
+        job = Job(GenRequest([1], Generation(max_tokens=10**6)), asyncio.get_running_loop())
         for i in range(MAX_PENDING_EVENTS + 500):  # the worker keeps emitting; nobody reads
             job.emit(TokenEvent("x", i))
         await asyncio.sleep(0)

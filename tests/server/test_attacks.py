@@ -126,8 +126,8 @@ def test_tenant_settings_reach_the_generation_on_every_wire(app):
     client.post("/api/generate", json={"model": "m", "prompt": "hi", "stream": False,
                                        "cache_salt": "s1", "store": False, **spec})
     seen["ollama_generate"] = _last(worker)
-    got = {k: (g.tenant, g.cache_salt, g.store, g.speculation.draft_type) for k, g in seen.items()}
-    default = seen["chat"].speculation.draft_type
+    got = {k: (g.tenant, g.cache_salt, g.store, g.gen.draft.draft_type) for k, g in seen.items()}
+    default = seen["chat"].gen.draft.draft_type
     assert default != "none"
     assert got == {"chat": ("key0", "s1", True, default),
                    "messages": ("key1", "s1", False, "none"),

@@ -21,6 +21,7 @@ from conftest import real_model
 from serverproc import LONG, MODEL, Server, raw_request, wait_for
 
 from specdec import generate
+from specdec.decode.generation import Generation
 from specdec.drafters.spec import DraftSpec
 from specdec.prompts import parity_prompts, short_questions
 from specdec.server.engine.batcher import Batcher
@@ -189,7 +190,7 @@ class Rounds:
         self.admitted: list[Job] = []  # in the order they left the queue
 
     def submit(self, ids, max_tokens, spec=SPEC) -> Job:
-        job = Job(GenRequest(prompt_ids=ids, max_tokens=max_tokens, speculation=spec, store=False),
+        job = Job(GenRequest(prompt_ids=ids, gen=Generation(max_tokens=max_tokens, draft=spec), store=False),
                   self.loop)  # store=False: no job drafts from an earlier one's answer
         assert self.worker.queue.put_nowait(job)
         self.events[job] = []
@@ -260,6 +261,19 @@ def test_at_most_max_batch_rows_admitted_first_in_first_out(worker):
         assert run.tokens(job) == greedy(worker, job.request.prompt_ids, n)
 
 
+def test_the_request_value_reaches_the_row_unchanged(worker):
+    """#45: the batcher passes the job's ``Generation`` itself to its ``Request`` (no field
+    re-spelled on the way), and the row drafts the spec's k: one value, one road."""
+    run = Rounds(worker, max_batch=1)
+    spec = DraftSpec("ngram", num_draft_tokens=3, gate=False)
+    job = run.submit(chat_ids(worker, short_questions(1)[0]), 2, spec)
+    run.round()
+    (a,) = run.batcher.prefilling or run.batcher.running
+    assert a.req.gen is job.request.gen and a.req.row().k == 3 == a.req.k
+    run.finish()
+    assert len(run.tokens(job)) <= 2
+
+
 def test_a_job_past_the_kv_budget_waits_for_a_row_to_leave(worker):
     ids = [chat_ids(worker, q) for q in short_questions(3)]
     row = max(map(len, ids)) + 8
@@ -279,7 +293,7 @@ def test_a_job_past_the_kv_budget_waits_for_a_row_to_leave(worker):
     run.finish(check)
     assert max(seen) == 2 and run.admitted == [first, second, third]
     for job in (first, second, third):
-        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.max_tokens)
+        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.gen.max_tokens)
 
 
 def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
@@ -299,7 +313,7 @@ def test_a_cancelled_job_frees_its_slot_and_the_others_are_unchanged(worker):
     want = greedy(worker, leaver.request.prompt_ids, 12)
     assert run.tokens(leaver) == want[:len(run.tokens(leaver))] and len(run.tokens(leaver)) < 12
     for job in (stays, waits):
-        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.max_tokens)
+        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, job.request.gen.max_tokens)
 
 
 def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):

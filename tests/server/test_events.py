@@ -11,6 +11,7 @@ from conftest import cached_tiny
 from specdec.drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from specdec.server.engine.memory import SharedMemory
 from specdec.drafters import DraftSpec
+from specdec.decode.generation import Generation
 from specdec.server.engine.events import GenRequest, Job, JobQueue
 
 
@@ -38,7 +39,7 @@ def test_job_queue_bounded_and_withdrawable():
     loop = asyncio.new_event_loop()
     try:
         q = JobQueue(2)
-        jobs = [Job(GenRequest([1], 1, DraftSpec("suffix")), loop) for _ in range(3)]
+        jobs = [Job(GenRequest([1], Generation(max_tokens=1)), loop) for _ in range(3)]
         assert q.put_nowait(jobs[0]) and q.put_nowait(jobs[1]) and not q.put_nowait(jobs[2])
         assert q.remove(jobs[0]) and not q.remove(jobs[0])
         assert q.put_nowait(jobs[2])  # the withdrawn job's place

@@ -11,7 +11,7 @@ import pytest
 from specdec.core.sampling import SamplingParams
 from specdec.core.wedlm import WedlmSettings
 from specdec.decode.wedlm import wedlm_stream
-from specdec.drafters.spec import DraftSpec
+from specdec.decode.generation import Generation
 from specdec.loader.wedlm import load_wedlm
 from specdec.server.config import ServerConfig
 from specdec.server.http.errors import APIError
@@ -24,8 +24,7 @@ IDS = [5, 6, 7, 8, 9, 10]
 
 
 def gen(**kw):
-    return GenRequest(prompt_ids=IDS, max_tokens=kw.pop("max_tokens", 12),
-                      speculation=DraftSpec(), **kw)
+    return GenRequest(prompt_ids=IDS, gen=Generation(**{"max_tokens": 12, **kw}))
 
 
 async def events(worker, request, cancel_after=None):

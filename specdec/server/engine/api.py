@@ -22,6 +22,7 @@ from ...cache.recurrent import trees_refused
 from ...core.grammar import response_grammar
 from ...core.sampling import SamplingParams
 from ...core.text import encode_prompt
+from ...decode.generation import Generation
 from ...toolcall.prompt import forced_response_format
 from ..config import ServerConfig
 from ..http.errors import APIError
@@ -191,10 +192,9 @@ class Api:
                 await run_in_threadpool(response_grammar, fmt)
             except ValueError as e:
                 raise APIError(400, str(e), param="response_format") from e
-        return GenRequest(ids, max_tokens, spec, sampling, stop=body.stops, logprobs=logprobs,
-                          top_logprobs=top, response_format=fmt, tenant=tenant,
-                          cache_salt=body.cache_salt,
-                          store=getattr(body, "store", None) is not False)
+        gen = Generation(max_tokens, spec, sampling, tuple(body.stops or ()), kv_bits=cfg.kv_bits,
+                         logprobs=bool(logprobs), top_logprobs=top, response_format=fmt)  # the one value
+        return GenRequest(ids, gen, tenant, body.cache_salt, getattr(body, "store", None) is not False)
 
     async def queue(self, request: Request, body: ChatCompletionRequest | CompletionRequest,
                     fit: bool = False) -> Queued:
@@ -212,11 +212,10 @@ class Api:
         watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
         chat = isinstance(body, ChatCompletionRequest)
         reasoning = self.reasoning(gen) if chat else None
-        responder = (ToolResponder(self.cfg.model_id, gen.logprobs, gen.top_logprobs, tools,
-                                   reasoning=reasoning)
+        out = gen.gen  # what the answer reports: logprobs, top_logprobs
+        responder = (ToolResponder(self.cfg.model_id, out.logprobs, out.top_logprobs, tools, reasoning=reasoning)
                      if tools is not None and tools.format is not None else
-                     Responder(chat, self.cfg.model_id, gen.logprobs, gen.top_logprobs,
-                               reasoning=reasoning))
+                     Responder(chat, self.cfg.model_id, out.logprobs, out.top_logprobs, reasoning=reasoning))
         return Queued(job, responder, watch, len(gen.prompt_ids))
 
     async def first(self, queued: Queued) -> Run:

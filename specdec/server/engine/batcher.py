@@ -160,17 +160,13 @@ class Batcher(Prefilling):
         return kv.batch_bytes(len(self.decoding) + len(self.prefilling), longest)
 
     def _start(self, job: Job) -> Active:
-        spec, w = job.request.speculation, self.worker
-        gen = job.request
-        job.state = "running"
+        w, job.state = self.worker, "running"
+        asked, gen = job.request, job.request.gen  # the one value, passed to the row unchanged
         grammar = grammar_for(w.model, w.tokenizer, gen.response_format)
-        drafter = w.drafter_for(gen)
-        cache = w.prefixes.take(gen.prompt_ids, gen.scope) if w.prefixes.max_bytes else None
-        budget, shaper = tree_policy(w.model, spec.draft_tree_budget, drafter, spec.num_draft_tokens)
-        req = Request(w.model, gen.prompt_ids, drafter=drafter, max_tokens=gen.max_tokens,
-                      num_draft_tokens=spec.num_draft_tokens, eos=w.tokenizer.eos_token_ids,
-                      sampling=gen.sampling, tree_budget=budget, shaper=shaper, prompt_cache=cache,
-                      kv_bits=w.cfg.kv_bits, top_logprobs=gen.top_logprobs,
+        drafter = w.drafter_for(asked)
+        cache = w.prefixes.take(asked.prompt_ids, asked.scope) if w.prefixes.max_bytes else None
+        req = Request(w.model, asked.prompt_ids, gen, drafter=drafter, eos=w.tokenizer.eos_token_ids,
+                      tree=tree_policy(w.model, gen.draft, drafter), prompt_cache=cache,
                       text=TextOut(w.tokenizer, gen.stop), processors=[grammar] if grammar else ())
         started = time.perf_counter()
         req.start()

@@ -3,8 +3,9 @@ memory (shared, its tenant's, or isolated for a salted request), and the verify 
 that prices drafts (cached, else measured in idle time).
 
 Contract: a mixin of ``worker.InferenceWorker`` (its state: ``cfg``, ``model``, ``memory``,
-``batcher``, ``curve``...); runs on the inference thread only. ``drafter_for`` builds a
-fresh drafter per request; ``commit`` adds a finished request's text to its tenant's memory
+``batcher``, ``curve``...); runs on the inference thread only. ``drafter_for`` gives a
+request the server's resources (memories, curve) and builds its fresh drafter with the one
+``resources.drafter_for``; ``commit`` adds a finished request's text to its tenant's memory
 unless it said ``store: false`` or was salted. Tests: tests/server/test_worker.py,
 tests/server/test_tenants.py."""
 
@@ -22,7 +23,7 @@ from ...drafters.base import NoDrafter
 from ...drafters.spec import DraftResources
 from ...eagle.mtp import load_for
 from ...loader import load
-from ...policy.build import build_policy
+from ...resources import drafter_for
 from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
 from ...policy.block import curve_cost, unknown_cost
 from ...policy.pricing import BATCH_COST_LENGTHS, BlockPrice
@@ -156,7 +157,7 @@ class Drafting:
         request starts)."""
         if self.plain_only is not None:
             return NoDrafter()
-        spec = req.speculation
+        spec = req.gen.draft
         if spec.speculative and spec.gate and self.curve is None:
             if not self._gate_off_said:
                 log.info("the cost gate is off until the verify cost curve is known: requests "
@@ -172,7 +173,7 @@ class Drafting:
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
             history=memory.history, cost=cost, target=self.model, mtp=self.mtp,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
-        return build_policy(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
+        return drafter_for(spec, self.model, self.tokenizer, res, sampling=req.gen.sampling)
 
     def _gate_curve(self, max_len: int) -> dict[int, float]:
         """The known verify curve at every length 1..max_len (between and beyond the

@@ -17,8 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.sampling import SamplingParams
-from ...drafters.spec import DraftSpec
+from ...decode.generation import Generation
 from ..http.errors import APIError
 
 MAX_PENDING_EVENTS = 2048  # tokens a reader may fall behind before its job is cancelled
@@ -26,16 +25,11 @@ MAX_PENDING_EVENTS = 2048  # tokens a reader may fall behind before its job is c
 
 @dataclass(frozen=True)
 class GenRequest:
-    """Everything the worker needs for one generation, already validated."""
+    """One validated generation for the worker: its prompt, the ``Generation`` (passed
+    unchanged to the row) and whose it is."""
 
     prompt_ids: list[int]
-    max_tokens: int
-    speculation: DraftSpec
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop: list[str] | None = None
-    logprobs: bool = False
-    top_logprobs: int = 0
-    response_format: dict | None = None  # OpenAI's; the output follows its grammar
+    gen: Generation
     tenant: str = ""  # whose request (an API key's tenant; "" with one key or none)
     cache_salt: str | None = None  # a further partition of the tenant's prefix cache
     store: bool = True  # False: its text stays out of the shared memory

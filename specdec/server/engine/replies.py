@@ -48,7 +48,7 @@ class Replies:
     def send_token(self, job: Job, text: str, r: Emitted) -> None:
         """One token to the client."""
         event = TokenEvent(text, r.token)
-        if job.request.logprobs:
+        if job.request.gen.logprobs:
             event.logprob, event.token_text = r.logprob, self._decode(r.token)
             event.top = [(self._decode(t), lp) for t, lp in (r.top or [])]
         job.emit(event)

@@ -21,7 +21,7 @@ from .kv_budget import KVBudget
 
 def reserved(job: Job) -> int:
     """Tokens ``job``'s row may grow to: its prompt and all its max_tokens."""
-    return len(job.request.prompt_ids) + job.request.max_tokens
+    return len(job.request.prompt_ids) + job.request.gen.max_tokens
 
 
 class WorkerPort(Protocol):

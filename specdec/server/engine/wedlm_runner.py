@@ -30,13 +30,13 @@ log = logging.getLogger("specdec.server")
 def check(req: GenRequest) -> None:
     """Refuse (400) what the window decoder cannot honour (it is greedy or samples at a
     temperature, nothing more), rather than ignore it."""
-    sp = req.sampling
+    sp = req.gen.sampling
     unsupported = [name for name, asked in (
         ("top_p", sp.top_p < 1), ("top_k", sp.top_k > 0), ("min_p", sp.min_p > 0),
         ("repetition/presence/frequency penalties", sp.repetition_penalty != 1
          or sp.presence_penalty != 0 or sp.frequency_penalty != 0),
-        ("logit_bias", bool(sp.logit_bias)), ("logprobs", req.logprobs),
-        ("response_format", req.response_format is not None)) if asked]
+        ("logit_bias", bool(sp.logit_bias)), ("logprobs", req.gen.logprobs),
+        ("response_format", req.gen.response_format is not None)) if asked]
     if unsupported:
         raise APIError(400, f"{', '.join(unsupported)} not supported: this server decodes with "
                        "--decoder wedlm (window decoding, greedy or at a temperature); send "
@@ -104,18 +104,18 @@ class WedlmRunner:
         w, gen = self.worker, job.request
         job.state = "running"
         stats = WedlmStats()
-        t = gen.sampling.temperature
-        steps = step_stream(w.model, gen.prompt_ids, self.settings, max_tokens=gen.max_tokens,
+        t = gen.gen.sampling.temperature
+        steps = step_stream(w.model, gen.prompt_ids, self.settings, max_tokens=gen.gen.max_tokens,
                             eos=w.tokenizer.eos_token_ids, stats=stats, temperature=t,
-                            rng=Rng(gen.sampling.seed) if t > 0 else None)
-        return _Running(job, steps, TextOut(w.tokenizer, gen.stop), stats)
+                            rng=Rng(gen.gen.sampling.seed) if t > 0 else None)
+        return _Running(job, steps, TextOut(w.tokenizer, gen.gen.stop), stats)
 
     def _advance(self, r: _Running) -> None:
         """One decoder step: its committed tokens go out; the job ends at EOS, a stop
         string or max_tokens."""
         committed = next(r.steps, None)
         if committed is None:
-            return self._finish(r, "length" if len(r.tokens) >= r.job.request.max_tokens else "stop")
+            return self._finish(r, "length" if len(r.tokens) >= r.job.request.gen.max_tokens else "stop")
         for t in committed:
             r.tokens.append(t)
             segment, stopped = r.text.feed(t)
