@@ -18,6 +18,7 @@ from mlx.utils import tree_flatten, tree_map, tree_map_with_path
 
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
+from specdec.decode.generation import Generation
 from specdec.drafters.base import EMPTY, Drafter, Proposal
 from specdec.drafters.mtp import MtpDrafter, kept
 from specdec.drafters.spec import DraftSpec, build_drafter
@@ -306,7 +307,7 @@ def test_the_server_drafts_with_the_models_own_mtp_block(tmp_path, monkeypatch):
     mx.save_safetensors(str(d / "model-mtp.safetensors"), published(head))
 
     async def tokens(worker, spec, sampling):
-        job = Job(GenRequest(prompt_ids=PROMPT, max_tokens=16, speculation=spec, sampling=sampling),
+        job = Job(GenRequest(PROMPT, Generation(max_tokens=16, draft=spec, sampling=sampling)),
                   asyncio.get_running_loop())
         worker.submit(job)
         out = []
@@ -343,7 +344,7 @@ def test_batched_rows_each_draft_from_their_own_block_state():
     batch, live, out, accepted, drafted = Batch(model, lambda n: 1.0, learn=False), [], {}, 0, 0
     drafters = [Recording(head, model) for _ in prompts]
     for i, p in enumerate(prompts):
-        req = Request(model, p, drafter=drafters[i], max_tokens=12)
+        req = Request(model, p, Generation(max_tokens=12), drafter=drafters[i])
         req.start()
         req.prefill()
         batch.join(req.row(), req.layers)

@@ -67,9 +67,9 @@ class GoldenWorker(ScriptedWorker):
     def submit(self, job):
         self.check_room()
         self.requests.append(job.request)
-        top = job.request.top_logprobs
+        top = job.request.gen.top_logprobs
         for i, piece in enumerate(self.script):
-            if job.request.logprobs:  # what the real worker adds when asked (or a wire asks)
+            if job.request.gen.logprobs:  # what the real worker adds when asked (or a wire asks)
                 alts = [(piece, -0.25), *[(" x", -3.0)] * (top - 1)][:top]
                 job.emit(TokenEvent(piece, i, -0.25, piece, alts))
             else:
@@ -95,17 +95,20 @@ def scripted_app(script: list[str], ending: str = "stop", template: str = TEMPLA
 
 # what a wire decides of the engine's request value (the same on every wire for the same ask);
 # the one place to follow a rename of its fields (then re-record)
-JOB_FIELDS = ("max_tokens", "stop", "logprobs", "top_logprobs", "response_format", "store")
+JOB_FIELDS = ("max_tokens", "stop", "logprobs", "top_logprobs", "response_format")
 
 
 def job_view(request, tokenizer) -> dict:
     """The engine request a wire made, as the golden file keeps it: the prompt as text, the
     fields above, and the sampling values that differ from the defaults."""
-    sampling = request.sampling
+    gen = request.gen  # the one value (``decode.generation.Generation``)
+    sampling = gen.sampling
     changed = {f.name: getattr(sampling, f.name) for f in dataclasses.fields(sampling)
                if getattr(sampling, f.name) != f.default}
     view = {"prompt": tokenizer.decode(request.prompt_ids)}
-    view.update({k: getattr(request, k) for k in JOB_FIELDS})
+    view.update({k: getattr(gen, k) for k in JOB_FIELDS})
+    view["stop"] = list(gen.stop) or None  # as recorded: no stop strings is null
+    view["store"] = request.store
     return json.loads(json.dumps({**view, "sampling": changed}))
 
 
