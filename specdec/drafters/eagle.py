@@ -1,13 +1,17 @@
 """EAGLE-3 drafting (``--draft-type eagle --draft-model DIR``): a trained head (``eagle.head``)
-drafts from the target's own features, read from the verify forward that checks its drafts —
-it declares ``outputs`` and ``wants`` the inputs of the head's three target layers at every
-block row (``core.proposal.Wants``): no second target forward, no host sync of its own there.
+drafts from the target's own features, read from the forwards the target runs anyway — it
+declares ``outputs``: ``wants`` the inputs of the head's three target layers at every verify
+block row, ``prefill_wants`` them at every prompt position a prefill chunk feeds
+(``core.proposal.Wants``): no second target forward, no host sync of its own there.
 
-After a verify step the head is fed the positions the target kept (the block's root and its
-accepted drafts) with the token that follows each, into its own small KV cache, and drafts k
-tokens greedily (``Eagle3Head.draft``). A step with nothing to feed (the first, or after plain
-tokens decoded without a verify step) drafts nothing. Output never changes: every draft is
-verified. Tests: tests/drafters/test_eagle.py.
+Each captured row (target position p) is fed to the head's own small KV cache with the token
+that follows it (``context[p + 1]``), once the context holds that token: a prefill's rows at
+the first proposal (so it drafts at once), a verify block's root and accepted drafts at the
+next. Rows are fed in order, at most ``FEED_CHUNK`` at a time (a long prompt's attention stays
+bounded), then the head drafts k tokens greedily (``Eagle3Head.draft``). Positions no forward
+returned (plain steps while the gate pauses it, a prompt cache's reused prefix) are missing
+from the head's cache: its drafts are then worse, never wrong. Output never changes: every
+draft is verified. Tests: tests/drafters/test_eagle.py.
 """
 
 from __future__ import annotations
@@ -20,59 +24,91 @@ import mlx.core as mx
 from ..core.proposal import Returned, Wants
 from .base import EMPTY, Drafter, Proposal
 
+FEED_CHUNK = 512  # head rows per forward while catching up (a prompt)
+
 
 @dataclass
-class Verified:
-    """A verify block the head asked features of: ``start`` = len(context) then, the ``drafts``
-    in it, and the features (block rows, 3 * H) once the step's sync has run."""
+class Rows:
+    """Captured features of target positions ``pos..pos + n - 1`` (``features`` (n, 3H), set
+    by the step's sync); a verify block's rows also carry its ``drafts``: only the root and
+    the accepted ones are kept (``kept``)."""
 
-    start: int
-    drafts: tuple[int, ...]
+    pos: int
     features: Any = None
+    drafts: tuple[int, ...] | None = None
 
     def kept(self, context: Sequence[int]) -> int:
-        """How many of the block's rows the context kept (root + accepted drafts; 0: none)."""
-        accepted = len(context) - self.start - 1
-        if not 0 <= accepted <= len(self.drafts) or tuple(context[self.start:self.start + accepted]) \
+        """How many rows the context confirms: all of a prefill's whose next token it holds;
+        of a verify block, the root and its accepted drafts (0: a block the context left)."""
+        if self.features is None:
+            return 0
+        n = min(int(self.features.shape[0]), len(context) - 1 - self.pos)
+        if self.drafts is None:
+            return max(n, 0)
+        start, accepted = self.pos + 1, len(context) - self.pos - 2
+        if not 0 <= accepted <= len(self.drafts) or tuple(context[start:start + accepted]) \
                 != self.drafts[:accepted]:
             return 0
         return accepted + 1
 
 
 class EagleDrafter(Drafter):
-    """Drafts with an EAGLE-3 head fed from the verify forward (module doc)."""
+    """Drafts with an EAGLE-3 head fed from the target's forwards (module doc)."""
 
     name = "eagle"
     outputs = True
-    guesses_paused = False  # its features come from verify steps
+    guesses_paused = False  # its features come from the target's forwards: a paused gate probes
 
     def __init__(self, head: Any, *, eos: frozenset = frozenset()):
         self.head, self.eos = head, eos
         self.layers = tuple(head.config.aux_layer_ids)
-        self._cache = head.make_cache()
-        self._verified: Verified | None = None
+        self.begin(())
+
+    @property
+    def fed(self) -> int:
+        """Target positions whose features the head's cache holds."""
+        return self._cache[0].offset
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        self._cache, self._verified = self.head.make_cache(), None
+        self._cache, self._pending, self._next = self.head.make_cache(), [], 0
 
-    def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants:
-        verified = Verified(len(context), tuple(drafts))
-
+    def _capture(self, rows: Rows) -> Wants:
         def read(returned: Returned) -> list[Any]:
-            verified.features = mx.concatenate([returned.hidden[i] for i in self.layers], axis=-1)
-            self._verified = verified
-            return [verified.features]
+            rows.features = mx.concatenate([returned.hidden[i] for i in self.layers], axis=-1)
+            return [rows.features]
 
-        self._verified = None  # until this block is read, nothing feeds the head
+        self._pending.append(rows)
         return Wants(read, layers=self.layers)
 
+    def prefill_wants(self, start: int, tokens: Sequence[int]) -> Wants:
+        return self._capture(Rows(start))
+
+    def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants:
+        return self._capture(Rows(len(context) - 1, drafts=tuple(drafts)))
+
+    def _ready(self, context: Sequence[int]) -> tuple[Any, list[int]] | None:
+        """The pending rows the context confirms, in position order past those fed: (features
+        (n, 3H), the token after each); None when there are none."""
+        feats, follows = [], []
+        for rows in self._pending:
+            skip = max(self._next - rows.pos, 0)  # a row fed already (a block re-read)
+            n = rows.kept(context)
+            if n > skip:
+                feats.append(rows.features[skip:n])
+                follows += list(context[rows.pos + 1 + skip:rows.pos + 1 + n])
+                self._next = rows.pos + n
+        self._pending = []
+        return (mx.concatenate(feats, axis=0), follows) if follows else None
+
     def propose(self, context: Sequence[int], k: int) -> Proposal:
-        v, self._verified = self._verified, None
-        n = v.kept(context) if v is not None and v.features is not None else 0
-        if k < 1 or n < 1:
+        ready = self._ready(context)
+        if k < 1 or ready is None:
             return EMPTY
-        follows = mx.array([list(context[v.start:v.start + n])])  # the token after each kept row
-        drafts = self.head.draft(self._cache, v.features[None, :n], follows, k).tokens
+        feats, follows = ready
+        while len(follows) > FEED_CHUNK:  # catching up: feed, draft nothing
+            self.head.feed(self._cache, feats[None, :FEED_CHUNK], mx.array([follows[:FEED_CHUNK]]))
+            feats, follows = feats[FEED_CHUNK:], follows[FEED_CHUNK:]
+        drafts = self.head.draft(self._cache, feats[None], mx.array([follows]), k).tokens
         for i, t in enumerate(drafts):  # nothing after an EOS can be emitted
             if t in self.eos:
                 drafts = drafts[:i + 1]

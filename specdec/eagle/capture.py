@@ -4,16 +4,19 @@ Contract: inside ``with capture_layers(model, ids) as cap:`` each forward of ``m
 *input* of decoder layer ``i`` for every ``i`` in ids (EAGLE-3's convention: the hidden state after
 layer i-1, pre-norm; vLLM's aux hidden states are the same); the model's layer list is restored on
 exit, even on error. Nothing runs twice: the wrapped layer is called once with its own arguments.
-Tests: tests/eagle/test_capture.py.
+``read_forward`` runs a prefill forward for the drafters' ``Wants`` (batch row i for wants i).
+Tests: tests/eagle/test_capture.py, tests/drafters/test_eagle.py.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
+
+from ..core.proposal import Returned, Wants
 
 
 @dataclass
@@ -70,3 +73,18 @@ def capture_layers(model: Any, layer_ids: Sequence[int]) -> Iterator[CapturedFea
     finally:
         for i, layer in originals.items():
             layers[i] = layer
+
+
+def read_forward(model: Any, forward: Callable[[], Any], wants: Sequence[Wants | None],
+                 rows: Sequence[int]) -> list[mx.array]:
+    """Run ``forward()`` (one forward of ``model``; its batch row i is ``wants[i]``'s) with the
+    layers the wants name captured; the arrays each ``Wants.read`` returns for its row's first
+    ``rows[i]`` positions, for the caller's one sync (nothing wanted: just the forward)."""
+    layers = sorted({j for w in wants if w for j in w.layers})
+    if not layers:
+        forward()
+        return []
+    with capture_layers(model, layers) as cap:
+        forward()
+    return [a for i, w in enumerate(wants) if w
+            for a in w.read(Returned(hidden={j: cap.hidden[j][i, :rows[i]] for j in w.layers}))]

@@ -118,7 +118,7 @@ class Drafting:
         memory = self.memory_for(req)
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
-            history=memory.history, cost=cost, target=self.model,
+            history=memory.history, cost=cost, target=self.model, head=self.head,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
         return build_policy(spec, res, temperature=req.sampling.temperature, seed=req.sampling.seed)
 
@@ -133,7 +133,7 @@ class Drafting:
         if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)
 
             self._draft_costs[draft_type] = draft_cost_for(
-                draft_type, self.model, self.draft[0] if self.draft else None)
+                draft_type, self.model, self.draft[0] if self.draft else None, head=self.head)
         return self._draft_costs[draft_type]
 
     def _cost_curve(self, max_len: int) -> dict[int, float]:
