@@ -17,7 +17,7 @@ from conftest import TINY_VOCAB, cached_tiny
 
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
-from specdec.decode.request import Request
+from specdec.decode.request import Request, prefill_together
 from specdec.decode.trace import tracing
 from specdec.drafters.chain import ChainDrafter
 from specdec.drafters.eagle import EagleDrafter
@@ -55,6 +55,13 @@ def test_a_random_head_keeps_greedy_parity():
 PROMPT = [5, 9, 17, 3, 5, 9, 17, 3, 5, 11, 12, 13]
 
 
+def oracle_draft(target, head, prompt, k=4):
+    """What the head drafts after one forward over the prompt, its features fed at once."""
+    with capture_layers(target, head.config.aux_layer_ids) as cap:
+        target(mx.array([prompt[:-1]]), cache=None)
+    return head.draft(head.make_cache(), cap.fused_input(), mx.array([prompt[1:]]), k).tokens
+
+
 def test_a_chunked_prefill_feeds_the_head_every_prompt_position():
     target = cached_tiny("llama")
     head = random_head(target)
@@ -64,11 +71,21 @@ def test_a_chunked_prefill_feeds_the_head_every_prompt_position():
     assert not req.prefill(4) and req.prefill()  # chunks of 4, then 5 + 2
     first = drafter.propose(PROMPT, 4)
     assert drafter.fed == len(PROMPT) - 1 == req.layers[0].offset  # one row per cached position
-    # the oracle: one forward over the prompt, its features fed to a fresh head cache at once
-    with capture_layers(target, head.config.aux_layer_ids) as cap:
-        target(mx.array([PROMPT[:-1]]), cache=None)
-    want = head.draft(head.make_cache(), cap.fused_input(), mx.array([PROMPT[1:]]), 4)
-    assert len(first) == 4 and list(first.tokens) == want.tokens
+    assert len(first) == 4 and list(first.tokens) == oracle_draft(target, head, PROMPT)
+
+
+def test_a_batched_prefill_feeds_each_rows_head_its_own_prompt():
+    target = cached_tiny("llama")
+    head = random_head(target)
+    prompts = [PROMPT, [7, 1, 2, 30, 31, 7, 1]]
+    drafters = [EagleDrafter(head) for _ in prompts]
+    reqs = [Request(target, p, drafter=d, max_tokens=8, num_draft_tokens=4, prefill_step_size=4)
+            for p, d in zip(prompts, drafters)]
+    for r in reqs:
+        r.start()
+    prefill_together(target, reqs)
+    for p, d in zip(prompts, drafters):
+        assert list(d.propose(p, 4).tokens) == oracle_draft(target, head, p) and d.fed == len(p) - 1
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.9, seed=7)],
