@@ -24,7 +24,7 @@ from ..eagle.capture import read_forward
 from .recurrent import RecurrentCache
 from .rollback import RollbackError, compact, trim
 
-PrefillWants = Callable[[int, list[int]], "Wants | None"]  # ``Drafter.prefill_wants``
+PrefillWants = Callable[[int, int], "Wants | None"]  # ``Drafter.feed_wants``
 
 COMPACT_AT = 64  # holes (in the longest row) that trigger a compaction
 
@@ -205,9 +205,9 @@ def prefill_rows(model: Model, layers: list[list[Any]], tokens: list[list[int]],
     starts = [row[0].offset for row in layers]  # each row's first fed position
     for i in range(0, width, step_size):
         parts = [t[i : i + step_size] for t in tokens]
-        want = [w(starts[r] + i, parts[r]) if w is not None and parts[r] else None
+        want = [w(starts[r] + i, len(parts[r])) if w is not None and parts[r] else None
                 for r, w in enumerate(wants)]
-        wanted = read_forward(model, lambda: model(block[:, i : i + step_size], cache=cache), want,
+        _, wanted = read_forward(model, lambda: model(block[:, i : i + step_size], cache=cache), want,
                               [len(p) for p in parts])
         mx.eval([c.state for c in cache], *wanted)
     if width:

@@ -201,17 +201,17 @@ def make_cache(
 
 
 def prefill(model: Model, cache: list, tokens: Sequence[int], step_size: int = 512,
-            wants: Callable[[int, list[int]], Wants | None] | None = None, start: int = 0) -> None:
+            wants: Callable[[int, int], Wants | None] | None = None, start: int = 0) -> None:
     """Run ``tokens`` (positions ``start..``) through the model in chunks of ``step_size``,
     filling the cache (no logits kept; each chunk evaluated, so the graph stays bounded);
-    ``wants(position, chunk)``: what a drafter wants of each chunk's forward (its hidden
+    ``wants(position, n)``: what a drafter wants of each chunk's forward (its hidden
     states, read in the chunk's one sync: ``eagle.capture.read_forward``)."""
     if isinstance(cache, RecurrentCache):
         cache.settle()
     for i in range(0, len(tokens), step_size):
         part = list(tokens[i : i + step_size])
-        want = wants(start + i, part) if wants is not None else None
-        wanted = read_forward(model, lambda: model(mx.array(part)[None], cache=cache), [want], [len(part)])
+        want = wants(start + i, len(part)) if wants is not None else None
+        _, wanted = read_forward(model, lambda: model(mx.array(part)[None], cache=cache), [want], [len(part)])
         mx.eval([c.state for c in cache], *wanted)
 
 

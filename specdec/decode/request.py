@@ -147,8 +147,8 @@ class Request:
 
     @property
     def prefill_wants(self) -> Any:
-        """What the drafter wants of prefill forwards (``Drafter.prefill_wants``; None: nothing)."""
-        return self.drafter.prefill_wants if self.speculative and self.drafter.outputs else None
+        """What the drafter wants of prefill forwards (``Drafter.feed_wants``; None: nothing)."""
+        return self.drafter.feed_wants if self.speculative and self.drafter.outputs else None
 
     def row(self) -> Row:
         if self._row is None:

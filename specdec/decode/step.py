@@ -26,7 +26,7 @@ from ..core.processors import LogitsProcessor
 from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
 from ..core.verify import greedy_accept, rejection_sample, resolve, tree_rejection_sample, tree_resolve
-from ..eagle.capture import capture_layers
+from ..eagle.capture import capture_layers, read_forward
 from .tree_attention import tree_attention
 
 
@@ -395,12 +395,14 @@ def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
     return [s for s, _ in done]
 
 
-def queue_plain_step(model: Model, cache: list, tokens: mx.array) -> list[mx.array]:
+def queue_plain_step(model: Model, cache: list, tokens: mx.array,
+                     wants: Sequence[Wants | None] = ()) -> list[mx.array]:
     """One plain greedy step of every row, queued without waiting: ``tokens`` (B, 1) in
     (host ids or the previous step's argmax), [argmax (B, 1), its logprob (B, 1)] out,
-    their evaluation started (``mx.async_eval``)."""
-    arrays = _greedy_arrays(verify_forward(model, cache, tokens), ())
-    mx.async_eval(*arrays)
+    their evaluation started (``mx.async_eval``) with what row i's drafter ``wants[i]``."""
+    logits, wanted = read_forward(model, lambda: verify_forward(model, cache, tokens), wants, [1] * len(wants))
+    arrays = _greedy_arrays(logits, ())
+    mx.async_eval(*arrays, *wanted)
     return arrays
 
 

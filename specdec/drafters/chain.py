@@ -50,10 +50,10 @@ class ChainDrafter(Drafter):
         return next((w for d in self.drafters if d.outputs and (w := d.wants(context, drafts)) is not None),
                     None)
 
-    def prefill_wants(self, start: int, tokens: Sequence[int]) -> Wants | None:
-        """The first member's that wants something of a prefill."""
-        return next((w for d in self.drafters if d.outputs and (w := d.prefill_wants(start, tokens))
-                     is not None), None)
+    def feed_wants(self, start: int, n: int) -> Wants | None:
+        """The first member's that wants something of a forward that verifies nothing."""
+        return next((w for d in self.drafters if d.outputs and (w := d.feed_wants(start, n)) is not None),
+                    None)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         # a new prompt need not hold the last step's tokens: its count is dropped

@@ -1,7 +1,7 @@
 """EAGLE-3 drafting (``--draft-type eagle --draft-model DIR``): a trained head (``eagle.head``)
 drafts from the target's own features, read from the forwards the target runs anyway — it
 declares ``outputs``: ``wants`` the inputs of the head's three target layers at every verify
-block row, ``prefill_wants`` them at every prompt position a prefill chunk feeds
+block row, ``feed_wants`` them at every position a prefill chunk or a plain step feeds
 (``core.proposal.Wants``): no second target forward, no host sync of its own there.
 
 Each captured row (target position p) is fed to the head's own small KV cache with the token
@@ -38,18 +38,17 @@ class Rows:
     drafts: tuple[int, ...] | None = None
 
     def kept(self, context: Sequence[int]) -> int:
-        """How many rows the context confirms: all of a prefill's whose next token it holds;
-        of a verify block, the root and its accepted drafts (0: a block the context left)."""
+        """How many rows the context confirms (those whose next token it holds): of a verify
+        block only the root and the accepted drafts, the drafts the context repeats (a
+        rejected draft is never what the target emits in its place, greedy or sampled)."""
         if self.features is None:
             return 0
         n = min(int(self.features.shape[0]), len(context) - 1 - self.pos)
-        if self.drafts is None:
-            return max(n, 0)
-        start, accepted = self.pos + 1, len(context) - self.pos - 2
-        if not 0 <= accepted <= len(self.drafts) or tuple(context[start:start + accepted]) \
-                != self.drafts[:accepted]:
-            return 0
-        return accepted + 1
+        if self.drafts is not None:
+            after = context[self.pos + 1:self.pos + 1 + len(self.drafts)]
+            n = min(n, 1 + next((i for i, (a, b) in enumerate(zip(after, self.drafts)) if a != b),
+                                len(after)))
+        return max(n, 0)
 
 
 class EagleDrafter(Drafter):
@@ -80,7 +79,7 @@ class EagleDrafter(Drafter):
         self._pending.append(rows)
         return Wants(read, layers=self.layers)
 
-    def prefill_wants(self, start: int, tokens: Sequence[int]) -> Wants:
+    def feed_wants(self, start: int, n: int) -> Wants:
         return self._capture(Rows(start))
 
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants:

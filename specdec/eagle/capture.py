@@ -4,7 +4,8 @@ Contract: inside ``with capture_layers(model, ids) as cap:`` each forward of ``m
 *input* of decoder layer ``i`` for every ``i`` in ids (EAGLE-3's convention: the hidden state after
 layer i-1, pre-norm; vLLM's aux hidden states are the same); the model's layer list is restored on
 exit, even on error. Nothing runs twice: the wrapped layer is called once with its own arguments.
-``read_forward`` runs a prefill forward for the drafters' ``Wants`` (batch row i for wants i).
+``read_forward`` runs a forward that verifies nothing (a prefill chunk, a plain step) for the
+drafters' ``Wants`` (batch row i for wants i).
 Tests: tests/eagle/test_capture.py, tests/drafters/test_eagle.py.
 """
 
@@ -76,15 +77,14 @@ def capture_layers(model: Any, layer_ids: Sequence[int]) -> Iterator[CapturedFea
 
 
 def read_forward(model: Any, forward: Callable[[], Any], wants: Sequence[Wants | None],
-                 rows: Sequence[int]) -> list[mx.array]:
+                 rows: Sequence[int]) -> tuple[Any, list[mx.array]]:
     """Run ``forward()`` (one forward of ``model``; its batch row i is ``wants[i]``'s) with the
-    layers the wants name captured; the arrays each ``Wants.read`` returns for its row's first
-    ``rows[i]`` positions, for the caller's one sync (nothing wanted: just the forward)."""
+    layers the wants name captured: (what it returned, the arrays each ``Wants.read`` returns
+    for its row's first ``rows[i]`` positions, for the caller's one sync)."""
     layers = sorted({j for w in wants if w for j in w.layers})
     if not layers:
-        forward()
-        return []
+        return forward(), []
     with capture_layers(model, layers) as cap:
-        forward()
-    return [a for i, w in enumerate(wants) if w
-            for a in w.read(Returned(hidden={j: cap.hidden[j][i, :rows[i]] for j in w.layers}))]
+        out = forward()
+    return out, [a for i, w in enumerate(wants) if w
+                 for a in w.read(Returned(hidden={j: cap.hidden[j][i, :rows[i]] for j in w.layers}))]

@@ -106,6 +106,18 @@ def test_the_head_under_the_cost_gate_and_in_a_chain_keeps_parity(sampling):
         assert out == plain and stats.drafted > 0, drafter
 
 
+def test_plain_steps_while_the_gate_pauses_feed_the_head_too():
+    target = cached_tiny("llama")
+    drafter = EagleDrafter(random_head(target))
+    steep = {L: 1.0 + 10.0 * (L - 1) for L in range(1, 6)}  # drafting never pays: it pauses
+    gate = CostGate(drafter, steep, k_max=4, draft_cost={"fixed": 0.01, "per_token": 0.01}, timed=False)
+    plain = [e.token for e in token_stream(target, PROMPT, max_tokens=16)]
+    out = [e.token for e in token_stream(target, PROMPT, drafter=gate, max_tokens=16, num_draft_tokens=4)]
+    assert out == plain and gate.paused_tokens > 0
+    drafter.propose(PROMPT + out, 1)  # every position the target fed reaches the head, once
+    assert drafter.fed == len(PROMPT + out) - 1
+
+
 def test_the_trace_shows_the_heads_price(tmp_path):
     target = cached_tiny("llama")
     head = random_head(target)
