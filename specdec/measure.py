@@ -271,7 +271,7 @@ def head_cost(head: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST
     feats = mx.random.normal((1, context + 1, 3 * cfg.target_hidden_size), key=key)
     toks = mx.random.randint(0, cfg.vocab_size, (1, context + 1), key=key)
     cache = head.make_cache()
-    head.feed(cache, feats[:, :context], toks[:, :context])
+    mx.eval(head.feed(cache, feats[:, :context], toks[:, :context]))
 
     def once(k: int) -> None:
         head.draft(cache, feats[:, context:], toks[:, context:], k)

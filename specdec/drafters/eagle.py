@@ -5,9 +5,9 @@ block row, ``feed_wants`` them at every position a prefill chunk or a plain step
 (``core.proposal.Wants``): no second target forward, no host sync of its own there.
 
 Each captured row (target position p) is fed to the head's own small KV cache with the token
-that follows it (``context[p + 1]``), once the context holds that token: a prefill's rows at
-the first proposal (so it drafts at once), a verify block's root and accepted drafts at the
-next. Rows are fed in order, at most ``FEED_CHUNK`` at a time (a long prompt's attention stays
+that follows it (``context[p + 1]``): a prefill chunk's in the chunk's own sync (the prompt
+holds those tokens; so the first step drafts), a verify block's root and accepted drafts and a
+plain step's row at the next proposal, once the context holds them. Rows are fed in order, at most ``FEED_CHUNK`` at a time (a long prompt's attention stays
 bounded), then the head drafts k tokens greedily (``Eagle3Head.draft``). Positions no forward
 returned (plain steps while the gate pauses it, a prompt cache's reused prefix) are missing
 from the head's cache: its drafts are then worse, never wrong. Output never changes: every
@@ -24,7 +24,8 @@ import mlx.core as mx
 from ..core.proposal import Returned, Wants
 from .base import EMPTY, Drafter, Proposal
 
-FEED_CHUNK = 512  # head rows per forward while catching up (a prompt)
+FEED_CHUNK = 512  # head rows per forward while catching up
+MAX_PENDING = 4096  # captured steps kept for the next proposal (a row long left undrafted: the oldest go)
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Rows:
     pos: int
     features: Any = None
     drafts: tuple[int, ...] | None = None
+    held: bool = False  # a prompt chunk's last row: the next chunk's first, or the first draft's
 
     def kept(self, context: Sequence[int]) -> int:
         """How many rows the context confirms (those whose next token it holds): of a verify
@@ -70,17 +72,40 @@ class EagleDrafter(Drafter):
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._cache, self._pending, self._next = self.head.make_cache(), [], 0
+        self._prompt = list(prompt_ids)
+
+    def _features(self, returned: Returned) -> mx.array:
+        return mx.concatenate([returned.hidden[i] for i in self.layers], axis=-1)
 
     def _capture(self, rows: Rows) -> Wants:
         def read(returned: Returned) -> list[Any]:
-            rows.features = mx.concatenate([returned.hidden[i] for i in self.layers], axis=-1)
+            rows.features = self._features(returned)
             return [rows.features]
 
-        self._pending.append(rows)
+        self._pending = self._pending[1 - MAX_PENDING:] + [rows]
         return Wants(read, layers=self.layers)
 
     def feed_wants(self, start: int, n: int) -> Wants:
-        return self._capture(Rows(start))
+        """A prompt chunk next in order is fed to the head in the chunk's own sync (the prompt
+        holds each row's next token: a long prompt's features are never kept) but its last row,
+        held for the next chunk or the first draft; other rows wait for the context to show
+        their next tokens."""
+        held = self._pending[0] if len(self._pending) == 1 and self._pending[0].held else None
+        first = held.pos if held is not None else start
+        if first != self._next or (self._pending and held is None) or start + n >= len(self._prompt):
+            return self._capture(Rows(start))
+        last = Rows(start + n - 1, held=True)
+        self._pending, self._next = [last], last.pos
+        follows = mx.array([self._prompt[first + 1:last.pos + 1]])
+
+        def read(returned: Returned) -> list[Any]:
+            feats = self._features(returned)
+            feats = mx.concatenate([held.features, feats]) if held is not None else feats
+            last.features = feats[-1:]
+            fed = self.head.feed(self._cache, feats[None, :-1], follows) if feats.shape[0] > 1 else []
+            return [last.features, *fed]
+
+        return Wants(read, layers=self.layers)
 
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants:
         return self._capture(Rows(len(context) - 1, drafts=tuple(drafts)))
@@ -105,7 +130,7 @@ class EagleDrafter(Drafter):
             return EMPTY
         feats, follows = ready
         while len(follows) > FEED_CHUNK:  # catching up: feed, draft nothing
-            self.head.feed(self._cache, feats[None, :FEED_CHUNK], mx.array([follows[:FEED_CHUNK]]))
+            mx.eval(self.head.feed(self._cache, feats[None, :FEED_CHUNK], mx.array([follows[:FEED_CHUNK]])))
             feats, follows = feats[FEED_CHUNK:], follows[FEED_CHUNK:]
         drafts = self.head.draft(self._cache, feats[None], mx.array([follows]), k).tokens
         for i, t in enumerate(drafts):  # nothing after an EOS can be emitted

@@ -25,6 +25,7 @@ from specdec.drafters.spec import DraftSpec
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.eagle.capture import capture_layers
 from specdec.eagle.head import Eagle3Head, HeadConfig
+from specdec.cache.prompt_cache import make_prompt_cache
 from specdec.engine import resolve_drafter, token_stream
 from specdec.measure import head_cost
 from specdec.policy.gate import CostGate
@@ -69,6 +70,7 @@ def test_a_chunked_prefill_feeds_the_head_every_prompt_position():
     req = Request(target, PROMPT, drafter=drafter, max_tokens=8, num_draft_tokens=4, prefill_step_size=5)
     req.start()
     assert not req.prefill(4) and req.prefill()  # chunks of 4, then 5 + 2
+    assert drafter.fed == len(PROMPT) - 2  # fed in the prefill's syncs; the last row drafts
     first = drafter.propose(PROMPT, 4)
     assert drafter.fed == len(PROMPT) - 1 == req.layers[0].offset  # one row per cached position
     assert len(first) == 4 and list(first.tokens) == oracle_draft(target, head, PROMPT)
@@ -86,6 +88,20 @@ def test_a_batched_prefill_feeds_each_rows_head_its_own_prompt():
     prefill_together(target, reqs)
     for p, d in zip(prompts, drafters):
         assert list(d.propose(p, 4).tokens) == oracle_draft(target, head, p) and d.fed == len(p) - 1
+
+
+def test_a_reused_prompt_prefix_leaves_a_gap_that_only_costs_drafts():
+    """A prompt cache's reused prefix never reached this request's head: it is fed what the
+    prefill computed (the rest of the prompt), the first step drafts, output is plain's."""
+    target = cached_tiny("llama")
+    head = random_head(target)
+    cache = make_prompt_cache(target)
+    first = [e.token for e in token_stream(target, PROMPT[:8], max_tokens=4, prompt_cache=cache)]
+    plain = [e.token for e in token_stream(target, PROMPT, max_tokens=12)]
+    stats = SpecStats()
+    out = [e.token for e in token_stream(target, PROMPT, drafter=EagleDrafter(head), max_tokens=12,
+                                         num_draft_tokens=4, stats=stats, prompt_cache=cache)]
+    assert first and stats.cached_tokens > 0 and out == plain and stats.drafted > 0
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.9, seed=7)],
