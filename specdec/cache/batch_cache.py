@@ -24,7 +24,7 @@ from ..eagle.capture import read_forward
 from .recurrent import RecurrentCache
 from .rollback import RollbackError, compact, trim
 
-PrefillWants = Callable[[int, int], "Wants | None"]  # ``Drafter.feed_wants``
+FeedWants = Callable[[int, int], "Wants | None"]  # ``Drafter.feed_wants``
 
 COMPACT_AT = 64  # holes (in the longest row) that trigger a compaction
 
@@ -188,7 +188,7 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
 
 
 def prefill_rows(model: Model, layers: list[list[Any]], tokens: list[list[int]],
-                 step_size: int = 512, wants: Sequence[PrefillWants | None] = ()) -> list[RowsKVCache]:
+                 step_size: int = 512, wants: Sequence[FeedWants | None] = ()) -> list[RowsKVCache]:
     """Several requests' prompts in one batched forward: row i holds its layers' positions
     plus ``tokens[i]``, no holes left; ``wants[i]``: what row i's drafter wants of each chunk
     (``rollback.prefill``'s)."""
@@ -208,7 +208,7 @@ def prefill_rows(model: Model, layers: list[list[Any]], tokens: list[list[int]],
         want = [w(starts[r] + i, len(parts[r])) if w is not None and parts[r] else None
                 for r, w in enumerate(wants)]
         _, wanted = read_forward(model, lambda: model(block[:, i : i + step_size], cache=cache), want,
-                              [len(p) for p in parts])
+                                 [len(p) for p in parts])
         mx.eval([c.state for c in cache], *wanted)
     if width:
         trim_rows(cache, width, [len(t) for t in tokens])

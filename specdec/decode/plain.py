@@ -4,11 +4,11 @@ Contract: ``plain_steps(model, cache, context, ...)`` yields one ``step.Step`` p
 the cache holding ``context[:-1]`` on entry; the forward of token t+1 is queued before
 waiting for token t, so the host never stalls the device. ``until()``, when given, ends the
 generator with the computed token yielded unfed (the cache then holds the context but that
-token). Only ``pipelined`` processors run here; ``wants(position, 1)``: what a drafter wants of
-each forward (its hidden states, evaluated with the token: ``Drafter.feed_wants``). This is the reference every speculative path
-must reproduce. Full contract: docs/design-notes.md. Tests: tests/decode/test_plain.py,
-tests/drafters/test_gate.py (paused
-stretches), tests/test_engine.py (parity with speculation).
+token). Only ``pipelined`` processors run here; ``wants(position, 1)``: what a drafter wants
+of each forward (its hidden states, evaluated with the token: ``Drafter.feed_wants``). This is
+the reference every speculative path must reproduce. Full contract: docs/design-notes.md.
+Tests: tests/decode/test_plain.py, tests/drafters/test_gate.py (paused stretches),
+tests/test_engine.py (parity with speculation), tests/drafters/test_eagle.py (``wants``).
 """
 
 from __future__ import annotations

@@ -400,7 +400,8 @@ def queue_plain_step(model: Model, cache: list, tokens: mx.array,
     """One plain greedy step of every row, queued without waiting: ``tokens`` (B, 1) in
     (host ids or the previous step's argmax), [argmax (B, 1), its logprob (B, 1)] out,
     their evaluation started (``mx.async_eval``) with what row i's drafter ``wants[i]``."""
-    logits, wanted = read_forward(model, lambda: verify_forward(model, cache, tokens), wants, [1] * len(wants))
+    logits, wanted = read_forward(model, lambda: verify_forward(model, cache, tokens), wants,
+                                  [1] * len(wants))
     arrays = _greedy_arrays(logits, ())
     mx.async_eval(*arrays, *wanted)
     return arrays

@@ -7,11 +7,11 @@ block row, ``feed_wants`` them at every position a prefill chunk or a plain step
 Each captured row (target position p) is fed to the head's own small KV cache with the token
 that follows it (``context[p + 1]``): a prefill chunk's in the chunk's own sync (the prompt
 holds those tokens; so the first step drafts), a verify block's root and accepted drafts and a
-plain step's row at the next proposal, once the context holds them. Rows are fed in order, at most ``FEED_CHUNK`` at a time (a long prompt's attention stays
-bounded), then the head drafts k tokens greedily (``Eagle3Head.draft``). Positions no forward
-returned (plain steps while the gate pauses it, a prompt cache's reused prefix) are missing
-from the head's cache: its drafts are then worse, never wrong. Output never changes: every
-draft is verified. Tests: tests/drafters/test_eagle.py.
+plain step's row at the next proposal, once the context holds them (in order, at most
+``FEED_CHUNK`` per head forward), then the head drafts k tokens greedily
+(``Eagle3Head.draft``). Positions no forward returned to it (a prompt cache's reused prefix)
+are missing from the head's cache: its drafts are then worse, never wrong. Output never
+changes: every draft is verified. Tests: tests/drafters/test_eagle.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..core.proposal import Returned, Wants
 from .base import EMPTY, Drafter, Proposal
 
 FEED_CHUNK = 512  # head rows per forward while catching up
-MAX_PENDING = 4096  # captured steps kept for the next proposal (a row long left undrafted: the oldest go)
+MAX_PENDING = 4096  # captured steps kept for the next proposal (a row long undrafted: oldest go)
 
 
 @dataclass
@@ -114,6 +114,7 @@ class EagleDrafter(Drafter):
         """The pending rows the context confirms, in position order past those fed: (features
         (n, 3H), the token after each); None when there are none."""
         feats, follows = [], []
+        later = [r for r in self._pending if r.pos >= len(context) - 1]  # a queued step's: next time
         for rows in self._pending:
             skip = max(self._next - rows.pos, 0)  # a row fed already (a block re-read)
             n = rows.kept(context)
@@ -121,7 +122,7 @@ class EagleDrafter(Drafter):
                 feats.append(rows.features[skip:n])
                 follows += list(context[rows.pos + 1 + skip:rows.pos + 1 + n])
                 self._next = rows.pos + n
-        self._pending = []
+        self._pending = later
         return (mx.concatenate(feats, axis=0), follows) if follows else None
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
@@ -130,7 +131,8 @@ class EagleDrafter(Drafter):
             return EMPTY
         feats, follows = ready
         while len(follows) > FEED_CHUNK:  # catching up: feed, draft nothing
-            mx.eval(self.head.feed(self._cache, feats[None, :FEED_CHUNK], mx.array([follows[:FEED_CHUNK]])))
+            mx.eval(self.head.feed(self._cache, feats[None, :FEED_CHUNK],
+                                   mx.array([follows[:FEED_CHUNK]])))
             feats, follows = feats[FEED_CHUNK:], follows[FEED_CHUNK:]
         drafts = self.head.draft(self._cache, feats[None], mx.array([follows]), k).tokens
         for i, t in enumerate(drafts):  # nothing after an EOS can be emitted

@@ -17,6 +17,8 @@ from conftest import TINY_VOCAB, cached_tiny
 
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
+from specdec.decode import loop
+from specdec.decode.batch import Batch
 from specdec.decode.request import Request, prefill_together
 from specdec.decode.trace import tracing
 from specdec.drafters.chain import ChainDrafter
@@ -132,6 +134,28 @@ def test_plain_steps_while_the_gate_pauses_feed_the_head_too():
     assert out == plain and gate.paused_tokens > 0
     drafter.propose(PROMPT + out, 1)  # every position the target fed reaches the head, once
     assert drafter.fed == len(PROMPT + out) - 1
+
+
+def test_pipelined_batch_steps_feed_each_rows_head():
+    """Rows whose drafts are priced out step plain and pipelined (a queued step's rows wait
+    for their tokens): each row's head still gets every position, and the tokens are plain."""
+    target = cached_tiny("llama")
+    head = random_head(target)
+    prompts = [PROMPT, [7, 1, 2, 30, 31, 7, 1]]
+    drafters = [EagleDrafter(head) for _ in prompts]
+    reqs = [Request(target, p, drafter=d, max_tokens=8, num_draft_tokens=4) for p, d in zip(prompts, drafters)]
+    for r in reqs:
+        r.start()
+    batch = Batch(target, float, learn=False)  # verify cost grows with length: no block pays
+    batch.join_rows([r.row() for r in reqs], prefill_together(target, reqs))
+    for _ in range(6):
+        loop.step(batch)
+    assert batch.queued
+    for p, r, d in zip(prompts, reqs, drafters):
+        context = r.row().context
+        assert context == p + [e.token for e in token_stream(target, p, max_tokens=len(context) - len(p))]
+        d.propose(context, 1)
+        assert d.fed == len(context) - 1
 
 
 def test_the_trace_shows_the_heads_price(tmp_path):
