@@ -374,13 +374,16 @@ def test_eight_requests_drafting_with_an_eagle_head_each_equal_their_solo_answer
     add_serve_parser(parser.add_subparsers())
     cfg = ServerConfig.from_args(parser.parse_args(
         ["serve", "--model", MODEL, "--draft-type", "eagle", "--draft-model", head_dir,
-         "--num-draft-tokens", "3", "--no-gate", "--save-interval", "0", "--max-batch", "8"]))
+         "--num-draft-tokens", "2", "--no-gate", "--save-interval", "0", "--max-batch", "8"]))
     eagle = InferenceWorker(cfg, Metrics())
     eagle.load()
     assert eagle.head is not None and eagle.draft is None
     run = Rounds(eagle, max_batch=8)
-    jobs = [run.submit(chat_ids(worker, q), 6, cfg.speculation) for q in short_questions(8)]
+    jobs = [run.submit(chat_ids(worker, q), 4, cfg.speculation) for q in short_questions(8)]
     run.finish()
-    for job in jobs:
-        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, 6)
+    for job in jobs:  # a reference another test decoded, else just these 4 tokens
+        ids = job.request.prompt_ids
+        solo = _greedy.get(tuple(ids)) or generate(worker.model, worker.tokenizer, list(ids), drafter=None,
+                                                  max_tokens=4).tokens
+        assert run.tokens(job) == solo[:4]
     assert sum(run.done(j).usage["drafted_tokens"] for j in jobs) > 0
