@@ -127,13 +127,15 @@ class EagleDrafter(Drafter):
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         ready = self._ready(context)
-        if k < 1 or ready is None:
+        if ready is None:
             return EMPTY
         feats, follows = ready
-        while len(follows) > FEED_CHUNK:  # catching up: feed, draft nothing
+        while len(follows) > FEED_CHUNK or (k < 1 and follows):  # catching up: feed, draft nothing
             mx.eval(self.head.feed(self._cache, feats[None, :FEED_CHUNK],
                                    mx.array([follows[:FEED_CHUNK]])))
             feats, follows = feats[FEED_CHUNK:], follows[FEED_CHUNK:]
+        if k < 1:
+            return EMPTY
         drafts = self.head.draft(self._cache, feats[None], mx.array([follows]), k).tokens
         for i, t in enumerate(drafts):  # nothing after an EOS can be emitted
             if t in self.eos:

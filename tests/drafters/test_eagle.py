@@ -78,6 +78,15 @@ def test_a_chunked_prefill_feeds_the_head_every_prompt_position():
     assert len(first) == 4 and list(first.tokens) == oracle_draft(target, head, PROMPT)
 
 
+def test_a_proposal_of_no_tokens_still_feeds_the_head():
+    target = cached_tiny("llama")
+    drafter = EagleDrafter(random_head(target))
+    req = Request(target, PROMPT, drafter=drafter, max_tokens=8, num_draft_tokens=4)
+    req.start()
+    req.prefill()
+    assert not drafter.propose(PROMPT, 0) and drafter.fed == len(PROMPT) - 1
+
+
 def test_a_batched_prefill_feeds_each_rows_head_its_own_prompt():
     target = cached_tiny("llama")
     head = random_head(target)
