@@ -20,7 +20,7 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 from ..core.arrays import int_rows, ints
 from ..core.model import Model
 from ..core.proposal import Wants
-from ..eagle.capture import read_forward
+from ..core.capture import read_forward
 from .recurrent import RecurrentCache
 from .rollback import RollbackError, compact, trim
 

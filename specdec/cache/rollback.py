@@ -24,7 +24,7 @@ from mlx_lm.models.cache import (
 
 from ..core.model import Model
 from ..core.proposal import Wants
-from ..eagle.capture import read_forward
+from ..core.capture import read_forward
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -205,7 +205,7 @@ def prefill(model: Model, cache: list, tokens: Sequence[int], step_size: int = 5
     """Run ``tokens`` (positions ``start..``) through the model in chunks of ``step_size``,
     filling the cache (no logits kept; each chunk evaluated, so the graph stays bounded);
     ``wants(position, n)``: what a drafter wants of each chunk's forward (its hidden
-    states, read in the chunk's one sync: ``eagle.capture.read_forward``)."""
+    states, read in the chunk's one sync: ``core.capture.read_forward``)."""
     if isinstance(cache, RecurrentCache):
         cache.settle()
     for i in range(0, len(tokens), step_size):

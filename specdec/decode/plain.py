@@ -22,7 +22,7 @@ from ..core.model import Model
 from ..core.processors import WindowProcessor, processors_for
 from ..core.proposal import Wants
 from ..core.sampling import Rng, SamplingParams
-from ..eagle.capture import read_forward
+from ..core.capture import read_forward
 from .step import Step, pick_token, sorted_top, top2_margin, top_entries
 
 

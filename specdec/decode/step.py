@@ -26,7 +26,7 @@ from ..core.processors import LogitsProcessor
 from ..core.sampling import PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
 from ..core.verify import greedy_accept, rejection_sample, resolve, tree_rejection_sample, tree_resolve
-from ..eagle.capture import capture_layers, read_forward
+from ..core.capture import capture_layers, read_forward
 from .tree_attention import tree_attention
 
 

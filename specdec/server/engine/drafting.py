@@ -17,6 +17,8 @@ from typing import Any
 from ...calibrate import Calibration
 from ...drafters.base import NoDrafter
 from ...drafters.spec import DraftResources
+from ...eagle.io import load_head
+from ...loader import load
 from ...policy.build import build_policy
 from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
 from ...policy.block import curve_cost, unknown_cost
@@ -34,6 +36,16 @@ CALIBRATION_SLICE_S = 0.05
 
 class Drafting:
     """``InferenceWorker``'s drafting side: drafters, memories and the cost curve."""
+
+    head: Any = None  # an EAGLE-3 head (--draft-type eagle), shared by every request's drafter
+
+    def _load_draft(self, spec: Any, dtype: str) -> None:
+        """The draft model (``self.draft``) or EAGLE-3 head (``self.head``, the target's
+        embeddings) that ``--draft-model`` names, if any."""
+        if spec.draft_model and spec.uses("eagle"):
+            self.head = load_head(spec.draft_model, target=self.model)
+        elif spec.draft_model:
+            self.draft = load(spec.draft_model, dtype=dtype)
 
     def _find_curve(self) -> None:
         """The verify cost curve from the cache; without one a ``Calibration`` measures it

@@ -29,7 +29,6 @@ from ...core.vocab import vocab_size
 from ...core.wedlm import settings_of
 from ...decode.batch import batchable
 from ...distributed import LeaderModel, Watchdog, shard
-from ...eagle.io import load_head
 from ...loader import load
 from .batcher import Batcher
 from ..config import ServerConfig
@@ -66,7 +65,6 @@ class InferenceWorker(Drafting, Replies):
         self.recurrent = False  # a hybrid target: no token trees (cache.recurrent.refuse_trees)
         self.model = self.tokenizer = self.memory = self.prefixes = None
         self.draft: tuple[Any, Any] | None = None  # (draft model, tokenizer) if loaded
-        self.head: Any = None  # an EAGLE-3 head (--draft-type eagle), shared by every request
         self.context_length = self.vocab_size = 0
         self.kv: KVBudget | None = None  # the KV memory budget (None: sharded, or none)
         self.limits: MemoryLimits | None = None  # mlx's limits, set from the budgets
@@ -155,10 +153,7 @@ class InferenceWorker(Drafting, Replies):
             dog = Watchdog(self.group_timeout, lambda s: self._group_lost(
                 f"no forward finished for {s:.0f} s (a rank hung or its network is down)"))
             self.model = LeaderModel(self.model, self.group, dog)
-        if cfg.speculation.draft_model and cfg.speculation.uses("eagle"):  # a head, the target's own
-            self.head = load_head(cfg.speculation.draft_model, target=self.model)
-        elif cfg.speculation.draft_model:
-            self.draft = load(cfg.speculation.draft_model, dtype=cfg.dtype)
+        self._load_draft(cfg.speculation, cfg.dtype)
         self.context_length = self._context_length()
         self.vocab_size = vocab_size(self.model, self.tokenizer)
         self.memory = SharedMemory.open(cfg.memory_file, self.tokenizer, cfg.speculation)
