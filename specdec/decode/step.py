@@ -371,7 +371,7 @@ def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
                 vocab: int | None = None) -> list[Step]:
     """One step of B rows, in order: 1. one ``verify_forward`` over every row's ``[last] +
     proposal + tail`` (padded with token 0; a tree under ``tree_attention``; the layers drafters
-    want captured: ``eagle.capture``, undone after); 2. each row's
+    want captured: ``core.capture``, undone after); 2. each row's
     processors, block row r seeing the context plus the drafts before it; 3. each row's
     ``Sampler`` decides on the device (greedy rows with nothing else to compute together:
     ``_greedy_arrays``); 4. one host sync (``_decide``; wants read in it); 5. each row's accepted path and
