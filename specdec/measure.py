@@ -16,7 +16,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import mlx.core as mx
 
@@ -261,19 +261,47 @@ def tail_cost(model: Model, *, context: int = 256, ks: tuple[int, int] = DRAFT_C
     return {"fixed": max(extra[lo] - per * lo, 0.0), "per_token": per}
 
 
+def head_cost(head: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
+              repeats: int = 7, seed: int = 0) -> dict[str, float]:
+    """{"fixed", "per_token"} seconds of an EAGLE-3 head's proposal (``Eagle3Head.draft``: one
+    newly verified row fed, k drafted) after ``context`` fed positions: interleaved medians
+    at the two ``ks``, fitted through both points (clamped at 0)."""
+    cfg = head.config
+    key = mx.random.key(seed)
+    feats = mx.random.normal((1, context + 1, 3 * cfg.target_hidden_size), key=key)
+    toks = mx.random.randint(0, cfg.vocab_size, (1, context + 1), key=key)
+    cache = head.make_cache()
+    mx.eval(head.feed(cache, feats[:, :context], toks[:, :context]))
+
+    def once(k: int) -> None:
+        head.draft(cache, feats[:, context:], toks[:, context:], k)
+        cache[0].trim(1)  # the same context every time
+
+    med = _interleaved_medians(sorted(ks), repeats, once)
+    lo, hi = sorted(ks)
+    per = max((med[hi] - med[lo]) / (hi - lo), 0.0)
+    return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}
+
+
+def head_fingerprint(head: Any) -> str:
+    """A key for a head's cached cost: its config and weight dtype."""
+    raw = f"{json.dumps(vars(head.config), sort_keys=True, default=str)}|{head.fc.weight.dtype}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
 def _host_drafter(name: str) -> Drafter:
     """The drafter ``DraftSpec(name)`` builds, with a fresh table for ngram-mod."""
     return build_drafter(DraftSpec(name, gate=False), DraftResources(table=NgramModTable()))
 
 
 def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = None, *,
-                   cache_dir: str | Path | None = None) -> dict[str, float]:
+                   cache_dir: str | Path | None = None, head: Any = None) -> dict[str, float]:
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/gate.md#measuring-costs),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
-    ``"model"`` needs ``draft_model``."""
+    ``"model"`` needs ``draft_model``, ``"eagle"`` the loaded ``head``."""
     names = DraftSpec(drafter_name).draft_types
     if len(names) > 1:  # every member proposing: an upper bound for a chain
-        parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir) for n in names]
+        parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir, head=head) for n in names]
         return {key: sum(p[key] for p in parts) for key in ("fixed", "per_token")}
     name = names[0]
     complete = lambda d: {"fixed", "per_token"} <= set(d)  # noqa: E731
@@ -284,9 +312,11 @@ def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = 
             raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
         key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
-    if name == "eagle":
-        raise ValueError("the cost gate does not price an EAGLE-3 head's drafts yet: pass --no-gate "
-                         "(gate=False) with --draft-type eagle")
+    if name == "eagle":  # the head's forwards; its features ride on the target's own
+        if head is None:
+            raise ValueError("the EAGLE-3 head's cost needs the loaded head (--draft-model DIR)")
+        key = f"draft-eagle-{model_fingerprint(model)}-{head_fingerprint(head)}"
+        return _cached(key, lambda: head_cost(head), cache_dir, complete=complete)
     if name == "mtp":
         raise ValueError("the cost gate does not price an MTP block's drafts yet: pass --no-gate "
                          "(gate=False) with --draft-type mtp")

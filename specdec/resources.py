@@ -55,7 +55,8 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
     if spec.speculative and (spec.gate or spec.adaptive_k):
         res.cost = cost_curve_for(model, spec.num_draft_tokens + 1)
     if spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto"):
-        res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None)
+        res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None,
+                                        head=res.head)
     return res
 
 

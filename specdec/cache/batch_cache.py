@@ -11,7 +11,7 @@ contract in full: docs/caches.md#the-batch-cache."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Callable, Sequence, cast
 
 import mlx.core as mx
 from mlx_lm.models.base import create_causal_mask
@@ -19,8 +19,12 @@ from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from ..core.arrays import int_rows, ints
 from ..core.model import Model
+from ..core.proposal import Wants
+from ..core.capture import read_forward
 from .recurrent import RecurrentCache
 from .rollback import RollbackError, compact, trim
+
+FeedWants = Callable[[int, int], "Wants | None"]  # ``Drafter.feed_wants``
 
 COMPACT_AT = 64  # holes (in the longest row) that trigger a compaction
 
@@ -184,9 +188,10 @@ def trim_rows(cache: list[Any], fed: int, keep: list[int]) -> None:
 
 
 def prefill_rows(model: Model, layers: list[list[Any]], tokens: list[list[int]],
-                 step_size: int = 512) -> list[RowsKVCache]:
+                 step_size: int = 512, wants: Sequence[FeedWants | None] = ()) -> list[RowsKVCache]:
     """Several requests' prompts in one batched forward: row i holds its layers' positions
-    plus ``tokens[i]``, no holes left."""
+    plus ``tokens[i]``, no holes left; ``wants[i]``: what row i's drafter wants of each chunk
+    (``rollback.prefill``'s)."""
     if len(layers) != len(tokens) or not layers:
         raise ValueError("prefill_rows needs one list of cache layers per token list")
     if any(type(c) is not KVCache for row in layers for c in row):
@@ -197,9 +202,14 @@ def prefill_rows(model: Model, layers: list[list[Any]], tokens: list[list[int]],
             c.extend(RowsKVCache.from_kv(m))
     width = max(map(len, tokens))
     block = mx.array([list(t) + [0] * (width - len(t)) for t in tokens])
+    starts = [row[0].offset for row in layers]  # each row's first fed position
     for i in range(0, width, step_size):
-        model(block[:, i : i + step_size], cache=cache)
-        mx.eval([c.state for c in cache])
+        parts = [t[i : i + step_size] for t in tokens]
+        want = [w(starts[r] + i, len(parts[r])) if w is not None and parts[r] else None
+                for r, w in enumerate(wants)]
+        _, wanted = read_forward(model, lambda: model(block[:, i : i + step_size], cache=cache), want,
+                                 [len(p) for p in parts])
+        mx.eval([c.state for c in cache], *wanted)
     if width:
         trim_rows(cache, width, [len(t) for t in tokens])
         for c in cache:

@@ -10,7 +10,7 @@ Tests: tests/cache/test_rollback.py, tests/decode/test_tree_attention.py. Detail
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import mlx.core as mx
 from mlx_lm.models.cache import (
@@ -23,6 +23,8 @@ from mlx_lm.models.cache import (
 
 
 from ..core.model import Model
+from ..core.proposal import Wants
+from ..core.capture import read_forward
 
 if TYPE_CHECKING:
     import mlx.nn as nn
@@ -198,14 +200,19 @@ def make_cache(
     return recurrent_layers(model, out) if hybrid else out
 
 
-def prefill(model: Model, cache: list, tokens: Sequence[int], step_size: int = 512) -> None:
-    """Run ``tokens`` through the model in chunks of ``step_size``, filling the cache (no
-    logits kept; each chunk evaluated, so the graph stays bounded)."""
+def prefill(model: Model, cache: list, tokens: Sequence[int], step_size: int = 512,
+            wants: Callable[[int, int], Wants | None] | None = None, start: int = 0) -> None:
+    """Run ``tokens`` (positions ``start..``) through the model in chunks of ``step_size``,
+    filling the cache (no logits kept; each chunk evaluated, so the graph stays bounded);
+    ``wants(position, n)``: what a drafter wants of each chunk's forward (its hidden
+    states, read in the chunk's one sync: ``core.capture.read_forward``)."""
     if isinstance(cache, RecurrentCache):
         cache.settle()
     for i in range(0, len(tokens), step_size):
-        model(mx.array(list(tokens[i : i + step_size]))[None], cache=cache)
-        mx.eval([c.state for c in cache])
+        part = list(tokens[i : i + step_size])
+        want = wants(start + i, len(part)) if wants is not None else None
+        _, wanted = read_forward(model, lambda: model(mx.array(part)[None], cache=cache), [want], [len(part)])
+        mx.eval([c.state for c in cache], *wanted)
 
 
 def trim(cache: list[Any], n: int) -> int:

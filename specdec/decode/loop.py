@@ -55,7 +55,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
         #    its drafter wants of it: tokens riding after, hidden states), one host sync, each
         #    row's cache rolled back past its first rejected draft
         verify = [Verify(r.context, d.verifies, r.sampler, r.processors, r.top_logprobs, r.diagnostics,
-                         wants(r, d) if speculate else None) for r, d in zip(rows, drafted)]
+                         wants(r, d, speculate)) for r, d in zip(rows, drafted)]
         L, t0 = max(v.block for v in verify), time.perf_counter()
         steps = verify_step(batch.model, batch.layers, verify, vocab=batch.vocab)
         # 5. observe: prices, policies, drafters, shapers and contexts learn the step (a lone
@@ -131,8 +131,10 @@ def _plain_stretch(request: SingleStream, row: Row, layers: list[Any]) -> Iterat
     if isinstance(layers, RecurrentCache):
         layers.settle()  # the last rollback's kept tokens, before plain forwards
     keys = row.sampler if isinstance(row.sampler, SeededSampler) else request.rng
+    wants = row.drafter.feed_wants if row.drafter.outputs else None  # a head's features
     plain = plain_steps(request.model, layers, row.context, request.sampling, keys,
-                        request.gen.diagnostics, request.gen.top_logprobs, until=lambda: row.policy.drafts)
+                        request.gen.diagnostics, request.gen.top_logprobs, until=lambda: row.policy.drafts,
+                        wants=wants)
     while True:
         t0 = time.perf_counter()
         s = next(plain, None)

@@ -49,15 +49,23 @@ def pipelined_step(batch: Batch) -> list[Step]:
     stream's does)."""
     rows, cur, t0 = batch.rows, batch.inflight, time.perf_counter()
     if cur is None:
-        cur = InFlight(queue_plain_step(batch.model, batch.layers, last_tokens(rows)), len(rows))
+        cur = InFlight(_queue(batch, last_tokens(rows), 0), len(rows))
     feed = cur.arrays[0]
     if cur.covers < len(rows):  # rows that joined since it was queued: fed from the host
         feed = mx.concatenate([feed, last_tokens(rows[cur.covers:])])
-    batch.inflight = InFlight(queue_plain_step(batch.model, batch.layers, feed), len(rows))
+    batch.inflight = InFlight(_queue(batch, feed, cur.covers), len(rows))
     steps = land(batch, cur)
     if len(rows) == 1 and cur.covers == 1:
         rows[0].policy.took(StepTime(0, time.perf_counter() - t0))
     return steps
+
+
+def _queue(batch: Batch, tokens: mx.array, ahead: int) -> list[mx.array]:
+    """``queue_plain_step`` of the batch's rows, the first ``ahead`` fed one token past their
+    contexts (on a queued step's token); what a drafter wants of it (a head's features)."""
+    wants = [r.drafter.feed_wants(len(r.context) - (0 if i < ahead else 1), 1) if r.drafter.outputs
+             else None for i, r in enumerate(batch.rows)]
+    return queue_plain_step(batch.model, batch.layers, tokens, wants if any(wants) else ())
 
 
 def land(batch: Batch, cur: InFlight) -> list[Step]:

@@ -133,14 +133,20 @@ class Request:
     def prefill(self, chunk: int | None = None) -> bool:
         """Feed up to ``chunk`` prompt tokens (None: all); True once none are left."""
         n = len(self.pending) if chunk is None else chunk
+        start = len(self.prompt_ids) - 1 - len(self.pending)  # the first fed token's position
         part, self.pending = self.pending[:n], self.pending[n:]
-        prefill(self.model, self.layers, part, self.gen.prefill_step_size)
+        prefill(self.model, self.layers, part, self.gen.prefill_step_size, self.prefill_wants, start)
         if self.prompt_cache is not None:
             self.prompt_cache.fed(part)
         if self.pending:
             return False
         self.stats.prefill_s = time.perf_counter() - self.t0
         return True
+
+    @property
+    def prefill_wants(self) -> Any:
+        """What the drafter wants of prefill forwards (``Drafter.feed_wants``; None: nothing)."""
+        return self.drafter.feed_wants if self.speculative and self.drafter.outputs else None
 
     def row(self) -> Row:
         if self._row is None:
@@ -225,7 +231,7 @@ def prefill_together(model: Model, requests: Sequence[Request]) -> list[RowsKVCa
     """Prefill several started requests' prompts in one batched forward; the batch cache
     for ``Batch.join_rows`` (each row from its request's ``layers``)."""
     layers = prefill_rows(model, [r.layers for r in requests], [r.pending for r in requests],
-                          requests[0].gen.prefill_step_size)
+                          requests[0].gen.prefill_step_size, [r.prefill_wants for r in requests])
     now = time.perf_counter()
     for r in requests:
         r.pending = []

@@ -161,11 +161,14 @@ def drafting(row: Row) -> bool:
     return row.speculative and row.policy.drafts
 
 
-def wants(row: Row, drafted: Drafted) -> Wants | None:
-    """What a drafting row's drafter wants from this verify forward (a linear block only)."""
-    if not row.drafter.outputs or not drafting(row) or not drafted.verifies.is_linear:
+def wants(row: Row, drafted: Drafted, speculate: bool = True) -> Wants | None:
+    """What the row's drafter wants from this verify forward (a linear block only): a row not
+    drafting (paused, or no drafts this step) feeds its root as a plain step (``feed_wants``)."""
+    if not row.drafter.outputs or not drafted.verifies.is_linear:
         return None
-    return row.drafter.wants(row.context, drafted.verifies.tokens)
+    if speculate and drafting(row):
+        return row.drafter.wants(row.context, drafted.verifies.tokens)
+    return row.drafter.feed_wants(len(row.context) - 1, 1)
 
 
 def plain_row(row: Row) -> bool:

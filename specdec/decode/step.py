@@ -28,7 +28,7 @@ from ..core.processors import LogitsProcessor
 from ..core.sampling import KeySource, PositionKeys, Rng, SamplingParams, draw_token, processed_probs, seeded_tokens
 from ..core.trees import greedy_tree_accept, tree_kids
 from ..core.verify import greedy_accept, rejection_sample, resolve, tree_rejection_sample, tree_resolve
-from ..eagle.capture import capture_layers
+from ..core.capture import capture_layers, read_forward
 from .tree_attention import tree_attention
 
 
@@ -385,7 +385,7 @@ def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
                 vocab: int | None = None) -> list[Step]:
     """One step of B rows, in order: 1. one ``verify_forward`` over every row's ``[last] +
     proposal + tail`` (padded with token 0; a tree under ``tree_attention``; the layers drafters
-    want captured: ``eagle.capture``, undone after); 2. each row's
+    want captured: ``core.capture``, undone after); 2. each row's
     processors, block row r seeing the context plus the drafts before it; 3. each row's
     ``Sampler`` decides on the device (greedy rows with nothing else to compute together:
     ``_greedy_arrays``); 4. one host sync (``_decide``; wants read in it); 5. each row's accepted path and
@@ -410,12 +410,15 @@ def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
     return [s for s, _ in done]
 
 
-def queue_plain_step(model: Model, cache: list, tokens: mx.array) -> list[mx.array]:
+def queue_plain_step(model: Model, cache: list, tokens: mx.array,
+                     wants: Sequence[Wants | None] = ()) -> list[mx.array]:
     """One plain greedy step of every row, queued without waiting: ``tokens`` (B, 1) in
     (host ids or the previous step's argmax), [argmax (B, 1), its logprob (B, 1)] out,
-    their evaluation started (``mx.async_eval``)."""
-    arrays = _greedy_arrays(verify_forward(model, cache, tokens), ())
-    mx.async_eval(*arrays)
+    their evaluation started (``mx.async_eval``) with what row i's drafter ``wants[i]``."""
+    logits, wanted = read_forward(model, lambda: verify_forward(model, cache, tokens), wants,
+                                  [1] * len(wants))
+    arrays = _greedy_arrays(logits, ())
+    mx.async_eval(*arrays, *wanted)
     return arrays
 
 

@@ -7,7 +7,8 @@ Proposal`` each step (empty = a plain step); ``observe(num_accepted)`` after eac
 non-empty one. Optional capabilities are declared as data, and the loop calls their verbs
 unconditionally (the defaults do nothing): ``branches`` (``propose_tree`` may return a token
 tree), ``outputs`` (``wants``: what it needs from the verify forward, e.g. WeDLM's tail, a head's
-hidden states); ``constrain``/``forced`` carry a request's grammar. ``draft_cost`` (seconds per
+hidden states; ``feed_wants``: from a prefill chunk's or a plain step's forward); ``constrain``/
+``forced`` carry a request's grammar. ``draft_cost`` (seconds per
 proposal) and ``guesses_paused`` (it can guess without a verify step of its own) inform the
 decode policy (``policy.drafting``), which decides how deep a row drafts: a drafter never
 pauses itself. Tests: tests/drafters/test_base.py, tests/decode/test_step.py,
@@ -53,6 +54,11 @@ class Drafter(ABC):
 
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants | None:
         """What this step's block ``[context[-1], *drafts]`` should return to it (None: nothing)."""
+        return None
+
+    def feed_wants(self, start: int, n: int) -> Wants | None:
+        """What a forward that feeds ``n`` tokens at positions ``start..`` and verifies nothing
+        (a prefill chunk, a plain step) should return to it (hidden states only; None: nothing)."""
         return None
 
     def constrain(self, grammar: Grammar | None) -> None:

@@ -41,6 +41,11 @@ class ChainDrafter(Drafter):
         return next((w for d in self.drafters if d.outputs and (w := d.wants(context, drafts)) is not None),
                     None)
 
+    def feed_wants(self, start: int, n: int) -> Wants | None:
+        """The first member's that wants something of a forward that verifies nothing."""
+        return next((w for d in self.drafters if d.outputs and (w := d.feed_wants(start, n)) is not None),
+                    None)
+
     def begin(self, prompt_ids: Sequence[int]) -> None:
         # a new prompt need not hold the last step's tokens: its count is dropped
         self._trees, self._pending = [], None

@@ -13,6 +13,7 @@ tests/drafters/test_mtp.py.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import mlx.core as mx
@@ -20,7 +21,16 @@ import mlx.core as mx
 from ..core.proposal import Returned, Wants
 from ..eagle.mtp import MtpHead, text_model
 from .base import EMPTY, Drafter, Proposal
-from .eagle import Verified
+
+
+@dataclass
+class Verified:
+    """A verify block the block asked hidden states of: ``start`` = len(context) then, the
+    ``drafts`` in it, and its rows' normed hidden states once the step's sync has run."""
+
+    start: int
+    drafts: tuple[int, ...]
+    features: Any = None
 
 
 def kept(block: Verified, context: Sequence[int]) -> int:

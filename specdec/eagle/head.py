@@ -123,6 +123,13 @@ class Eagle3Head(nn.Module):
     def make_cache(self) -> list[KVCache]:
         return [KVCache()]
 
+    def feed(self, cache: list[KVCache], features: mx.array, tokens: mx.array) -> list[mx.array]:
+        """Feed verified positions without drafting (``draft``'s first step alone); returns the
+        cache's arrays, for the caller to evaluate (in the target forward's sync, or its own)."""
+        hidden = self.fuse(features)
+        self.step(tokens, hidden, create_attention_mask(hidden, cache[0]), cache[0])
+        return list(cache[0].state)
+
     def draft(self, cache: list[KVCache], features: mx.array, tokens: mx.array, k: int) -> Draft:
         """Feed the verified positions and draft ``k`` tokens greedily.
 

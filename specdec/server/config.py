@@ -127,7 +127,7 @@ class ServerConfig:
             wedlm_window=self.wedlm_window, entropy_threshold=self.entropy_threshold,
             position_penalty=self.position_penalty, draft_flags=self.draft_flags,
             spec=replace(s, draft_type=draft_type,
-                         draft_model=s.draft_model if s.uses("model") else None,
+                         draft_model=s.draft_model if s.uses("model") or s.uses("eagle") else None,
                          suffix_history=DraftSpec.suffix_history,
                          ngram_mod_size=None, ngram_mod_n=None))
 

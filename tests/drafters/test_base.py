@@ -27,9 +27,11 @@ def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
 
 def test_the_contract_is_a_few_verbs_and_no_policy():
     """The methods of the contract: three verbs (begin / propose / observe), the tree form,
-    what it wants of the verify forward, and the grammar's two; nothing of the cost gate."""
+    what it wants of the verify forward and of forwards that verify nothing (prefill chunks,
+    plain steps), and the grammar's two; nothing of the cost gate."""
     verbs = {n for n, v in vars(Drafter).items() if callable(v) and not n.startswith("_")}
-    assert verbs == {"begin", "propose", "observe", "propose_tree", "wants", "constrain", "forced"}
+    assert verbs == {"begin", "propose", "observe", "propose_tree", "wants", "feed_wants",
+                     "constrain", "forced"}
     assert Drafter.__abstractmethods__ == frozenset({"propose"})
     for gone in ("paused", "watch", "step_time", "tail", "tails"):
         assert not hasattr(Drafter, gone)

@@ -357,3 +357,47 @@ def test_an_emptied_batch_hands_its_buffers_back(worker, ending):
             job.cancelled.set()
     run.finish()
     assert mx.get_cache_memory() == 0
+
+
+def random_smollm_head(path, target):
+    """A random EAGLE-3 head for SmolLM2-135M written in the published format (a small draft
+    vocabulary: ids 0..255 map to themselves), so the server loads it from ``--draft-model``."""
+    from specdec.eagle.head import Eagle3Head, HeadConfig
+    from specdec.eagle.io import save_head
+
+    cfg = HeadConfig(hidden_size=576, intermediate_size=256, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=49152, draft_vocab_size=256,
+                     target_hidden_size=576, aux_layer_ids=(2, 15, 27), rms_norm_eps=1e-5)
+    mx.random.seed(5)
+    head = Eagle3Head(cfg, target.model.embed_tokens)
+    head.t2d = mx.arange(49152) < 256
+    save_head(head, path)
+    return str(path)
+
+
+def test_eight_requests_drafting_with_an_eagle_head_each_equal_their_solo_answer(worker, tmp_path):
+    """``specdec serve --draft-type eagle --draft-model DIR``: the worker loads the head (the
+    target's embeddings), each request gets its own drafter over it; batched rows verify
+    together and each row's head drafts from its own features (prefilled together too)."""
+    import argparse
+
+    from specdec.server.cli import add_serve_parser
+
+    head_dir = random_smollm_head(tmp_path / "head", worker.model)
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers())
+    cfg = ServerConfig.from_args(parser.parse_args(
+        ["serve", "--model", MODEL, "--draft-type", "eagle", "--draft-model", head_dir,
+         "--num-draft-tokens", "2", "--no-gate", "--save-interval", "0", "--max-batch", "8"]))
+    eagle = InferenceWorker(cfg, Metrics())
+    eagle.load()
+    assert eagle.head is not None and eagle.draft is None
+    run = Rounds(eagle, max_batch=8)
+    jobs = [run.submit(chat_ids(worker, q), 4, cfg.speculation) for q in short_questions(8)]
+    run.finish()
+    for job in jobs:  # a reference another test decoded, else just these 4 tokens
+        ids = job.request.prompt_ids
+        solo = _greedy.get(tuple(ids)) or generate(worker.model, worker.tokenizer, list(ids), drafter=None,
+                                                  max_tokens=4).tokens
+        assert run.tokens(job) == solo[:4]
+    assert sum(run.done(j).usage["drafted_tokens"] for j in jobs) > 0

@@ -21,6 +21,7 @@ from ...calibrate import Calibration
 from ...core.model import Model
 from ...drafters.base import NoDrafter
 from ...drafters.spec import DraftResources
+from ...eagle.io import load_head
 from ...eagle.mtp import load_for
 from ...loader import load
 from ...resources import drafter_for
@@ -51,6 +52,7 @@ class Drafting:
     model: Model
     tokenizer: Any  # the tokenizer's seam (a HF tokenizer or the GGUF one)
     draft: tuple[Any, Any] | None  # (draft model, its tokenizer)
+    mtp: Any  # the checkpoint's MTP block (eagle.mtp) with --draft-type mtp
     group: Any
     max_batch: int
     plain_only: str | None
@@ -65,6 +67,7 @@ class Drafting:
     _gate_off_said: bool
     _costs: dict[int, dict[int, float]]
     _draft_costs: dict[str, dict[str, float]]
+    head: Any = None  # an EAGLE-3 head (--draft-type eagle), shared by every request's drafter
 
     @property
     def busy(self) -> int:
@@ -126,10 +129,13 @@ class Drafting:
 
     def load_drafters(self) -> None:
         """What ``--draft-model`` names: with ``--draft-type mtp`` the checkpoint holding the MTP
-        block (default: the model's own directory), else a draft model."""
+        block (default: the model's own directory), with ``eagle`` an EAGLE-3 head (sharing the
+        target's embeddings), else a draft model."""
         spec = self.cfg.speculation
         if spec.uses("mtp"):
             self.mtp = load_for(cast("nn.Module", self.model), spec.draft_model)
+        elif spec.draft_model and spec.uses("eagle"):
+            self.head = load_head(spec.draft_model, target=cast("nn.Module", self.model))
         elif spec.draft_model:
             self.draft = load(spec.draft_model, dtype=self.cfg.dtype)
 
@@ -171,7 +177,7 @@ class Drafting:
         memory = self.memory_for(req)
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
-            history=memory.history, cost=cost, target=self.model, mtp=self.mtp,
+            history=memory.history, cost=cost, target=self.model, mtp=self.mtp, head=self.head,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None)
         return drafter_for(spec, self.model, self.tokenizer, res, sampling=req.gen.sampling)
 
@@ -189,7 +195,7 @@ class Drafting:
         if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)
 
             self._draft_costs[draft_type] = draft_cost_for(
-                draft_type, self.model, self.draft[0] if self.draft else None)
+                draft_type, self.model, self.draft[0] if self.draft else None, head=self.head)
         return self._draft_costs[draft_type]
 
     def _cost_curve(self, max_len: int) -> dict[int, float]:
