@@ -28,6 +28,7 @@ from specdec.drafters.suffix import SuffixDrafter
 from specdec.eagle.capture import capture_layers
 from specdec.eagle.head import Eagle3Head, HeadConfig
 from specdec.cache.prompt_cache import make_prompt_cache
+from specdec.decode.generation import Generation
 from specdec.engine import token_stream
 from specdec.measure import head_cost
 from specdec.policy.gate import CostGate
@@ -70,7 +71,7 @@ def test_a_chunked_prefill_feeds_the_head_every_prompt_position():
     target = cached_tiny("llama")
     head = random_head(target)
     drafter = EagleDrafter(head)
-    req = Request(target, PROMPT, drafter=drafter, max_tokens=8, num_draft_tokens=4, prefill_step_size=5)
+    req = Request(target, PROMPT, Generation.of(max_tokens=8, num_draft_tokens=4, prefill_step_size=5), drafter=drafter)
     req.start()
     assert not req.prefill(4) and req.prefill()  # chunks of 4, then 5 + 2
     assert drafter.fed == len(PROMPT) - 2  # fed in the prefill's syncs; the last row drafts
@@ -82,7 +83,7 @@ def test_a_chunked_prefill_feeds_the_head_every_prompt_position():
 def test_a_proposal_of_no_tokens_still_feeds_the_head():
     target = cached_tiny("llama")
     drafter = EagleDrafter(random_head(target))
-    req = Request(target, PROMPT, drafter=drafter, max_tokens=8, num_draft_tokens=4)
+    req = Request(target, PROMPT, Generation.of(max_tokens=8, num_draft_tokens=4), drafter=drafter)
     req.start()
     req.prefill()
     assert not drafter.propose(PROMPT, 0) and drafter.fed == len(PROMPT) - 1
@@ -93,7 +94,7 @@ def test_a_batched_prefill_feeds_each_rows_head_its_own_prompt():
     head = random_head(target)
     prompts = [PROMPT, [7, 1, 2, 30, 31, 7, 1]]
     drafters = [EagleDrafter(head) for _ in prompts]
-    reqs = [Request(target, p, drafter=d, max_tokens=8, num_draft_tokens=4, prefill_step_size=4)
+    reqs = [Request(target, p, Generation.of(max_tokens=8, num_draft_tokens=4, prefill_step_size=4), drafter=d)
             for p, d in zip(prompts, drafters)]
     for r in reqs:
         r.start()
@@ -153,7 +154,7 @@ def test_pipelined_batch_steps_feed_each_rows_head():
     head = random_head(target)
     prompts = [PROMPT, [7, 1, 2, 30, 31, 7, 1]]
     drafters = [EagleDrafter(head) for _ in prompts]
-    reqs = [Request(target, p, drafter=d, max_tokens=8, num_draft_tokens=4) for p, d in zip(prompts, drafters)]
+    reqs = [Request(target, p, Generation.of(max_tokens=8, num_draft_tokens=4), drafter=d) for p, d in zip(prompts, drafters)]
     for r in reqs:
         r.start()
     batch = Batch(target, float, learn=False)  # verify cost grows with length: no block pays

@@ -367,7 +367,7 @@ def test_batched_rows_each_draft_from_their_own_block_state():
 
 
 def test_kept_reads_a_blocks_accepted_rows_from_any_later_context():
-    from specdec.drafters.eagle import Verified
+    from specdec.drafters.mtp import Verified
 
     block = Verified(2, (1, 2, 3))
     assert [kept(block, [0, 0, *t]) for t in ([7], [1, 7], [1, 2, 9], [1, 2, 3, 4], [1, 2, 3, 4, 5, 1])] == \
