@@ -3,17 +3,19 @@
 Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default decode policy over
 the drafter ``inner``: ``drafting.DecodePolicy``): before each proposal it prices k = 0..k_max
 on the measured verify curve, the drafter's cost and observed step times; no hand-set
-threshold. A host drafter (guesses while paused, a proposal's cost independent of its
-length: suffix, n-gram) is asked for its full offer every token, and the offer is cut to the
-k its price pays for, priced on the acceptance of offers of that length after what the
+threshold; steps are timed on ``clock`` (wall time from one step's end to the next's, so
+plain and verify steps carry the host work between them alike). A host drafter (guesses
+while paused, a proposal's cost independent of its length: suffix, n-gram) is asked for its
+full offer every paused token (within ``SHADOW_SHARE``), and the offer is cut to the k its
+price pays for, priced on the acceptance of offers of that length after what the
 drafts before did (a hit, one miss, a run of misses), never below a shorter offer's; the
 draft and the slot after it are counted once the context shows them. Other drafters (and
 trees) are priced on the acceptance by what the drafts before did and resume on a shadow
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
-Tests: tests/drafters/test_gate.py. The pricing in full: docs/design-notes.md; why offers:
-lab/gate-trace."""
+Tests: tests/drafters/test_gate.py, tests/drafters/test_gate_live.py. The pricing in full:
+docs/design-notes.md; why offers and the wall clock: lab/gate-trace."""
 
 from __future__ import annotations
 
@@ -58,8 +60,8 @@ class CostGate(AdaptiveK):
         self.timed = timed  # learn from step_time (False: the curve alone prices steps)
         # every step is timed on one clock, from the last step's end to its own (``took``):
         # a plain token's wait alone left out the host work its pipelining overlaps (the
-        # offer's pricing, the caller's), and priced it at 0.8 of a one-token verify step
-        # where the bench's wall clock reads ~1.0 (lab/gate-trace: live vs replay)
+        # offer's pricing, the caller's), and priced it at 0.64-0.76 of a one-token verify
+        # step where the bench's wall clock reads ~1.0 (lab/gate-trace: the live step clock)
         self.clock, self._last_end, self.learnt_s = clock, None, 0.0
         self._ask_s = 0.0  # a paused token's ask (offer and price, or shadow guess), measured
         self._since_ask = 0  # paused tokens since the last ask
