@@ -104,6 +104,7 @@ class Tracer:
         if isinstance(policy, CostGate):  # a host drafter's offer is priced at its proposal
             priced = after if policy.peeks and propose_s is not None else before
             row.update(_predicted(policy, priced, k, propose_s is None))
+            row["learnt_s"] = round(policy.learnt_s, 6)  # the wall time its prices learnt
         self.out.write(json.dumps(row) + "\n")
         self._i += 1
 

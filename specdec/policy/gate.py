@@ -3,22 +3,25 @@
 Contract of ``CostGate(inner, cost, k_max, draft_cost=None)`` (the default decode policy over
 the drafter ``inner``: ``drafting.DecodePolicy``): before each proposal it prices k = 0..k_max
 on the measured verify curve, the drafter's cost and observed step times; no hand-set
-threshold. A host drafter (guesses while paused, a proposal's cost independent of its
-length: suffix, n-gram) is asked for its full offer every token, and the offer is cut to the
-k its price pays for, priced on the acceptance of offers of that length after what the
+threshold; steps are timed on ``clock`` (wall time from one step's end to the next's, so
+plain and verify steps carry the host work between them alike). A host drafter (guesses
+while paused, a proposal's cost independent of its length: suffix, n-gram) is asked for its
+full offer every paused token (within ``SHADOW_SHARE``), and the offer is cut to the k its
+price pays for, priced on the acceptance of offers of that length after what the
 drafts before did (a hit, one miss, a run of misses), never below a shorter offer's; the
 draft and the slot after it are counted once the context shows them. Other drafters (and
 trees) are priced on the acceptance by what the drafts before did and resume on a shadow
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
-Tests: tests/drafters/test_gate.py. The pricing in full: docs/gate.md#the-cost-gate; why offers:
-lab/gate-trace."""
+Tests: tests/drafters/test_gate.py, tests/drafters/test_gate_live.py. The pricing in full:
+docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+import time
+from typing import Any, Callable, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
@@ -52,13 +55,20 @@ class CostGate(AdaptiveK):
 
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int,
                  draft_cost: Mapping[str, float] | None = None, decay: float = 0.95,
-                 timed: bool = True):
+                 timed: bool = True, clock: Callable[[], float] = time.perf_counter):
         super().__init__(inner, cost, k_max, decay, draft_cost)
         self.timed = timed  # learn from step_time (False: the curve alone prices steps)
+        # every step is timed on one clock, from the last step's end to its own (``took``):
+        # a plain token's wait alone left out the host work its pipelining overlaps (the
+        # offer's pricing, the caller's), and priced it at 0.64-0.76 of a one-token verify
+        # step where the bench's wall clock reads ~1.0 (lab/gate-trace: the live step clock)
+        self.clock, self._last_end, self.learnt_s = clock, None, 0.0
+        self._ask_s = 0.0  # a paused token's ask (offer and price, or shadow guess), measured
+        self._since_ask = 0  # paused tokens since the last ask
         self.name = inner.name  # the gate changes when, never what: stats keep the drafter's name
         self.scale = 1.0  # verify step: observed / predicted seconds
         # a pipelined plain token over a one-token verify step, learnt from plain tokens
-        # just after verify steps (never above 1); further plain tokens move ``scale``:
+        # just after verify steps (priced never above 1); further plain tokens move ``scale``:
         # the machine's load moves both alike
         self.plain_ratio = 1.0
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
@@ -104,18 +114,26 @@ class CostGate(AdaptiveK):
         self.watch(context)
 
     def took(self, step: StepTime) -> None:
+        """Learn a step's cost as its wall time since the last step's end (the first step
+        of a request: the loop's own time), so plain tokens and verify steps carry the host
+        work between steps alike, as the bench's clock does."""
         super().took(step)
-        self.step_time(step.block, step.seconds)
+        now = self.clock()
+        seconds = step.seconds if self._last_end is None else now - self._last_end
+        self._last_end = now
+        self.learnt_s = seconds  # what the step's price learnt from (a trace's ``learnt_s``)
+        self.step_time(step.block, seconds)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._start()
+        self._last_end = None  # prefill is no step
         super().begin(prompt_ids)
 
     def _start(self) -> None:
         """Evidence first where it is free: a host drafter starts paused and drafts once a
         shadow guess comes true (a prompt with nothing to copy then costs nothing); a
         costly drafter's cheapest probe is a verify step, so it starts drafting."""
-        self._guess, self._since_guess, self._probe = None, 0, 0
+        self._guess, self._since_guess, self._probe, self._since_ask = None, 0, 0, 0
         self._paused = self.interval() == 1 and self.inner.guesses_paused
         self._state = REJECTED if self._paused else ACCEPTED
 
@@ -191,8 +209,9 @@ class CostGate(AdaptiveK):
                 "guess": len(self._guess[1]) if self._guess else 0}
 
     def plain_seconds(self) -> float:
-        """What a pipelined plain token costs now."""
-        return self.cost[1] * self.scale * self.plain_ratio
+        """What a pipelined plain token costs now: never above a one-token verify step
+        (the ratio is learnt from noisy samples, unclipped so that it is not biased low)."""
+        return self.cost[1] * self.scale * min(self.plain_ratio, 1.0)
 
     def _choose(self, k: int) -> int:
         self._k = k
@@ -288,9 +307,14 @@ class CostGate(AdaptiveK):
         if self.peeks and not self._trees:  # resume as soon as the drafter's offer pays
             self._score(context)
             self.paused_tokens += 1
+            self._since_ask += 1
+            if self._since_ask < self.interval():  # asking and pricing within the budget
+                return
+            self._since_ask, t0 = 0, self.clock()
             offer = self.inner.propose(context, self._k)
             self._pend(context, offer)
             self._paused = self.price_offer(len(offer)) == 0
+            self._asking(self.clock() - t0)
             return
         self._score(context)
         self._shadow(context)
@@ -299,10 +323,16 @@ class CostGate(AdaptiveK):
         self._paused = (self._state != ACCEPTED or self.best(self._k) == 0) and not self._probe
 
     def interval(self) -> int:
-        """Tokens between shadow guesses: a guess costs at most ``SHADOW_SHARE`` of the
-        plain decoding it watches."""
-        guess = draft_seconds(self.draft_cost, self._k)
+        """Paused tokens between asks (a shadow guess; a host drafter's offer and its
+        price): an ask costs at most ``SHADOW_SHARE`` of the plain decoding it watches, at
+        the drafter's stated cost or the ask's measured time, whichever is more."""
+        guess = max(draft_seconds(self.draft_cost, self._k), self._ask_s)
         return max(1, math.ceil(guess / (SHADOW_SHARE * self.plain_seconds())))
+
+    def _asking(self, seconds: float) -> None:
+        """A paused token's ask took ``seconds`` (a running average: one slow ask, a page
+        fault, spaces the next few only)."""
+        self._ask_s += RATIO_WEIGHT * (seconds - self._ask_s)
 
     def _shadow(self, context: Sequence[int]) -> None:
         self.paused_tokens += 1
@@ -313,7 +343,9 @@ class CostGate(AdaptiveK):
         if not self.inner.guesses_paused:  # its guesses come from verify steps: probe with two
             self._probe = 2
             return
+        t0 = self.clock()
         proposal = self.inner.propose(context, self._k)
+        self._asking(self.clock() - t0)
         self._asked(proposal)
         guess = list(proposal.tokens)
         if guess:
@@ -350,7 +382,9 @@ class CostGate(AdaptiveK):
         if block == 0 and self._plain_since_verify < FRESH:
             # the scale was just seen: what a plain token saves beside it is pipelining
             self._plain_since_verify += 1
-            seen = min(max(seconds / (self.cost[1] * self.scale), lo), 1.0)
+            # unclipped at 1: a noisy ratio cut at 1 sample by sample reads low (the price is
+            # cut instead: ``plain_seconds``)
+            seen = min(max(seconds / (self.cost[1] * self.scale), lo), hi)
             self.plain_ratio += RATIO_WEIGHT * (seen - self.plain_ratio)
             return
         if block == 0:  # a stale scale: the machine's speed moved verify and plain alike

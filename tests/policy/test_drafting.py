@@ -39,13 +39,17 @@ def test_the_plain_policy_drafts_the_depth_asked_and_never_pauses():
 def test_the_gate_pauses_through_the_policy_verbs():
     """A drafter priced by state (its proposal costs per token: not offer-priced) starts
     paused under its gate (no k); plain tokens that bear out its shadow guess make it
-    draft; the step times it is told reach its scale."""
-    gate = CostGate(Fixed([5, 5, 5, 5]), CPU, k_max=4, draft_cost={"fixed": 0.0, "per_token": 1e-9})
+    draft; the step times it is told reach its scale (its clock: the wall time between
+    steps, here each verify step's own)."""
+    now = [0.0]
+    gate = CostGate(Fixed([5, 5, 5, 5]), CPU, k_max=4, draft_cost={"fixed": 0.0, "per_token": 1e-9},
+                    clock=lambda: now[0])
     assert not gate.peeks
     gate.begin([1, 2, 3])
     assert not gate.drafts and not gate.propose([1, 2, 3], 4)  # paused: a shadow guess instead
     gate.plain([1, 2, 3, 5])  # plain decoding emitted what it guessed
     assert gate.drafts and gate.describe()["paused"] is False
     for _ in range(3):  # the first time of a block length is a warm-up
+        now[0] += 2.0 * CPU[5]
         gate.took(StepTime(5, 2.0 * CPU[5], 0.0))
     assert gate.scale > 1.0 and gate.last.block == 5
