@@ -62,7 +62,8 @@ class CostGate(AdaptiveK):
         # a plain token's wait alone left out the host work its pipelining overlaps (the
         # offer's pricing, the caller's), and priced it at 0.64-0.76 of a one-token verify
         # step where the bench's wall clock reads ~1.0 (lab/gate-trace: the live step clock)
-        self.clock, self._last_end, self.learnt_s = clock, None, 0.0
+        self.clock, self.learnt_s = clock, 0.0
+        self._last_end: float | None = None  # when the last step ended (None: none yet)
         self._ask_s = 0.0  # a paused token's ask (offer and price, or shadow guess), measured
         self._since_ask = 0  # paused tokens since the last ask
         self.name = inner.name  # the gate changes when, never what: stats keep the drafter's name
