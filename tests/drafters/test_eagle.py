@@ -192,9 +192,13 @@ def test_a_trained_head_on_smollm2_under_the_gate_keeps_greedy_parity(smollm):
     model, tok = smollm
     prompt = tok.encode("The capital of France is Paris. The capital of Germany is")
     plain = [e.token for e in token_stream(model, prompt, max_tokens=24)]
-    drafter = drafter_for(DraftSpec("eagle", draft_model=HEAD_DIR), model, tok)  # gated
-    stats = SpecStats()
-    out = [e.token for e in token_stream(model, prompt, drafter=drafter, max_tokens=24,
-                                         num_draft_tokens=4, stats=stats)]
-    assert isinstance(drafter, CostGate) and drafter.draft_cost["per_token"] > 0  # the head's cost
-    assert out == plain and stats.drafted > 0  # (a weak head: the gate may pause it after a miss)
+    for gate in (True, False):
+        drafter = drafter_for(DraftSpec("eagle", draft_model=HEAD_DIR, gate=gate), model, tok)
+        stats = SpecStats()
+        out = [e.token for e in token_stream(model, prompt, drafter=drafter, max_tokens=24,
+                                             num_draft_tokens=4, stats=stats)]
+        assert out == plain
+        if gate:  # the head's cost priced (whether it then drafts depends on this machine's times)
+            assert isinstance(drafter, CostGate) and drafter.draft_cost["per_token"] > 0
+        else:  # drafting every step: the trained head's drafts were verified
+            assert stats.drafted > 0
