@@ -4,10 +4,11 @@ Contract (inference thread only): ``Batcher.run_once(tick)`` is one scheduling r
 queued jobs up to ``max_batch`` (and the KV budget); prefill up to ``CHUNK`` tokens (arriving
 prompts together in one forward, else a chunk of the oldest); one batched decode step over
 prefilled rows, without drafts while prompts wait; send tokens; finish rows at once and park
-their slots until leaving pays. Each job is a ``decode.request.Request``; a job's failure is
-its own error, a failed step fails the running jobs with 500 and the thread keeps serving.
-Prefill is ``prefill``; a row and what it needs of its worker, ``rows``.
-Tests: tests/server/test_batcher.py. Measurements and the contract in full:
+their slots until leaving pays. Each job is a ``decode.request.Request``, or with ``wedlm``
+settings (``--decoder wedlm``) a window of WeDLM's lossy decoder (``wedlm_rows``); a job's
+failure is its own error, a failed step fails the running jobs with 500 and the thread keeps
+serving. Prefill is ``prefill``; a row and what it needs of its worker, ``rows``.
+Tests: tests/server/test_batcher.py, tests/server/test_wedlm_batcher.py. Measurements and the contract in full:
 docs/batching-and-server.md#the-batcher."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.text import TextOut
+from ...core.wedlm import WedlmSettings
 from ...decode import loop
 from ...decode.batch import Batch, RowFailed
 from ...decode.request import Request
@@ -29,16 +31,20 @@ from .events import DoneEvent, Job
 from .kv_budget import release_idle_memory
 from .prefill import Prefilling
 from .rows import Active, WorkerPort, reserved
+from .wedlm_rows import Window, WedlmRows
 
 log = logging.getLogger("specdec.server")
 
 
-class Batcher(Prefilling):
+class Batcher(Prefilling, WedlmRows):
     """The batched scheduling loop of the inference thread: ``run_once(tick)`` admits,
-    prefills, runs one decode step and finishes rows."""
+    prefills, runs one decode step and finishes rows (``wedlm``: every job is a WeDLM
+    window, stepped instead)."""
 
-    def __init__(self, worker: WorkerPort, cost: Callable[[int], float] | None):
-        self.worker = worker
+    def __init__(self, worker: WorkerPort, cost: Callable[[int], float] | None,
+                 wedlm: WedlmSettings | None = None):
+        self.worker, self.wedlm = worker, wedlm
+        self.windows: list[Window] = []  # WeDLM jobs (``wedlm_rows``)
         self.price = BlockPrice(cost)  # outlives each batch: what steps cost here stays true
         self.batch = Batch(worker.model, price=self.price)
         # in batch row order; None: a finished row's slot, parked (``Batch.park_rows``)
@@ -49,7 +55,7 @@ class Batcher(Prefilling):
         self._worked = False  # rows ran since the batch was last empty (``run_once``)
 
     def __len__(self) -> int:
-        return len(self.running) + len(self.prefilling)
+        return len(self.running) + len(self.prefilling) + len(self.windows)
 
     @property
     def running(self) -> list[Active]:
@@ -65,6 +71,7 @@ class Batcher(Prefilling):
         which its client reads as an error event; the batch starts empty."""
         for a in self.running + self.prefilling:
             self._failed(a, error)
+        self._end_windows(error)
         if self.held is not None:
             self.held.state = "finished"
             self.held.emit(self.worker.error_event(error))
@@ -92,6 +99,8 @@ class Batcher(Prefilling):
         self._admit(tick)
         self._worked = self._worked or bool(len(self))
         self._drop_cancelled()
+        if self.windows:
+            self._step_windows()
         if self.prefilling:
             group = self._prefill_group()
             if len(group) > 1:
@@ -134,7 +143,10 @@ class Batcher(Prefilling):
                 self.held = job
                 return
             try:
-                self.prefilling.append(self._start(job))
+                if self.wedlm is not None:
+                    self.windows.append(self._start_window(job, self.wedlm))
+                else:
+                    self.prefilling.append(self._start(job))
             except Exception as e:  # noqa: BLE001 (e.g. a drafter that cannot be built)
                 log.exception("could not start a request")
                 job.state = "finished"
@@ -148,16 +160,18 @@ class Batcher(Prefilling):
         kv = self.worker.kv
         if kv is None or not len(self):
             return True
-        longest = max(self.parked_tokens, reserved(job), *(reserved(a.job) for a in self.running + self.prefilling))
-        return kv.fits(len(self.decoding) + len(self.prefilling) + 1, longest)
+        rows = [*self.running, *self.prefilling, *self.windows]
+        longest = max(self.parked_tokens, reserved(job), *(reserved(a.job) for a in rows))
+        return kv.fits(len(self.decoding) + len(self.prefilling) + len(self.windows) + 1, longest)
 
     def reserved_bytes(self) -> int:
-        """What the batch cache may grow to now (any thread: a snapshot)."""
-        kv, active = self.worker.kv, self.running + self.prefilling
+        """What the batch cache (a window's own cache counted as a row) may grow to now
+        (any thread: a snapshot)."""
+        kv, active = self.worker.kv, [*self.running, *self.prefilling, *self.windows]
         if kv is None or not active:
             return 0
         longest = max(self.parked_tokens, *(reserved(a.job) for a in active))
-        return kv.batch_bytes(len(self.decoding) + len(self.prefilling), longest)
+        return kv.batch_bytes(len(self.decoding) + len(self.prefilling) + len(self.windows), longest)
 
     def _start(self, job: Job) -> Active:
         w, job.state = self.worker, "running"
@@ -245,6 +259,7 @@ class Batcher(Prefilling):
             self.prefilling.remove(a)
             self._store_finished(a, None, ok=False)  # half prefilled: what it holds is not worth keeping
             self._cancelled(a.job)
+        self._drop_cancelled_windows()
 
     def _cancelled(self, job: Job) -> None:
         job.state = "cancelled"
@@ -261,7 +276,8 @@ class Batcher(Prefilling):
     @property
     def jobs(self) -> list[Any]:
         """The admitted jobs (prefilling or decoding) and the one held for KV budget."""
-        return [a.job for a in self.running + self.prefilling] + ([self.held] if self.held else [])
+        rows = [*self.running, *self.prefilling, *self.windows]
+        return [a.job for a in rows] + ([self.held] if self.held else [])
 
     def _fail_all(self, e: BaseException) -> None:
         log.exception("a batched step failed: failing its %d requests", len(self.running))

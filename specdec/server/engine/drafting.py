@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import mlx.nn as nn
 
@@ -32,9 +32,6 @@ from ..config import ServerConfig
 from .batcher import Batcher
 from .events import GenRequest, JobQueue
 from .memory import SharedMemory
-
-if TYPE_CHECKING:  # annotations only
-    from .wedlm_runner import WedlmRunner
 
 log = logging.getLogger("specdec.server")
 # an unseen model's batch cost curve is measured in idle time (``calibrate``): repeats per
@@ -57,7 +54,7 @@ class Drafting:
     max_batch: int
     plain_only: str | None
     recurrent: bool
-    batcher: Batcher | WedlmRunner | None
+    batcher: Batcher | None
     queue: JobQueue
     memory: SharedMemory
     _isolated: SharedMemory

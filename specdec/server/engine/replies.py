@@ -21,7 +21,6 @@ from .events import DoneEvent, ErrorEvent, Job, JobQueue, TokenEvent
 if TYPE_CHECKING:  # annotations only: the worker imports this module
     from ..http.metrics import Metrics
     from .batcher import Batcher
-    from .wedlm_runner import WedlmRunner
 
 log = logging.getLogger("specdec.server")
 
@@ -34,12 +33,12 @@ class Replies:
     group_error: str | None
     on_group_lost: Callable[[], None] | None
     queue: JobQueue
-    batcher: Batcher | WedlmRunner | None
+    batcher: Batcher | None
     tokenizer: Any  # the tokenizer's seam (a HF tokenizer or the GGUF one)
     tokenizer_lock: threading.Lock
     metrics: Metrics
 
-    def _scheduler(self) -> Batcher | WedlmRunner:
+    def _scheduler(self) -> Batcher:
         """The scheduler ``load`` built (the inference loop runs only after it)."""
         if self.batcher is None:
             raise RuntimeError("load() builds the scheduler before the inference loop runs")

@@ -1,6 +1,6 @@
 """The one inference thread: it owns the model and the shared memory, and runs requests
-from a bounded queue through one path, the batcher (with ``--decoder wedlm``: the WeDLM
-decoder, one request at a time, ``wedlm_runner``).
+from a bounded queue through one path, the batcher (with ``--decoder wedlm``: its rows are
+windows of the WeDLM decoder, one request at a time, ``wedlm_rows``).
 
 Contract: ``start()`` loads on the worker thread and returns when ready (never measures: a
 missing cost curve is calibrated in idle moments); only that thread runs the model or
@@ -40,7 +40,7 @@ from .memory import SharedMemory
 from .replies import Replies
 from ..http.metrics import Metrics
 from .speculative import MAX_DRAFT_TOKENS
-from .wedlm_runner import WedlmRunner, check as check_wedlm
+from .wedlm_rows import check as check_wedlm
 
 log = logging.getLogger("specdec.server")
 DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
@@ -60,7 +60,7 @@ class InferenceWorker(Drafting, Replies):
         self.group_error: str | None = None
         self.queue = JobQueue(cfg.queue_size)
         self.tokenizer_lock = threading.Lock()  # HF tokenizers are not safe to share freely
-        self.batcher: Batcher | WedlmRunner | None = None  # the scheduler (once loaded)
+        self.batcher: Batcher | None = None  # the scheduler (once loaded)
         self.max_batch = 1
         self.one_at_a_time: str | None = None  # why requests do not batch (None: they do)
         self.plain_only: str | None = None  # why no request speculates (None: they may)
@@ -179,12 +179,12 @@ class InferenceWorker(Drafting, Replies):
         self._setup_batching()
 
     def _setup_wedlm(self) -> None:
-        """--decoder wedlm: a WeDLM model (else the startup error saying so); requests run
-        one at a time through the WeDLM decoder instead of the batcher."""
+        """--decoder wedlm: a WeDLM model (else the startup error saying so); the batcher
+        runs each request, one at a time, as a window of the WeDLM decoder (``wedlm_rows``)."""
         mask = settings_of(self.model).mask_token_id  # ValueError: not a WeDLM model
         self.plain_only = self.one_at_a_time = "--decoder wedlm decodes one request at a time"
         self.max_batch = 1
-        self.batcher = WedlmRunner(self, self.cfg.run_config().wedlm_settings(mask))
+        self.batcher = Batcher(self, None, wedlm=self.cfg.run_config().wedlm_settings(mask))
         log.info("serving with --decoder wedlm: WeDLM's parallel window decoder, NOT lossless")
 
     def cannot_speculate(self) -> str | None:
