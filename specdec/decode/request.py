@@ -150,8 +150,7 @@ class Request:
 
     def row(self) -> Row:
         if self._row is None:
-            self._row = Row(list(self.prompt_ids), self.policy, self.k, self.sampling, self.left,
-                            rng=self.rng, top_logprobs=self.gen.top_logprobs, diagnostics=self.gen.diagnostics,
+            self._row = Row(list(self.prompt_ids), self.policy, self.gen, self.left, rng=self.rng,
                             tree_budget=self.tree_budget, shaper=self.shaper, extra=self.processors)
         return self._row
 

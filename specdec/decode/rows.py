@@ -23,6 +23,7 @@ from ..drafters.base import Drafter, NoDrafter
 from ..policy.drafting import DecodePolicy, as_policy
 from ..policy.pricing import ema
 from ..policy.tree_shape import TreeShaper
+from .generation import Generation
 from .step import Greedy, Sampler, Step, sampler_for
 
 
@@ -35,15 +36,15 @@ class TokensLeft:
 
 @dataclass
 class Row:
+    """One request's row: its context, decode policy and ``Generation`` (the request's
+    value, unchanged: k, sampling and outputs are read from it), and its runtime state."""
+
     context: list[int]
     policy: DecodePolicy  # a bare Drafter is given ``DecodePolicy``: the depth asked, every step
-    k: int  # the draft depth asked for
-    params: SamplingParams
-    left: TokensLeft
+    gen: Generation
+    left: TokensLeft  # the request's countdown (``Request.feed`` lowers it)
     rng: Rng | None = None
-    top_logprobs: int = 0
-    diagnostics: bool = False
-    tree_budget: int = 0  # max tree nodes per step (0: linear drafts)
+    tree_budget: int = 0  # max tree nodes per step (0: linear drafts), resolved (``TreePlan``)
     shaper: TreeShaper | None = None  # "auto": each step's node count
     extra: Sequence[LogitsProcessor] = ()  # beyond what params ask for (a grammar)
     alpha: float = 0.5  # running estimate of the per-token acceptance probability
@@ -58,6 +59,23 @@ class Row:
         self.policy = as_policy(self.policy)
         self.sampler = sampler_for(self.params, self.rng, self.speculative)
         self.processors = processors_for(self.params) + list(self.extra)
+
+    @property
+    def k(self) -> int:
+        """The draft depth asked for."""
+        return self.gen.k
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.gen.sampling
+
+    @property
+    def top_logprobs(self) -> int:
+        return self.gen.top_logprobs
+
+    @property
+    def diagnostics(self) -> bool:
+        return self.gen.diagnostics
 
     @property
     def drafter(self) -> Drafter:
@@ -151,9 +169,12 @@ def observe(row: Row, drafted: Drafted, step: Step) -> None:
     row.context.extend(step.tokens)
 
 
+PARKED = Generation(max_tokens=1)  # a parked slot's: greedy, nothing reported
+
+
 def parked_stand_in(row: Row) -> Row:
     """A finished row's stand-in: greedy, one token a step, nothing drafted or checked."""
-    return Row([row.context[-1]], as_policy(NoDrafter()), 0, SamplingParams(), TokensLeft(1), parked=True)
+    return Row([row.context[-1]], as_policy(NoDrafter()), PARKED, TokensLeft(1), parked=True)
 
 
 def drafting(row: Row) -> bool:

@@ -11,7 +11,9 @@ from specdec.core.sampling import SamplingParams
 from specdec.policy.drafting import as_policy
 from specdec.decode.rows import (NOTHING, Drafted, Row, TokensLeft, draft_for_step, last_tokens, observe,
                                  observe_row, parked_stand_in, plain_row, propose)
+from specdec.decode.generation import Generation
 from specdec.decode.step import Step
+from specdec.drafters.spec import DraftSpec
 from specdec.drafters.base import Drafter, NoDrafter
 
 
@@ -21,7 +23,7 @@ def test_a_sampled_row_without_its_key_stream_is_refused():
     from specdec.drafters.base import NoDrafter
 
     with pytest.raises(ValueError, match="Rng"):
-        Row([1, 2], NoDrafter(), 4, SamplingParams(temperature=0.5), TokensLeft(4))
+        Row([1, 2], NoDrafter(), Generation(sampling=SamplingParams(temperature=0.5)), TokensLeft(4))
     assert TINY_VOCAB > 9  # the forced token is in the tiny vocabulary
 
 
@@ -46,7 +48,7 @@ class Listed(Drafter):
 
 
 def row(drafter, k=4, left=10, **kw):
-    return Row([5, 6, 7], drafter, k, SamplingParams(), TokensLeft(left), **kw)
+    return Row([5, 6, 7], drafter, Generation(draft=DraftSpec(num_draft_tokens=k)), TokensLeft(left), **kw)
 
 
 def step(tokens, accepted, drafted):
