@@ -44,7 +44,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
             return land(batch, cur)
         rows, t_start = batch.rows, time.perf_counter()
         # 2. propose: each row's policy (its drafter), unless no block could pay at this batch size
-        k = max((r.k for r in rows if r.speculative), default=0)
+        k = max((r.gen.k for r in rows if r.speculative), default=0)
         speculate = speculate and not batch.price.hopeless(len(rows), k)
         drafted = [_propose(batch, i) if speculate else NOTHING for i in range(len(rows))]
         # 3. price: one block length L for the batch (a lone row drafts as it would alone)
@@ -54,7 +54,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
         # 4. verify, accept, roll back: one forward over [last] + drafts of every row (+ what
         #    its drafter wants of it: tokens riding after, hidden states), one host sync, each
         #    row's cache rolled back past its first rejected draft
-        verify = [Verify(r.context, d.verifies, r.sampler, r.processors, r.top_logprobs, r.diagnostics,
+        verify = [Verify(r.context, d.verifies, r.sampler, r.processors, r.gen.top_logprobs, r.gen.diagnostics,
                          wants(r, d, speculate)) for r, d in zip(rows, drafted)]
         L, t0 = max(v.block for v in verify), time.perf_counter()
         steps = verify_step(batch.model, batch.layers, verify, vocab=batch.vocab)

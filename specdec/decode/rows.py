@@ -17,7 +17,7 @@ import mlx.core as mx
 
 from ..core.processors import LogitsProcessor, processors_for
 from ..core.proposal import EMPTY, Proposal, Wants
-from ..core.sampling import Rng, SamplingParams
+from ..core.sampling import Rng
 from ..core.trees import cut, first_branch, prune_tree
 from ..drafters.base import Drafter, NoDrafter
 from ..policy.drafting import DecodePolicy, as_policy
@@ -54,28 +54,12 @@ class Row:
     processors: list[LogitsProcessor] = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.rng is None and not self.params.greedy:
+        params = self.gen.sampling
+        if self.rng is None and not params.greedy:
             raise ValueError("a sampled row needs its request's Rng")
         self.policy = as_policy(self.policy)
-        self.sampler = sampler_for(self.params, self.rng, self.speculative)
-        self.processors = processors_for(self.params) + list(self.extra)
-
-    @property
-    def k(self) -> int:
-        """The draft depth asked for."""
-        return self.gen.k
-
-    @property
-    def params(self) -> SamplingParams:
-        return self.gen.sampling
-
-    @property
-    def top_logprobs(self) -> int:
-        return self.gen.top_logprobs
-
-    @property
-    def diagnostics(self) -> bool:
-        return self.gen.diagnostics
+        self.sampler = sampler_for(params, self.rng, self.speculative)
+        self.processors = processors_for(params) + list(self.extra)
 
     @property
     def drafter(self) -> Drafter:
@@ -88,7 +72,7 @@ class Row:
     @property
     def depth(self) -> int:
         """How deep this step may draft: k, but never past the tokens still wanted."""
-        return min(self.k, self.left.n - 1)
+        return min(self.gen.k, self.left.n - 1)
 
 
 class Drafted(NamedTuple):
@@ -194,8 +178,8 @@ def wants(row: Row, drafted: Drafted, speculate: bool = True) -> Wants | None:
 
 def plain_row(row: Row) -> bool:
     """Whether the row's step needs nothing but the argmax (it may be pipelined)."""
-    return (type(row.sampler) is Greedy and not row.processors and not row.top_logprobs
-            and not row.diagnostics and not row.tree_budget)
+    return (type(row.sampler) is Greedy and not row.processors and not row.gen.top_logprobs
+            and not row.gen.diagnostics and not row.tree_budget)
 
 
 def last_tokens(rows: Sequence[Row]) -> mx.array:
