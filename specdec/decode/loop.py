@@ -44,7 +44,7 @@ def step(batch: Batch, speculate: bool = True) -> list[Step]:
             return land(batch, cur)
         rows, t_start = batch.rows, time.perf_counter()
         # 2. propose: each row's policy (its drafter), unless no block could pay at this batch size
-        k = max((r.gen.k for r in rows if r.speculative), default=0)
+        k = max((r.k for r in rows if r.speculative), default=0)
         speculate = speculate and not batch.price.hopeless(len(rows), k)
         drafted = [_propose(batch, i) if speculate else NOTHING for i in range(len(rows))]
         # 3. price: one block length L for the batch (a lone row drafts as it would alone)

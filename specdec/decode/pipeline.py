@@ -38,7 +38,7 @@ def pipelines(batch: Batch, speculate: bool) -> bool:
     # hold it off the pipelined path); a lone row asks its drafter every step, as a single
     # stream does (its policy pauses it instead)
     lone = len(rows) == 1  # (a drafter that reads verify ``outputs`` drafts from them: asked as if alone)
-    drafts = [min(r.gen.k if r.drafted is None or lone or r.drafter.outputs else r.drafted, r.left.n - 1)
+    drafts = [min(r.k if r.drafted is None or lone or r.drafter.outputs else r.drafted, r.left.n - 1)
               if speculate and drafting(r) else 0 for r in rows]
     return max(drafts) < 1 or batch.price.block(drafts, [r.alpha for r in rows]) == 1
 
@@ -75,7 +75,7 @@ def land(batch: Batch, cur: InFlight) -> list[Step]:
     emitted token: ``rows.observe``)."""
     rows = batch.rows[: cur.covers]
     steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
-    hopeless = batch.price.hopeless(len(rows), max((r.gen.k for r in rows if r.speculative), default=0))
+    hopeless = batch.price.hopeless(len(rows), max((r.k for r in rows if r.speculative), default=0))
     for i, (r, s) in enumerate(zip(rows, steps)):
         paused = r.speculative and not r.policy.drafts
         asks = r.speculative and not paused and not hopeless

@@ -62,6 +62,11 @@ class Row:
         self.processors = processors_for(params) + list(self.extra)
 
     @property
+    def k(self) -> int:
+        """The draft depth asked for (the request's ``gen.k``)."""
+        return self.gen.k
+
+    @property
     def drafter(self) -> Drafter:
         return self.policy.drafter
 
@@ -72,7 +77,7 @@ class Row:
     @property
     def depth(self) -> int:
         """How deep this step may draft: k, but never past the tokens still wanted."""
-        return min(self.gen.k, self.left.n - 1)
+        return min(self.k, self.left.n - 1)
 
 
 class Drafted(NamedTuple):
