@@ -15,13 +15,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...toolcall.prompt import template_messages
 from .messages import ChatMessage, ResponseFormat, TextPart, template_message
+from .spec import Asked, ChatSpec, stop_problem
 from .speculative import SpeculativeOptions, unsupported
 from .tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem
 
-MAX_STOPS = 4
-MAX_STOP_CHARS = 256  # each stop string: the stop matcher holds back this much text
 
 
 class StreamOptions(Strict):
@@ -154,10 +152,9 @@ class _Sampling(IgnoredParams):
         stops = [v] if isinstance(v, str) else v
         if stops is None:
             return None
-        if len(stops) > MAX_STOPS or any(s == "" for s in stops):
-            raise unsupported(f"stop takes 1 to {MAX_STOPS} non-empty strings")
-        if any(len(s) > MAX_STOP_CHARS for s in stops):
-            raise unsupported(f"each stop string may have at most {MAX_STOP_CHARS} characters")
+        problem = stop_problem(stops)
+        if problem:
+            raise unsupported(problem)
         return stops
 
     @field_validator("n")
@@ -185,6 +182,19 @@ class _Sampling(IgnoredParams):
     def token_bias(self) -> dict[int, float]:
         """``logit_bias`` with integer token ids (empty when unset)."""
         return {int(k): b for k, b in (self.logit_bias or {}).items()}
+
+    def _spec_fields(self) -> dict[str, Any]:
+        """What both endpoints hand the engine besides the prompt (``ChatSpec``'s fields)."""
+        asked = Asked(self.temperature, self.top_p, self.top_k, self.min_p, self.seed,
+                      self.repetition_penalty, self.presence_penalty, self.frequency_penalty,
+                      self.token_bias())
+        return dict(model=self.model, max_tokens=self.requested_max_tokens(), sampling=asked,
+                    stop=tuple(self.stops or ()), cache_salt=self.cache_salt,
+                    speculative=self.speculative.model_dump() if self.speculative else None,
+                    store=self.store is not False)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> Any:
@@ -223,9 +233,18 @@ class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
-    def chat_messages(self) -> list[dict[str, Any]]:
-        # "developer" is OpenAI's newer name for the system role
-        return template_messages([template_message(m) for m in self.messages])
+    def spec(self, thinking_switch: bool) -> ChatSpec:
+        """The engine's request value this body asks for (``thinking_switch``: the template
+        reads ``enable_thinking``; see ``template_kwargs``)."""
+        choice = self.tool_choice
+        return ChatSpec(
+            messages=tuple(template_message(m) for m in self.messages),
+            tools=tuple(t.model_dump(exclude_none=True) for t in self.tools or ()),
+            tool_choice=choice if choice is None or isinstance(choice, str) else choice.model_dump(),
+            parallel_tool_calls=self.parallel_tool_calls,
+            template_kwargs=self.template_kwargs(thinking_switch),
+            response_format=self.response_format.as_dict() if self.response_format else None,
+            logprobs=self.logprobs, top_logprobs=self.top_logprobs or 0, **self._spec_fields())
 
 
 class CompletionRequest(_Sampling):
@@ -252,5 +271,12 @@ class CompletionRequest(_Sampling):
             raise unsupported(f"{info.field_name}={v!r} is not implemented here; omit it")
         return v
 
-    def requested_max_tokens(self) -> int | None:
-        return self.max_tokens
+    def spec(self, thinking_switch: bool = False) -> ChatSpec:
+        """The engine's request value this body asks for (a text completion)."""
+        given = self.prompt
+        prompt: str | tuple[int, ...] = (
+            tuple(t for t in given if isinstance(t, int))
+            if isinstance(given, list) and given and isinstance(given[0], int) else
+            given if isinstance(given, str) else str(given[0]))  # one text in a list
+        return ChatSpec(prompt=prompt, logprobs=self.logprobs is not None,
+                        top_logprobs=self.logprobs or 0, **self._spec_fields())

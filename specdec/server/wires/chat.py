@@ -55,7 +55,7 @@ async def complete(api: Api, request: Request,
                    body: ChatCompletionRequest | CompletionRequest) -> Response:
     """One chat or text completion, whole or streamed."""
     try:
-        run = await api.first(await api.queue(request, body))
+        run = await api.first(await api.queue(request, body.spec(api.traits.thinking_switch)))
     except NoTokens as e:
         return answer_without_tokens(e.event)
     if not body.stream:

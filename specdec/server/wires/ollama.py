@@ -44,7 +44,7 @@ async def _run(api: Api, request: Request, body: ChatCompletionRequest | Complet
     """``body`` through ``api.chat`` (a ``CompletionRequest`` runs there as well: the
     chunks then carry ``text``), answered whole or as NDJSON."""
     try:
-        chunks = await api.chat(request, body)
+        chunks = await api.chat(request, body.spec(api.traits.thinking_switch))
     except NoTokens:
         return Response(status_code=499)  # the client left before the first token
     if not stream:

@@ -80,7 +80,7 @@ async def start_turn(request: Request, api: Api, store: ResponseStore) -> tuple[
                        param="input")
     tools = map_tools(req.tools)
     body = chat_body(req, raw, messages, tools)
-    chunks = await api.chat(request, body)
+    chunks = await api.chat(request, body.spec(api.traits.thinking_switch))
     folder = Folder(skeleton(req, api.cfg.model_id, tools), tools.spaces)
     return Turn(folder, chunks, earlier, new_items, store if req.store else None, tenant), req.stream
 
