@@ -36,7 +36,7 @@ async def encode(worker: Any, spec: ChatSpec, tools: list[dict] | None) -> list[
             raise APIError(400, f"prompt token ids must lie in [0, {worker.vocab_size}); "
                            f"got {bad[0]}", param=param)
         return list(spec.prompt)
-    prompt = template_messages([dict(m) for m in spec.messages]) if spec.messages is not None else spec.prompt
+    prompt = _template_messages(spec.messages) if spec.messages is not None else spec.prompt
     template = dict(spec.template_kwargs) if spec.chat else None
 
     def run() -> list[int]:
@@ -55,6 +55,12 @@ async def encode(worker: Any, spec: ChatSpec, tools: list[dict] | None) -> list[
     if not ids:
         raise APIError(400, f"the {param} encode to no tokens; send some text", param=param)
     return ids
+
+
+def _template_messages(messages: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """Messages as the template reads them ("developer" is OpenAI's newer name for system)."""
+    return template_messages([{**m, "role": "system"} if m.get("role") == "developer" else dict(m)
+                              for m in messages])
 
 
 def room(worker: Any, n_prompt: int) -> int:

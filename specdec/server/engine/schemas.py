@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .messages import ChatMessage, ResponseFormat, TextPart, template_message
-from .spec import Asked, ChatSpec, stop_problem
+from .spec import Asked, ChatSpec, stop_problem, template_problem
 from .speculative import SpeculativeOptions, unsupported
 from .tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem
 
@@ -83,14 +83,6 @@ class IgnoredChatParams(IgnoredParams):
 
 IGNORED_PARAMS = tuple(IgnoredChatParams.model_fields) + ("stream_options.include_obfuscation",)
 
-# apply_chat_template's own arguments: chat_template_kwargs may not set them
-TEMPLATE_RESERVED = frozenset((
-    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
-    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
-    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
-    "tokenizer_kwargs"))
-
-
 class ChatTemplateOptions(IgnoredChatParams):
     """``chat_template_kwargs`` (an extension, as vLLM's and SGLang's): variables the chat
     template reads, e.g. ``{"enable_thinking": false}``; and ``reasoning_effort``'s one
@@ -102,10 +94,9 @@ class ChatTemplateOptions(IgnoredChatParams):
     @field_validator("chat_template_kwargs")
     @classmethod
     def _template_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        for key in v or {}:
-            if not key.isidentifier() or key in TEMPLATE_RESERVED:
-                raise unsupported(f"chat_template_kwargs: {key!r} is not a template variable "
-                                   "this server lets a request set")
+        problem = template_problem(v or {})
+        if problem:
+            raise unsupported(problem)
         return v
 
     def template_kwargs(self, thinking_switch: bool) -> dict[str, Any]:

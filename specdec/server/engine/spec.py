@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from ..http.errors import validation_error
 from .messages import ChatMessage, ResponseFormat
@@ -85,17 +86,52 @@ def stop_problem(stops: list[str] | tuple[str, ...], param: str = "stop") -> str
     return None
 
 
+# apply_chat_template's own arguments: template_kwargs may not set them
+TEMPLATE_RESERVED = frozenset((
+    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
+    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs"))
+
+
+def template_problem(kwargs: Mapping[str, Any]) -> str | None:
+    """What is wrong with a request's chat template variables (None: nothing)."""
+    for key in kwargs:
+        if not key.isidentifier() or key in TEMPLATE_RESERVED:
+            return (f"chat_template_kwargs: {key!r} is not a template variable this server "
+                    "lets a request set")
+    return None
+
+
+class _Ranges(TypedDict):
+    """The sampling ranges of a chat body, checked for every wire."""
+
+    __pydantic_config__ = ConfigDict(strict=True)  # type: ignore[misc]
+
+    temperature: Annotated[float | None, Field(ge=0, le=2, allow_inf_nan=False)]
+    top_p: Annotated[float | None, Field(gt=0, le=1, allow_inf_nan=False)]
+    top_k: Annotated[int | None, Field(ge=0)]
+    min_p: Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False)]
+    seed: Annotated[int | None, Field(ge=0, lt=2**63)]
+    repetition_penalty: Annotated[float | None, Field(gt=0, le=10, allow_inf_nan=False)]
+    presence_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
+    frequency_penalty: Annotated[float, Field(ge=-2, le=2, allow_inf_nan=False)]
+
+
+_RANGES = TypeAdapter(_Ranges)
+_TOP = TypeAdapter(Annotated[int, Field(ge=0, le=20)])
 _MESSAGES = TypeAdapter(list[ChatMessage])
 _TOOLS = TypeAdapter(Annotated[list[ToolDef], Field(max_length=MAX_TOOLS)])
 _CHOICE = TypeAdapter(ToolChoice | None)
 _SALT = TypeAdapter(Annotated[str, Field(min_length=1, max_length=256)] | None)
 
 
-def _valid(adapter: TypeAdapter, value: Any, name: str) -> Any:
+def _valid(adapter: TypeAdapter, value: Any, name: str | None) -> Any:
     try:
         return adapter.validate_python(value)
     except ValidationError as e:  # named as a chat body's field would be
-        raise validation_error([{**x, "loc": ("body", name, *x["loc"])} for x in e.errors()]) from None
+        where = ("body",) if name is None else ("body", name)
+        raise validation_error([{**x, "loc": (*where, *x["loc"])} for x in e.errors()]) from None
 
 
 def _refuse(problem: str | None) -> None:
@@ -105,12 +141,17 @@ def _refuse(problem: str | None) -> None:
 
 def check_spec(spec: ChatSpec) -> None:
     """400s for what the engine refuses whichever wire sent it: the tool history (a tool
-    result answers a call), tools and ``tool_choice``, ``response_format``'s schema bounds,
-    the ``speculative`` options, the stop strings and the cache salt."""
+    result answers a call), tools and ``tool_choice``, the sampling ranges, template
+    variables, ``response_format``'s schema bounds, the ``speculative`` options, the stop
+    strings and the cache salt (each named as the chat body's field)."""
     if spec.messages is not None:
         messages = _valid(_MESSAGES, [dict(m) for m in spec.messages], "messages")
         tools = _valid(_TOOLS, [dict(t) for t in spec.tools], "tools")
         _refuse(request_problem(messages, tools, _valid(_CHOICE, spec.tool_choice, "tool_choice")))
+    ranges = {k: v for k, v in vars(spec.sampling).items() if k != "logit_bias"}
+    _valid(_RANGES, ranges, None)
+    _valid(_TOP, spec.top_logprobs, "top_logprobs")
+    _refuse(template_problem(spec.template_kwargs))
     if spec.response_format is not None:
         _valid(TypeAdapter(ResponseFormat), dict(spec.response_format), "response_format")
     speculative_options(spec)
