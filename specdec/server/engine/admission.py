@@ -36,7 +36,8 @@ async def encode(worker: Any, spec: ChatSpec, tools: list[dict] | None) -> list[
             raise APIError(400, f"prompt token ids must lie in [0, {worker.vocab_size}); "
                            f"got {bad[0]}", param=param)
         return list(spec.prompt)
-    prompt = _template_messages(spec.messages) if spec.messages is not None else spec.prompt
+    prompt: str | list[dict[str, Any]] = (
+        _template_messages(spec.messages) if spec.messages is not None else spec.prompt or "")
     template = dict(spec.template_kwargs) if spec.chat else None
 
     def run() -> list[int]:

@@ -119,11 +119,11 @@ class _Ranges(TypedDict):
 
 
 _RANGES = TypeAdapter(_Ranges)
-_TOP = TypeAdapter(Annotated[int, Field(ge=0, le=20)])
+_TOP: TypeAdapter[int] = TypeAdapter(Annotated[int, Field(ge=0, le=20)])
 _MESSAGES = TypeAdapter(list[ChatMessage])
-_TOOLS = TypeAdapter(Annotated[list[ToolDef], Field(max_length=MAX_TOOLS)])
-_CHOICE = TypeAdapter(ToolChoice | None)
-_SALT = TypeAdapter(Annotated[str, Field(min_length=1, max_length=256)] | None)
+_TOOLS: TypeAdapter[list[ToolDef]] = TypeAdapter(Annotated[list[ToolDef], Field(max_length=MAX_TOOLS)])
+_CHOICE: TypeAdapter[Any] = TypeAdapter(ToolChoice | None)
+_SALT: TypeAdapter[str | None] = TypeAdapter(Annotated[str, Field(min_length=1, max_length=256)] | None)
 
 
 def _valid(adapter: TypeAdapter, value: Any, name: str | None) -> Any:
