@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from specdec.server.engine.events import DoneEvent, TokenEvent
-from specdec.server.engine.schemas import ChatCompletionRequest
+from specdec.server.wires.chat_schemas import ChatCompletionRequest
 from specdec.server.http.errors import APIError
 from specdec.server.engine.tool_calls import ToolResponder, ToolSupport, plan_tools
 from specdec.toolcall.prompt import renders_tools, template_messages

@@ -17,9 +17,9 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-from ..http.errors import validation_error
+from ...http.errors import validation_error
 from .messages import ChatMessage, ResponseFormat
-from .speculative import SpeculativeOptions
+from .options import SpeculativeOptions
 from .tool_schemas import MAX_TOOLS, ToolChoice, ToolDef, request_problem
 
 MAX_STOPS = 4

@@ -1,11 +1,12 @@
-"""Request bodies of the OpenAI-compatible API, validated at the boundary (pydantic).
+"""Request bodies of the OpenAI-compatible API (the chat wire's own), validated at the boundary
+(pydantic), and the ``ChatSpec`` each asks the engine for (``.spec``).
 
 Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` take OpenAI's parameters with its
 names, types and ranges, plus ``speculative``, ``top_k``, ``min_p``, ``repetition_penalty``,
 ``tools``/``tool_choice``, ``chat_template_kwargs``. Strict: wrong types and unknown
 parameters are errors; unimplemented ones only at their neutral value; parameters that
 change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``speculative`` is
-``speculative.SpeculativeOptions``. Tokenizer checks come later (``api.Api``).
+``spec.options.SpeculativeOptions``. Tokenizer checks come later (``engine.admission``).
 Tests: tests/server/test_app.py, tests/server/test_schemas.py. Details:
 docs/batching-and-server.md#request-schemas."""
 
@@ -15,11 +16,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .messages import ChatMessage, ResponseFormat, TextPart, template_message
-from .spec import Asked, ChatSpec, stop_problem, template_problem
-from .speculative import SpeculativeOptions, unsupported
-from .tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem
-
+from ..engine.spec import Asked, ChatSpec, stop_problem, template_problem
+from ..engine.spec.messages import ChatMessage, ResponseFormat, TextPart, template_message
+from ..engine.spec.options import SpeculativeOptions
+from ..engine.spec.tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem, unsupported
 
 
 class StreamOptions(Strict):
