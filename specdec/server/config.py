@@ -21,7 +21,7 @@ from ..config import RunConfig, check_kv_bits, draft_flags_given, draft_spec_fro
 from ..drafters.spec import DraftSpec
 from ..toolcall import PARSERS
 from .http.middleware import LOOPBACK_HOSTS
-from .engine.speculative import MAX_DRAFT_TOKENS
+from .engine.spec.options import MAX_DRAFT_TOKENS
 
 API_KEY_ENV = "SPECDEC_API_KEY"
 SERVE_DRAFT_TYPE = "grammar,suffix"  # serve's --draft-type default

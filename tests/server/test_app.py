@@ -23,7 +23,7 @@ from specdec.server.config import ServerConfig
 from specdec.server.http.errors import APIError
 from specdec.server.engine.events import DoneEvent, ErrorEvent, TokenEvent
 from specdec.server.http.metrics import Metrics
-from specdec.server.engine.schemas import IGNORED_PARAMS, ChatCompletionRequest
+from specdec.server.wires.chat_schemas import IGNORED_PARAMS, ChatCompletionRequest
 
 from .test_reasoning import THINK_TEMPLATE
 

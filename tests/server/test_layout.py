@@ -10,7 +10,7 @@ from pathlib import Path
 
 SERVER = Path(__file__).resolve().parents[2] / "specdec" / "server"
 MAX_LINES = 300
-WIRE_MAY_IMPORT = {"schemas", "events"}  # the engine's request value and its events
+WIRE_MAY_IMPORT = {"spec", "events"}  # the engine's request value (its package) and its events
 
 
 def engine_imports(source: str) -> set[str]:

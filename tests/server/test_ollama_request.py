@@ -1,4 +1,4 @@
-"""Ollama's request bodies translated onto chat and completion requests
+"""Ollama's request bodies translated onto the engine's request value, a ``ChatSpec``
 (``specdec.server.wires.ollama_request``): options as sampling fields, ``format`` and ``think``,
 tool messages matched to the calls before them, ``:latest`` names, raw generation, and each
 400 naming the field as the client sent it."""
@@ -12,7 +12,6 @@ from pydantic import ValidationError
 
 from specdec.server.http.errors import APIError
 from specdec.server.wires.ollama_request import ChatBody, GenerateBody, Surface
-from specdec.server.engine.schemas import ChatCompletionRequest, CompletionRequest
 
 from .tiny_api import tiny_api
 
@@ -25,19 +24,20 @@ def surface(thinks=False, switch=False, has_template=True):
 
 
 def chat(**body):
-    return surface().chat_request(ChatBody.model_validate({"model": MODEL, **body}), MODEL)
+    return surface().chat_spec(ChatBody.model_validate({"model": MODEL, **body}), MODEL)
 
 
 def test_options_become_sampling_fields():
     req = chat(messages=HI, format="json", options={
         "num_predict": 7, "seed": 3, "temperature": 0.5, "repeat_penalty": 1.1, "stop": ["\n"]})
-    assert (req.max_tokens, req.seed, req.temperature, req.repetition_penalty, req.stop) == (
-        7, 3, 0.5, 1.1, ["\n"])
-    assert req.response_format.type == "json_object"
+    asked = req.sampling
+    assert (req.max_tokens, asked.seed, asked.temperature, asked.repetition_penalty, req.stop) == (
+        7, 3, 0.5, 1.1, ("\n",))
+    assert req.response_format == {"type": "json_object"}
     unlimited = chat(messages=HI, options={"num_predict": -1, "seed": -1})
-    assert unlimited.max_tokens is None and unlimited.seed is None  # to EOS; unseeded
+    assert unlimited.max_tokens is None and unlimited.sampling.seed is None  # to EOS; unseeded
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    assert chat(messages=HI, format=schema).response_format.json_schema.schema_ == schema
+    assert chat(messages=HI, format=schema).response_format["json_schema"]["schema"] == schema
 
 
 def test_tool_messages_answer_the_calls_before_them():
@@ -48,13 +48,13 @@ def test_tool_messages_answer_the_calls_before_them():
             {"role": "tool", "tool_name": "time", "content": "noon"},
             {"role": "tool", "content": "rain"}]
     req = chat(messages=msgs)
-    calls = req.messages[1].tool_calls
-    assert json.loads(calls[0].function.arguments) == {"city": "Oslo"} and calls[1].id == "t2"
-    assert [m.tool_call_id for m in req.messages[2:]] == ["t2", calls[0].id]
+    calls = req.messages[1]["tool_calls"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Oslo"} and calls[1]["id"] == "t2"
+    assert [m["tool_call_id"] for m in req.messages[2:]] == ["t2", calls[0]["id"]]
     in_order = chat(messages=[*msgs[:2], {"role": "tool", "content": "rain"},
                               {"role": "tool", "content": "noon"}])
-    first = in_order.messages[1].tool_calls[0].id  # a fresh id: the call came without one
-    assert [m.tool_call_id for m in in_order.messages[2:]] == [first, "t2"]
+    first = in_order.messages[1]["tool_calls"][0]["id"]  # a fresh id: the call came without one
+    assert [m["tool_call_id"] for m in in_order.messages[2:]] == [first, "t2"]
     with pytest.raises(APIError) as e:
         chat(messages=[*msgs, {"role": "tool", "content": "again"}])
     assert e.value.param == "messages" and "messages[4]" in e.value.message
@@ -81,8 +81,7 @@ def test_bodies_are_strict_in_types_and_lax_in_fields():
 
 
 def test_think_and_model_names():
-    assert surface(thinks=True, switch=True).think("high") == {
-        "chat_template_kwargs": {"enable_thinking": True}}
+    assert surface(thinks=True, switch=True).think("high") == {"enable_thinking": True}
     assert surface(thinks=True, switch=False).think(True) == {}
     assert surface(thinks=True, switch=True).think(None) == {}
     with pytest.raises(APIError, match="does not support thinking"):
@@ -96,16 +95,19 @@ def test_think_and_model_names():
 
 def test_generate_with_and_without_the_template():
     s = surface()
-    req = s.generate_request(GenerateBody(model=MODEL, prompt="hi", system="be brief"), MODEL)
-    assert isinstance(req, ChatCompletionRequest) and [m.role for m in req.messages] == [
-        "system", "user"]
-    raw = s.generate_request(GenerateBody(model=MODEL, prompt="hi", raw=True, logprobs=True,
-                                          top_logprobs=2), MODEL)
-    assert isinstance(raw, CompletionRequest) and (raw.prompt, raw.logprobs) == ("hi", 2)
+    req = s.generate_spec(GenerateBody(model=MODEL, prompt="hi", system="be brief"), MODEL)
+    assert req.chat and [m["role"] for m in req.messages] == ["system", "user"]
+    raw = s.generate_spec(GenerateBody(model=MODEL, prompt="hi", raw=True, logprobs=True,
+                                       top_logprobs=2), MODEL)
+    assert not raw.chat and (raw.prompt, raw.logprobs, raw.top_logprobs) == ("hi", True, 2)
+    with pytest.raises(APIError) as e:
+        s.generate_spec(GenerateBody(model=MODEL, prompt="hi", raw=True, logprobs=True,
+                                     top_logprobs=6), MODEL)
+    assert e.value.param == "top_logprobs"
     with pytest.raises(APIError, match="system needs the chat template, and raw the prompt"):
-        s.generate_request(GenerateBody(model=MODEL, prompt="hi", raw=True, system="x"), MODEL)
+        s.generate_spec(GenerateBody(model=MODEL, prompt="hi", raw=True, system="x"), MODEL)
     with pytest.raises(APIError, match="fill-in-the-middle"):
-        s.generate_request(GenerateBody(model=MODEL, prompt="hi", suffix="end"), MODEL)
+        s.generate_spec(GenerateBody(model=MODEL, prompt="hi", suffix="end"), MODEL)
     no_template = surface(has_template=False)
     with pytest.raises(APIError, match="this model has no chat template"):
-        no_template.generate_request(GenerateBody(model=MODEL, prompt="hi", format="json"), MODEL)
+        no_template.generate_spec(GenerateBody(model=MODEL, prompt="hi", format="json"), MODEL)

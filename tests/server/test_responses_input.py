@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specdec.server.http.errors import APIError
-from specdec.server.wires.responses_input import (MAX_REFERENCES, ResponsesRequest, ToolMap, chat_body,
+from specdec.server.wires.responses_input import (MAX_REFERENCES, ResponsesRequest, ToolMap, chat_spec,
                                                    chat_messages, input_items, map_choice,
                                                    map_format, map_tools)
 from specdec.server.wires.responses_store import ResponseStore
@@ -72,13 +72,21 @@ def test_text_format_becomes_response_format():
         "name": "p", "schema": {"type": "object"}, "strict": True}}
 
 
-def test_the_chat_body_carries_options_and_extensions():
+def test_the_spec_carries_options_and_extensions():
     raw = {"model": "m", "input": "hi", "max_output_tokens": 7, "temperature": 0.0,
-           "reasoning": {"effort": "xhigh"}, "seed": 3, "top_k": 5}
+           "reasoning": {"effort": "xhigh"}, "seed": 3, "top_k": 5, "stop": "\n"}
     req = ResponsesRequest.model_validate(raw)
-    body = chat_body(req, raw, [{"role": "user", "content": "hi"}], ToolMap())
-    assert (body.max_tokens, body.temperature, body.seed, body.top_k) == (7, 0.0, 3, 5)
-    assert body.reasoning_effort == "high" and body.tools is None
+    spec = chat_spec(req, [{"role": "user", "content": "hi"}], ToolMap(), thinking_switch=True)
+    asked = spec.sampling
+    assert (spec.max_tokens, asked.temperature, asked.seed, asked.top_k) == (7, 0.0, 3, 5)
+    assert spec.stop == ("\n",) and spec.tools == () and spec.template_kwargs == {}
+    off = ResponsesRequest.model_validate({**raw, "reasoning": {"effort": "minimal"}})
+    assert chat_spec(off, [], ToolMap(), True).template_kwargs == {"enable_thinking": False}
+    assert chat_spec(off, [], ToolMap(), False).template_kwargs == {}  # no switch to turn
+    with pytest.raises(APIError) as e:
+        chat_spec(ResponsesRequest.model_validate({**raw, "reasoning": {"effort": "max"}}),
+                  [], ToolMap(), True)
+    assert e.value.param == "reasoning.effort"
 
 
 def test_item_references_resolve_from_the_store_or_are_refused():

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from serverproc import MODEL, Server
 
-from specdec.server.engine.schemas import ChatCompletionRequest, CompletionRequest
+from specdec.server.wires.chat_schemas import ChatCompletionRequest, CompletionRequest
 
 pytestmark = pytest.mark.slow  # server processes on a real model
 

@@ -9,10 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from specdec.server.engine.events import DoneEvent, TokenEvent
-from specdec.server.engine.schemas import ChatCompletionRequest
+from specdec.server.wires.chat_schemas import ChatCompletionRequest
 from specdec.server.http.errors import APIError
 from specdec.server.engine.tool_calls import ToolResponder, ToolSupport, plan_tools
-from specdec.toolcall.prompt import renders_tools
+from specdec.toolcall.prompt import renders_tools, template_messages
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
@@ -31,6 +31,11 @@ def body(**kw):
     return ChatCompletionRequest.model_validate({"model": "m", **kw})
 
 
+def spec(**kw):
+    """The engine's request value a chat body of ``kw`` maps to (what ``plan_tools`` reads)."""
+    return body(**kw).spec(thinking_switch=False)
+
+
 def refused(match, **kw):
     with pytest.raises(ValidationError, match=match):
         body(**kw)
@@ -39,13 +44,13 @@ def refused(match, **kw):
 def test_a_whole_tool_loop_is_accepted_and_rendered_as_templates_read_it():
     b = body(messages=[QUESTION, CALL, RESULT], tools=[WEATHER], tool_choice="auto",
              parallel_tool_calls=False)
-    msgs = b.chat_messages()
+    msgs = template_messages(list(b.spec(False).messages))
     assert msgs[0] == QUESTION
     assert msgs[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert msgs[2] == {**RESULT, "name": "get_weather"}
     parts = body(messages=[{"role": "user", "content": [{"type": "text", "text": "a"},
                                                         {"type": "text", "text": "b"}]}])
-    assert parts.chat_messages()[0]["content"] == "ab"
+    assert parts.spec(False).messages[0]["content"] == "ab"
 
 
 def test_what_is_refused_says_what_to_change():
@@ -66,22 +71,22 @@ def test_what_is_refused_says_what_to_change():
 
 
 def test_plans():
-    assert plan_tools(body(), QWEN, "m") is None
-    auto = plan_tools(body(tools=[WEATHER]), QWEN, "m")
+    assert plan_tools(spec(), QWEN, "m") is None
+    auto = plan_tools(spec(tools=[WEATHER]), QWEN, "m")
     assert auto.template_tools == [WEATHER] and auto.format.name == "hermes"
     assert auto.names == {"get_weather"} and auto.max_calls is None and auto.forced_schema is None
-    none = plan_tools(body(messages=[QUESTION, CALL, RESULT], tools=[WEATHER], tool_choice="none"),
+    none = plan_tools(spec(messages=[QUESTION, CALL, RESULT], tools=[WEATHER], tool_choice="none"),
                       QWEN, "m")
     assert none.template_tools is None and none.format is None
-    named = plan_tools(body(tools=[WEATHER], parallel_tool_calls=False, tool_choice={
+    named = plan_tools(spec(tools=[WEATHER], parallel_tool_calls=False, tool_choice={
         "type": "function", "function": {"name": "get_weather"}}), QWEN, "m")
     assert named.max_calls == 1 and named.forced_schema["properties"]["name"] == {"const": "get_weather"}
-    assert plan_tools(body(tools=[WEATHER]), ToolSupport(True, "none"), "m").format is None
+    assert plan_tools(spec(tools=[WEATHER]), ToolSupport(True, "none"), "m").format is None
     smol = ToolSupport(renders_tools=False, format="hermes")
-    assert plan_tools(body(tools=[WEATHER], tool_choice="none"), smol, "m").template_tools is None
+    assert plan_tools(spec(tools=[WEATHER], tool_choice="none"), smol, "m").template_tools is None
     for kw in ({"tools": [WEATHER]}, {"messages": [QUESTION, CALL, RESULT]}):
         with pytest.raises(APIError, match="does not support tools") as e:
-            plan_tools(body(**kw), smol, "smollm2-135m")
+            plan_tools(spec(**kw), smol, "smollm2-135m")
         assert e.value.status == 400 and e.value.param == "tools"
 
 
@@ -101,7 +106,7 @@ REPLY = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 
 
 def responder(parallel=True):
-    plan = plan_tools(body(tools=[WEATHER], parallel_tool_calls=parallel), QWEN, "m")
+    plan = plan_tools(spec(tools=[WEATHER], parallel_tool_calls=parallel), QWEN, "m")
     return ToolResponder("m", False, 0, plan)
 
 
@@ -144,7 +149,7 @@ def test_length_cut_and_no_call():
 
 
 def test_streamed_logprobs_each_token_once():
-    plan = plan_tools(body(tools=[WEATHER]), QWEN, "m")
+    plan = plan_tools(spec(tools=[WEATHER]), QWEN, "m")
     r = ToolResponder("m", True, 0, plan)
     reply = "Sure.\n<tool_call>\n" + REPLY + "\n</tool_call>\n"
     events = [TokenEvent(e.text, e.token, logprob=-float(i), token_text=e.text)
@@ -160,7 +165,7 @@ def test_a_think_block_before_the_call():
     call after it is read from the answer, whole and streamed."""
     from specdec.server.engine.reasoning import ReasoningSplitter
 
-    plan = plan_tools(body(tools=[WEATHER]), QWEN, "m")
+    plan = plan_tools(spec(tools=[WEATHER]), QWEN, "m")
     reply = "<think>\nThe user wants Paris.\n</think>\n\n<tool_call>\n" + REPLY + "\n</tool_call>"
     out = ToolResponder("m", False, 0, plan, ReasoningSplitter(thinking=False)).whole(
         tokens(reply), DoneEvent("stop"))

@@ -1,4 +1,4 @@
-"""Request bodies for tool calling (``specdec.server.engine.tool_schemas``): schemas bounded in size
+"""Request bodies for tool calling (``specdec.server.engine.spec.tool_schemas``): schemas bounded in size
 and depth, strict tool and call shapes, and the problems of a tool loop's messages, each
 a message that says what to change."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from specdec.server.engine.messages import ChatMessage
-from specdec.server.engine.tool_schemas import (MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, FunctionDef,
+from specdec.server.engine.spec.messages import ChatMessage
+from specdec.server.engine.spec.tool_schemas import (MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, FunctionDef,
                                          NamedToolChoice, ToolCallIn, ToolDef, message_problem,
                                          part_problem, request_problem, schema_problem)
 

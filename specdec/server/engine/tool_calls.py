@@ -3,7 +3,7 @@ the reply's calls are answered, whole or streamed. Only prompts and outputs chan
 model's tokens never do (lossless).
 
 Contract: ``ToolSupport.of`` (does the template render tools; which call format);
-``plan_tools(body, support)`` -> ``ToolPlan`` or None (``auto``, ``none``, ``required`` and a
+``plan_tools(spec, support)`` -> ``ToolPlan`` or None (``auto``, ``none``, ``required`` and a
 named function, forced through a JSON-schema grammar); ``ToolResponder`` renders
 ``message.tool_calls`` and streams each call once complete, tag text never in ``content``.
 Tests: tests/server/test_tool_calls.py. Details: docs/agents-and-structured-output.md#tool-calls-in-replies."""
@@ -22,8 +22,8 @@ from .events import DoneEvent, TokenEvent
 from .reasoning import ReasoningSplitter
 from .chunks import Responder
 
-if TYPE_CHECKING:  # schemas is the layer above tool parsing: annotations only
-    from .schemas import ChatCompletionRequest
+if TYPE_CHECKING:  # the request value is the layer above tool parsing: annotations only
+    from .spec import ChatSpec
 
 log = logging.getLogger("specdec.server")
 
@@ -65,13 +65,13 @@ def _refuse_template(model_id: str, needs: str) -> APIError:
         "message yourself.", param="tools", code="tools_not_supported")
 
 
-def plan_tools(body: ChatCompletionRequest, support: ToolSupport, model_id: str) -> ToolPlan | None:
-    """What ``body``'s tools change (None: nothing); ``APIError`` 400 when the template
+def plan_tools(spec: ChatSpec, support: ToolSupport, model_id: str) -> ToolPlan | None:
+    """What a chat ``spec``'s tools change (None: nothing); ``APIError`` 400 when the template
     cannot do what the request needs."""
-    tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
-    history = any(m.role == "tool" or m.tool_calls for m in body.messages)
-    asked = body.tool_choice or ("auto" if tools else "none")
-    choice = asked if isinstance(asked, str) else asked.model_dump()
+    tools = [dict(t) for t in spec.tools]
+    history = any(m.get("role") == "tool" or m.get("tool_calls") for m in spec.messages or ())
+    asked = spec.tool_choice or ("auto" if tools else "none")
+    choice = asked if isinstance(asked, str) else dict(asked)
     if not tools and not history:
         return None
     use = bool(tools) and choice != "none"
@@ -81,7 +81,7 @@ def plan_tools(body: ChatCompletionRequest, support: ToolSupport, model_id: str)
     if not use:
         return ToolPlan(None, None, frozenset(), None, None)
     fmt = FORMATS.get(support.format)
-    parallel = body.parallel_tool_calls is not False
+    parallel = spec.parallel_tool_calls is not False
     return ToolPlan(tools, fmt, frozenset(t["function"]["name"] for t in tools),
                     None if parallel else 1, forced_call_schema(tools, choice, parallel))
 

@@ -39,7 +39,7 @@ from .kv_budget import KVBudget, MemoryLimits, budget_for, set_limits
 from .memory import SharedMemory
 from .replies import Replies
 from ..http.metrics import Metrics
-from .speculative import MAX_DRAFT_TOKENS
+from .spec.options import MAX_DRAFT_TOKENS
 from .wedlm_rows import check as check_wedlm
 
 log = logging.getLogger("specdec.server")

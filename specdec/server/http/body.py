@@ -39,7 +39,7 @@ def _no_constant(name: str) -> Any:
 def check_tree(value: Any, max_depth: int = MAX_BODY_DEPTH) -> None:
     """Raise ``BodyError`` if ``value`` nests deeper than ``max_depth``, holds a string
     that is not valid UTF-8 (a lone surrogate) or a number that is not finite. Iterative:
-    any depth is safe to check. The chat wire's models run it too (``schemas``)."""
+    any depth is safe to check. The chat wire's models run it too (``wires.chat_schemas``)."""
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()

@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from ..engine.events import NoTokens
 from ..http.errors import APIError, internal_error, surface_body
 from .anthropic_reply import Blocks, message
-from .anthropic_request import CountRequest, MessagesRequest, chat_request
+from .anthropic_request import CountRequest, MessagesRequest, chat_spec
 from .chat import CLIENT_CLOSED, SSE_HEADERS, parse
 
 if TYPE_CHECKING:  # the engine's handle is passed in (``register``)
@@ -87,9 +87,9 @@ def register(app: Any, api: Api) -> None:
     async def messages(request: Request) -> Response:
         req = await parse(request, MessagesRequest)
         api.check_model(req.model)  # a 404 before the mapping's 400s
-        body = chat_request(req, api.traits.thinking_switch)
-        queued = await api.queue(request, body, fit=True)  # refused here (400, 503): a status
-        pending = asyncio.ensure_future(api.chat(request, body, queued))
+        spec = chat_spec(req, api.traits.thinking_switch)
+        queued = await api.queue(request, spec)  # refused here (400, 503): a status
+        pending = asyncio.ensure_future(api.chat(request, spec, queued))
         pending.add_done_callback(lambda f: f.cancelled() or f.exception())  # read here or later
         try:  # an error before the first token: a proper status, not an event
             started = await _first(pending, HEADERS_AFTER_S if req.stream else None)
@@ -100,7 +100,7 @@ def register(app: Any, api: Api) -> None:
             chunks = pending.result() if started else None
         except NoTokens:
             return Response(status_code=CLIENT_CLOSED)  # the client left: nobody reads an answer
-        blocks, msg_id = Blocks(body.stops), "msg_" + uuid.uuid4().hex
+        blocks, msg_id = Blocks(list(spec.stop) or None), "msg_" + uuid.uuid4().hex
         if not req.stream:
             if chunks is None:  # waited for without a limit: it has started
                 raise RuntimeError("a non-streamed message's request did not start")
@@ -113,4 +113,4 @@ def register(app: Any, api: Api) -> None:
     async def count_tokens(request: Request) -> dict[str, int]:
         req = await parse(request, CountRequest)
         api.check_model(req.model)
-        return {"input_tokens": await api.count(chat_request(req, api.traits.thinking_switch))}
+        return {"input_tokens": await api.count(chat_spec(req, api.traits.thinking_switch))}

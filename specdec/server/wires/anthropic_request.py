@@ -1,5 +1,5 @@
 """Anthropic's Messages request (``/v1/messages``, ``/v1/messages/count_tokens``) mapped to
-the engine's request value, a ``ChatCompletionRequest``: a pure translation.
+the engine's request value, a ``ChatSpec``, directly: a pure translation.
 
 Contract: the messages map to the chat messages /v1/chat/completions would take, minus
 Claude Code's per-run billing header block (stable prompts and prefix-cache hits); custom
@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..engine.schemas import MAX_STOPS, ChatCompletionRequest
-from ..http.errors import APIError, validation_error
+from ..engine.spec import MAX_STOPS, Asked, ChatSpec
+from ..http.errors import APIError
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 
@@ -203,7 +203,7 @@ def _messages(req: CountRequest) -> list[dict[str, Any]]:
 
 def _tools(req: CountRequest) -> dict[str, Any]:
     """Custom tools as OpenAI function tools (server tools run at Anthropic: dropped)."""
-    tools = []
+    tools: list[dict[str, Any]] = []
     for i, t in enumerate(req.tools or []):
         if t.get("type", "custom") not in ("custom", None):
             continue
@@ -212,9 +212,9 @@ def _tools(req: CountRequest) -> dict[str, Any]:
         except ValidationError as e:
             raise APIError(400, f"tools[{i}]: {e.errors()[0]['msg']} (a tool has name, "
                            "description, input_schema)", param="tools") from None
-        tools.append({"type": "function", "function": {
-            "name": tool.name, "description": tool.description, "parameters": tool.input_schema}})
-    out: dict[str, Any] = {"tools": tools} if tools else {}
+        fn = {"name": tool.name, "description": tool.description, "parameters": tool.input_schema}
+        tools.append({"type": "function", "function": {k: v for k, v in fn.items() if v is not None}})
+    out: dict[str, Any] = {"tools": tuple(tools)}
     choice = req.tool_choice
     if choice is not None and (tools or choice.type != "auto"):
         out["tool_choice"] = ({"type": "function", "function": {"name": choice.name or ""}}
@@ -225,28 +225,25 @@ def _tools(req: CountRequest) -> dict[str, Any]:
     return out
 
 
-def chat_request(req: CountRequest, thinking_switch: bool) -> ChatCompletionRequest:
-    """The chat request ``req`` maps to (``max_tokens`` a ceiling: ``Api.queue(fit=True)``)."""
-    body: dict[str, Any] = {"model": req.model, "messages": _messages(req), **_tools(req)}
-    if req.thinking is not None and thinking_switch:
-        body["chat_template_kwargs"] = {"enable_thinking": req.thinking.type != "disabled"}
-    if isinstance(req, MessagesRequest):
-        body["max_tokens"] = req.max_tokens
-        stops = req.stop_sequences or None
-        if stops and (len(stops) > MAX_STOPS or "" in stops):
-            raise APIError(400, f"stop_sequences takes 1 to {MAX_STOPS} non-empty strings here",
-                           param="stop_sequences")
-        body.update({k: v for k, v in (("temperature", req.temperature), ("top_p", req.top_p),
-                                        ("top_k", req.top_k), ("stop", stops)) if v is not None})
-        fmt = req.output_config.format if req.output_config else None
-        if fmt is not None:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": "output", "schema": fmt.schema_}}
-        body.update({k: v for k, v in (("speculative", req.speculative), ("cache_salt", req.cache_salt),
-                                        ("store", req.store)) if v is not None})
-        if stops:  # each token's text shows which stop string ended the reply (``Blocks``)
-            body["logprobs"] = True
-    try:
-        return ChatCompletionRequest.model_validate(body)
-    except ValidationError as e:
-        raise validation_error(list(e.errors())) from None
+def _sampling(req: MessagesRequest) -> dict[str, Any]:
+    """The limits, sampling and outputs a Messages request asks for."""
+    stops = tuple(req.stop_sequences or ())
+    if stops and (len(stops) > MAX_STOPS or "" in stops):
+        raise APIError(400, f"stop_sequences takes 1 to {MAX_STOPS} non-empty strings here",
+                       param="stop_sequences")
+    fmt = req.output_config.format if req.output_config else None
+    return {"max_tokens": req.max_tokens, "fit": True,  # a ceiling: fitted to the room
+            "sampling": Asked(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k),
+            "stop": stops, "logprobs": bool(stops),  # each token's text shows which stop ended it
+            "response_format": None if fmt is None else {
+                "type": "json_schema", "json_schema": {"name": "output", "schema": fmt.schema_}},
+            "speculative": req.speculative, "cache_salt": req.cache_salt, "store": req.store is not False}
+
+
+def chat_spec(req: CountRequest, thinking_switch: bool) -> ChatSpec:
+    """The engine's request value ``req`` maps to (a count request: its prompt only)."""
+    template = ({"enable_thinking": req.thinking.type != "disabled"}
+                if req.thinking is not None and thinking_switch else {})
+    more = _sampling(req) if isinstance(req, MessagesRequest) else {}
+    return ChatSpec(req.model, messages=tuple(_messages(req)), template_kwargs=template,
+                    **_tools(req), **more)

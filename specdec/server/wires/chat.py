@@ -2,8 +2,8 @@
 Server-Sent Events ending with ``data: [DONE]``), a translation of ``Api.chat``'s stream.
 
 Contract: the body is read by ``body.read_json`` (the one reader: every wire's 400s for bad
-JSON, depth, NaN, lone surrogates) and checked by its pydantic model (``schemas``); the
-request runs as it is (the chat request is the engine's request value); a request that
+JSON, depth, NaN, lone surrogates) and checked by its pydantic model (``chat_schemas``); the
+request runs as the ``ChatSpec`` its ``.spec`` maps it to (the engine's request value); a request that
 ends before its first token answers with its error status (or 499 once the client left).
 Tests: tests/server/test_app.py, tests/server/test_api.py, tests/server/test_body.py."""
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..engine.events import DoneEvent, ErrorEvent, NoTokens, TokenEvent
-from ..engine.schemas import ChatCompletionRequest, CompletionRequest
+from .chat_schemas import ChatCompletionRequest, CompletionRequest
 from ..http.body import read_json
 from ..http.errors import APIError, validation_error
 
@@ -55,7 +55,7 @@ async def complete(api: Api, request: Request,
                    body: ChatCompletionRequest | CompletionRequest) -> Response:
     """One chat or text completion, whole or streamed."""
     try:
-        run = await api.first(await api.queue(request, body))
+        run = await api.first(await api.queue(request, body.spec(api.traits.thinking_switch)))
     except NoTokens as e:
         return answer_without_tokens(e.event)
     if not body.stream:

@@ -23,7 +23,7 @@ from ..http.errors import APIError
 from .ollama_models import model_card, now, show
 from .ollama_request import ChatBody, GenerateBody, ShowBody, Surface, read_body
 from .ollama_stream import Piece, Shape, chat_fields, generate_fields, ndjson_lines, whole_answer
-from ..engine.schemas import ChatCompletionRequest, CompletionRequest
+from ..engine.spec import ChatSpec
 
 if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
     from ..engine.api import Api
@@ -39,12 +39,12 @@ NEVER = "2318-01-01T00:00:00Z"  # the model stays loaded as long as the server r
 # -- routes --------------------------------------------------------------------------------
 
 
-async def _run(api: Api, request: Request, body: ChatCompletionRequest | CompletionRequest,
+async def _run(api: Api, request: Request, spec: ChatSpec,
                name: str, stream: bool, shape: Shape, started: float) -> Response:
-    """``body`` through ``api.chat`` (a ``CompletionRequest`` runs there as well: the
-    chunks then carry ``text``), answered whole or as NDJSON."""
+    """``spec`` through ``api.chat`` (a text completion runs there as well: the chunks
+    then carry ``text``), answered whole or as NDJSON."""
     try:
-        chunks = await api.chat(request, body)
+        chunks = await api.chat(request, spec)
     except NoTokens:
         return Response(status_code=499)  # the client left before the first token
     if not stream:
@@ -72,7 +72,7 @@ def register(app: Any, api: Api) -> None:
         name = s.model(body.model)
         if not body.messages:
             return _loaded(body.model, chat_fields)
-        return await _run(api, request, s.chat_request(body, name), body.model, body.stream,
+        return await _run(api, request, s.chat_spec(body, name), body.model, body.stream,
                           chat_fields, started)
 
     @app.post("/api/generate")
@@ -82,7 +82,7 @@ def register(app: Any, api: Api) -> None:
         name = s.model(body.model)
         if not body.prompt and not body.system:
             return _loaded(body.model, generate_fields)
-        return await _run(api, request, s.generate_request(body, name), body.model, body.stream,
+        return await _run(api, request, s.generate_spec(body, name), body.model, body.stream,
                           generate_fields, started)
 
     @app.get("/api/tags")

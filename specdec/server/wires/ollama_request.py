@@ -1,6 +1,6 @@
 """Ollama's request bodies (/api/chat, /api/generate, /api/show) and their translation onto
-one ``ChatCompletionRequest`` (a ``CompletionRequest`` for raw generate, or a model without
-a chat template): calls get ids, ``tool`` messages answer the calls before them in order (or
+the engine's request value, a ``ChatSpec`` (a chat; a text completion for raw generate, or a
+model without a chat template), checked as the engine will check it: calls get ids, ``tool`` messages answer the calls before them in order (or
 by ``tool_call_id`` / ``tool_name``), omitted options keep the server's defaults. A 400 names
 the field as the client sent it (``RENAMES``). Tests: tests/server/test_ollama_request.py.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING, TypeVar
+from typing import Any, TYPE_CHECKING
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
@@ -18,13 +18,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..http.body import read_json
 from ..http.errors import APIError, validation_error
-from ..engine.schemas import ChatCompletionRequest, CompletionRequest
+from ..engine.spec import Asked, ChatSpec, check_spec
 
 if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
     from ..engine.api import Api
 
-_M = TypeVar("_M", bound=BaseModel)
-# ChatCompletionRequest's names -> Ollama's, for 400 messages that name what was sent
+# the engine's (chat body's) names -> Ollama's, for 400 messages that name what was sent
 RENAMES = {"max_tokens": "options.num_predict", "repetition_penalty": "options.repeat_penalty",
            "response_format": "format", "chat_template_kwargs": "think",
            **{k: f"options.{k}" for k in ("temperature", "top_p", "top_k", "min_p", "seed", "stop",
@@ -118,17 +117,17 @@ def _invalid(e: ValidationError) -> APIError:
     return validation_error([{**d, "loc": ("body", *d["loc"])} for d in e.errors()])
 
 
-# -- requests: Ollama's -> ChatCompletionRequest / CompletionRequest -----------------------
+# -- requests: Ollama's -> the engine's ChatSpec -------------------------------------------
 
 
 def _sampling(body: _Generation) -> dict[str, Any]:
+    """Ollama's options as the spec's limits and sampling (negative: no limit, unseeded)."""
     o = body.options or Options()
-    out = {"max_tokens": o.num_predict if o.num_predict and o.num_predict > 0 else None,
-           "seed": o.seed if o.seed is not None and o.seed >= 0 else None, "stop": o.stop or None,
-           "repetition_penalty": o.repeat_penalty, "temperature": o.temperature, "top_p": o.top_p,
-           "top_k": o.top_k, "min_p": o.min_p, "presence_penalty": o.presence_penalty,
-           "frequency_penalty": o.frequency_penalty}
-    return {k: v for k, v in out.items() if v is not None}
+    seed = o.seed if o.seed is not None and o.seed >= 0 else None
+    return {"max_tokens": o.num_predict if o.num_predict and o.num_predict > 0 else None,
+            "stop": tuple([o.stop] if isinstance(o.stop, str) else o.stop or ()),
+            "sampling": Asked(o.temperature, o.top_p, o.top_k, o.min_p, seed, o.repeat_penalty,
+                              o.presence_penalty, o.frequency_penalty)}
 
 
 def _response_format(fmt: str | dict | None) -> dict[str, Any] | None:
@@ -188,32 +187,38 @@ def _answered(open_calls: list[tuple[str, str]], m: Message, i: int) -> str:
     return pick[0]
 
 
-def _tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+def _tools(tools: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...]:
     """OpenAI function tools (Ollama's are the same shape; only the known keys pass)."""
     if not tools:  # the Python client sends [] when there are none
-        return None
+        return ()
     keep = ("name", "description", "parameters", "strict")
     for i, t in enumerate(tools):
         if not isinstance(t.get("function"), dict):
             raise APIError(400, f"tools[{i}].function: a tool is {{\"type\": \"function\", "
                            "\"function\": {\"name\": ..., \"parameters\": ...}}",
                            param=f"tools[{i}].function")
-    return [{"type": t.get("type", "function"),
-             "function": {k: v for k, v in t["function"].items() if k in keep}}
-            for t in tools]
+    return tuple({"type": t.get("type", "function"),
+                  "function": {k: v for k, v in t["function"].items() if k in keep}}
+                 for t in tools)
 
 
-def _validated(model_cls: type[_M], payload: dict[str, Any]) -> _M:
-    try:
-        return model_cls.model_validate(payload)
-    except ValidationError as e:
-        err = _invalid(e)
+def _renamed(err: APIError) -> APIError:
+    """``err`` naming the field as the client sent it (``RENAMES``)."""
     param = err.param or ""
     head, _, rest = param.partition(".")
-    if head in RENAMES:  # name the field as the client sent it
+    if head in RENAMES:
         new = RENAMES[head] + (f".{rest}" if rest else "")
         err.message, err.param = err.message.replace(param, new, 1), new
-    raise err
+    return err
+
+
+def _checked(spec: ChatSpec) -> ChatSpec:
+    """``spec`` as the engine will check it, its 400s naming Ollama's fields."""
+    try:
+        check_spec(spec)
+    except APIError as e:
+        raise _renamed(e) from None
+    return spec
 
 
 @dataclass(frozen=True)
@@ -233,24 +238,26 @@ class Surface:
         return name
 
     def think(self, think: bool | str | None) -> dict[str, Any]:
-        """``think`` as the template's ``enable_thinking`` (400 for a model that cannot)."""
+        """``think`` as the template's variables: ``enable_thinking`` (400 for a model that
+        cannot think)."""
         on = think not in (None, False, "")
         if on and not self.thinks:
             raise APIError(400, f"{self.api.cfg.model_id!r} does not support thinking: omit "
                            "think or send false", param="think")
         if think is None or not self.thinking_switch:
             return {}
-        return {"chat_template_kwargs": {"enable_thinking": on}}
+        return {"enable_thinking": on}
 
-    def chat_request(self, body: ChatBody, name: str) -> ChatCompletionRequest:
-        payload = {"model": name, "messages": _history(body.messages), "tools": _tools(body.tools),
-                   "response_format": _response_format(body.format), **_sampling(body),
-                   **self.think(body.think), **_logprobs_asked(body), **_extensions(body)}
-        return _validated(ChatCompletionRequest,
-                          {k: v for k, v in payload.items() if v is not None})
+    def chat_spec(self, body: ChatBody, name: str) -> ChatSpec:
+        """The engine's request value an /api/chat body maps to."""
+        return _checked(ChatSpec(name, messages=tuple(_history(body.messages)), tools=_tools(body.tools),
+                                 response_format=_response_format(body.format),
+                                 template_kwargs=self.think(body.think), **_sampling(body),
+                                 **_logprobs_asked(body), **_extensions(body)))
 
-    def generate_request(self, body: GenerateBody,
-                         name: str) -> ChatCompletionRequest | CompletionRequest:
+    def generate_spec(self, body: GenerateBody, name: str) -> ChatSpec:
+        """The engine's request value an /api/generate body maps to (a chat with the
+        template; a text completion when ``raw`` or without one)."""
         _no_images(body.images, "")
         for key, what in (("suffix", "fill-in-the-middle (suffix)"),
                           ("template", "a template override (the model's own is used)"),
@@ -260,7 +267,7 @@ class Surface:
         if not body.raw and self.has_template:
             messages = ([Message(role="system", content=body.system)] if body.system else []) \
                 + [Message(role="user", content=body.prompt or "")]
-            return self.chat_request(ChatBody(model=body.model, messages=messages, format=body.format, options=body.options,
+            return self.chat_spec(ChatBody(model=body.model, messages=messages, format=body.format, options=body.options,
                 think=body.think, logprobs=body.logprobs, top_logprobs=body.top_logprobs,
                 speculative=body.speculative, cache_salt=body.cache_salt, store=body.store), name)
         why = "raw" if body.raw else "this model has no chat template, so"
@@ -268,17 +275,17 @@ class Surface:
             if value:
                 raise APIError(400, f"{key} needs the chat template, and {why} the prompt goes "
                                f"to the model as it is: omit {key}", param=key)
-        extra = {"logprobs": body.top_logprobs or 0} if body.logprobs else {}
-        return _validated(CompletionRequest, {"model": name, "prompt": body.prompt or "",
-                                              **_sampling(body), **extra, **_extensions(body)})
+        if body.logprobs and (body.top_logprobs or 0) > 5:  # as on /v1/completions
+            raise APIError(400, "top_logprobs: a raw prompt's tokens have at most 5 "
+                           "alternatives each", param="top_logprobs")
+        return _checked(ChatSpec(name, prompt=body.prompt or "", **_sampling(body),
+                                 **_logprobs_asked(body), **_extensions(body)))
 
 
 def _extensions(body: _Generation) -> dict[str, Any]:
-    return {k: v for k, v in (("speculative", body.speculative), ("cache_salt", body.cache_salt),
-                              ("store", body.store)) if v is not None}
+    return {"speculative": body.speculative, "cache_salt": body.cache_salt,
+            "store": body.store is not False}
 
 
 def _logprobs_asked(body: _Generation) -> dict[str, Any]:
-    if not body.logprobs:
-        return {}
-    return {"logprobs": True, "top_logprobs": body.top_logprobs}
+    return {"logprobs": True, "top_logprobs": body.top_logprobs or 0} if body.logprobs else {}

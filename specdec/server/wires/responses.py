@@ -28,7 +28,7 @@ from ..engine.events import NoTokens
 from ..http.body import read_json
 from ..http.errors import APIError, validation_error
 from .responses_events import Folder, skeleton
-from .responses_input import (ResponsesRequest, chat_body, chat_messages, input_items,
+from .responses_input import (ResponsesRequest, chat_messages, chat_spec, input_items,
                                      map_tools)
 from ..http.middleware import TENANT_SCOPE_KEY
 from .responses_store import ResponseStore, Stored
@@ -79,8 +79,7 @@ async def start_turn(request: Request, api: Api, store: ResponseStore) -> tuple[
         raise APIError(400, "input is empty: send a string or a list of message items",
                        param="input")
     tools = map_tools(req.tools)
-    body = chat_body(req, raw, messages, tools)
-    chunks = await api.chat(request, body)
+    chunks = await api.chat(request, chat_spec(req, messages, tools, api.traits.thinking_switch))
     folder = Folder(skeleton(req, api.cfg.model_id, tools), tools.spaces)
     return Turn(folder, chunks, earlier, new_items, store if req.store else None, tenant), req.stream
 

@@ -1,5 +1,5 @@
 """The Responses API's request: ``input`` items, ``tools``, ``tool_choice``, ``text.format``
-and options translated onto one ``ChatCompletionRequest`` (``namespace`` tools flattened to
+and options translated onto the engine's request value, a ``ChatSpec`` (``namespace`` tools flattened to
 ``<namespace>__<name>``; tools this server cannot run dropped and listed in ``ToolMap``).
 Every rejection is a 400 naming the offending field. Tests: tests/server/test_responses_input.py.
 """
@@ -9,18 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..http.errors import APIError, validation_error
+from ..engine.spec import Asked, ChatSpec
+from ..http.errors import APIError
 from .responses_store import ResponseStore
-from ..engine.schemas import ChatCompletionRequest
 
 MAX_REFERENCES = 1000  # item_reference items in one request (each an index lookup)
 ROLES = ("user", "assistant", "system", "developer")
 TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
-# chat-request extensions a Responses request may carry too (sampling, speculation)
-PASSTHROUGH = ("seed", "top_k", "min_p", "stop", "repetition_penalty", "presence_penalty",
-               "frequency_penalty", "speculative", "chat_template_kwargs", "cache_salt")
 
 
 class ResponsesRequest(BaseModel):
@@ -42,6 +39,17 @@ class ResponsesRequest(BaseModel):
     store: bool = True
     previous_response_id: str | None = None
     metadata: dict[str, Any] | None = None
+    # chat-request extensions a Responses request may carry too (their ranges: the engine's)
+    seed: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    stop: str | list[str] | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    speculative: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    cache_salt: str | None = None
 
 def _bad(where: str, message: str) -> APIError:
     return APIError(400, f"{where}: {message}", param=where)
@@ -174,25 +182,36 @@ def map_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def chat_body(req: ResponsesRequest, raw: dict[str, Any], messages: list[dict[str, Any]],
-              tools: ToolMap) -> ChatCompletionRequest:
-    body: dict[str, Any] = {"model": req.model, "messages": messages}
-    options = {"max_tokens": req.max_output_tokens, "temperature": req.temperature,
-               "top_p": req.top_p, "tools": tools.functions or None,
-               "tool_choice": map_choice(req.tool_choice, tools),
-               "parallel_tool_calls": req.parallel_tool_calls,
-               "response_format": map_format(req.text)}
+EFFORTS = ("none", "minimal", "low", "medium", "high")  # chat's reasoning_effort values
+
+
+def _template_kwargs(req: ResponsesRequest, thinking_switch: bool) -> dict[str, Any]:
+    """The template's variables: ``chat_template_kwargs``, and ``reasoning.effort`` none or
+    minimal turning a thinking switch off (as ``reasoning_effort`` on chat completions)."""
     effort = (req.reasoning or {}).get("effort")
-    if effort is not None:
-        options["reasoning_effort"] = "high" if effort == "xhigh" else effort
-    body.update({k: v for k, v in options.items() if v is not None})
-    body.update({k: raw[k] for k in PASSTHROUGH if k in raw})
-    if not req.store:  # kept out of the shared drafting memory too, as on chat completions
-        body["store"] = False
-    try:
-        return ChatCompletionRequest.model_validate(body)
-    except ValidationError as e:
-        raise validation_error(list(e.errors())) from None
+    effort = "high" if effort == "xhigh" else effort
+    if effort is not None and effort not in EFFORTS:
+        raise _bad("reasoning.effort", f"effort must be one of {', '.join(EFFORTS)} or xhigh")
+    out = dict(req.chat_template_kwargs or {})
+    if thinking_switch and effort in ("none", "minimal"):
+        out.setdefault("enable_thinking", False)
+    return out
+
+
+def chat_spec(req: ResponsesRequest, messages: list[dict[str, Any]], tools: ToolMap,
+              thinking_switch: bool) -> ChatSpec:
+    """The engine's request value a Responses request maps to (its ranges and tool
+    history are the engine's to check: ``check_spec``)."""
+    asked = Asked(req.temperature, req.top_p, req.top_k, req.min_p, req.seed,
+                  req.repetition_penalty, req.presence_penalty or 0.0, req.frequency_penalty or 0.0)
+    stop = [req.stop] if isinstance(req.stop, str) else req.stop or []
+    return ChatSpec(req.model, messages=tuple(messages), tools=tuple(tools.functions),
+                    tool_choice=map_choice(req.tool_choice, tools),
+                    parallel_tool_calls=req.parallel_tool_calls,
+                    template_kwargs=_template_kwargs(req, thinking_switch),
+                    response_format=map_format(req.text), max_tokens=req.max_output_tokens,
+                    sampling=asked, stop=tuple(stop), speculative=req.speculative,
+                    cache_salt=req.cache_salt, store=req.store)
 
 
 def input_items(req: ResponsesRequest, store: ResponseStore,

@@ -9,8 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .speculative import unsupported
-from .tool_schemas import Strict, ToolCallIn, message_problem, part_problem, schema_problem
+from .tool_schemas import Strict, unsupported, ToolCallIn, message_problem, part_problem, schema_problem
 
 
 class TextPart(Strict):

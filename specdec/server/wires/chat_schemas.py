@@ -1,11 +1,12 @@
-"""Request bodies of the OpenAI-compatible API, validated at the boundary (pydantic).
+"""Request bodies of the OpenAI-compatible API (the chat wire's own), validated at the boundary
+(pydantic), and the ``ChatSpec`` each asks the engine for (``.spec``).
 
 Contract: ``ChatCompletionRequest`` and ``CompletionRequest`` take OpenAI's parameters with its
 names, types and ranges, plus ``speculative``, ``top_k``, ``min_p``, ``repetition_penalty``,
 ``tools``/``tool_choice``, ``chat_template_kwargs``. Strict: wrong types and unknown
 parameters are errors; unimplemented ones only at their neutral value; parameters that
 change nothing locally are ignored from one list (``IGNORED_PARAMS``). ``speculative`` is
-``speculative.SpeculativeOptions``. Tokenizer checks come later (``api.Api``).
+``spec.options.SpeculativeOptions``. Tokenizer checks come later (``engine.admission``).
 Tests: tests/server/test_app.py, tests/server/test_schemas.py. Details:
 docs/batching-and-server.md#request-schemas."""
 
@@ -15,13 +16,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ...toolcall.prompt import template_messages
-from .messages import ChatMessage, ResponseFormat, TextPart, template_message
-from .speculative import SpeculativeOptions, unsupported
-from .tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem
-
-MAX_STOPS = 4
-MAX_STOP_CHARS = 256  # each stop string: the stop matcher holds back this much text
+from ..engine.spec import Asked, ChatSpec, stop_problem, template_problem
+from ..engine.spec.messages import ChatMessage, ResponseFormat, TextPart, template_message
+from ..engine.spec.options import SpeculativeOptions
+from ..engine.spec.tool_schemas import MAX_TOOLS, Strict, ToolChoice, ToolDef, request_problem, unsupported
 
 
 class StreamOptions(Strict):
@@ -85,14 +83,6 @@ class IgnoredChatParams(IgnoredParams):
 
 IGNORED_PARAMS = tuple(IgnoredChatParams.model_fields) + ("stream_options.include_obfuscation",)
 
-# apply_chat_template's own arguments: chat_template_kwargs may not set them
-TEMPLATE_RESERVED = frozenset((
-    "conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
-    "continue_final_message", "tokenize", "sanitize_control_tokens", "padding", "truncation",
-    "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
-    "tokenizer_kwargs"))
-
-
 class ChatTemplateOptions(IgnoredChatParams):
     """``chat_template_kwargs`` (an extension, as vLLM's and SGLang's): variables the chat
     template reads, e.g. ``{"enable_thinking": false}``; and ``reasoning_effort``'s one
@@ -104,10 +94,9 @@ class ChatTemplateOptions(IgnoredChatParams):
     @field_validator("chat_template_kwargs")
     @classmethod
     def _template_names(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        for key in v or {}:
-            if not key.isidentifier() or key in TEMPLATE_RESERVED:
-                raise unsupported(f"chat_template_kwargs: {key!r} is not a template variable "
-                                   "this server lets a request set")
+        problem = template_problem(v or {})
+        if problem:
+            raise unsupported(problem)
         return v
 
     def template_kwargs(self, thinking_switch: bool) -> dict[str, Any]:
@@ -154,10 +143,9 @@ class _Sampling(IgnoredParams):
         stops = [v] if isinstance(v, str) else v
         if stops is None:
             return None
-        if len(stops) > MAX_STOPS or any(s == "" for s in stops):
-            raise unsupported(f"stop takes 1 to {MAX_STOPS} non-empty strings")
-        if any(len(s) > MAX_STOP_CHARS for s in stops):
-            raise unsupported(f"each stop string may have at most {MAX_STOP_CHARS} characters")
+        problem = stop_problem(stops)
+        if problem:
+            raise unsupported(problem)
         return stops
 
     @field_validator("n")
@@ -185,6 +173,19 @@ class _Sampling(IgnoredParams):
     def token_bias(self) -> dict[int, float]:
         """``logit_bias`` with integer token ids (empty when unset)."""
         return {int(k): b for k, b in (self.logit_bias or {}).items()}
+
+    def _spec_fields(self) -> dict[str, Any]:
+        """What both endpoints hand the engine besides the prompt (``ChatSpec``'s fields)."""
+        asked = Asked(self.temperature, self.top_p, self.top_k, self.min_p, self.seed,
+                      self.repetition_penalty, self.presence_penalty, self.frequency_penalty,
+                      self.token_bias())
+        return dict(model=self.model, max_tokens=self.requested_max_tokens(), sampling=asked,
+                    stop=tuple(self.stops or ()), cache_salt=self.cache_salt,
+                    speculative=self.speculative.model_dump() if self.speculative else None,
+                    store=self.store is not False)
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> Any:
@@ -223,9 +224,18 @@ class ChatCompletionRequest(_Sampling, ChatTemplateOptions):
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
-    def chat_messages(self) -> list[dict[str, Any]]:
-        # "developer" is OpenAI's newer name for the system role
-        return template_messages([template_message(m) for m in self.messages])
+    def spec(self, thinking_switch: bool) -> ChatSpec:
+        """The engine's request value this body asks for (``thinking_switch``: the template
+        reads ``enable_thinking``; see ``template_kwargs``)."""
+        choice = self.tool_choice
+        return ChatSpec(
+            messages=tuple(template_message(m) for m in self.messages),
+            tools=tuple(t.model_dump(exclude_none=True) for t in self.tools or ()),
+            tool_choice=choice if choice is None or isinstance(choice, str) else choice.model_dump(),
+            parallel_tool_calls=self.parallel_tool_calls,
+            template_kwargs=self.template_kwargs(thinking_switch),
+            response_format=self.response_format.as_dict() if self.response_format else None,
+            logprobs=self.logprobs, top_logprobs=self.top_logprobs or 0, **self._spec_fields())
 
 
 class CompletionRequest(_Sampling):
@@ -252,5 +262,12 @@ class CompletionRequest(_Sampling):
             raise unsupported(f"{info.field_name}={v!r} is not implemented here; omit it")
         return v
 
-    def requested_max_tokens(self) -> int | None:
-        return self.max_tokens
+    def spec(self, thinking_switch: bool = False) -> ChatSpec:
+        """The engine's request value this body asks for (a text completion)."""
+        given = self.prompt
+        prompt: str | tuple[int, ...] = (
+            tuple(t for t in given if isinstance(t, int))
+            if isinstance(given, list) and given and isinstance(given[0], int) else
+            given if isinstance(given, str) else str(given[0]))  # one text in a list
+        return ChatSpec(prompt=prompt, logprobs=self.logprobs is not None,
+                        top_logprobs=self.logprobs or 0, **self._spec_fields())

@@ -50,6 +50,11 @@ def schema_problem(schema: Any, where: str) -> str | None:
     return None
 
 
+def unsupported(message: str) -> PydanticCustomError:
+    """A validation error whose message is the whole message (a 400 says it as it is)."""
+    return PydanticCustomError("unsupported_value", message)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
