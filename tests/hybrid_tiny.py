@@ -49,10 +49,14 @@ CONFIGS = {
                              shared_intermediate_size=128, **_MAMBA),
 }
 ARCHS = list(CONFIGS)
+# not hybrid, so not in ARCHS: a tiny directory of an architecture mlx.distributed can shard
+# (tests/test_distributed.py serves it instead of loading a real model on each rank)
+PLAIN = {"qwen2": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                       num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5)}
 
 
 def config(arch: str) -> dict:
-    return dict(CONFIGS[arch], model_type=arch, vocab_size=VOCAB)
+    return dict(CONFIGS[arch] if arch in CONFIGS else PLAIN[arch], model_type=arch, vocab_size=VOCAB)
 
 
 def build(arch: str, seed: int = 0, scale: float = 0.5):

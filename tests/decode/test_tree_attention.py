@@ -440,8 +440,10 @@ def test_auto_budget_counts_the_drafters_own_cost(tmp_path, monkeypatch):
 # ---- the real tree drafters on real weights -----------------------------------------------
 @pytest.mark.slow
 @requires_model("smollm2-135m")
-@pytest.mark.parametrize("draft_type,budget", [("ngram", 12), ("suffix", "auto"),
-                                               ("ngram,suffix", "auto")])
+# suffix alone with "auto" is not a case of its own: the chain builds the suffix drafter's
+# tree every step and merges it with the trie's (drafters/chain.py propose_tree), under the
+# same shaper; it cost 20 s of real decoding and showed nothing the chain does not
+@pytest.mark.parametrize("draft_type,budget", [("ngram", 12), ("ngram,suffix", "auto")])
 def test_real_tree_drafters_equal_plain_decoding_smollm(draft_type, budget, tmp_path, monkeypatch):
     """The ngram all-matches trie, the suffix best-first tree and their merged chain,
     with a fixed budget and with the per-step shaper: identical to plain decoding, and

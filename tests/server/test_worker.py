@@ -82,6 +82,7 @@ def test_serve_defaults_concurrent_and_multi_turn(server):
     assert server.health()["status"] == "ok"
 
 
+@pytest.mark.slow  # shares the slow test's server; alone it would start one (~10 s) in test-fast
 def test_a_tree_request_on_a_hybrid_is_a_400(server):
     """Issue #35: a request's own tree budget is refused with the one message (it failed
     when its job started), and the server goes on answering."""
@@ -116,9 +117,10 @@ def test_a_model_that_cannot_roll_back_serves_plain(caplog):
     assert isinstance(w.drafter_for(None), NoDrafter)
 
 
-@pytest.mark.parametrize("argv", [["generate", "--draft-tree-budget", "4", "--prompt", "abc"],
-                                  ["generate", "--draft-tree-budget", "auto", "--prompt", "abc"],
-                                  ["serve", "--draft-tree-budget", "4", "--port", "1"]])
+@pytest.mark.parametrize("argv", [["serve", "--draft-tree-budget", "4", "--port", "1"], *(
+    pytest.param(a, marks=pytest.mark.slow)  # a subprocess each (~4 s): one case stays fast
+    for a in (["generate", "--draft-tree-budget", "4", "--prompt", "abc"],
+              ["generate", "--draft-tree-budget", "auto", "--prompt", "abc"]))])
 def test_tree_flags_on_a_hybrid_are_refused_at_start(model_dir, argv):
     """Issue #35: token trees on a hybrid target stop with the one message saying what to do
     (``auto`` crashed measuring a tree step; ``serve`` started and failed every request; it
