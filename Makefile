@@ -55,18 +55,12 @@ install-peers: install-dev
 demo: install
 	$(PY) -m specdec generate --compare --verbose
 
-# One OpenBLAS thread per process: the tests' matmuls are small and a server subprocess often
-# runs beside pytest, so on 2 cores a second BLAS thread mostly spins and yields (27 % of
-# CI's CPU was kernel time). On tests/core/test_sampling.py + the gemma parity test:
-# user 129 s either way, sys 39.5 s -> 9.4 s (issue #45 item 5).
-TEST_ENV = OPENBLAS_NUM_THREADS=1 LD_PRELOAD="$(BLAS)"
-
 test: install-dev install-agents
-	$(TEST_ENV) $(PY) -m pytest -q --durations=30
+	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q --durations=30
 
 typecheck:
 	$(PY) -m mypy specdec
 
 test-fast: install-dev
 	$(MAKE) --no-print-directory typecheck
-	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" --durations=30
+	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow" --durations=30
