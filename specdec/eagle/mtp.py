@@ -28,7 +28,8 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-from ..core.arrays import load_arrays, scalar_int
+from ..core.arrays import load_arrays, scalar_float, scalar_int
+from .head import Draft
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class MtpHead(nn.Module):
         self.pre_fc_norm_hidden = nn.RMSNorm(h, eps=eps)
         self.norm = nn.RMSNorm(h, eps=eps)
         self.shared = Shared(text.model.embed_tokens, output_head(target), final_hidden(target))
+        self.hidden_size, self.vocab_size = h, args.vocab_size  # what ``measure.head_cost`` feeds
 
     def step(self, tokens: mx.array, hidden: mx.array, mask: Any, cache: KVCache) -> mx.array:
         """``tokens`` (1, T) after positions whose hidden states are ``hidden`` (1, T, H) -> the
@@ -118,7 +120,13 @@ class MtpHead(nn.Module):
     def make_cache(self) -> list[KVCache]:
         return [KVCache()]
 
-    def draft(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array, k: int) -> list[int]:
+    def feed(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array) -> list[mx.array]:
+        """Feed verified positions without drafting (``draft``'s first step alone); returns the
+        cache's arrays, for the caller to evaluate (in the target forward's sync, or its own)."""
+        self.step(tokens, hidden, create_attention_mask(hidden, cache[0]), cache[0])
+        return list(cache[0].state)
+
+    def draft(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array, k: int) -> Draft:
         """Feed n verified positions and draft ``k`` tokens greedily, recursively on its own output.
 
         ``hidden`` (1, n, H): the target's normed last hidden state at the n positions; ``tokens``
@@ -128,15 +136,17 @@ class MtpHead(nn.Module):
             raise ValueError(f"hidden {hidden.shape} and tokens {tokens.shape} must cover the same "
                              "n >= 1 positions.")
         h = self.step(tokens, hidden, create_attention_mask(hidden, cache[0]), cache[0])[:, -1:]
-        out = []
+        out, lps = [], []
         for i in range(k):
-            tok = mx.argmax(self.shared.head(h)[0, -1])
+            logp = nn.log_softmax(self.shared.head(h)[0, -1].astype(mx.float32))
+            tok = mx.argmax(logp)
             out.append(tok)
+            lps.append(logp[tok])
             if i + 1 < k:
                 h = self.step(tok.reshape(1, 1), h, None, cache[0])
-        mx.eval(out)
+        mx.eval(out, lps)
         cache[0].trim(k - 1)
-        return [scalar_int(t) for t in out]
+        return Draft([scalar_int(t) for t in out], [scalar_float(v) for v in lps])
 
 
 def layout_of(target: nn.Module) -> Layout:
