@@ -1,6 +1,6 @@
 """Native multi-token-prediction (MTP) heads as Qwen3-Next / Qwen3.5 / 3.6 (``mtp.*``), MiMo
-(``model.mtp_layers.*``) and DeepSeek-V3 (``model.layers.{n}.*``) checkpoints ship them (mlx-lm's ``sanitize`` drops them), read from the
-original checkpoint (``Layout``: each family's names).
+(``model.mtp_layers.*``) and DeepSeek-V3 (``model.layers.{n}.*``) checkpoints ship them (mlx-lm's
+``sanitize`` drops them), read from the original checkpoint (``Layout``: each family's names).
 
 The block (Qwen3-Next's published maths; vLLM's and SGLang's MTP models compute the same):
 ``h' = norm(layer(fc(concat(pre_fc_norm_embedding(embed(t_next)), pre_fc_norm_hidden(h)))))``,
@@ -116,7 +116,8 @@ class MtpHead(nn.Module):
         if idx is None:
             raise MtpFormatError("the target has no full-attention layer to model the MTP layer on.")
         h, eps = args.hidden_size, args.rms_norm_eps
-        cls = type(layers[min(idx, len(layers) - 1)])  # Qwen's layers take their index (linear or not), MiMo's do not
+        # Qwen's and DeepSeek's layers take their index (linear or not, MoE or not), MiMo's do not
+        cls = type(layers[min(idx, len(layers) - 1)])
         self.layers = [cls(args, idx) if len(inspect.signature(cls).parameters) > 1 else cls(args)]
         self.fc = nn.Linear(2 * h, h, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(h, eps=eps)
@@ -143,7 +144,7 @@ class MtpHead(nn.Module):
     def feed(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array) -> list[mx.array]:
         """Feed verified positions without drafting (``draft``'s first step alone); returns the
         cache's arrays, for the caller to evaluate (in the target forward's sync, or its own)."""
-        self.step(tokens, hidden, create_attention_mask(hidden, cache[0], return_array=True), cache[0])
+        self.step(tokens, hidden, _mask(hidden, cache[0]), cache[0])
         return list(cache[0].state)
 
     def draft(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array, k: int) -> Draft:
@@ -155,7 +156,7 @@ class MtpHead(nn.Module):
         if hidden.shape[1] != tokens.shape[1] or hidden.shape[1] < 1:
             raise ValueError(f"hidden {hidden.shape} and tokens {tokens.shape} must cover the same "
                              "n >= 1 positions.")
-        h = self.step(tokens, hidden, create_attention_mask(hidden, cache[0], return_array=True), cache[0])[:, -1:]
+        h = self.step(tokens, hidden, _mask(hidden, cache[0]), cache[0])[:, -1:]
         out, lps = [], []
         for i in range(k):
             logp = nn.log_softmax(self.logits(h)[0, -1].astype(mx.float32))
@@ -169,12 +170,19 @@ class MtpHead(nn.Module):
         return Draft([scalar_int(t) for t in out], [scalar_float(v) for v in lps])
 
 
+def _mask(hidden: mx.array, cache: KVCache) -> Any:
+    """The causal mask of n new rows after ``cache``, as an array (DeepSeek's MLA attention
+    reads it with ``mx.where``: the ``"causal"`` shorthand does not do there)."""
+    return create_attention_mask(hidden, cache, return_array=True)
+
+
 def layout_of(target: nn.Module) -> Layout:
     """The MTP layout of the target's family (``MtpFormatError`` for one without MTP blocks)."""
     arch = type(target).__module__.rsplit(".", 1)[-1]
     if arch not in LAYOUTS:
         raise MtpFormatError(f"--draft-type mtp reads the MTP blocks of Qwen3-Next, Qwen3.5 / 3.6, "
-                             f"MiMo and DeepSeek-V3; the target is mlx-lm's {arch!r} (supported: {', '.join(LAYOUTS)}).")
+                             f"MiMo and DeepSeek-V3; the target is mlx-lm's {arch!r} "
+                             f"(supported: {', '.join(LAYOUTS)}).")
     return LAYOUTS[arch]
 
 

@@ -83,9 +83,10 @@ def published(head: MtpHead) -> dict[str, mx.array]:
         else:
             out[prefix + key] = v - 1.0 if lay.centred and key.endswith("norm.weight") else v
     if lay.at_end:  # mlx-lm splits kv_b_proj (heads x (nope + v), kv_lora) in two: join them
-        wk, wv = out.pop(f"{prefix}self_attn.embed_q.weight"), out.pop(f"{prefix}self_attn.unembed_out.weight")
-        out[f"{prefix}self_attn.kv_b_proj.weight"] = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1) \
-            .reshape(-1, wk.shape[1])
+        attn = f"{prefix}self_attn."
+        wk, wv = out.pop(attn + "embed_q.weight"), out.pop(attn + "unembed_out.weight")
+        kv_b = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)  # (heads, nope + v, kv_lora)
+        out[attn + "kv_b_proj.weight"] = kv_b.reshape(-1, wk.shape[1])
         out[f"{prefix}embed_tokens.weight"] = head.shared.embed.weight
         out[f"{prefix}shared_head.head.weight"] = head.shared.head.weight
     return out
@@ -155,10 +156,10 @@ def test_deepseek_v3s_layout_loads_and_drafts_by_vllms_maths(root):
     model = target("deepseek")
     d = checkpoint("deepseek", root)
     keys = set(json.load(open(f"{d}/model.safetensors.index.json"))["weight_map"])
-    assert {f"model.layers.2.{k}" for k in ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight",
-                                            "shared_head.head.weight", "embed_tokens.weight",
-                                            "self_attn.kv_b_proj.weight", "mlp.gate.e_score_correction_bias",
-                                            "mlp.experts.3.down_proj.weight", "mlp.shared_experts.up_proj.weight")} <= keys
+    assert {f"model.layers.2.{k}" for k in (
+        "eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight", "shared_head.head.weight",
+        "embed_tokens.weight", "self_attn.kv_b_proj.weight", "mlp.gate.e_score_correction_bias",
+        "mlp.experts.3.down_proj.weight", "mlp.shared_experts.up_proj.weight")} <= keys
     head = load_mtp(d, model)
     stored = mx.load(f"{d}/model-00002-of-00002.safetensors")
     assert mx.array_equal(head.norm.weight, stored["model.layers.2.shared_head.norm.weight"])
@@ -332,7 +333,8 @@ def test_a_batched_prefill_feeds_each_rows_block_its_own_prompt(root):
     prefill_together(model, reqs)
     for r in reqs:
         p = r.prompt_ids
-        assert list(r.drafter.propose(p, 4).tokens) == oracle_draft(model, head, p) and r.drafter.fed == len(p) - 1
+        drafted = r.drafter.propose(p, 4)
+        assert list(drafted.tokens) == oracle_draft(model, head, p) and r.drafter.fed == len(p) - 1
 
 
 def near_markov(name: str, eps: float):
