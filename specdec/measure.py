@@ -263,13 +263,13 @@ def tail_cost(model: Model, *, context: int = 256, ks: tuple[int, int] = DRAFT_C
 
 def head_cost(head: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
               repeats: int = 7, seed: int = 0) -> dict[str, float]:
-    """{"fixed", "per_token"} seconds of an EAGLE-3 head's proposal (``Eagle3Head.draft``: one
-    newly verified row fed, k drafted) after ``context`` fed positions: interleaved medians
-    at the two ``ks``, fitted through both points (clamped at 0)."""
-    cfg = head.config
+    """{"fixed", "per_token"} seconds of a head's proposal (``draft``: one newly verified row
+    fed, k drafted; an EAGLE-3 head or an MTP block, ``_head_inputs``) after ``context`` fed
+    positions: interleaved medians at the two ``ks``, fitted through both points (clamped at 0)."""
+    width, vocab = _head_inputs(head)
     key = mx.random.key(seed)
-    feats = mx.random.normal((1, context + 1, 3 * cfg.target_hidden_size), key=key)
-    toks = mx.random.randint(0, cfg.vocab_size, (1, context + 1), key=key)
+    feats = mx.random.normal((1, context + 1, width), key=key)
+    toks = mx.random.randint(0, vocab, (1, context + 1), key=key)
     cache = head.make_cache()
     mx.eval(head.feed(cache, feats[:, :context], toks[:, :context]))
 
@@ -283,9 +283,22 @@ def head_cost(head: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST
     return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}
 
 
+def _head_inputs(head: Any) -> tuple[int, int]:
+    """(feature width, vocabulary) a head's ``feed`` reads: an EAGLE-3 head's three target
+    layers (its config), an MTP block's one normed hidden state (``eagle.mtp.MtpHead``)."""
+    cfg = getattr(head, "config", None)
+    if cfg is not None:
+        return 3 * cfg.target_hidden_size, cfg.vocab_size
+    return head.hidden_size, head.vocab_size
+
+
 def head_fingerprint(head: Any) -> str:
-    """A key for a head's cached cost: its config and weight dtype."""
-    raw = f"{json.dumps(vars(head.config), sort_keys=True, default=str)}|{head.fc.weight.dtype}"
+    """A key for a head's cached cost: its config (an MTP block's: its layout, sizes and
+    layer class; the target's fingerprint keys the rest) and weight dtype."""
+    cfg = getattr(head, "config", None)
+    desc = vars(cfg) if cfg is not None else {"layout": head.layout.prefix, "sizes": _head_inputs(head),
+                                               "layer": type(head.layers[0]).__module__}
+    raw = f"{json.dumps(desc, sort_keys=True, default=str)}|{head.fc.weight.dtype}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -295,13 +308,16 @@ def _host_drafter(name: str) -> Drafter:
 
 
 def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = None, *,
-                   cache_dir: str | Path | None = None, head: Any = None) -> dict[str, float]:
+                   cache_dir: str | Path | None = None, head: Any = None,
+                   mtp: Any = None) -> dict[str, float]:
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/gate.md#measuring-costs),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
-    ``"model"`` needs ``draft_model``, ``"eagle"`` the loaded ``head``."""
+    ``"model"`` needs ``draft_model``, ``"eagle"`` the loaded ``head``, ``"mtp"`` the loaded
+    MTP block (``mtp``)."""
     names = DraftSpec(drafter_name).draft_types
     if len(names) > 1:  # every member proposing: an upper bound for a chain
-        parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir, head=head) for n in names]
+        parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir, head=head, mtp=mtp)
+                 for n in names]
         return {key: sum(p[key] for p in parts) for key in ("fixed", "per_token")}
     name = names[0]
     complete = lambda d: {"fixed", "per_token"} <= set(d)  # noqa: E731
@@ -312,14 +328,13 @@ def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = 
             raise ValueError("the draft model's cost needs the loaded draft model (--draft-model)")
         key = f"draft-model-{model_fingerprint(model)}-{model_fingerprint(draft_model)}"
         return _cached(key, lambda: draft_model_cost(draft_model), cache_dir, complete=complete)
-    if name == "eagle":  # the head's forwards; its features ride on the target's own
-        if head is None:
-            raise ValueError("the EAGLE-3 head's cost needs the loaded head (--draft-model DIR)")
-        key = f"draft-eagle-{model_fingerprint(model)}-{head_fingerprint(head)}"
-        return _cached(key, lambda: head_cost(head), cache_dir, complete=complete)
-    if name == "mtp":
-        raise ValueError("the cost gate does not price an MTP block's drafts yet: pass --no-gate "
-                         "(gate=False) with --draft-type mtp")
+    if name in ("eagle", "mtp"):  # the head's forwards; its features ride on the target's own
+        loaded = head if name == "eagle" else mtp
+        if loaded is None:
+            raise ValueError(f"the {name} drafter's cost needs its loaded head (eagle: --draft-model "
+                             "DIR; mtp: the checkpoint's MTP block, eagle.mtp.load_for)")
+        key = f"draft-{name}-{model_fingerprint(model)}-{head_fingerprint(loaded)}"
+        return _cached(key, lambda: head_cost(loaded), cache_dir, complete=complete)
     if name == "wedlm":  # k + 1 masks riding on the verify block of the target itself
         key = f"draft-wedlm-tail-{model_fingerprint(model)}"
         return _cached(key, lambda: tail_cost(model), cache_dir, complete=complete)

@@ -56,7 +56,7 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
         res.cost = cost_curve_for(model, spec.num_draft_tokens + 1)
     if spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto"):
         res.draft_cost = draft_cost_for(spec.draft_type, model, res.draft[0] if res.draft else None,
-                                        head=res.head)
+                                        head=res.head, mtp=res.mtp)
     return res
 
 

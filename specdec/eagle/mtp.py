@@ -1,6 +1,6 @@
-"""Native multi-token-prediction (MTP) heads as Qwen3-Next / Qwen3.5 / 3.6 (``mtp.*``) and MiMo
-(``model.mtp_layers.*``) checkpoints ship them (mlx-lm's ``sanitize`` drops them), read from the
-original checkpoint (``Layout``: each family's names).
+"""Native multi-token-prediction (MTP) heads as Qwen3-Next / Qwen3.5 / 3.6 (``mtp.*``), MiMo
+(``model.mtp_layers.*``) and DeepSeek-V3 (``model.layers.{n}.*``) checkpoints ship them (mlx-lm's
+``sanitize`` drops them), read from the original checkpoint (``Layout``: each family's names).
 
 The block (Qwen3-Next's published maths; vLLM's and SGLang's MTP models compute the same):
 ``h' = norm(layer(fc(concat(pre_fc_norm_embedding(embed(t_next)), pre_fc_norm_hidden(h)))))``,
@@ -10,7 +10,8 @@ the next draft, the block's own ``h'``. ``layer`` is mlx-lm's decoder layer clas
 (a full-attention one: the target's attention and MLP / MoE), ``embed`` and the LM head are the
 target's. Invariants: the head's KV cache holds one entry per target position it has seen (rope
 positions line up); ``draft`` trims its own speculative entries before returning. Qwen's norms are
-stored zero-centred (``1 + w``), as for its targets; MiMo concatenates the hidden state first.
+stored zero-centred (``1 + w``), as for its targets; MiMo concatenates the hidden state first;
+DeepSeek-V3 norms only the logits' input (``shared_head.norm``): its next draft reads ``layer(...)``.
 Tests: tests/drafters/test_mtp.py.
 """
 
@@ -28,19 +29,27 @@ import mlx.nn as nn
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-from ..core.arrays import load_arrays, scalar_int
+from ..core.arrays import load_arrays, scalar_float, scalar_int
+from .head import Draft
 
 
 @dataclass(frozen=True)
 class Layout:
     """How a family publishes its MTP block: the key ``prefix``, its names of our block-level
     parts (``fc``, the two input norms, the output ``norm``), the concat order (MiMo puts the
-    hidden state first) and whether norms are stored zero-centred (Qwen3-Next / 3.5)."""
+    hidden state first) and whether norms are stored zero-centred (Qwen3-Next / 3.5).
+    ``at_end``: the block is stored as the decoder layer after the model's last (DeepSeek-V3:
+    ``model.layers.{n}.*``, the layer's keys bare, built as mlx-lm's layer ``n`` and converted
+    by the target's own ``sanitize``), its ``norm`` applied before the LM head only (the next
+    draft reads the layer's output) and its copies of the target's embeddings and LM head
+    (``skip``) not read: the target's are used."""
 
     prefix: str
     names: dict
     hidden_first: bool = False
     centred: bool = False
+    at_end: bool = False
+    skip: tuple[str, ...] = ()
 
 
 _QWEN = Layout("mtp.", {n: n for n in ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")},
@@ -49,7 +58,12 @@ _QWEN = Layout("mtp.", {n: n for n in ("fc", "pre_fc_norm_embedding", "pre_fc_no
 _MIMO = Layout("model.mtp_layers.", {"input_proj": "fc", "token_layernorm": "pre_fc_norm_embedding",
                                      "hidden_layernorm": "pre_fc_norm_hidden", "final_layernorm": "norm"},
                hidden_first=True)
-LAYOUTS = {"qwen3_next": _QWEN, "qwen3_5": _QWEN, "qwen3_5_moe": _QWEN, "mimo": _MIMO}
+# DeepSeek-V3 (``model.layers.{n}.*``, vLLM's deepseek_mtp reads the same): an MLA / MoE layer
+_DEEPSEEK = Layout("model.layers.{n}.", {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding",
+                                         "hnorm": "pre_fc_norm_hidden", "shared_head.norm": "norm"},
+                   at_end=True, skip=("embed_tokens.weight", "shared_head.head.weight"))
+LAYOUTS = {"qwen3_next": _QWEN, "qwen3_5": _QWEN, "qwen3_5_moe": _QWEN, "mimo": _MIMO,
+           "deepseek_v3": _DEEPSEEK}
 _EXPERT = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
@@ -96,29 +110,44 @@ class MtpHead(nn.Module):
             raise MtpFormatError(f"the checkpoint has {num_layers} MTP layers; one is supported.")
         args, layers = text.args, text.model.layers
         # a full-attention layer of the target: its class and index give attention and MLP/MoE
-        idx = next((i for i, l in enumerate(layers) if not getattr(l, "is_linear", False)), None)
+        # (an at-end block: its own index, the one the checkpoint stores it at)
+        idx = len(layers) if self.layout.at_end else \
+            next((i for i, l in enumerate(layers) if not getattr(l, "is_linear", False)), None)
         if idx is None:
             raise MtpFormatError("the target has no full-attention layer to model the MTP layer on.")
         h, eps = args.hidden_size, args.rms_norm_eps
-        cls = type(layers[idx])  # Qwen's layers take their index (linear or not), MiMo's do not
+        # Qwen's and DeepSeek's layers take their index (linear or not, MoE or not), MiMo's do not
+        cls = type(layers[min(idx, len(layers) - 1)])
         self.layers = [cls(args, idx) if len(inspect.signature(cls).parameters) > 1 else cls(args)]
         self.fc = nn.Linear(2 * h, h, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(h, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(h, eps=eps)
         self.norm = nn.RMSNorm(h, eps=eps)
         self.shared = Shared(text.model.embed_tokens, output_head(target), final_hidden(target))
+        self.hidden_size, self.vocab_size = h, args.vocab_size  # what ``measure.head_cost`` feeds
 
     def step(self, tokens: mx.array, hidden: mx.array, mask: Any, cache: KVCache) -> mx.array:
         """``tokens`` (1, T) after positions whose hidden states are ``hidden`` (1, T, H) -> the
         block's normed output (1, T, H), its entries added to ``cache``."""
         parts = [self.pre_fc_norm_embedding(self.shared.embed(tokens)), self.pre_fc_norm_hidden(hidden)]
         x = mx.concatenate(parts[::-1] if self.layout.hidden_first else parts, axis=-1)
-        return self.norm(self.layers[0](self.fc(x), mask, cache))
+        x = self.layers[0](self.fc(x), mask, cache)
+        return x if self.layout.at_end else self.norm(x)
+
+    def logits(self, h: mx.array) -> mx.array:
+        """The shared LM head on the block's output (DeepSeek's ``shared_head.norm`` first)."""
+        return self.shared.head(self.norm(h) if self.layout.at_end else h)
 
     def make_cache(self) -> list[KVCache]:
         return [KVCache()]
 
-    def draft(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array, k: int) -> list[int]:
+    def feed(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array) -> list[mx.array]:
+        """Feed verified positions without drafting (``draft``'s first step alone); returns the
+        cache's arrays, for the caller to evaluate (in the target forward's sync, or its own)."""
+        self.step(tokens, hidden, _mask(hidden, cache[0]), cache[0])
+        return list(cache[0].state)
+
+    def draft(self, cache: list[KVCache], hidden: mx.array, tokens: mx.array, k: int) -> Draft:
         """Feed n verified positions and draft ``k`` tokens greedily, recursively on its own output.
 
         ``hidden`` (1, n, H): the target's normed last hidden state at the n positions; ``tokens``
@@ -127,24 +156,33 @@ class MtpHead(nn.Module):
         if hidden.shape[1] != tokens.shape[1] or hidden.shape[1] < 1:
             raise ValueError(f"hidden {hidden.shape} and tokens {tokens.shape} must cover the same "
                              "n >= 1 positions.")
-        h = self.step(tokens, hidden, create_attention_mask(hidden, cache[0]), cache[0])[:, -1:]
-        out = []
+        h = self.step(tokens, hidden, _mask(hidden, cache[0]), cache[0])[:, -1:]
+        out, lps = [], []
         for i in range(k):
-            tok = mx.argmax(self.shared.head(h)[0, -1])
+            logp = nn.log_softmax(self.logits(h)[0, -1].astype(mx.float32))
+            tok = mx.argmax(logp)
             out.append(tok)
+            lps.append(logp[tok])
             if i + 1 < k:
                 h = self.step(tok.reshape(1, 1), h, None, cache[0])
-        mx.eval(out)
+        mx.eval(out, lps)
         cache[0].trim(k - 1)
-        return [scalar_int(t) for t in out]
+        return Draft([scalar_int(t) for t in out], [scalar_float(v) for v in lps])
+
+
+def _mask(hidden: mx.array, cache: KVCache) -> Any:
+    """The causal mask of n new rows after ``cache``, as an array (DeepSeek's MLA attention
+    reads it with ``mx.where``: the ``"causal"`` shorthand does not do there)."""
+    return create_attention_mask(hidden, cache, return_array=True)
 
 
 def layout_of(target: nn.Module) -> Layout:
     """The MTP layout of the target's family (``MtpFormatError`` for one without MTP blocks)."""
     arch = type(target).__module__.rsplit(".", 1)[-1]
     if arch not in LAYOUTS:
-        raise MtpFormatError(f"--draft-type mtp reads the MTP blocks of Qwen3-Next, Qwen3.5 / 3.6 and "
-                             f"MiMo; the target is mlx-lm's {arch!r} (supported: {', '.join(LAYOUTS)}).")
+        raise MtpFormatError(f"--draft-type mtp reads the MTP blocks of Qwen3-Next, Qwen3.5 / 3.6, "
+                             f"MiMo and DeepSeek-V3; the target is mlx-lm's {arch!r} "
+                             f"(supported: {', '.join(LAYOUTS)}).")
     return LAYOUTS[arch]
 
 
@@ -170,8 +208,8 @@ def read_mtp_weights(path: str | Path, prefix: str = "mtp.") -> dict[str, mx.arr
 def our_name(key: str, layout: Layout) -> str:
     """A published key (prefix removed: ``layers.0.x``, ``fc.weight``, MiMo's ``0.input_proj.weight``)
     -> our module path (``layers.0.x``, ``fc.weight``)."""
-    m = re.match(r"^(?:layers\.)?(\d+)\.(.*)$", key)
-    index, rest = m.groups() if m else (None, key)
+    m = None if layout.at_end else re.match(r"^(?:layers\.)?(\d+)\.(.*)$", key)
+    index, rest = m.groups() if m else ("0" if layout.at_end else None, key)
     part, _, leaf = rest.rpartition(".")
     if part in layout.names:
         return f"{layout.names[part]}.{leaf}"
@@ -184,7 +222,7 @@ def canonical(weights: dict[str, mx.array], layout: Layout = _QWEN) -> dict[str,
     ``switch_mlp``."""
     out: dict[str, mx.array] = {}
     experts: dict[tuple[str, str], dict[int, mx.array]] = {}
-    for k, v in ((our_name(k, layout), v) for k, v in weights.items()):
+    for k, v in ((our_name(k, layout), v) for k, v in weights.items() if k not in layout.skip):
         m = _EXPERT.match(k)
         if m:
             experts.setdefault((m.group(1), m.group(3)), {})[int(m.group(2))] = v
@@ -203,6 +241,18 @@ def canonical(weights: dict[str, mx.array], layout: Layout = _QWEN) -> dict[str,
     return out
 
 
+def as_target_sanitizes(target: nn.Module, weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """An at-end block's weights (prefix removed) as mlx-lm's ``sanitize`` converts the target's
+    own layers (experts stacked, DeepSeek's ``kv_b_proj`` split for MLA, fp8 dequantized): named
+    as the target's last layer for it (it drops the MTP layer's own index), then named back."""
+    sanitize = getattr(target, "sanitize", None)
+    if sanitize is None:
+        return weights
+    prefix = f"model.layers.{len(text_model(target).model.layers) - 1}."
+    out = sanitize({prefix + k: v for k, v in weights.items()})
+    return {k[len(prefix):]: v for k, v in out.items() if k.startswith(prefix)}
+
+
 def load_mtp(path: str | Path, target: nn.Module, dtype: mx.Dtype | None = None) -> MtpHead:
     """The MTP block of the checkpoint at ``path`` for ``target`` (weights cast to ``dtype``,
     default the target's float dtype); raises ``MtpFormatError`` saying what to pass."""
@@ -210,8 +260,11 @@ def load_mtp(path: str | Path, target: nn.Module, dtype: mx.Dtype | None = None)
     if not d.is_dir():
         raise MtpFormatError(f"{d} is not a directory: --draft-model names the original checkpoint "
                              "directory (config.json + *.safetensors with mtp.* weights).")
-    layout = layout_of(target)
-    weights = canonical(read_mtp_weights(d, layout.prefix), layout)
+    layout, n_layers = layout_of(target), len(text_model(target).model.layers)
+    weights = read_mtp_weights(d, layout.prefix.format(n=n_layers))
+    if layout.at_end:
+        weights = as_target_sanitizes(target, weights)
+    weights = canonical(weights, layout)
     n = len({k.split(".")[1] for k in weights if k.startswith("layers.")})
     head = MtpHead(target, n)
     dtype = dtype or text_model(target).model.norm.weight.dtype  # norms are never quantized

@@ -137,9 +137,6 @@ class ServerConfig:
         # unused now; the suffix history and the table are the server's shared memory
         if s.uses("model") and not s.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
-        if s.uses("mtp") and s.gate:  # measure.draft_cost_for refuses it: say so at start
-            raise ValueError("--draft-type mtp needs --no-gate: the cost gate does not price an MTP "
-                             "block's drafts yet")
         self.run_config().validate()
         check_kv_bits(self.kv_bits)
         if s.num_draft_tokens > MAX_DRAFT_TOKENS:

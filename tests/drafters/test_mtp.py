@@ -20,7 +20,7 @@ from specdec.core.sampling import SamplingParams
 from specdec.core.stats import SpecStats
 from specdec.decode.generation import Generation
 from specdec.drafters.base import EMPTY, Drafter, Proposal
-from specdec.drafters.mtp import MtpDrafter, kept
+from specdec.drafters.mtp import MtpDrafter
 from specdec.drafters.spec import DraftSpec, build_drafter
 from specdec.eagle.mtp import MtpFormatError, MtpHead, load_mtp
 from specdec.engine import token_stream
@@ -32,6 +32,13 @@ TARGETS = {  # a hybrid MoE target (Qwen3-Next's shape) and a hybrid dense-MLP Q
     "dense": ("qwen3_5", dict(CONFIGS["qwen3_5"])),
     "mimo": ("mimo", dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128, num_attention_heads=4,
                           num_key_value_heads=2, rms_norm_eps=1e-5, num_nextn_predict_layers=1)),
+    # DeepSeek-V3's shape: MLA attention, a dense first layer, MoE after (the MTP layer's too)
+    "deepseek": ("deepseek_v3", dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                     n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2,
+                                     kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16,
+                                     qk_nope_head_dim=16, first_k_dense_replace=1, rms_norm_eps=1e-5,
+                                     num_nextn_predict_layers=1)),
 }
 PROMPT = [5, 9, 17, 3, 5, 9, 17, 3, 5]
 # the published names (Qwen3-Next / Qwen3.5 checkpoints; vLLM's and SGLang's loaders read these)
@@ -58,20 +65,30 @@ def target(name: str):
 def published(head: MtpHead) -> dict[str, mx.array]:
     """``head``'s weights as a checkpoint stores them: Qwen's ``mtp.``-prefixed names, norms
     zero-centred, experts one by one (``mlp.experts.{e}.{gate,up,down}_proj``); MiMo's
-    ``model.mtp_layers.0.*`` with its own names of fc and the norms."""
+    ``model.mtp_layers.0.*`` with its own names of fc and the norms; DeepSeek-V3's
+    ``model.layers.{n}.*`` (the layer's keys bare, MLA's ``kv_b_proj`` whole, copies of the
+    target's embeddings and LM head beside)."""
     lay = head.layout
     theirs = {ours: name for name, ours in lay.names.items()}
-    mimo = lay.prefix != "mtp."
+    mimo = lay.prefix == "model.mtp_layers."
+    prefix = lay.prefix.format(n=TARGETS["deepseek"][1]["num_hidden_layers"])  # at-end: after the last
     out = {}
     for k, v in tree_flatten(head.parameters()):
         part, _, leaf = k.rpartition(".")
         key = f"{'0.' if mimo else ''}{theirs[part]}.{leaf}" if part in theirs else \
-            k[len("layers."):] if mimo else k
+            k[len("layers.0."):] if lay.at_end else k[len("layers."):] if mimo else k
         if ".switch_mlp." in key:
             base, name = key.split(".switch_mlp.")
-            out.update({f"{lay.prefix}{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
+            out.update({f"{prefix}{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
         else:
-            out[lay.prefix + key] = v - 1.0 if lay.centred and key.endswith("norm.weight") else v
+            out[prefix + key] = v - 1.0 if lay.centred and key.endswith("norm.weight") else v
+    if lay.at_end:  # mlx-lm splits kv_b_proj (heads x (nope + v), kv_lora) in two: join them
+        attn = f"{prefix}self_attn."
+        wk, wv = out.pop(attn + "embed_q.weight"), out.pop(attn + "unembed_out.weight")
+        kv_b = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)  # (heads, nope + v, kv_lora)
+        out[attn + "kv_b_proj.weight"] = kv_b.reshape(-1, wk.shape[1])
+        out[f"{prefix}embed_tokens.weight"] = head.shared.embed.weight
+        out[f"{prefix}shared_head.head.weight"] = head.shared.head.weight
     return out
 
 
@@ -131,6 +148,38 @@ def test_the_fixture_uses_the_published_names_and_loads_them(root):
     assert mx.array_equal(moe.down_proj.weight[3], stored["mtp.layers.0.mlp.experts.3.down_proj.weight"])
 
 
+def test_deepseek_v3s_layout_loads_and_drafts_by_vllms_maths(root):
+    """``model.layers.{n}.*`` (vLLM's deepseek_mtp names) loads through mlx-lm's own sanitize
+    (MLA's ``kv_b_proj`` split, experts stacked; the embedding and head copies left to the
+    target's); drafts follow the published maths, checked against a cache-free oracle: the
+    logits read ``shared_head.norm(h)``, the next draft reads ``h`` un-normed."""
+    model = target("deepseek")
+    d = checkpoint("deepseek", root)
+    keys = set(json.load(open(f"{d}/model.safetensors.index.json"))["weight_map"])
+    assert {f"model.layers.2.{k}" for k in (
+        "eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight", "shared_head.head.weight",
+        "embed_tokens.weight", "self_attn.kv_b_proj.weight", "mlp.gate.e_score_correction_bias",
+        "mlp.experts.3.down_proj.weight", "mlp.shared_experts.up_proj.weight")} <= keys
+    head = load_mtp(d, model)
+    stored = mx.load(f"{d}/model-00002-of-00002.safetensors")
+    assert mx.array_equal(head.norm.weight, stored["model.layers.2.shared_head.norm.weight"])
+    n_layers = len(model.model.layers)
+    from specdec.eagle.capture import capture_layers
+
+    with capture_layers(model, (n_layers,)) as cap:
+        model(mx.array([PROMPT[:-1]]))
+    hidden, toks = model.model.norm(cap.hidden[n_layers]), list(PROMPT[1:])
+    drafts = head.draft(head.make_cache(), hidden, mx.array([toks]), 3).tokens
+    want = []
+    for _ in range(3):  # the whole sequence again each step, no cache: vLLM's formula
+        x = mx.concatenate([head.pre_fc_norm_embedding(model.model.embed_tokens(mx.array([toks]))),
+                            head.pre_fc_norm_hidden(hidden)], axis=-1)
+        h = head.layers[0](head.fc(x), mx.tril(mx.ones((len(toks), len(toks)), dtype=mx.bool_)), None)
+        want.append(int(mx.argmax(model.lm_head(head.norm(h[:, -1])))))
+        hidden, toks = mx.concatenate([hidden, h[:, -1:]], axis=1), toks + [want[-1]]
+    assert drafts == want
+
+
 def test_a_checkpoint_without_mtp_weights_or_a_wrong_target_is_refused(root, tmp_path):
     mx.save_safetensors(str(tmp_path / "model.safetensors"), {"model.norm.weight": mx.ones((4,))})
     with pytest.raises(MtpFormatError, match="holds no mtp"):
@@ -139,7 +188,8 @@ def test_a_checkpoint_without_mtp_weights_or_a_wrong_target_is_refused(root, tmp
         load_mtp(checkpoint("dense", root), target("hybrid"))
 
 
-@pytest.mark.parametrize("name,ks", [("hybrid", range(1, 9)), ("dense", (1, 2, 5, 8)), ("mimo", (1, 3, 8))])
+@pytest.mark.parametrize("name,ks", [("hybrid", range(1, 9)), ("dense", (1, 2, 5, 8)), ("mimo", (1, 3, 8)),
+                                     ("deepseek", (1, 4, 8))])
 def test_greedy_output_is_plain_for_every_k(name, ks, root):
     head = load_mtp(checkpoint(name, root), target(name))
     for k in ks:
@@ -184,40 +234,107 @@ def test_the_spec_names_mtp_and_refuses_a_second_reader_of_draft_model():
         DraftSpec("mtp,eagle", draft_model="/x").check_used()
 
 
-class Recording(MtpDrafter):
-    """Records each proposal's kept rows: (context, block start, the hidden states it fed)."""
+class RecordingHead:
+    """An MTP block that records each ``feed`` / ``draft`` call: (the block's cache offset = the
+    first fed position, the hidden states fed (1, n, H), the tokens after them (1, n))."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.fed, self.pending_seen = [], []
+    def __init__(self, head: MtpHead):
+        self.head, self.calls = head, []
 
-    def propose(self, context, k):
-        self.pending_seen.append(list(self._pending))
-        for v in self._pending:
-            if v.features is not None and (n := kept(v, context)):
-                self.fed.append((list(context), v.start, v.features[:n]))
-        return super().propose(context, k)
+    def __getattr__(self, name):
+        return getattr(self.head, name)
+
+    def feed(self, cache, hidden, tokens):
+        self.calls.append((cache[0].offset, hidden, tokens))
+        return self.head.feed(cache, hidden, tokens)
+
+    def draft(self, cache, hidden, tokens, k):
+        self.calls.append((cache[0].offset, hidden, tokens))
+        return self.head.draft(cache, hidden, tokens, k)
+
+
+def recording(head: MtpHead, model) -> MtpDrafter:
+    return MtpDrafter(RecordingHead(head), model)
 
 
 def test_the_block_is_fed_the_targets_normed_last_hidden_state_at_the_kept_rows(root):
     """Oracle: a fresh forward over the context gives the same hidden states (hybrid replay:
-    the block's rows are the forward's last ones)."""
+    the block's rows are the forward's last ones); the prompt's positions come first."""
     model = target("hybrid")
-    drafter = Recording(load_mtp(checkpoint("hybrid", root), model), model)
-    list(token_stream(model, PROMPT, drafter=drafter, max_tokens=12, num_draft_tokens=3))
-    assert len(drafter.fed) >= 3
-    assert_fed_a_fresh_forwards_states(model, drafter)
+    drafter = recording(load_mtp(checkpoint("hybrid", root), model), model)
+    out = [e.token for e in token_stream(model, PROMPT, drafter=drafter, max_tokens=12, num_draft_tokens=3)]
+    assert len(drafter.head.calls) >= 3
+    assert_fed_a_fresh_forwards_states(model, drafter, PROMPT + out)
 
 
-def assert_fed_a_fresh_forwards_states(model, drafter: Recording) -> None:
+def assert_fed_a_fresh_forwards_states(model, drafter: MtpDrafter, context) -> None:
+    """Every call fed the next positions in order, from the first (the prompt's), each with a
+    fresh forward's normed last hidden state and the token the context holds after it."""
     from specdec.eagle.capture import capture_layers
 
     n_layers = len(model.model.layers)
-    for context, start, fed in drafter.fed:
+    calls, at = drafter.head.calls, 0
+    for start, fed, follows in calls:
+        n = fed.shape[1]
+        assert start == at, [(s, f.shape[1]) for s, f, _ in calls]
         with capture_layers(model, (n_layers,)) as cap:
-            model(mx.array([context[:start + fed.shape[0] - 1]]))
-        want = model.model.norm(cap.hidden[n_layers])[0, start - 1:]
+            model(mx.array([context[:start + n]]))
+        want = model.model.norm(cap.hidden[n_layers])[:, start:]
         assert mx.allclose(fed, want, atol=1e-4), (start, fed.shape)
+        assert follows[0].tolist() == context[start + 1:start + n + 1]
+        at = start + n
+
+
+def oracle_draft(model, head: MtpHead, prompt, k: int = 4) -> list[int]:
+    """What the block drafts after one forward over the prompt, its states fed at once."""
+    from specdec.eagle.capture import capture_layers
+
+    n_layers = len(model.model.layers)
+    with capture_layers(model, (n_layers,)) as cap:
+        model(mx.array([prompt[:-1]]))
+    hidden = model.model.norm(cap.hidden[n_layers])
+    return head.draft(head.make_cache(), hidden, mx.array([prompt[1:]]), k).tokens
+
+
+def started(model, head: MtpHead, prompts) -> list:
+    """One started request per prompt (prefill chunks of 4), each with its own MTP drafter."""
+    from specdec.decode.request import Request
+
+    gen = Generation.of(max_tokens=8, num_draft_tokens=4, prefill_step_size=4)
+    reqs = [Request(model, p, gen, drafter=MtpDrafter(head, model)) for p in prompts]
+    for r in reqs:
+        r.start()
+    return reqs
+
+
+@pytest.mark.parametrize("name", ["hybrid", "mimo"])
+def test_a_chunked_prefill_feeds_the_block_the_prompt_so_the_first_step_drafts(name, root):
+    """The prompt's positions reach the block in the prefill's own syncs (a hybrid's recurrent
+    prefill and an attention-only one, in chunks): after the first proposal its cache offset
+    is the target's and that proposal is what the block drafts from a fresh forward's states."""
+    model = target(name)
+    head = load_mtp(checkpoint(name, root), model)
+    req, = started(model, head, [PROMPT])
+    while not req.prefill(4):
+        pass
+    assert req.drafter.fed == len(PROMPT) - 2  # fed in the prefill's syncs; its last row drafts
+    first = req.drafter.propose(PROMPT, 4)
+    offsets = req.layers.positions() if name == "hybrid" else {c.offset for c in req.layers}
+    assert offsets == {req.drafter.fed} == {len(PROMPT) - 1}  # one row per cached position
+    assert len(first) == 4 and list(first.tokens) == oracle_draft(model, head, PROMPT)
+
+
+def test_a_batched_prefill_feeds_each_rows_block_its_own_prompt(root):
+    from specdec.decode.request import prefill_together
+
+    model = target("mimo")
+    head = load_mtp(checkpoint("mimo", root), model)
+    reqs = started(model, head, [PROMPT, [7, 1, 2, 30, 31, 7, 1]])
+    prefill_together(model, reqs)
+    for r in reqs:
+        p = r.prompt_ids
+        drafted = r.drafter.propose(p, 4)
+        assert list(drafted.tokens) == oracle_draft(model, head, p) and r.drafter.fed == len(p) - 1
 
 
 def near_markov(name: str, eps: float):
@@ -249,26 +366,56 @@ def knowing_block(model) -> MtpHead:
     return head
 
 
-@pytest.mark.parametrize("name,eps", [("hybrid", 0.01), ("mimo", 0.003)])
-def test_accepted_drafts_roll_back_exactly(name, eps):
+@pytest.mark.parametrize("name,eps,ks", [("hybrid", 0.01, (3, 4)), ("mimo", 0.003, (4, 5)),
+                                         ("deepseek", 0.01, (3, 4))])
+def test_accepted_drafts_roll_back_exactly(name, eps, ks):
     """Also the maths: a block reading the wrong half of its input (MiMo's order) drafts t + 1
     again, and drafts are then never accepted in full."""
     model = near_markov(name, eps)
     head = knowing_block(model)
     want = [e.token for e in token_stream(model, PROMPT, max_tokens=24)]
-    for k in (3, 4):
+    for k in ks:
         stats, log = SpecStats(), []
         out = [e.token for e in token_stream(model, PROMPT, drafter=MtpDrafter(head, model), max_tokens=24,
                                              num_draft_tokens=k, stats=stats, step_log=log)]
         assert out == want, f"k={k}"
         assert any(a == L - 1 for L, a in log if L > 1), log  # every draft accepted
-        assert any(0 < a < L - 1 for L, a in log), log  # some accepted, some rolled back
+        assert any(a < L - 1 for L, a in log), log  # some rolled back
     sp = SamplingParams(temperature=0.5, seed=11)
     want = [e.token for e in token_stream(model, PROMPT, max_tokens=24, sampling=sp)]
     stats = SpecStats()
     out = [e.token for e in token_stream(model, PROMPT, drafter=MtpDrafter(head, model), max_tokens=24,
                                          num_draft_tokens=4, sampling=sp, stats=stats)]
     assert out == want and stats.accepted > 0
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.5, seed=11)],
+                         ids=["greedy", "seeded"])
+def test_the_cost_gate_prices_the_block_and_drafts_where_that_pays(sampling):
+    """The block's measured cost (``measure.head_cost``) prices its proposals: on a flat verify
+    curve drafting pays and the knowing block's drafts are accepted; on a steep one the gate
+    pauses and its plain steps feed the block every position. Output is plain's (hybrid
+    target; untimed gates: the curve alone prices, so this never depends on the clock)."""
+    from specdec.measure import head_cost
+    from specdec.policy.gate import CostGate
+
+    model = near_markov("hybrid", 0.01)
+    head = knowing_block(model)
+    cost = head_cost(head, context=32, repeats=2)
+    assert set(cost) == {"fixed", "per_token"} and cost["fixed"] + cost["per_token"] > 0
+    want = [e.token for e in token_stream(model, PROMPT, max_tokens=16, sampling=sampling)]
+    flat, steep = ({L: 1.0 + slope * (L - 1) for L in range(1, 6)} for slope in (0.0, 10.0))
+    stats, pays = SpecStats(), CostGate(MtpDrafter(head, model), flat, k_max=4, draft_cost=cost, timed=False)
+    out = [e.token for e in token_stream(model, PROMPT, drafter=pays, max_tokens=16, num_draft_tokens=4,
+                                         sampling=sampling, stats=stats)]
+    assert out == want and stats.accepted > 0
+    drafter = MtpDrafter(head, model)
+    paused = CostGate(drafter, steep, k_max=4, draft_cost=cost, timed=False)
+    out = [e.token for e in token_stream(model, PROMPT, drafter=paused, max_tokens=16, num_draft_tokens=4,
+                                         sampling=sampling)]
+    assert out == want and paused.paused_tokens > 0
+    drafter.propose(PROMPT + out, 1)  # every position the target fed reaches the block, once
+    assert drafter.fed == len(PROMPT + out) - 1
 
 
 def test_fused_expert_weights_are_split_as_mlx_lm_splits_them():
@@ -284,27 +431,40 @@ def test_fused_expert_weights_are_split_as_mlx_lm_splits_them():
     assert mx.array_equal(out["layers.0.input_layernorm.weight"], mx.ones((3,)))
 
 
-def test_the_server_drafts_with_the_models_own_mtp_block(tmp_path, monkeypatch):
-    """``specdec serve --model DIR --draft-type mtp`` in process: the worker loads the block from
-    the model's own directory (its mtp.* shard beside the weights mlx-lm loads, which drop it);
-    greedy and seeded answers equal plain ones, with drafts made."""
-    import asyncio
-
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny hybrid Qwen3.5 directory as ``specdec`` loads it, its mtp.* shard beside the
+    weights mlx-lm loads (which drop it)."""
     from hybrid_tiny import save_dir
 
     from specdec.loader import load
+
+    d = save_dir("qwen3_5", tmp_path_factory.mktemp("mtp-dir") / "ckpt")
+    model, _ = load(str(d))
+    mx.random.seed(1)
+    head = MtpHead(model)
+    head.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.15, head.parameters()))
+    mx.save_safetensors(str(d / "model-mtp.safetensors"), published(head))
+    return d
+
+
+def test_the_server_drafts_with_the_models_own_mtp_block_gated_or_not(model_dir, tmp_path, monkeypatch):
+    """``specdec serve --model DIR --draft-type mtp`` (the cost gate on: no --no-gate) in process:
+    the worker loads the block from the model's own directory; greedy and seeded answers equal
+    plain ones gated (the block's cost priced; whether it drafts is the machine's timing) and
+    ungated (drafts made)."""
+    import asyncio
+
+    from specdec.loader import load
+    from specdec.measure import store_cost_curve
     from specdec.server.config import ServerConfig
     from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
     from specdec.server.engine.worker import InferenceWorker
     from specdec.server.http.metrics import Metrics
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
-    d = save_dir("qwen3_5", tmp_path / "ckpt")
-    model, _ = load(str(d))
-    mx.random.seed(1)
-    head = MtpHead(model)
-    head.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.15, head.parameters()))
-    mx.save_safetensors(str(d / "model-mtp.safetensors"), published(head))
+    # a hybrid target's curve is never measured by a server: a cached one turns its gate on
+    store_cost_curve(load(str(model_dir))[0], {L: 1e-3 * L for L in range(1, 129)})
 
     async def tokens(worker, spec, sampling):
         job = Job(GenRequest(PROMPT, Generation(max_tokens=16, draft=spec, sampling=sampling)),
@@ -315,18 +475,39 @@ def test_the_server_drafts_with_the_models_own_mtp_block(tmp_path, monkeypatch):
             out += [e.token] if isinstance(e, TokenEvent) else []
         return out, e.usage
 
-    mtp = DraftSpec("mtp", gate=False)
-    worker = InferenceWorker(ServerConfig(model=str(d), speculation=mtp, save_interval=0,
+    worker = InferenceWorker(ServerConfig(model=str(model_dir), speculation=DraftSpec("mtp"), save_interval=0,
                                           context_length=512), Metrics())
     worker.start()
     try:
-        assert worker.mtp is not None and worker.draft is None
+        assert worker.mtp is not None and worker.draft is None and worker.curve is not None
         for sp in (SamplingParams(), SamplingParams(temperature=0.8, seed=5)):
             want, _ = asyncio.run(tokens(worker, DraftSpec("none"), sp))
-            got, usage = asyncio.run(tokens(worker, mtp, sp))
+            assert asyncio.run(tokens(worker, DraftSpec("mtp"), sp))[0] == want
+            got, usage = asyncio.run(tokens(worker, DraftSpec("mtp", gate=False), sp))
             assert got == want and usage["drafted_tokens"] > 0, usage
+        cost = worker._draft_costs["mtp"]
+        assert set(cost) == {"fixed", "per_token"} and cost["fixed"] + cost["per_token"] > 0
     finally:
         worker.stop()
+
+
+def test_generate_with_mtp_under_the_default_gate_keeps_parity(model_dir, tmp_path, monkeypatch, capsys):
+    """``specdec generate --model DIR --draft-type mtp --compare`` (no --no-gate), in process:
+    the block's cost is measured and cached like a head's, the output is plain's."""
+    from specdec.cli import main
+    from specdec.loader import load
+    from specdec.measure import draft_cost_for
+    from specdec.resources import prepare_resources
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    assert main(["generate", "--model", str(model_dir), "--draft-type", "mtp", "--prompt", "abc abc abc",
+                 "--max-tokens", "16", "--num-draft-tokens", "2", "--compare", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["parity"] is True
+    cached = list((tmp_path / "cost").glob("draft-mtp-*.json"))
+    assert len(cached) == 1
+    model = load(str(model_dir))[0]
+    res = prepare_resources(DraftSpec("mtp"), model, None)
+    assert res.draft_cost == json.loads(cached[0].read_text()) == draft_cost_for("mtp", model, mtp=res.mtp)
 
 
 def test_batched_rows_each_draft_from_their_own_block_state():
@@ -342,7 +523,7 @@ def test_batched_rows_each_draft_from_their_own_block_state():
     prompts = [[5 + i, 9, 17, 3, 5 + i, 9] for i in range(3)]
     want = [[e.token for e in token_stream(model, p, max_tokens=12)] for p in prompts]
     batch, live, out, accepted, drafted = Batch(model, lambda n: 1.0, learn=False), [], {}, 0, 0
-    drafters = [Recording(head, model) for _ in prompts]
+    drafters = [recording(head, model) for _ in prompts]
     for i, p in enumerate(prompts):
         req = Request(model, p, Generation(max_tokens=12), drafter=drafters[i])
         req.start()
@@ -361,18 +542,21 @@ def test_batched_rows_each_draft_from_their_own_block_state():
         live = [x for j, x in enumerate(live) if j not in set(done)]
     assert [out[i] for i in range(3)] == want
     assert accepted > 0
-    for d in drafters:
-        assert len(d.fed) >= 2
-        assert_fed_a_fresh_forwards_states(model, d)
+    for i, d in enumerate(drafters):
+        assert len(d.head.calls) >= 2
+        assert_fed_a_fresh_forwards_states(model, d, prompts[i] + out[i])
 
 
 def test_kept_reads_a_blocks_accepted_rows_from_any_later_context():
-    from specdec.drafters.mtp import Verified
+    """The shared bookkeeping (``drafters.eagle.Rows``): a verify block at position 1 with
+    drafts (1, 2, 3) keeps its root and the drafts the context repeats, once it holds them."""
+    from specdec.drafters.eagle import Rows
 
-    block = Verified(2, (1, 2, 3))
-    assert [kept(block, [0, 0, *t]) for t in ([7], [1, 7], [1, 2, 9], [1, 2, 3, 4], [1, 2, 3, 4, 5, 1])] == \
+    block = Rows(1, features=mx.zeros((4, 1)), drafts=(1, 2, 3))
+    assert [block.kept([0, 0, *t]) for t in ([7], [1, 7], [1, 2, 9], [1, 2, 3, 4], [1, 2, 3, 4, 5, 1])] == \
         [1, 2, 3, 4, 4]
-    assert kept(Verified(2, ()), [0, 0, 5, 6]) == 1
+    assert Rows(1, features=mx.zeros((1, 1)), drafts=()).kept([0, 0, 5, 6]) == 1
+    assert Rows(1, drafts=()).kept([0, 0, 5, 6]) == 0  # its step's sync never ran
 
 
 class EveryOther(Drafter):
@@ -391,18 +575,17 @@ def test_behind_another_drafter_in_a_chain_every_verified_block_is_fed_in_order(
     from specdec.drafters.chain import ChainDrafter
 
     model = near_markov("hybrid", 0.01)
-    recording = Recording(knowing_block(model), model)
-    chain = ChainDrafter([EveryOther(), recording])
+    drafter = recording(knowing_block(model), model)
+    chain = ChainDrafter([EveryOther(), drafter])
     want = [e.token for e in token_stream(model, PROMPT, max_tokens=24)]
     out = [e.token for e in token_stream(model, PROMPT, drafter=chain, max_tokens=24, num_draft_tokens=4)]
     assert out == want and chain.stats["every-other"]["won"] > 2 and chain.stats["mtp"]["won"] > 2
-    assert any(len(blocks) > 1 for blocks in recording.pending_seen)
-    spans = [(start, fed.shape[0]) for _, start, fed in recording.fed]
-    assert all(s + n == s2 for (s, n), (s2, _) in zip(spans, spans[1:])), spans
-    assert_fed_a_fresh_forwards_states(model, recording)
+    drafter.propose(PROMPT + out, 1)  # what the last steps verified joins the block
+    assert drafter.fed == len(PROMPT + out) - 1
+    assert_fed_a_fresh_forwards_states(model, drafter, PROMPT + out)
 
 
-def test_a_server_refuses_mtp_requests_it_cannot_serve():
+def test_a_server_refuses_mtp_requests_only_without_the_block():
     from specdec.server.engine.speculative import refuse_unloaded
 
     from types import SimpleNamespace
@@ -410,8 +593,7 @@ def test_a_server_refuses_mtp_requests_it_cannot_serve():
     bare, loaded = SimpleNamespace(draft=None, mtp=None), SimpleNamespace(draft=None, mtp=object())
     with pytest.raises(ValueError, match="started with --draft-type mtp"):
         refuse_unloaded(DraftSpec("mtp", gate=False), bare)
-    with pytest.raises(ValueError, match="speculative.gate false"):
-        refuse_unloaded(DraftSpec("mtp"), loaded)
+    refuse_unloaded(DraftSpec("mtp"), loaded)  # the cost gate prices it
     with pytest.raises(ValueError, match="started with --draft-model"):
         refuse_unloaded(DraftSpec("model", draft_model="x"), loaded)
     refuse_unloaded(DraftSpec("mtp,suffix", gate=False), loaded)

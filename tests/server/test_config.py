@@ -60,7 +60,6 @@ def test_serve_decoder_wedlm_config_gives_the_generate_settings():
     (("--api-key", " k"), "--api-key must be non-empty without surrounding spaces"),
     (("--api-keys-file", "/nonexistent/keys"), "no such file"),
     (("--draft-type", "model"), "--draft-type model needs --draft-model"),
-    (("--draft-type", "mtp"), "--draft-type mtp needs --no-gate"),
     (("--num-draft-tokens", "10000"), "--num-draft-tokens must be <="),
     (("--ngram-mod-file", "t.bin"), "use that instead of --ngram-mod-file"),
 ])

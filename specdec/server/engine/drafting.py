@@ -192,7 +192,8 @@ class Drafting:
         if draft_type not in self._draft_costs:  # measured once per drafter (cached on disk)
 
             self._draft_costs[draft_type] = draft_cost_for(
-                draft_type, self.model, self.draft[0] if self.draft else None, head=self.head)
+                draft_type, self.model, self.draft[0] if self.draft else None, head=self.head,
+                mtp=self.mtp)
         return self._draft_costs[draft_type]
 
     def _cost_curve(self, max_len: int) -> dict[int, float]:

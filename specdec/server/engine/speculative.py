@@ -17,15 +17,11 @@ from .spec.options import SpeculativeOptions
 
 def refuse_unloaded(spec: DraftSpec, worker: Any) -> None:
     """``ValueError`` when ``spec`` needs what the ``worker`` did not load (``draft``: a draft
-    model, ``mtp``: an MTP block; read only when named) or asks the cost gate to price an MTP
-    block (not yet)."""
+    model, ``mtp``: an MTP block; read only when named)."""
     if spec.uses("model") and worker.draft is None:
         raise ValueError("draft_type 'model' needs a server started with --draft-model")
     if spec.uses("mtp") and worker.mtp is None:
         raise ValueError("draft_type 'mtp' needs a server started with --draft-type mtp")
-    if spec.uses("mtp") and spec.gate:
-        raise ValueError("draft_type 'mtp' drafts without the cost gate for now: send "
-                         "speculative.gate false")
 
 
 def merge_speculative(default: DraftSpec, opts: SpeculativeOptions | None) -> DraftSpec:
