@@ -11,12 +11,15 @@ import numpy as np
 
 from specdec.drafters.eagle import EagleDrafter
 from specdec.eagle.capture import capture_layers
-from specdec.eagle.data import DataSpec, batch_answerer, samples_of
+from specdec.eagle.data import DataSpec, batch_answerer, samples_of, write_shard
+from specdec.eagle.pipeline import DrafterOptions, new_head
 from specdec.eagle.train import Batch, DraftVocab, _shift, make_batch, unroll
+from specdec.eagle.trainer import TrainConfig, TrainData, train
 from specdec.engine import token_stream
 
 from .conftest import VOCAB, tiny_head, tiny_target
 
+STEPS = 150  # optimizer steps (one batch per epoch): acceptance ~0.97 on these answers
 PROMPTS = [[5, 9, 2, 7, 1, 3], [8, 8, 40, 12, 3], [61, 2, 2, 17, 30, 4, 9]]
 
 
@@ -84,3 +87,25 @@ def test_decode_time_drafts_equal_the_training_unroll_at_the_same_position():
             if d != seq[n + j]:  # later drafts read this (rejected) draft, not the target's token
                 break
     assert compared >= 8 and len(drafter.proposals) >= 4
+
+
+def test_training_on_three_short_sequences_drives_their_acceptance_to_one(tmp_path):
+    """Overfitting: the trainer on 3 answers of a tiny target reaches acceptance ~1 at draft
+    positions 1-3 on those answers (a broken shift, mask, loss or vocabulary map cannot); ``fc``
+    starts calibrated to output RMS 1 on the training features (``pipeline.calibrate_fc``)."""
+    target = tiny_target("llama")
+    spec = DataSpec((1, 3, 4))
+    samples = samples_of(target, PROMPTS, batch_answerer(target, 12, eos=())(PROMPTS), spec)
+    path = tmp_path / "train_00000.safetensors"
+    write_shard(path, samples)
+    counts = np.bincount(np.concatenate([s.tokens for s in samples]), minlength=VOCAB)
+    vocab = DraftVocab.from_counts(counts, 64)
+    feats = np.concatenate([s.features for s in samples])
+    head = new_head(target, vocab.ids, spec.layer_ids, DrafterOptions(), seed=0, features=feats)
+    assert abs(float(mx.sqrt(mx.mean(head.fuse(mx.array(feats.astype(np.float32))) ** 2))) - 1) < 1e-3
+    vocab.apply(head)
+    cfg = TrainConfig(epochs=STEPS, batch_size=3, lr=3e-3, warmup=5, ttt_steps=3, eval_steps=3,
+                      checkpoint_every=10**6)
+    data = TrainData([path], [path], vocab)
+    report = train(head, cfg, data, tmp_path / "out", log=lambda s: None)
+    assert min(report.acceptance[-1]) >= 0.9, report.acceptance[-1]
