@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence, cast
+from typing import Any, Generator, Iterator, Sequence, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -122,7 +122,7 @@ def _step(model: Model, cache: list, win: _Window, s: WedlmSettings, stats: Wedl
 def step_stream(model: Model, prompt_ids: Sequence[int], settings: WedlmSettings, *,
                 max_tokens: int = 256, eos: Sequence[int] = (),
                 stats: WedlmStats | None = None, cache: list | None = None,
-                temperature: float = 0.0, rng: Rng | None = None) -> Iterator[list[int]]:
+                temperature: float = 0.0, rng: Rng | None = None) -> Generator[list[int], None, None]:
     """Yields each step's committed tokens (cut before EOS and at ``max_tokens``; a step
     may commit none) until EOS or ``max_tokens``. ``cache`` (a fresh ``make_prompt_cache``)
     may be passed in to inspect it; it then holds the prompt and the committed tokens (plus

@@ -160,17 +160,16 @@ class Batcher(Prefilling, WedlmRows):
         kv = self.worker.kv
         if kv is None or not len(self):
             return True
-        rows = [*self.running, *self.prefilling, *self.windows]
-        longest = max(self.parked_tokens, reserved(job), *(reserved(a.job) for a in rows))
+        longest = max(self.parked_tokens, reserved(job), *(reserved(j) for j in self._admitted()))
         return kv.fits(len(self.decoding) + len(self.prefilling) + len(self.windows) + 1, longest)
 
     def reserved_bytes(self) -> int:
         """What the batch cache (a window's own cache counted as a row) may grow to now
         (any thread: a snapshot)."""
-        kv, active = self.worker.kv, [*self.running, *self.prefilling, *self.windows]
+        kv, active = self.worker.kv, self._admitted()
         if kv is None or not active:
             return 0
-        longest = max(self.parked_tokens, *(reserved(a.job) for a in active))
+        longest = max(self.parked_tokens, *(reserved(j) for j in active))
         return kv.batch_bytes(len(self.decoding) + len(self.prefilling) + len(self.windows), longest)
 
     def _start(self, job: Job) -> Active:
@@ -276,8 +275,11 @@ class Batcher(Prefilling, WedlmRows):
     @property
     def jobs(self) -> list[Any]:
         """The admitted jobs (prefilling or decoding) and the one held for KV budget."""
-        rows = [*self.running, *self.prefilling, *self.windows]
-        return [a.job for a in rows] + ([self.held] if self.held else [])
+        return self._admitted() + ([self.held] if self.held else [])
+
+    def _admitted(self) -> list[Job]:
+        """Every admitted job: decoding or parked rows, prefilling ones, WeDLM windows."""
+        return [a.job for a in self.running + self.prefilling] + [w.job for w in self.windows]
 
     def _fail_all(self, e: BaseException) -> None:
         log.exception("a batched step failed: failing its %d requests", len(self.running))
