@@ -163,10 +163,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", action="append", required=True)
     ap.add_argument("--gate", help="a checkout whose CostGate to calibrate (default: this one)")
+    ap.add_argument("--curve", help="the results.json whose cost curve is the clock (default: the first)")
     args = ap.parse_args()
     model, tok = specdec.load("smollm2-135m", dtype="float32")
     del model
-    curve = {int(k): v for k, v in json.load(open(args.results[0]))["cost_curve"].items()}
+    curve = {int(k): v for k, v in json.load(open(args.curve or args.results[0]))["cost_curve"].items()}
     line = robust_line(curve, K + 1)
     by_q = defaultdict(list)
     for path in args.results:
@@ -205,16 +206,21 @@ def main() -> None:
         if sel:
             print(f"state {name}: {len(sel)} offers, mean est {sum(e for e, _ in sel) / len(sel):.3f}, "
                   f"realised {sum(r for _, r in sel) / len(sel):.3f}")
+    cls = {q.name: q.cls for qs in by_q.values() for q in qs}
     for name, rows in stats.items():
         per = defaultdict(lambda: [0, 0, 0.0, 0])
         for r in rows:
             p = per[r["name"]]
             p[0] += r["tok"]; p[1] += r["fw"]; p[2] += r["secs"]; p[3] += r["acc"]
+        x = {n: p[0] * line[1] / p[2] for n, p in per.items()}
+        cats = defaultdict(list)
+        for n in per:
+            cats[cls[n]].append(math.log(x[n]))
         tok_all = sum(p[0] for p in per.values()); fw_all = sum(p[1] for p in per.values())
-        geo = math.exp(sum(math.log(p[0] * line[1] / p[2]) for p in per.values()) / len(per))
-        print(f"{name:8s} tpf {tok_all / fw_all:.3f} geomean x {geo:.3f}  " +
-              " ".join(f"{n}:{p[0] / p[1]:.2f}/a{p[3]}" for n, p in per.items()))
-
+        geo = math.exp(sum(map(math.log, x.values())) / len(x))
+        print(f"{name:8s} tpf {tok_all / fw_all:.3f} geomean x {geo:.3f} worst {min(x.values()):.3f}  " +
+              " ".join(f"{c}:{math.exp(sum(v) / len(v)):.3f}" for c, v in cats.items()))
+        print("         " + " ".join(f"{n}:{p[0] / p[1]:.2f}/{x[n]:.2f}x/a{p[3]}" for n, p in per.items()))
 
 if __name__ == "__main__":
     main()

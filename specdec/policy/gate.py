@@ -7,9 +7,10 @@ threshold; steps are timed on ``clock`` (wall time from one step's end to the ne
 plain and verify steps carry the host work between them alike). A host drafter (guesses
 while paused, a proposal's cost independent of its length: suffix, n-gram) is asked for its
 full offer every paused token (within ``SHADOW_SHARE``), and the offer is cut to the k its
-price pays for, priced on the acceptance of offers of that length after what the
-drafts before did (a hit, one miss, a run of misses), never below a shorter offer's; the
-draft and the slot after it are counted once the context shows them. Other drafters (and
+price pays for, priced on the acceptance of offers of that length (``offers.OfferModel``:
+each length its own, never below a shorter offer's, averaged with its refinement by what the
+drafts before did as well as each predicts); the draft and the slot after it are counted
+once the context shows them. Other drafters (and
 trees) are priced on the acceptance by what the drafts before did and resume on a shadow
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
