@@ -7,9 +7,10 @@ threshold; steps are timed on ``clock`` (wall time from one step's end to the ne
 plain and verify steps carry the host work between them alike). A host drafter (guesses
 while paused, a proposal's cost independent of its length: suffix, n-gram) is asked for its
 full offer every paused token (within ``SHADOW_SHARE``), and the offer is cut to the k its
-price pays for, priced on the acceptance of offers of that length after what the
-drafts before did (a hit, one miss, a run of misses), never below a shorter offer's; the
-draft and the slot after it are counted once the context shows them. Other drafters (and
+price pays for, priced on the acceptance of offers of that length (``offers.OfferModel``:
+each length its own, never below a shorter offer's, averaged with its refinement by what the
+drafts before did as well as each predicts); the draft and the slot after it are counted
+once the context shows them. Other drafters (and
 trees) are priced on the acceptance by what the drafts before did and resume on a shadow
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
@@ -27,6 +28,7 @@ from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
 from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds
 from .drafting import StepTime
+from .offers import OfferModel
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
@@ -87,17 +89,12 @@ class CostGate(AdaptiveK):
         # a drafter whose proposal costs the same at any length and that guesses while
         # paused is asked for its full offer every step: the offer's length is its own
         # confidence (the suffix drafter's match length), so drafts are priced on the
-        # acceptance of offers of that length, not on what the drafts before them did
-        # (traced: ungated one-token offers were accepted 27 % of the time, three-token ones
-        # 61 %, while the run-of-misses counts read 5-15 % and paused the gate)
+        # acceptance of offers of that length, each length its own estimate
+        # (``offer_acceptance``; lab/gate-acceptance: slot 1 is accepted 25 % of the time on
+        # one-token offers, 54 % on two-token ones, 91 % on eight-token ones)
         per_token = (self.draft_cost or {}).get("per_token", 0.0)
         self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
-        self.offers = {n: SlotCounts.zeros(k_max) for n in range(1, k_max + 1)}
-        # the same by what the drafts before did (``slots``' states): a drafter whose offers
-        # are all one length (a draft model's, a test's) still tells a run of misses apart
-        self.offers_in = {(s, n): SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)
-                          for n in range(1, k_max + 1)}
-        self.pooled = SlotCounts.zeros(k_max)  # every offer's drafts: what a new length leans on
+        self.offers = OfferModel(k_max, self.prior, decay)
         self._trees = False  # the row asks for trees: priced by state, as a costly drafter
         self._peeked = False  # the pending verify step drafts a priced offer
         self._last_offer = 0  # the length of the offer last priced (for ``describe``)
@@ -139,21 +136,10 @@ class CostGate(AdaptiveK):
         self._state = REJECTED if self._paused else ACCEPTED
 
     def offer_acceptance(self, n: int) -> list[float]:
-        """Per-slot acceptance of offers of ``n`` tokens. A longer offer is a longer match:
-        never priced below a shorter one, and with little evidence of its own it leans on
-        the next shorter offer's (``prior`` pseudo-counts; one-token offers lean on every
-        offer's, and those on 1/2 per slot: slot i > 1 is accepted given slot i - 1 was, a
-        copy going on, where slot 1 is any offer's first guess). Traced: leaning on every
-        offer's, one missed three-token offer priced the next ones out."""
-        n = min(n, self.k_max)  # only slots 1..n price an offer of n
-        if n <= 0:
-            return []
-        est = [(a + self.prior * 0.5) / (t + self.prior)
-               for a, t in zip(self.pooled.accepted[:n], self.pooled.tested[:n])]
-        est = lean(self.offers[1], est, self.prior)
-        for m in range(2, n + 1):
-            est = [max(e, x) for e, x in zip(est, lean(self.offers[m], est, self.prior))]
-        return lean(self.offers_in[(self._state, n)], est, self.prior)
+        """Per-slot acceptance of offers of ``n`` tokens in the current state
+        (``offers.OfferModel``: by the offer's length, averaged with its refinement by what
+        the drafts before did as well as each has predicted)."""
+        return self.offers.estimate(n, self._state)
 
     def price_offer(self, n: int) -> int:
         """The draft length (0..n) that maximises expected tokens per second for an offer of
@@ -166,19 +152,15 @@ class CostGate(AdaptiveK):
 
     def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
         """Count a draft of an offer ``made`` = (state, length), then move the state on."""
-        state, n = made
-        for counts in (self.offers_in[made], self.offers[n], self.pooled):
-            counts.record(proposed, accepted, self.decay)
+        self.offers.record(made, proposed, accepted)
+        state = made[0]
         self._state = ACCEPTED if accepted else (REJECTED if state == ACCEPTED else RUN)
 
     def acceptance(self) -> list[float]:
         if self._state != RUN:
             return self.slots[self._state].estimates(self.prior)
         # a run leans on what followed single misses until runs have shown their own
-        toward = self.slots[REJECTED].estimates(self.prior)
-        run = self.slots[RUN]
-        return [(a + self.prior * p) / (t + self.prior)
-                for a, t, p in zip(run.accepted, run.tested, toward)]
+        return lean(self.slots[RUN], self.slots[REJECTED].estimates(self.prior), self.prior)
 
     def _record(self, proposed: int, accepted: int, state: int | None = None) -> None:
         """Count a draft in the state it was made in (``state``: a shadow guess's; None:

@@ -226,7 +226,10 @@ def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
     """Rows whose drafts never hold: their cost gates (a host drafter's, priced on its
     offers) pause within a few drafts and then decode in pipelined plain steps, each gate
     watching every token it emits (its shadow guesses), as a single stream's plain
-    stretch does; the tokens equal each request alone."""
+    stretch does; the tokens equal each request alone. (A few: on this flat curve a
+    one-token draft costs 1.06 plain steps, so it pays down to 6 % acceptance, which one
+    pseudo-count at 1/2 reaches after a handful of misses: 5 drafted steps, 3 before the
+    offer model counted the same misses at three levels; policy/offers.py.)"""
     from specdec.policy.gate import CostGate
     from specdec.measure import cost_curve_for
 
@@ -253,8 +256,8 @@ def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():
         live = [i for j, i in enumerate(live) if j not in done]
     assert got == want
     unpiped = [i for i, q in enumerate(queued[:-1]) if not q]  # steps that verified drafts
-    assert len(unpiped) <= 3 and len(queued) - len(unpiped) > 10
-    assert all(g.paused and g.paused_tokens >= 10 and sum(map(bool, g.chosen)) <= 3 for g in gates)
+    assert len(unpiped) <= 5 and len(queued) - len(unpiped) > 10
+    assert all(g.paused and g.paused_tokens >= 10 and sum(map(bool, g.chosen)) <= 5 for g in gates)
 
 
 def test_seeded_sampling_under_batching_reproduces_alone():

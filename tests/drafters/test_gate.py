@@ -88,13 +88,15 @@ def failed_until_paused(gate, ctx, limit):
 
 def test_gate_pauses_within_a_few_failed_steps():
     """Drafts accepted for a while, then every one rejected (a quote ends): the gate
-    pauses within a few rejections."""
+    pauses within a few rejections (9 here, 6 before the offer model: with offers all of one
+    length the run-of-misses model must first win its weight back from the length model,
+    which predicted the first miss better; ``policy/offers.py``)."""
     gate = CostGate(Fixed([5, 5, 5, 5]), CPU, k_max=4)
     gate.begin([1, 2, 3])
     gate.watch([1, 2, 3, 5])
     ctx = run_steps(gate, 8, accepted=4, ctx=[1, 2, 3, 5])
     assert not gate.paused and gate.chosen[-1] == 4
-    failed_until_paused(gate, ctx, 8)
+    failed_until_paused(gate, ctx, 10)
 
 
 def test_a_run_of_rejections_pauses_even_after_misses_that_were_followed_by_hits():
