@@ -182,4 +182,4 @@ class EagleDrafter(Drafter):
             return EMPTY
         feats, follows = ready
         return tree_draft(self.head, self._cache, feats[None], mx.array([follows]), k, budget,
-                          self.tree, frozenset(self.eos))
+                          self.tree, self.eos)

@@ -89,10 +89,10 @@ def _grow(head: Any, cache: Any, root: mx.array, k: int, topk: int,
           eos: mx.array | None) -> list[_Level]:
     """The candidate levels of depths 1..k, built on the device (no sync)."""
     tokens, scores = _children(head, root, topk)
-    levels = [_Level(tokens, scores, mx.arange(tokens.shape[1]))]
+    levels = [_Level(tokens, scores, _expand(tokens, scores, topk, eos))]
     n = cache.offset  # the fed rows: at least one (``tree_draft``)
     prefix_k, prefix_v = cache.keys[..., :n, :], cache.values[..., :n, :]
-    front, score = tokens[0], scores[0]
+    front, score = tokens[0][levels[0].chosen], scores[0][levels[0].chosen]
     hidden = mx.broadcast_to(root, (front.shape[0], *root.shape[1:]))
     path_k = path_v = None
     for d in range(1, k):
@@ -106,7 +106,7 @@ def _grow(head: Any, cache: Any, root: mx.array, k: int, topk: int,
         scores = score[:, None] + lps
         chosen = _expand(tokens, scores, topk, eos)
         levels.append(_Level(tokens, scores, chosen))
-        row = chosen // topk
+        row = chosen // tokens.shape[1]  # topk, or a smaller draft vocabulary
         new_k, new_v = scratch.new
         path_k = new_k[row] if path_k is None else mx.concatenate([path_k[row], new_k[row]], axis=2)
         path_v = new_v[row] if path_v is None else mx.concatenate([path_v[row], new_v[row]], axis=2)

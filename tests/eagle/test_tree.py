@@ -37,10 +37,11 @@ def fed_features(target, head, context):
 
 @settings(max_examples=12, deadline=None, database=None)
 @given(prompt=st.lists(st.integers(0, 95), min_size=2, max_size=10), k=st.integers(1, 5),
-       budget=st.integers(1, 14), topk=st.integers(1, 4), eos=st.sampled_from([None, 0, 2, 4]))
-def test_the_tree_is_valid_and_holds_the_linear_greedy_draft(prompt, k, budget, topk, eos):
+       budget=st.integers(1, 14), topk=st.integers(1, 4), eos=st.sampled_from([None, 0, 2, 4]),
+       layer=st.sampled_from(["llama", "qwen3"]))
+def test_the_tree_is_valid_and_holds_the_linear_greedy_draft(prompt, k, budget, topk, eos, layer):
     target = tiny_target()
-    head = tiny_head(target)
+    head = tiny_head(target, layer)
     feats, follows = fed_features(target, head, prompt)
     stops = frozenset() if eos is None else frozenset({eos})
     tree_cache, line_cache = head.make_cache(), head.make_cache()
