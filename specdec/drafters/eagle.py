@@ -9,9 +9,12 @@ that follows it (``context[p + 1]``): a prefill chunk's in the chunk's own sync 
 holds those tokens; so the first step drafts), a verify block's root and accepted drafts and a
 plain step's row at the next proposal, once the context holds them (in order, at most
 ``FEED_CHUNK`` per head forward), then the head drafts k tokens greedily
-(``Eagle3Head.draft``). Positions no forward returned to it (a prompt cache's reused prefix)
-are missing from the head's cache: its drafts are then worse, never wrong. Output never
-changes: every draft is verified. Tests: tests/drafters/test_eagle.py.
+(``Eagle3Head.draft``); with a tree budget, ``propose_tree`` grows EAGLE-2's dynamic tree from
+its top-k (``eagle.tree``), and a tree block keeps the root's and the accepted path's rows
+(``TreeRows``), as a linear block of that path would. Positions no forward returned to it
+(a prompt cache's reused prefix) are missing from the head's cache: its drafts are then worse,
+never wrong. Output never changes: every draft is verified. Tests:
+tests/drafters/test_eagle.py, tests/eagle/test_tree.py.
 """
 
 from __future__ import annotations

@@ -71,8 +71,9 @@ def test_trees_from_the_head_keep_parity(sampling):
         eagle = EagleDrafter(head)
         drafter = ChainDrafter([eagle, SuffixDrafter()]) if chained else eagle
         log: list[tuple[int, int]] = []
-        out = [e.token for e in token_stream(target, PROMPT, drafter=drafter, max_tokens=16, num_draft_tokens=3,
-                                             sampling=sampling, step_log=log, tree_budget=8)]
+        out = [e.token for e in token_stream(target, PROMPT, drafter=drafter, max_tokens=16,
+                                             num_draft_tokens=3, sampling=sampling, step_log=log,
+                                             tree_budget=8)]
         assert out == plain and any(block == 9 for block, _ in log)  # 8-node trees were verified
         eagle.propose(PROMPT + out, 1)
         assert eagle.fed == len(PROMPT + out) - 1  # one head row per committed position
