@@ -172,10 +172,13 @@ def drafting(row: Row) -> bool:
 
 
 def wants(row: Row, drafted: Drafted, speculate: bool = True) -> Wants | None:
-    """What the row's drafter wants from this verify forward (a linear block only): a row not
-    drafting (paused, or no drafts this step) feeds its root as a plain step (``feed_wants``)."""
-    if not row.drafter.outputs or not drafted.verifies.is_linear:
+    """What the row's drafter wants from this verify forward (a tree block: ``tree_wants``): a
+    row not drafting (paused, or no drafts this step) feeds its root as a plain step
+    (``feed_wants``)."""
+    if not row.drafter.outputs:
         return None
+    if not drafted.verifies.is_linear:
+        return row.drafter.tree_wants(row.context, drafted.verifies)
     if speculate and drafting(row):
         return row.drafter.wants(row.context, drafted.verifies.tokens)
     return row.drafter.feed_wants(len(row.context) - 1, 1)

@@ -209,7 +209,7 @@ class Verify:
     """One row of a verify step: its context (prompt + emitted; the last token is the block's
     root, not yet fed), its proposal (a tree of deterministic drafts only alone), its
     sampler and processors, what to report, and what its drafter ``wants`` from the forward
-    (a tail riding after the block, never kept; hidden states: linear proposals only)."""
+    (a tail riding after the block, never kept, linear proposals only; hidden states)."""
 
     context: list[int]
     proposal: Proposal
@@ -392,15 +392,19 @@ def verify_step(model: Model, cache: list, rows: Sequence[Verify], *,
     emitted tokens; 6. ``batch_cache.roll_back`` keeps each row's root and accepted path;
     7. a ``Step`` per row (log-probabilities are raw ``log_softmax``, as mlx-lm reports)."""
     trees = [r for r in rows if not r.proposal.is_linear]
-    if trees and (len(rows) > 1 or trees[0].proposal.q is not None or trees[0].wants):
+    if trees and (len(rows) > 1 or trees[0].proposal.q is not None
+                  or (trees[0].wants is not None and trees[0].wants.tail)):
         raise ValueError("a token tree is verified alone, of deterministic drafts and with no "
-                         "wants (verify a tree with draft distributions by its first branch)")
+                         "tail after it (verify a tree with draft distributions by its first branch)")
     L = max(r.block for r in rows)
     blocks = [[r.context[-1], *in_vocab(r.proposal.tokens, vocab), *(r.wants.tail if r.wants else ())]
               + [0] * (L - r.block) for r in rows]
     layers = sorted({j for r in rows if r.wants for j in r.wants.layers})
-    with capture_layers(model, layers) if layers else nullcontext() as captured:
-        logits = verify_forward(model, cache, blocks, trees[0].proposal.parents if trees else None)
+    tree = trees[0].proposal.parents if trees else None
+    # a captured tree: its swaps first (capture's stand-in layers hide the attention they wrap)
+    outer = tree_attention(cast("nn.Module", model), cache, tree) if tree and layers else nullcontext()
+    with outer, capture_layers(model, layers) if layers else nullcontext() as captured:
+        logits = verify_forward(model, cache, blocks, None if layers else tree)
     # a recurrent cache replays its kept tokens first: the block is the forward's last L rows
     hidden = {j: h[:, h.shape[1] - L:] for j, h in captured.hidden.items()} \
         if captured is not None else {}

@@ -6,8 +6,9 @@ before any proposal (state is reset here, never guessed later); ``propose(contex
 Proposal`` each step (empty = a plain step); ``observe(num_accepted)`` after each verify of a
 non-empty one. Optional capabilities are declared as data, and the loop calls their verbs
 unconditionally (the defaults do nothing): ``branches`` (``propose_tree`` may return a token
-tree), ``outputs`` (``wants``: what it needs from the verify forward, e.g. WeDLM's tail, a head's
-hidden states; ``feed_wants``: from a prefill chunk's or a plain step's forward); ``constrain``/
+tree), ``outputs`` (``wants``/``tree_wants``: what it needs from a linear/tree block's verify
+forward, e.g. WeDLM's tail, a head's hidden states; ``feed_wants``: from a prefill chunk's or
+a plain step's forward); ``constrain``/
 ``forced`` carry a request's grammar. ``draft_cost`` (seconds per
 proposal) and ``guesses_paused`` (it can guess without a verify step of its own) inform the
 decode policy (``policy.drafting``), which decides how deep a row drafts: a drafter never
@@ -54,6 +55,11 @@ class Drafter(ABC):
 
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants | None:
         """What this step's block ``[context[-1], *drafts]`` should return to it (None: nothing)."""
+        return None
+
+    def tree_wants(self, context: Sequence[int], tree: Proposal) -> Wants | None:
+        """``wants`` for a token tree's block ``[context[-1], *tree.tokens]`` (hidden states
+        only: no tail rides after a tree; None: nothing)."""
         return None
 
     def feed_wants(self, start: int, n: int) -> Wants | None:

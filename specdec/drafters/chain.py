@@ -41,6 +41,11 @@ class ChainDrafter(Drafter):
         return next((w for d in self.drafters if d.outputs and (w := d.wants(context, drafts)) is not None),
                     None)
 
+    def tree_wants(self, context: Sequence[int], tree: Proposal) -> Wants | None:
+        """The first member's wants of a tree block (whichever members' tries it merges)."""
+        return next((w for d in self.drafters
+                     if d.outputs and (w := d.tree_wants(context, tree)) is not None), None)
+
     def feed_wants(self, start: int, n: int) -> Wants | None:
         """The first member's that wants something of a forward that verifies nothing."""
         return next((w for d in self.drafters if d.outputs and (w := d.feed_wants(start, n)) is not None),

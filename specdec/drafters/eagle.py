@@ -9,9 +9,12 @@ that follows it (``context[p + 1]``): a prefill chunk's in the chunk's own sync 
 holds those tokens; so the first step drafts), a verify block's root and accepted drafts and a
 plain step's row at the next proposal, once the context holds them (in order, at most
 ``FEED_CHUNK`` per head forward), then the head drafts k tokens greedily
-(``Eagle3Head.draft``). Positions no forward returned to it (a prompt cache's reused prefix)
-are missing from the head's cache: its drafts are then worse, never wrong. Output never
-changes: every draft is verified. Tests: tests/drafters/test_eagle.py.
+(``Eagle3Head.draft``); with a tree budget, ``propose_tree`` grows EAGLE-2's dynamic tree from
+its top-k (``eagle.tree``), and a tree block keeps the root's and the accepted path's rows
+(``TreeRows``), as a linear block of that path would. Positions no forward returned to it
+(a prompt cache's reused prefix) are missing from the head's cache: its drafts are then worse,
+never wrong. Output never changes: every draft is verified. Tests:
+tests/drafters/test_eagle.py, tests/eagle/test_tree.py.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..core.proposal import Returned, Wants
+from ..eagle.tree import TreeShape, accepted_path, tree_draft
 from .base import EMPTY, Drafter, Proposal
 
 FEED_CHUNK = 512  # head rows per forward while catching up
@@ -53,11 +57,28 @@ class Rows:
         return max(n, 0)
 
 
+@dataclass
+class TreeRows(Rows):
+    """A token tree's block rows (``parents``): once the context shows the accepted path, the
+    root's and the path's rows, as the linear block of that path would have given."""
+
+    parents: tuple[int, ...] = ()
+
+    def kept(self, context: Sequence[int]) -> int:
+        if self.features is not None and self.parents and self.drafts is not None:
+            path = accepted_path(Proposal(self.drafts, parents=self.parents), context[self.pos + 1:])
+            self.features = self.features[mx.array([0] + [j + 1 for j in path])]
+            self.drafts, self.parents = tuple(self.drafts[j] for j in path), ()
+        return super().kept(context)
+
+
 class EagleDrafter(Drafter):
     """Drafts with an EAGLE-3 head fed from the target's forwards (module doc)."""
 
     name = "eagle"
     outputs = True
+    branches = True  # EAGLE-2's dynamic tree from the head's top-k (``propose_tree``)
+    tree = TreeShape()
     guesses_paused = False  # its features come from the target's forwards: a paused gate probes
 
     def __init__(self, head: Any, *, eos: frozenset = frozenset()):
@@ -111,6 +132,9 @@ class EagleDrafter(Drafter):
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants:
         return self._capture(Rows(len(context) - 1, drafts=tuple(drafts)))
 
+    def tree_wants(self, context: Sequence[int], tree: Proposal) -> Wants:
+        return self._capture(TreeRows(len(context) - 1, drafts=tree.tokens, parents=tree.parent_ids))
+
     def _ready(self, context: Sequence[int]) -> tuple[Any, list[int]] | None:
         """The pending rows the context confirms, in position order past those fed: (features
         (n, 3H), the token after each); None when there are none."""
@@ -126,20 +150,39 @@ class EagleDrafter(Drafter):
         self._pending = later
         return (mx.concatenate(feats, axis=0), follows) if follows else None
 
-    def propose(self, context: Sequence[int], k: int) -> Proposal:
+    def _caught_up(self, context: Sequence[int], k: int) -> tuple[Any, list[int]] | None:
+        """The rows to feed with this step's draft (features (n, 3H), the token after each),
+        older ones fed alone first; None: nothing to draft from (or k < 1)."""
         ready = self._ready(context)
         if ready is None:
-            return EMPTY
+            return None
         feats, follows = ready
         while len(follows) > FEED_CHUNK or (k < 1 and follows):  # catching up: feed, draft nothing
             mx.eval(self.head.feed(self._cache, feats[None, :FEED_CHUNK],
                                    mx.array([follows[:FEED_CHUNK]])))
             feats, follows = feats[FEED_CHUNK:], follows[FEED_CHUNK:]
-        if k < 1:
+        return (feats, follows) if k >= 1 else None
+
+    def propose(self, context: Sequence[int], k: int) -> Proposal:
+        ready = self._caught_up(context, k)
+        if ready is None:
             return EMPTY
+        feats, follows = ready
         drafts = self.head.draft(self._cache, feats[None], mx.array([follows]), k).tokens
         for i, t in enumerate(drafts):  # nothing after an EOS can be emitted
             if t in self.eos:
                 drafts = drafts[:i + 1]
                 break
         return Proposal(drafts)
+
+    def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
+        """EAGLE-2's dynamic tree of at most ``budget`` nodes, ``k`` deep (``eagle.tree``); its
+        first-child path is ``propose``'s draft, the rest the head's next most likely paths."""
+        if budget <= k:  # room for the chain only: the linear draft is that tree
+            return self.propose(context, budget)
+        ready = self._caught_up(context, k)
+        if ready is None:
+            return EMPTY
+        feats, follows = ready
+        return tree_draft(self.head, self._cache, feats[None], mx.array([follows]), k, budget,
+                          self.tree, self.eos)

@@ -22,15 +22,17 @@ def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
     assert d.forced([1], 4) is EMPTY
     assert d.propose_tree([1], 5, 3) == Proposal([0, 1, 2])  # depth min(k, budget)
     assert not d.branches and d.draft_cost is None
-    assert d.wants([1], [2]) is None and not d.outputs and d.guesses_paused  # guesses while paused
+    assert d.wants([1], [2]) is None and d.tree_wants([1], Proposal([2, 3], parents=(-1, -1))) is None
+    assert not d.outputs and d.guesses_paused  # guesses while paused
 
 
 def test_the_contract_is_a_few_verbs_and_no_policy():
     """The methods of the contract: three verbs (begin / propose / observe), the tree form,
-    what it wants of the verify forward and of forwards that verify nothing (prefill chunks,
-    plain steps), and the grammar's two; nothing of the cost gate."""
+    what it wants of the verify forward (a linear block's, a tree's) and of forwards that
+    verify nothing (prefill chunks, plain steps), and the grammar's two; nothing of the cost
+    gate."""
     verbs = {n for n, v in vars(Drafter).items() if callable(v) and not n.startswith("_")}
-    assert verbs == {"begin", "propose", "observe", "propose_tree", "wants", "feed_wants",
+    assert verbs == {"begin", "propose", "observe", "propose_tree", "wants", "tree_wants", "feed_wants",
                      "constrain", "forced"}
     assert Drafter.__abstractmethods__ == frozenset({"propose"})
     for gone in ("paused", "watch", "step_time", "tail", "tails"):
