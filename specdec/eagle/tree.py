@@ -21,7 +21,7 @@ Details: docs/eagle.md#token-trees.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -94,12 +94,12 @@ def _grow(head: Any, cache: Any, root: mx.array, k: int, topk: int,
     prefix_k, prefix_v = cache.keys[..., :n, :], cache.values[..., :n, :]
     front, score = tokens[0][levels[0].chosen], scores[0][levels[0].chosen]
     hidden = mx.broadcast_to(root, (front.shape[0], *root.shape[1:]))
-    path_k = path_v = None
+    path: tuple[mx.array, mx.array] | None = None  # each frontier row's ancestors' K, V
     for d in range(1, k):
         b = front.shape[0]
         keys, values = _rows(prefix_k, b), _rows(prefix_v, b)
-        if path_k is not None:
-            keys, values = mx.concatenate([keys, path_k], axis=2), mx.concatenate([values, path_v], axis=2)
+        if path is not None:
+            keys, values = mx.concatenate([keys, path[0]], axis=2), mx.concatenate([values, path[1]], axis=2)
         scratch = _PathCache(keys, values, cache.offset + d - 1)
         out = head.step(front[:, None], hidden, None, scratch)
         tokens, lps = _children(head, out, topk)
@@ -107,9 +107,10 @@ def _grow(head: Any, cache: Any, root: mx.array, k: int, topk: int,
         chosen = _expand(tokens, scores, topk, eos)
         levels.append(_Level(tokens, scores, chosen))
         row = chosen // tokens.shape[1]  # topk, or a smaller draft vocabulary
-        new_k, new_v = scratch.new
-        path_k = new_k[row] if path_k is None else mx.concatenate([path_k[row], new_k[row]], axis=2)
-        path_v = new_v[row] if path_v is None else mx.concatenate([path_v[row], new_v[row]], axis=2)
+        assert scratch.new is not None  # the head's step wrote its entries
+        new_k, new_v = scratch.new[0][row], scratch.new[1][row]
+        path = (new_k, new_v) if path is None else (
+            mx.concatenate([path[0][row], new_k], axis=2), mx.concatenate([path[1][row], new_v], axis=2))
         front, score, hidden = tokens.reshape(-1)[chosen], scores.reshape(-1)[chosen], out[row]
     return levels
 
@@ -132,7 +133,9 @@ def _candidates(levels: list[_Level]) -> tuple[list[_Node], list[int]]:
     front = [-1]  # candidate index of each frontier row (the root's one row)
     chain: list[int] = []
     for depth, lv in enumerate(levels, start=1):
-        toks, scores, chosen = lv.tokens.tolist(), lv.scores.tolist(), lv.chosen.tolist()
+        toks = cast("list[list[int]]", lv.tokens.tolist())
+        scores = cast("list[list[float]]", lv.scores.tolist())
+        chosen = cast("list[int]", lv.chosen.tolist())
         base = len(nodes)
         for r, (row_t, row_s) in enumerate(zip(toks, scores)):
             nodes += [_Node(int(t), float(s), depth, front[r]) for t, s in zip(row_t, row_s)]
