@@ -21,6 +21,7 @@ import mlx.core as mx
 
 from ..core.proposal import Returned
 from ..eagle.mtp import MtpHead, text_model
+from .base import Drafter
 from .eagle import EagleDrafter
 
 
@@ -30,6 +31,10 @@ class MtpDrafter(EagleDrafter):
     feature."""
 
     name = "mtp"
+    # linear drafts only: EAGLE-2's tree (``eagle.tree``) reads an EAGLE-3 head's fc and draft
+    # vocabulary, which an MTP block has not; a tree budget gets the linear draft (a one-branch tree)
+    branches = False
+    propose_tree = Drafter.propose_tree
 
     def __init__(self, head: MtpHead, target: Any, *, eos: frozenset = frozenset()):
         self.head, self.eos = head, eos

@@ -200,6 +200,16 @@ def test_greedy_output_is_plain_for_every_k(name, ks, root):
         assert stats.drafted > 0
 
 
+def test_a_tree_budget_gets_the_blocks_linear_draft(root):
+    """EAGLE-2 trees need an EAGLE-3 head (fc, draft vocabulary): asked for a tree, the MTP
+    drafter answers with its linear draft (it raised AttributeError inside the request)."""
+    head = load_mtp(checkpoint("mimo", root), target("mimo"))
+    log: list[tuple[int, int]] = []
+    out = [e.token for e in token_stream(target("mimo"), PROMPT, drafter=MtpDrafter(head, target("mimo")),
+                                         max_tokens=16, num_draft_tokens=3, tree_budget=8, step_log=log)]
+    assert out == plain("mimo", None) and any(block > 1 for block, _ in log)
+
+
 @pytest.mark.parametrize("name", list(TARGETS))
 def test_seeded_sampling_is_plain_through_the_spec_path(name, root):
     """Built as the CLI and server build it: ``prepare_resources`` reads the model's own
