@@ -8,7 +8,8 @@ deeper than ``MAX_BODY_DEPTH`` (checked by an iterative walk: no recursion to ov
 NaN/Infinity (not JSON; they could not be echoed back), strings holding lone surrogates
 (not UTF-8; they could not be echoed or stored), a top level that is not an object. The
 size limit is ``middleware.LimitBody``'s, ahead of every route. So every field a wire
-echoes or stores was valid JSON text when it was admitted.
+echoes or stores was valid JSON text when it was admitted. ``parse`` is ``read_json`` checked
+by a wire's pydantic model (the chat and Anthropic wires'), a 400 naming the first problem.
 Tests: tests/server/test_body.py, tests/server/test_attacks.py (the wire x attack table).
 """
 
@@ -20,8 +21,9 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ValidationError
 
-from .errors import APIError
+from .errors import APIError, validation_error
 
 # generous for real agents: tool schemas are bounded at 32 levels (tool_schemas) inside
 # a body's own few levels; 64 leaves room and bounds every recursive walk downstream
@@ -88,3 +90,18 @@ async def read_json(request: Request) -> dict[str, Any]:
     except BodyError as e:
         raise APIError(400, f"{e}. Send a JSON object with Content-Type: application/json.",
                        code="invalid_json") from None
+
+
+async def parse(request: Request, model: type[BaseModel]) -> Any:
+    """``request``'s JSON body checked by ``model``; a 400 naming the first problem. A body
+    sent as another media type (a form, text) is refused, as OpenAI's routes always did here;
+    no Content-Type at all is read as JSON."""
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype and not (ctype == "application/json" or ctype.endswith("+json")):
+        raise APIError(400, f"the request body is sent as {ctype!r}: send a JSON object with "
+                       "Content-Type: application/json", code="invalid_json")
+    raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
+    try:
+        return await run_in_threadpool(model.model_validate, raw)  # 4 MiB: off the loop
+    except ValidationError as e:
+        raise validation_error([{**x, "loc": ("body", *x["loc"])} for x in e.errors()]) from None

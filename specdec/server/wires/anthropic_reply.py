@@ -1,5 +1,6 @@
 """Anthropic's Messages reply folded from the engine's chat chunks: content blocks
-(thinking, text, tool_use) streamed as Anthropic's events or gathered as one message.
+(thinking, text, tool_use) streamed as Anthropic's SSE events (``stream``: headers, pings
+while a long prefill runs, then the blocks) or gathered as one message (``whole``).
 
 Contract: one block per run of one kind; a tool call opens a ``tool_use`` block whose input
 streams as ``input_json_delta``; the stop reason maps OpenAI's finish reason, and a stop
@@ -8,11 +9,15 @@ string that ended the reply is named; usage splits cached input tokens, plus
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.events import decoder_stats
+from ..engine.events import NoTokens, decoder_stats
+from ..http.errors import APIError, internal_error, surface_body
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
 
@@ -132,3 +137,56 @@ def message(msg_id: str, model: str, content: list[dict[str, Any]], usage: dict[
     return {"id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
             "usage": usage}
+
+
+HEADERS_AFTER_S = 5.0  # a stream not started by then gets its headers and pings meanwhile
+PING_S = 10.0
+
+
+def _sse(kind: str, data: dict[str, Any]) -> str:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, ensure_ascii=False)}\n\n"
+
+
+async def whole(chunks: AsyncGenerator[dict[str, Any], None], blocks: Blocks, msg_id: str, model: str) -> dict:
+    """A non-streamed request's one message, folded from all its chunks."""
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            blocks.feed(chunk)
+    blocks.end()
+    return message(msg_id, model, [b.whole() for b in blocks.blocks], blocks.usage_json(),
+                    blocks.stop_reason(), blocks.stop_sequence())
+
+
+async def started(pending: asyncio.Future, wait: float | None) -> bool:
+    """Whether ``pending`` (``api.chat`` starting) finished within ``wait`` seconds."""
+    done, _ = await asyncio.wait({pending}, timeout=wait)
+    return bool(done)
+
+
+async def stream(pending: asyncio.Future, blocks: Blocks, msg_id: str, model: str,
+                 n_prompt: int) -> AsyncIterator[str]:
+    """The SSE events of a request started (or starting) in ``pending``: headers and pings
+    first, then its blocks; an error after the headers is the stream's error event."""
+    usage = {"input_tokens": n_prompt, "cache_creation_input_tokens": 0,
+             "cache_read_input_tokens": 0, "output_tokens": 0}
+    yield _sse("message_start", {"message": message(msg_id, model, [], usage)})
+    yield _sse("ping", {})
+    try:
+        while not await started(pending, PING_S):  # a long prefill: keep the stream alive
+            yield _sse("ping", {})
+        chunks = pending.result()
+        async with contextlib.aclosing(chunks):
+            async for chunk in chunks:
+                for kind, data in blocks.feed(chunk):
+                    yield _sse(kind, data)
+        for kind, data in blocks.end():
+            yield _sse(kind, data)
+    except APIError as e:  # after the headers: the stream's own error event
+        yield _sse("error", {"error": surface_body(e, "/v1/messages")["error"]})
+    except NoTokens:  # the client left before the first token: nobody reads on
+        return
+    except Exception as e:  # noqa: BLE001 (a bug: still end the stream in Anthropic's shape)
+        err = internal_error(e, "/v1/messages")
+        yield _sse("error", {"error": surface_body(err, "/v1/messages")["error"]})
+    finally:
+        pending.cancel()  # the client left while the request waited (a no-op once started)

@@ -14,14 +14,13 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
-from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..engine.events import DoneEvent, ErrorEvent, NoTokens, TokenEvent
 from .chat_schemas import ChatCompletionRequest, CompletionRequest
-from ..http.body import read_json
-from ..http.errors import APIError, validation_error
+from ..http.body import parse
+from ..http.errors import APIError
 
 if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its types only
     from ..engine.api import Api
@@ -34,21 +33,6 @@ SSE_DONE = "data: [DONE]\n\n"
 
 def sse(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-async def parse(request: Request, model: type[BaseModel]) -> Any:
-    """``request``'s JSON body checked by ``model``; a 400 naming the first problem. A body
-    sent as another media type (a form, text) is refused, as OpenAI's routes always did here;
-    no Content-Type at all is read as JSON."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if ctype and not (ctype == "application/json" or ctype.endswith("+json")):
-        raise APIError(400, f"the request body is sent as {ctype!r}: send a JSON object with "
-                       "Content-Type: application/json", code="invalid_json")
-    raw = await read_json(request)  # 400s for bad JSON, too deep, NaN, lone surrogates
-    try:
-        return await run_in_threadpool(model.model_validate, raw)  # 4 MiB: off the loop
-    except ValidationError as e:
-        raise validation_error([{**x, "loc": ("body", *x["loc"])} for x in e.errors()]) from None
 
 
 async def complete(api: Api, request: Request,
