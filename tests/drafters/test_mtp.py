@@ -469,6 +469,7 @@ def test_the_server_drafts_with_the_models_own_mtp_block_gated_or_not(model_dir,
     from specdec.measure import store_cost_curve
     from specdec.server.config import ServerConfig
     from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
+    from specdec.server.engine.admission import enqueue
     from specdec.server.engine.worker import InferenceWorker
     from specdec.server.http.metrics import Metrics
 
@@ -479,7 +480,7 @@ def test_the_server_drafts_with_the_models_own_mtp_block_gated_or_not(model_dir,
     async def tokens(worker, spec, sampling):
         job = Job(GenRequest(PROMPT, Generation(max_tokens=16, draft=spec, sampling=sampling)),
                   asyncio.get_running_loop())
-        worker.submit(job)
+        enqueue(worker.cfg, worker, job)
         out = []
         while not isinstance(e := await asyncio.wait_for(job.events.get(), 120), DoneEvent):
             out += [e.token] if isinstance(e, TokenEvent) else []

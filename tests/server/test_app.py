@@ -76,14 +76,30 @@ def test_encode_prompt_passes_template_kwargs(smol_tok):
 # -- the app in front of a scripted worker ------------------------------------------------
 
 
+class ScriptedQueue:
+    """The worker's queue, answered at once: what the batcher takes is scripted."""
+
+    def __init__(self, worker):
+        self.worker = worker
+
+    def __len__(self):
+        return 0
+
+    def put_nowait(self, job):
+        self.worker.answer(job)
+        return True
+
+
 class ScriptedWorker:
     """What ``app`` needs of ``InferenceWorker``: every job answers ``script`` (text
-    pieces, one per token) and ends with ``ending``; ``refuse`` makes submit a 503."""
+    pieces, one per token) and ends with ``ending``; ``refuse`` makes admission a 503. Its
+    ``queue`` answers each job as it is put there (``admission.enqueue``)."""
 
     def __init__(self, tokenizer, script, context_length=200):
         self.tokenizer, self.tokenizer_lock = tokenizer, threading.Lock()
         self.context_length, self.vocab_size = context_length, len(tokenizer.get_vocab())
-        self.draft, self.max_batch, self.queue, self.busy, self.alive = None, 1, [], 0, True
+        self.draft, self.max_batch, self.busy, self.alive = None, 1, 0, True
+        self.queue = ScriptedQueue(self)
         self.mtp = None  # no MTP block loaded (--draft-type mtp)
         self.one_at_a_time, self.model = None, None  # no weights: the script answers
         self.memory = SimpleNamespace(info=dict)
@@ -96,8 +112,10 @@ class ScriptedWorker:
             raise APIError(503, "the request queue is full (1 waiting); retry in about 1 s",
                            code="queue_full", headers={"Retry-After": "1"})
 
-    def submit(self, job):
-        self.check_room()
+    def queue_full(self):
+        raise AssertionError("a scripted queue is never full")
+
+    def answer(self, job):
         self.requests.append(job.request)
         for i, piece in enumerate(self.script):
             job.emit(TokenEvent(piece, i))

@@ -21,6 +21,7 @@ from specdec.loader.wedlm import load_wedlm
 from specdec.server.config import ServerConfig
 from specdec.server.http.errors import APIError
 from specdec.server.engine.batcher import Batcher
+from specdec.server.engine.admission import enqueue
 from specdec.server.engine.events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
 from specdec.server.http.metrics import Metrics
 from specdec.server.engine.worker import InferenceWorker
@@ -35,7 +36,7 @@ def gen(**kw):
 
 async def events(worker, request, cancel_after=None):
     job = Job(request, asyncio.get_running_loop())
-    worker.submit(job)
+    enqueue(worker.cfg, worker, job)
     out = []
     while True:
         e = await asyncio.wait_for(job.events.get(), 120)

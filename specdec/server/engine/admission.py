@@ -1,31 +1,127 @@
-"""A ``ChatSpec`` made into the worker's ``GenRequest``: rendered and tokenized once, its
-``max_tokens`` fitted to the room once, its drafting, sampling and grammar checked.
+"""A request admitted: the one request value, a ``ChatSpec``, checked, rendered and tokenized
+once, its ``max_tokens`` fitted to the room once, made into the worker's ``Job`` and put in
+the queue the batcher takes from. ``Admission`` is ``api.Api``'s front half (``Api.queue``,
+``Api.count``): every wire hands its spec here and nowhere else in ``api``.
 
-Contract: ``encode`` renders a chat (or takes a text completion's prompt) under the worker's
-tokenizer lock, a 400 naming ``messages``/``prompt`` when it cannot; ``fit_max_tokens`` is the
-completion's length against the context and the KV budget; ``gen_request`` builds the one
-``Generation`` passed unchanged to the row. Every refusal is the request's own 400.
+Contract: ``Admission.queue`` validates completely before queueing (model name 404, the
+queue's 503, ``check_spec``, the prompt under the worker's tokenizer lock against the context
+length and the KV budget, drafting, sampling and grammar: ``asked``); ``encode`` renders a chat
+(or takes a text completion's prompt), a 400 naming ``messages``/``prompt`` when it cannot;
+``fit_max_tokens`` is the completion's length against the context and the KV budget;
+``gen_request`` builds the one ``Generation`` passed unchanged to the row. Every refusal is the
+request's own 400 (or 503 for a full queue). Details: docs/server.md#one-request-value.
 Tests: tests/server/test_api.py, tests/server/test_anthropic_wire.py, tests/server/test_golden.py."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import functools
 from typing import Any
 
+from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
-from ...cache.recurrent import trees_refused
-from ...core.grammar import response_grammar
-from ...core.sampling import SamplingParams
 from ...core.text import encode_prompt
 from ...decode.generation import Generation
-from ...drafters.spec import DraftSpec
-from ...toolcall.prompt import forced_response_format, template_messages
+from ...toolcall.prompt import template_messages
 from ..config import ServerConfig
 from ..http.errors import APIError
-from .events import GenRequest
-from .spec import ChatSpec, speculative_options
-from .speculative import merge_speculative, refuse_unloaded
-from .tool_calls import ToolPlan
+from ..http.middleware import TENANT_SCOPE_KEY
+from .asked import draft_spec, response_format, sampling
+from .chunks import Responder
+from .events import GenRequest, Job
+from .reasoning import ReasoningSplitter, TemplateTraits, opens_thinking
+from .run import DisconnectWatch, Queued
+from .spec import ChatSpec, check_spec, speculative_options
+from .tool_calls import ToolPlan, ToolResponder, ToolSupport, plan_tools
+from .wedlm_rows import check as check_wedlm
+
+CACHE_SALT_HEADER = "X-Cache-Salt"  # cache_salt for a client that cannot add body fields
+
+
+class Admission:
+    """A request checked, made into a job and queued, for one worker (``Api`` adds the
+    event stream a queued request is read through)."""
+
+    def __init__(self, cfg: ServerConfig, worker: Any):
+        self.cfg, self.worker = cfg, worker
+        with worker.tokenizer_lock:  # the template's tool support, found once (two renders)
+            self.tools = ToolSupport.of(worker.tokenizer, cfg.tool_call_parser)
+
+    def check_model(self, name: str) -> None:
+        """404 unless ``name`` is the served model's id or matches one of its aliases
+        (``--model-alias``, shell-style patterns such as ``claude-*``)."""
+        if not self.cfg.serves(name):
+            raise APIError(404, f"The model {name!r} does not exist here; this server serves "
+                           f"{self.cfg.model_id!r} (GET /v1/models).", param="model",
+                           code="model_not_found")
+
+    @functools.cached_property
+    def traits(self) -> TemplateTraits:
+        """The chat template's traits (reasoning models: a think block, a thinking switch)."""
+        with self.worker.tokenizer_lock:
+            return TemplateTraits.of(self.worker.tokenizer)
+
+    def tool_plan(self, spec: ChatSpec) -> ToolPlan | None:
+        """What the request's tools change (``tool_calls``); None for most requests."""
+        return plan_tools(spec, self.tools, self.cfg.model_id) if spec.chat else None
+
+    async def queue(self, request: Request, spec: ChatSpec) -> Queued:
+        """Validate ``spec`` completely (rendered and tokenized here, once) and queue it.
+        ``spec.fit``: ``max_tokens`` is a ceiling clamped to the room the prompt leaves
+        (Anthropic's clients always send one), not a demand refused when it does not fit."""
+        self.check_model(spec.model)
+        check_spec(spec)
+        spec = with_header_salt(request, spec)
+        self.worker.check_room()  # a full queue refuses before tokenizing or compiling
+        tools = self.tool_plan(spec)
+        # set by the key check: which API key's tenant sent it ("" with one key or none)
+        gen = await gen_request(self.cfg, self.worker, spec, tools, request.scope.get(TENANT_SCOPE_KEY, ""))
+        job = Job(gen, asyncio.get_running_loop())
+        enqueue(self.cfg, self.worker, job)
+        watch = DisconnectWatch(request.receive, lambda: self.worker.cancel(job))
+        return Queued(job, self._responder(spec.chat, gen, tools), watch, len(gen.prompt_ids))
+
+    def _responder(self, chat: bool, gen: GenRequest, tools: ToolPlan | None) -> Responder:
+        """How the request's events become chunks: its tool calls read, its reasoning split."""
+        reasoning = None
+        if chat and self.traits.think:
+            with self.worker.tokenizer_lock:  # a prompt that opens the block: R1's templates
+                tail = self.worker.tokenizer.decode(gen.prompt_ids[-16:])
+            reasoning = ReasoningSplitter(thinking=opens_thinking(tail))
+        out = gen.gen  # what the answer reports: logprobs, top_logprobs
+        if tools is not None and tools.format is not None:
+            return ToolResponder(self.cfg.model_id, out.logprobs, out.top_logprobs, tools, reasoning=reasoning)
+        return Responder(chat, self.cfg.model_id, out.logprobs, out.top_logprobs, reasoning=reasoning)
+
+    async def count(self, spec: ChatSpec) -> int:
+        """The prompt tokens ``spec`` renders to (a token-count route's answer)."""
+        check_spec(spec)
+        plan = self.tool_plan(spec)
+        return len(await encode(self.worker, spec, plan.template_tools if plan else None))
+
+
+def enqueue(cfg: ServerConfig, worker: Any, job: Job) -> None:
+    """Put ``job`` in the worker's queue, which the batcher takes from: a 503 when it is full
+    (or the server stops), a 400 for what ``--decoder wedlm`` cannot do."""
+    worker.check_room()
+    if cfg.decoder == "wedlm":
+        check_wedlm(job.request)
+    if not worker.queue.put_nowait(job):
+        worker.queue_full()
+
+
+def with_header_salt(request: Request, spec: ChatSpec) -> ChatSpec:
+    """``spec`` with the ``X-Cache-Salt`` header as its ``cache_salt`` (for clients that
+    cannot add body fields: Claude Code, Codex, Ollama's); the body field wins."""
+    salt = request.headers.get(CACHE_SALT_HEADER)
+    if salt is None or spec.cache_salt is not None:
+        return spec
+    if not 1 <= len(salt) <= 256:
+        raise APIError(400, f"the {CACHE_SALT_HEADER} header takes 1 to 256 characters",
+                       param=CACHE_SALT_HEADER)
+    return dataclasses.replace(spec, cache_salt=salt)
 
 
 async def encode(worker: Any, spec: ChatSpec, tools: list[dict] | None) -> list[int]:
@@ -99,72 +195,14 @@ def fit_max_tokens(worker: Any, cap: int | None, asked: int | None, n_prompt: in
     return want
 
 
-def draft_spec(cfg: ServerConfig, worker: Any, spec: ChatSpec) -> DraftSpec:
-    """The server's drafting with the request's ``speculative`` overrides, checked."""
-    try:
-        draft = merge_speculative(cfg.speculation, speculative_options(spec))
-        refuse_unloaded(draft, worker)
-    except ValueError as e:
-        raise APIError(400, str(e), param="speculative") from e
-    if draft.draft_tree_budget and worker.recurrent:
-        raise APIError(400, trees_refused("send speculative.draft_tree_budget 0 (linear drafts)"),
-                       param="speculative.draft_tree_budget")
-    if draft.draft_tree_budget and worker.max_batch > 1:
-        raise APIError(400, "token trees (draft_tree_budget) are verified one request at a "
-                       "time: this server batches requests (start it with --max-batch 1 "
-                       "for trees)", param="speculative.draft_tree_budget")
-    return draft
-
-
-def sampling(cfg: ServerConfig, worker: Any, spec: ChatSpec) -> SamplingParams:
-    """The request's sampling over the server's defaults, checked."""
-    a = spec.sampling
-    if bad := [t for t in a.logit_bias if t >= worker.vocab_size]:
-        raise APIError(400, f"logit_bias: token id {bad[0]} is not in the vocabulary (ids lie in "
-                       f"[0, {worker.vocab_size}))", param="logit_bias")
-    out = SamplingParams(
-        temperature=_or(a.temperature, cfg.temp), top_p=_or(a.top_p, cfg.top_p),
-        top_k=_or(a.top_k, cfg.top_k), min_p=_or(a.min_p, cfg.min_p), seed=a.seed,
-        repetition_penalty=_or(a.repetition_penalty, 1.0), presence_penalty=a.presence_penalty,
-        frequency_penalty=a.frequency_penalty, logit_bias=dict(a.logit_bias))
-    try:
-        out.validate()
-    except ValueError as e:
-        raise APIError(400, str(e)) from e
-    return out
-
-
-async def response_format(spec: ChatSpec, tools: ToolPlan | None) -> dict | None:
-    """The grammar's format: ``response_format``, or the forced tool call's; compiled here
-    so that a bad one is refused with its reason rather than mid-request."""
-    fmt = dict(spec.response_format) if spec.response_format is not None else None
-    if tools is not None and tools.forced_schema is not None:
-        if fmt is not None:
-            raise APIError(400, "tool_choice 'required' or a named function already "
-                           "constrains the reply to a tool call: send response_format "
-                           "or that tool_choice, not both", param="response_format")
-        fmt = forced_response_format(tools.forced_schema)  # the call, grammar-forced
-    if fmt is not None:
-        try:  # off the event loop
-            await run_in_threadpool(response_grammar, fmt)
-        except ValueError as e:
-            raise APIError(400, str(e), param="response_format") from e
-    return fmt
-
-
 async def gen_request(cfg: ServerConfig, worker: Any, spec: ChatSpec, tools: ToolPlan | None,
                       tenant: str) -> GenRequest:
     """``spec`` as the worker's request: the prompt tokenized once, the room computed once."""
     ids = await encode(worker, spec, tools.template_tools if tools else None)
     max_tokens = fit_max_tokens(worker, cfg.max_tokens, spec.max_tokens, len(ids),
                                 "messages" if spec.chat else "prompt", spec.fit)
-    draft, sampled = draft_spec(cfg, worker, spec), sampling(cfg, worker, spec)
-    gen = Generation(max_tokens, draft, sampled, spec.stop, kv_bits=cfg.kv_bits,
-                     logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
-                     response_format=await response_format(spec, tools))  # the one value
+    draft = draft_spec(cfg, worker, speculative_options(spec))
+    gen = Generation(max_tokens, draft, sampling(cfg, worker, spec.sampling), spec.stop,
+                     kv_bits=cfg.kv_bits, logprobs=spec.logprobs, top_logprobs=spec.top_logprobs,
+                     response_format=await response_format(spec.response_format, tools))  # the one value
     return GenRequest(ids, gen, tenant, spec.cache_salt, spec.store)
-
-
-def _or(value: Any, default: Any) -> Any:
-    """An omitted request parameter takes the server's default."""
-    return default if value is None else value

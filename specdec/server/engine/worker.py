@@ -4,8 +4,9 @@ windows of the WeDLM decoder, one request at a time, ``wedlm_rows``).
 
 Contract: ``start()`` loads on the worker thread and returns when ready (never measures: a
 missing cost curve is calibrated in idle moments); only that thread runs the model or
-changes the memory. ``submit`` raises ``APIError(503)`` past ``queue_size``; each job gets
-its events in order, ending in ``DoneEvent`` or ``ErrorEvent``; ``cancel`` frees its place
+changes the memory. Jobs come through ``queue`` (``admission.enqueue`` puts them there,
+``check_room``/``queue_full`` raising ``APIError(503)`` past ``queue_size``; the batcher takes
+them); each job gets its events in order, ending in ``DoneEvent`` or ``ErrorEvent``; ``cancel`` frees its place
 at once. Hybrids speculate one request at a time; a lost rank fails jobs with 503.
 What requests draft with is ``drafting``; what the thread sends back is ``replies``.
 Tests: tests/server/test_events.py, tests/server/test_limits.py, tests/server/test_worker.py.
@@ -40,15 +41,14 @@ from .memory import SharedMemory
 from .replies import Replies
 from ..http.metrics import Metrics
 from .spec.options import MAX_DRAFT_TOKENS
-from .wedlm_rows import check as check_wedlm
 
 log = logging.getLogger("specdec.server")
 DEFAULT_MAX_BATCH = 32  # as mlx_lm.server's --decode-concurrency
 
 
 class InferenceWorker(Drafting, Replies):
-    """The one thread that runs the model: ``start`` loads, ``submit`` queues (503 when
-    full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
+    """The one thread that runs the model: ``start`` loads, ``queue`` holds the jobs admitted
+    (``check_room``: 503 when full), ``cancel`` frees a job's place at once, ``stop`` saves the memory."""
 
     prefixes: PrefixStore  # set by ``load``, as the mixins' model, tokenizer and memory
 
@@ -241,19 +241,13 @@ class InferenceWorker(Drafting, Replies):
             raise APIError(503, "the server is shutting down; retry later", code="shutting_down",
                            headers={"Retry-After": "5"})
         if len(self.queue) >= self.queue.maxsize:
-            self._queue_full()
+            self.queue_full()
 
-    def _queue_full(self) -> None:
+    def queue_full(self) -> None:
+        """Raise the 503 of a full queue, with the wait it would take (Retry-After)."""
         wait = max(1, min(3600, math.ceil(self._mean_job_s * (len(self.queue) + 1))))
         raise APIError(503, f"the request queue is full ({self.queue.maxsize} waiting); retry "
                        f"in about {wait} s", code="queue_full", headers={"Retry-After": str(wait)})
-
-    def submit(self, job: Job) -> None:
-        self.check_room()
-        if self.cfg.decoder == "wedlm":
-            check_wedlm(job.request)  # 400 for what the window decoder cannot do
-        if not self.queue.put_nowait(job):
-            self._queue_full()
 
     def cancel(self, job: Job) -> None:
         """Idempotent; a no-op for a finished job."""

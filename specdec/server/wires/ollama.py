@@ -44,7 +44,7 @@ async def _run(api: Api, request: Request, spec: ChatSpec,
     """``spec`` through ``api.chat`` (a text completion runs there as well: the chunks
     then carry ``text``), answered whole or as NDJSON."""
     try:
-        chunks = await api.chat(request, spec)
+        chunks = await api.chat(await api.queue(request, spec))
     except NoTokens:
         return Response(status_code=499)  # the client left before the first token
     if not stream:

@@ -79,7 +79,8 @@ async def start_turn(request: Request, api: Api, store: ResponseStore) -> tuple[
         raise APIError(400, "input is empty: send a string or a list of message items",
                        param="input")
     tools = map_tools(req.tools)
-    chunks = await api.chat(request, chat_spec(req, messages, tools, api.traits.thinking_switch))
+    spec = chat_spec(req, messages, tools, api.traits.thinking_switch)
+    chunks = await api.chat(await api.queue(request, spec))
     folder = Folder(skeleton(req, api.cfg.model_id, tools), tools.spaces)
     return Turn(folder, chunks, earlier, new_items, store if req.store else None, tenant), req.stream
 

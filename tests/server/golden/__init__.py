@@ -64,8 +64,7 @@ class GoldenWorker(ScriptedWorker):
     worker's (``engine.replies.done_event``), with fixed numbers: the wires' usage mapping
     is part of their bytes."""
 
-    def submit(self, job):
-        self.check_room()
+    def answer(self, job):
         self.requests.append(job.request)
         top = job.request.gen.top_logprobs
         for i, piece in enumerate(self.script):
