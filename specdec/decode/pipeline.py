@@ -38,7 +38,7 @@ def pipelines(batch: Batch, speculate: bool) -> bool:
     # hold it off the pipelined path); a lone row asks its drafter every step, as a single
     # stream does (its policy pauses it instead)
     lone = len(rows) == 1  # (a drafter that reads verify ``outputs`` drafts from them: asked as if alone)
-    drafts = [min(r.k if r.drafted is None or lone or r.drafter.outputs else r.drafted, r.left.n - 1)
+    drafts = [min(r.k if r.drafted is None or lone or r.drafter.outputs else r.drafted, r.depth)
               if speculate and drafting(r) else 0 for r in rows]
     return max(drafts) < 1 or batch.price.block(drafts, [r.alpha for r in rows]) == 1
 

@@ -29,7 +29,7 @@ from ..policy.drafting import DecodePolicy, as_policy
 from ..policy.tree_shape import TreeShaper
 from .generation import Generation
 from .loop import stream
-from .rows import Row, TokensLeft
+from .rows import Row
 from .step import Step
 
 
@@ -75,12 +75,11 @@ class Request:
         self.model, self.prompt_ids, self.gen = model, list(prompt_ids), gen
         self.policy = as_policy(drafter)
         self.drafter = self.policy.drafter
-        self.sampling, self.max_tokens, self.k = gen.sampling, gen.max_tokens, gen.k
+        self.sampling, self.k = gen.sampling, gen.k
         self.eos, self.tree_budget, self.shaper = set(eos), tree.budget, tree.shaper
         self.prompt_cache = prompt_cache
         self.stats = stats if stats is not None else SpecStats()
         self.step_log, self.text, self.processors = step_log, text, list(processors)
-        self.left = TokensLeft(gen.max_tokens)  # drafting stops there
         self.tokens: list[int] = []
         self.finish_reason: str | None = None
         self.stopped = False  # by a stop string
@@ -90,6 +89,11 @@ class Request:
     @property
     def speculative(self) -> bool:
         return not isinstance(self.drafter, NoDrafter)
+
+    @property
+    def left(self) -> int:
+        """The tokens still wanted: ``gen.max_tokens`` less those emitted."""
+        return self.gen.max_tokens - self.stats.generated_tokens
 
     @property
     def layers(self) -> list[Any]:
@@ -150,7 +154,7 @@ class Request:
 
     def row(self) -> Row:
         if self._row is None:
-            self._row = Row(list(self.prompt_ids), self.policy, self.gen, self.left, rng=self.rng,
+            self._row = Row(list(self.prompt_ids), self.policy, self.gen, rng=self.rng,
                             tree_budget=self.tree_budget, shaper=self.shaper, extra=self.processors)
         return self._row
 
@@ -168,7 +172,6 @@ class Request:
                 return out
             now = time.perf_counter()
             stats.generated_tokens += 1
-            self.left.n = self.max_tokens - stats.generated_tokens
             stats.ttft_s = stats.ttft_s or now - self.t0
             stats.decode_s = now - self.t0 - stats.prefill_s
             self.tokens.append(tok)
@@ -177,7 +180,7 @@ class Request:
             out.append(e)
             if self.text is not None:
                 e.text, self.stopped = self.text.feed(tok)
-            if self.stopped or self.left.n <= 0:
+            if self.stopped or self.left <= 0:
                 self.finish_reason = "stop" if self.stopped else "length"
                 return out
         return out

@@ -28,21 +28,14 @@ from .step import Greedy, Sampler, Step, sampler_for
 
 
 @dataclass
-class TokensLeft:
-    """How many more tokens a request wants (its lifecycle counts down; drafting stops there)."""
-
-    n: int
-
-
-@dataclass
 class Row:
     """One request's row: its context, decode policy and ``Generation`` (the request's
-    value, unchanged: k, sampling and outputs are read from it), and its runtime state."""
+    value, unchanged: k, sampling, outputs and ``max_tokens`` are read from it), and its
+    runtime state."""
 
-    context: list[int]
+    context: list[int]  # the prompt when made (``prompt``), then every token emitted after it
     policy: DecodePolicy  # a bare Drafter is given ``DecodePolicy``: the depth asked, every step
     gen: Generation
-    left: TokensLeft  # the request's countdown (``Request.feed`` lowers it)
     rng: Rng | None = None
     tree_budget: int = 0  # max tree nodes per step (0: linear drafts), resolved (``TreePlan``)
     shaper: TreeShaper | None = None  # "auto": each step's node count
@@ -52,8 +45,10 @@ class Row:
     drafted: int | None = None  # the length of the drafter's last proposal (None: none yet)
     sampler: Sampler = field(init=False)
     processors: list[LogitsProcessor] = field(init=False)
+    prompt: int = field(init=False)  # the context's length when made: the tokens not emitted
 
     def __post_init__(self) -> None:
+        self.prompt = len(self.context)
         params = self.gen.sampling
         if self.rng is None and not params.greedy:
             raise ValueError("a sampled row needs its request's Rng")
@@ -75,9 +70,15 @@ class Row:
         return not isinstance(self.drafter, NoDrafter)
 
     @property
+    def left(self) -> int:
+        """The tokens the request still wants: its ``max_tokens`` less those emitted."""
+        return self.gen.max_tokens - (len(self.context) - self.prompt)
+
+    @property
     def depth(self) -> int:
-        """How deep this step may draft: k, but never past the tokens still wanted."""
-        return min(self.k, self.left.n - 1)
+        """How deep this step may draft: k, but never past the tokens still wanted (the
+        only place the loop's steps read the request's ``max_tokens``)."""
+        return min(self.k, self.left - 1)
 
 
 class Drafted(NamedTuple):
@@ -163,7 +164,7 @@ PARKED = Generation(max_tokens=1)  # a parked slot's: greedy, nothing reported
 
 def parked_stand_in(row: Row) -> Row:
     """A finished row's stand-in: greedy, one token a step, nothing drafted or checked."""
-    return Row([row.context[-1]], as_policy(NoDrafter()), PARKED, TokensLeft(1), parked=True)
+    return Row([row.context[-1]], as_policy(NoDrafter()), PARKED, parked=True)
 
 
 def drafting(row: Row) -> bool:

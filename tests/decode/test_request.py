@@ -71,7 +71,7 @@ def test_feed_ends_at_max_tokens_inside_an_accepted_block():
     r = started(max_tokens=3)
     first = r.feed(step([4, 5], accepted=1, drafted=1))
     assert [(e.token, e.from_draft, e.logprob) for e in first] == [(4, True, -0.5), (5, False, -0.5)]
-    assert r.finish_reason is None and r.left.n == 1
+    assert r.finish_reason is None and r.left == 1
     assert [e.token for e in r.feed(step([6, 7], accepted=1, drafted=1))] == [6]
     assert (r.finish_reason, r.tokens, r.stats.generated_tokens) == ("length", [4, 5, 6], 3)
     assert (r.stats.verify_steps, r.stats.drafted, r.stats.accepted) == (2, 2, 2)
@@ -80,7 +80,7 @@ def test_feed_ends_at_max_tokens_inside_an_accepted_block():
 def test_feed_ends_at_eos_without_emitting_it():
     r = started(max_tokens=10, eos={9})
     assert [e.token for e in r.feed(step([4, 9, 5], accepted=2, drafted=2))] == [4]
-    assert r.finish_reason == "stop" and r.tokens == [4] and r.left.n == 9
+    assert r.finish_reason == "stop" and r.tokens == [4] and r.left == 9
 
 
 def test_run_streams_max_tokens_plain_tokens():

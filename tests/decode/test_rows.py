@@ -9,7 +9,7 @@ from conftest import TINY_VOCAB
 from specdec.core.proposal import Proposal
 from specdec.core.sampling import SamplingParams
 from specdec.policy.drafting import as_policy
-from specdec.decode.rows import (NOTHING, Drafted, Row, TokensLeft, draft_for_step, last_tokens, observe,
+from specdec.decode.rows import (NOTHING, Drafted, Row, draft_for_step, last_tokens, observe,
                                  observe_row, parked_stand_in, plain_row, propose)
 from specdec.decode.generation import Generation
 from specdec.decode.step import Step
@@ -19,11 +19,11 @@ from specdec.drafters.base import Drafter, NoDrafter
 
 def test_a_sampled_row_without_its_key_stream_is_refused():
     from specdec.core.sampling import SamplingParams
-    from specdec.decode.rows import Row, TokensLeft
+    from specdec.decode.rows import Row
     from specdec.drafters.base import NoDrafter
 
     with pytest.raises(ValueError, match="Rng"):
-        Row([1, 2], NoDrafter(), Generation(sampling=SamplingParams(temperature=0.5)), TokensLeft(4))
+        Row([1, 2], NoDrafter(), Generation(sampling=SamplingParams(temperature=0.5)))
     assert TINY_VOCAB > 9  # the forced token is in the tiny vocabulary
 
 
@@ -48,7 +48,7 @@ class Listed(Drafter):
 
 
 def row(drafter, k=4, left=10, **kw):
-    return Row([5, 6, 7], drafter, Generation(draft=DraftSpec(num_draft_tokens=k)), TokensLeft(left), **kw)
+    return Row([5, 6, 7], drafter, Generation(left, DraftSpec(num_draft_tokens=k)), **kw)
 
 
 def step(tokens, accepted, drafted):
@@ -78,6 +78,9 @@ def test_draft_for_step_refuses_what_is_not_a_proposal():
 def test_a_row_drafts_no_deeper_than_the_tokens_it_still_wants():
     r = row(Listed(Proposal([1, 2, 3, 4])), k=4, left=3)
     assert r.depth == 2 and propose(r, alone=True) == Drafted(Proposal([1, 2]), Proposal([1, 2]))
+    observe(r, NOTHING, step([8], accepted=0, drafted=0))  # one token emitted: two still wanted
+    assert (r.left, r.depth) == (2, 1) and propose(r, alone=True).full == Proposal([1])
+    assert row(Listed(Proposal([1])), k=4, left=10).depth == 4  # k, while the budget is deeper
     assert propose(row(NoDrafter()), alone=True) is NOTHING
 
 
@@ -106,5 +109,5 @@ def test_plain_rows_parked_stand_ins_and_last_tokens():
     r = row(Listed(Proposal([1])))
     assert plain_row(r) and not plain_row(row(NoDrafter(), tree_budget=4))
     stand_in = parked_stand_in(r)
-    assert stand_in.context == [7] and stand_in.parked and not stand_in.speculative and stand_in.left.n == 1
+    assert stand_in.context == [7] and stand_in.parked and not stand_in.speculative and stand_in.left == 1
     assert last_tokens([r, stand_in]).tolist() == [[7], [7]]

@@ -30,7 +30,7 @@ from ..http.errors import APIError
 from .events import DoneEvent, Job
 from .kv_budget import release_idle_memory
 from .prefill import Prefilling
-from .rows import Active, WorkerPort, reserved
+from .rows import Active, WorkerPort
 from .wedlm_rows import Window, WedlmRows
 
 log = logging.getLogger("specdec.server")
@@ -160,7 +160,7 @@ class Batcher(Prefilling, WedlmRows):
         kv = self.worker.kv
         if kv is None or not len(self):
             return True
-        longest = max(self.parked_tokens, reserved(job), *(reserved(j) for j in self._admitted()))
+        longest = max(self.parked_tokens, job.request.reserved, *(j.request.reserved for j in self._admitted()))
         return kv.fits(len(self.decoding) + len(self.prefilling) + len(self.windows) + 1, longest)
 
     def reserved_bytes(self) -> int:
@@ -169,7 +169,7 @@ class Batcher(Prefilling, WedlmRows):
         kv, active = self.worker.kv, self._admitted()
         if kv is None or not active:
             return 0
-        longest = max(self.parked_tokens, *(reserved(j) for j in active))
+        longest = max(self.parked_tokens, *(j.request.reserved for j in active))
         return kv.batch_bytes(len(self.decoding) + len(self.prefilling) + len(self.windows), longest)
 
     def _start(self, job: Job) -> Active:
@@ -233,7 +233,7 @@ class Batcher(Prefilling, WedlmRows):
             self.decoding[i] = None
         gone = set(left)
         self.decoding = [a for i, a in enumerate(self.decoding) if i not in gone]
-        self.parked_tokens = max(self.parked_tokens, *(reserved(a.job) for a in out)) \
+        self.parked_tokens = max(self.parked_tokens, *(a.job.request.reserved for a in out)) \
             if None in self.decoding else 0
         return list(zip(out, layers))
 

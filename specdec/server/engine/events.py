@@ -35,6 +35,11 @@ class GenRequest:
     store: bool = True  # False: its text stays out of the shared memory
 
     @property
+    def reserved(self) -> int:
+        """Tokens its row may grow to (the KV budget's reservation): prompt and max_tokens."""
+        return len(self.prompt_ids) + self.gen.max_tokens
+
+    @property
     def scope(self) -> str:
         """The prefix-cache partition this request reads and writes."""
         return f"{self.tenant}\x00{self.cache_salt or ''}"

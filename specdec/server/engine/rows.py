@@ -1,6 +1,5 @@
 """A batcher's row and its worker, as types: ``Active`` (one admitted job and its
-``decode.request.Request``), ``reserved`` (the tokens its row may grow to) and
-``WorkerPort`` (what the batcher needs of ``worker.InferenceWorker``).
+``decode.request.Request``) and ``WorkerPort`` (what the batcher needs of ``worker.InferenceWorker``).
 Tests: tests/server/test_batcher.py."""
 
 from __future__ import annotations
@@ -17,11 +16,6 @@ from ..config import ServerConfig
 from ..http.metrics import Metrics
 from .events import DoneEvent, ErrorEvent, GenRequest, Job, JobQueue
 from .kv_budget import KVBudget
-
-
-def reserved(job: Job) -> int:
-    """Tokens ``job``'s row may grow to: its prompt and all its max_tokens."""
-    return len(job.request.prompt_ids) + job.request.gen.max_tokens
 
 
 class WorkerPort(Protocol):
