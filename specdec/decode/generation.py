@@ -1,6 +1,6 @@
 """One generation, as one value: what to sample, how to draft, when to stop and what to
 report. Every edge builds it once (the library's keywords in ``engine``, the CLI's
-``RunConfig.generation``, the server's ``Api.gen_request``, the bench) and passes it
+``RunConfig.generation``, the server's ``admission.gen_request``, the bench) and passes it
 unchanged down to the row (``decode.request.Request``); each default is defined here once
 (the draft length: ``DraftSpec``'s).
 

@@ -59,3 +59,37 @@ def test_the_check_catches_a_wire_reaching_into_the_engine():
            "import specdec.server.engine.rows\nfrom ..http.errors import APIError\n"
            "if TYPE_CHECKING:\n    from ..engine.run import Run\n")
     assert engine_imports(src) == {"worker", "batcher", "api", "rows"}
+
+
+# issue #45's walk (docs/server.md#one-request-value-max_tokens-from-an-anthropic-body-to-the-loop):
+# between admission and the loop, the modules that read a request's ``max_tokens`` (an
+# attribute ``.max_tokens``), by package. The loop (decode/loop, pipeline, step, batch) reads
+# only ``Row.depth``; ``api``, ``worker`` and ``batcher`` carry nothing of it.
+SPECDEC = SERVER.parent
+READS_MAX_TOKENS = {
+    "server/engine": {"admission.py",  # fitted to the room once -> Generation.max_tokens
+                      "events.py",  # GenRequest.reserved: the KV budget's reservation
+                      "wedlm_rows.py"},  # --decoder wedlm's windows (not the loop)
+    "decode": {"generation.py",  # the value's own check (>= 1)
+               "request.py",  # Request.left: feed ends the output there
+               "rows.py"},  # Row.left / Row.depth: drafting stops there
+}
+
+
+def reads_max_tokens(source: str) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "max_tokens" for n in ast.walk(ast.parse(source)))
+
+
+def test_between_admission_and_the_loop_only_the_walk_reads_max_tokens():
+    found = {pkg: {p.name for p in (SPECDEC / pkg).glob("*.py") if reads_max_tokens(p.read_text())}
+             for pkg in READS_MAX_TOKENS}
+    assert found == READS_MAX_TOKENS
+    assert reads_max_tokens("req.gen.max_tokens") and not reads_max_tokens('"max_tokens"')
+
+
+def test_the_api_handle_never_takes_the_request_value():
+    """Every wire hands its ``ChatSpec`` to ``Api.queue``, which ``admission`` defines: the
+    event-stream half (``api.py``) neither imports nor names it."""
+    source = (SERVER / "engine" / "api.py").read_text()
+    names = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
+    assert "ChatSpec" not in names and "spec" not in names

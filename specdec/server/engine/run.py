@@ -3,7 +3,7 @@ and a started one (its first event in hand).
 
 Contract: ``DisconnectWatch`` cancels a job whose client went away, queued or generating;
 ``Queued`` and ``Run`` carry a request's job, its ``Responder`` and its prompt size from
-``api.Api.queue`` and ``api.Api.first`` to the wire reading it. Tests: tests/server/test_api.py.
+``Api.queue`` (``admission``) and ``api.Api.first`` to the wire reading it. Tests: tests/server/test_api.py.
 """
 
 from __future__ import annotations
