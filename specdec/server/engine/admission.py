@@ -9,7 +9,8 @@ length and the KV budget, drafting, sampling and grammar: ``asked``); ``encode``
 (or takes a text completion's prompt), a 400 naming ``messages``/``prompt`` when it cannot;
 ``fit_max_tokens`` is the completion's length against the context and the KV budget;
 ``gen_request`` builds the one ``Generation`` passed unchanged to the row. Every refusal is the
-request's own 400 (or 503 for a full queue). Details: docs/server.md#one-request-value.
+request's own 400 (or 503 for a full queue).
+Details: docs/server.md#one-request-value-max_tokens-from-an-anthropic-body-to-the-loop.
 Tests: tests/server/test_api.py, tests/server/test_anthropic_wire.py, tests/server/test_golden.py."""
 
 from __future__ import annotations
