@@ -194,18 +194,32 @@ def cached_cost_curve(model: Model, lengths: list[int],
     return curve if all(L in curve for L in lengths) else None
 
 
-def store_cost_curve(model: Model, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
-    """Cache a verify cost curve measured elsewhere, merged over what is cached."""
-    path = _cache_path(model_fingerprint(model), cache_dir)
+def _store_curve(name: str, curve: dict[int, float], cache_dir: str | Path | None) -> None:
+    path = _cache_path(name, cache_dir)
     old = json.loads(path.read_text()) if path.exists() else {}
     _store(path, {**old, **{str(L): t for L, t in curve.items()}})
+
+
+def store_cost_curve(model: Model, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
+    """Cache a verify cost curve measured elsewhere, merged over what is cached."""
+    _store_curve(model_fingerprint(model), curve, cache_dir)
+
+
+def _tree_overhead_name(model: Model) -> str:
+    return f"{model_fingerprint(model)}-tree-overhead"
 
 
 def tree_overhead_for(model: Model, lengths: tuple[int, ...],
                       cache_dir: str | Path | None = None) -> dict[int, float]:
     """The model's tree step overhead at ``lengths``, measured once and cached on disk."""
-    return _cached_curve(f"{model_fingerprint(model)}-tree-overhead", list(lengths),
+    return _cached_curve(_tree_overhead_name(model), list(lengths),
                          lambda: tree_overhead(model, lengths), cache_dir)
+
+
+def store_tree_overhead(model: Model, ratios: dict[int, float], cache_dir: str | Path | None = None) -> None:
+    """Cache a tree step's overhead over a linear one ({L: ratio}) known elsewhere, merged
+    over what is cached (``tree_overhead_for`` then measures nothing at those lengths)."""
+    _store_curve(_tree_overhead_name(model), ratios, cache_dir)
 
 
 def resolve_tree_budget(model: Model, value: int | str, *,
