@@ -16,7 +16,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import mlx.core as mx
 
@@ -31,6 +31,7 @@ from .drafters.base import Drafter
 from .drafters.draft_model import DraftModelDrafter
 from .drafters.ngram_mod import NgramModTable
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
+from .eagle.head import DraftHead
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -193,18 +194,32 @@ def cached_cost_curve(model: Model, lengths: list[int],
     return curve if all(L in curve for L in lengths) else None
 
 
-def store_cost_curve(model: Model, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
-    """Cache a verify cost curve measured elsewhere, merged over what is cached."""
-    path = _cache_path(model_fingerprint(model), cache_dir)
+def _store_curve(name: str, curve: dict[int, float], cache_dir: str | Path | None) -> None:
+    path = _cache_path(name, cache_dir)
     old = json.loads(path.read_text()) if path.exists() else {}
     _store(path, {**old, **{str(L): t for L, t in curve.items()}})
+
+
+def store_cost_curve(model: Model, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
+    """Cache a verify cost curve measured elsewhere, merged over what is cached."""
+    _store_curve(model_fingerprint(model), curve, cache_dir)
+
+
+def _tree_overhead_name(model: Model) -> str:
+    return f"{model_fingerprint(model)}-tree-overhead"
 
 
 def tree_overhead_for(model: Model, lengths: tuple[int, ...],
                       cache_dir: str | Path | None = None) -> dict[int, float]:
     """The model's tree step overhead at ``lengths``, measured once and cached on disk."""
-    return _cached_curve(f"{model_fingerprint(model)}-tree-overhead", list(lengths),
+    return _cached_curve(_tree_overhead_name(model), list(lengths),
                          lambda: tree_overhead(model, lengths), cache_dir)
+
+
+def store_tree_overhead(model: Model, ratios: dict[int, float], cache_dir: str | Path | None = None) -> None:
+    """Cache a tree step's overhead over a linear one ({L: ratio}) known elsewhere, merged
+    over what is cached (``tree_overhead_for`` then measures nothing at those lengths)."""
+    _store_curve(_tree_overhead_name(model), ratios, cache_dir)
 
 
 def resolve_tree_budget(model: Model, value: int | str, *,
@@ -261,12 +276,12 @@ def tail_cost(model: Model, *, context: int = 256, ks: tuple[int, int] = DRAFT_C
     return {"fixed": max(extra[lo] - per * lo, 0.0), "per_token": per}
 
 
-def head_cost(head: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
+def head_cost(head: DraftHead, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
               repeats: int = 7, seed: int = 0) -> dict[str, float]:
     """{"fixed", "per_token"} seconds of a head's proposal (``draft``: one newly verified row
-    fed, k drafted; an EAGLE-3 head or an MTP block, ``_head_inputs``) after ``context`` fed
-    positions: interleaved medians at the two ``ks``, fitted through both points (clamped at 0)."""
-    width, vocab = _head_inputs(head)
+    fed, k drafted; an EAGLE-3 head or an MTP block: ``eagle.head.DraftHead``) after ``context``
+    fed positions: interleaved medians at the two ``ks``, fitted through both points (clamped at 0)."""
+    width, vocab = head.feature_width, head.vocab_size
     key = mx.random.key(seed)
     feats = mx.random.normal((1, context + 1, width), key=key)
     toks = mx.random.randint(0, vocab, (1, context + 1), key=key)
@@ -283,22 +298,9 @@ def head_cost(head: Any, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST
     return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}
 
 
-def _head_inputs(head: Any) -> tuple[int, int]:
-    """(feature width, vocabulary) a head's ``feed`` reads: an EAGLE-3 head's three target
-    layers (its config), an MTP block's one normed hidden state (``eagle.mtp.MtpHead``)."""
-    cfg = getattr(head, "config", None)
-    if cfg is not None:
-        return 3 * cfg.target_hidden_size, cfg.vocab_size
-    return head.hidden_size, head.vocab_size
-
-
-def head_fingerprint(head: Any) -> str:
-    """A key for a head's cached cost: its config (an MTP block's: its layout, sizes and
-    layer class; the target's fingerprint keys the rest) and weight dtype."""
-    cfg = getattr(head, "config", None)
-    desc = vars(cfg) if cfg is not None else {"layout": head.layout.prefix, "sizes": _head_inputs(head),
-                                               "layer": type(head.layers[0]).__module__}
-    raw = f"{json.dumps(desc, sort_keys=True, default=str)}|{head.fc.weight.dtype}"
+def head_fingerprint(head: DraftHead) -> str:
+    """A key for a head's cached cost: what shapes it (``describe``) and its weight dtype."""
+    raw = f"{json.dumps(head.describe(), sort_keys=True, default=str)}|{head.fc.weight.dtype}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -308,8 +310,8 @@ def _host_drafter(name: str) -> Drafter:
 
 
 def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = None, *,
-                   cache_dir: str | Path | None = None, head: Any = None,
-                   mtp: Any = None) -> dict[str, float]:
+                   cache_dir: str | Path | None = None, head: DraftHead | None = None,
+                   mtp: DraftHead | None = None) -> dict[str, float]:
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/gate.md#measuring-costs),
     measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
     ``"model"`` needs ``draft_model``, ``"eagle"`` the loaded ``head``, ``"mtp"`` the loaded

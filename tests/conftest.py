@@ -42,6 +42,19 @@ def requires(*dists: str, pip: str):
     return pytest.mark.skipif(bool(missing), reason=f"needs {names}: {pip}")
 
 
+def cache_auto_costs(model, cost, cache_dir) -> None:
+    """Cache all that ``tree_budget="auto"`` prices on (``measure.resolve_tree_budget``) for
+    ``model`` under ``cache_dir``: the verify curve ``cost(L)`` at every length it reads and a
+    tree step's overhead 1 (a tree block costs its linear block), so the shaper's choices
+    never hang on this machine's timings: nothing is measured."""
+    from specdec.measure import (AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE, store_cost_curve,
+                                 store_tree_overhead)
+
+    store_cost_curve(model, {L: cost(L) for L in (*range(1, AUTO_CURVE_LEN + 1), *AUTO_CURVE_EXTRA)},
+                     cache_dir)
+    store_tree_overhead(model, {L: 1.0 for L in AUTO_TREE_CURVE}, cache_dir)
+
+
 def requires_model(name: str):
     """``requires`` for a packaged model: all its packages, and its install command."""
     from specdec.loader import PACKAGED_MODELS

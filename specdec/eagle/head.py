@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -79,6 +79,34 @@ class Draft:
     logprobs: list[float]
 
 
+class DraftHead(Protocol):
+    """What drafting and ``measure.head_cost`` use of a draft head (``Eagle3Head``, an MTP block:
+    ``eagle.mtp.MtpHead``): the sizes its ``feed`` reads, what shapes it (a cost cache's key)
+    and its verbs. Tests: tests/test_measure.py, tests/drafters/test_mtp.py."""
+
+    fc: nn.Linear  # the projection of its input (its dtype: the head's)
+
+    @property
+    def feature_width(self) -> int:
+        """One position's feature: the last axis of ``feed``'s ``features``."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """The target vocabulary its tokens come from."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What shapes the head beyond the target (JSON-able): a cost cache's key."""
+        ...
+
+    def make_cache(self) -> list[KVCache]: ...
+
+    def feed(self, cache: list[KVCache], features: mx.array, tokens: mx.array) -> list[mx.array]: ...
+
+    def draft(self, cache: list[KVCache], features: mx.array, tokens: mx.array, k: int) -> Draft: ...
+
+
 class Eagle3Head(nn.Module):
     """The head; ``embed_tokens`` is the target's (frozen) unless the file ships its own."""
 
@@ -98,6 +126,18 @@ class Eagle3Head(nn.Module):
         self.embed_tokens = embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, h)
         self.d2t = mx.zeros((config.draft_vocab_size,), dtype=mx.int64)
         self.t2d = mx.zeros((config.vocab_size,), dtype=mx.bool_)
+
+    @property
+    def feature_width(self) -> int:
+        """The target's three captured layers, concatenated (``DraftHead``)."""
+        return 3 * self.config.target_hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def describe(self) -> dict[str, Any]:
+        return dict(vars(self.config))
 
     # -- the pieces -------------------------------------------------------------------------
     def fuse(self, features: mx.array) -> mx.array:

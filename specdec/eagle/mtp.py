@@ -124,7 +124,12 @@ class MtpHead(nn.Module):
         self.pre_fc_norm_hidden = nn.RMSNorm(h, eps=eps)
         self.norm = nn.RMSNorm(h, eps=eps)
         self.shared = Shared(text.model.embed_tokens, output_head(target), final_hidden(target))
-        self.hidden_size, self.vocab_size = h, args.vocab_size  # what ``measure.head_cost`` feeds
+        self.feature_width, self.vocab_size = h, args.vocab_size  # ``head.DraftHead``: one normed hidden state
+
+    def describe(self) -> dict[str, Any]:
+        """Its layout, sizes and layer class (``head.DraftHead``; the target's fingerprint keys the rest)."""
+        return {"layout": self.layout.prefix, "sizes": (self.feature_width, self.vocab_size),
+                "layer": type(self.layers[0]).__module__}
 
     def step(self, tokens: mx.array, hidden: mx.array, mask: Any, cache: KVCache) -> mx.array:
         """``tokens`` (1, T) after positions whose hidden states are ``hidden`` (1, T, H) -> the

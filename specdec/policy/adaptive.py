@@ -140,6 +140,15 @@ class SlotCounts:
             out.append(prev)
         return out
 
+    def lean(self, toward: Sequence[float], prior: float) -> list[float]:
+        """Per-slot acceptance, each slot leaning on ``toward`` with ``prior`` pseudo-counts
+        (as many slots as ``toward``).
+
+        >>> SlotCounts([2.0, 0.0], [2.0, 0.0]).lean([0.5, 0.25], 1.0)
+        [0.8333333333333334, 0.25]
+        """
+        return [(a + prior * p) / (t + prior) for a, t, p in zip(self.accepted, self.tested, toward)]
+
     def record(self, proposed: int, accepted: int, decay: float) -> None:
         """Decay every slot, then count a draft of ``proposed`` tokens of which the first
         ``accepted`` were accepted (slots after a rejection were untested)."""

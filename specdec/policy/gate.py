@@ -42,16 +42,6 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 FRESH = math.ceil(1 / RATIO_WEIGHT)
 
 
-def lean(counts: SlotCounts, toward: Sequence[float], prior: float) -> list[float]:
-    """Per-slot acceptance from ``counts``, each slot leaning on ``toward`` with ``prior``
-    pseudo-counts (as many slots as ``toward``).
-
-    >>> lean(SlotCounts([2.0, 0.0], [2.0, 0.0]), [0.5, 0.25], 1.0)
-    [0.8333333333333334, 0.25]
-    """
-    return [(a + prior * p) / (t + prior) for a, t, p in zip(counts.accepted, counts.tested, toward)]
-
-
 class CostGate(AdaptiveK):
     prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
 
@@ -160,7 +150,7 @@ class CostGate(AdaptiveK):
         if self._state != RUN:
             return self.slots[self._state].estimates(self.prior)
         # a run leans on what followed single misses until runs have shown their own
-        return lean(self.slots[RUN], self.slots[REJECTED].estimates(self.prior), self.prior)
+        return self.slots[RUN].lean(self.slots[REJECTED].estimates(self.prior), self.prior)
 
     def _record(self, proposed: int, accepted: int, state: int | None = None) -> None:
         """Count a draft in the state it was made in (``state``: a shadow guess's; None:

@@ -75,8 +75,7 @@ class OfferModel:
 
     def by_state(self, n: int, state: int, length: Sequence[float]) -> list[float]:
         """The state model's: the length model's refined by this state's counts."""
-        c = self.states[(state, n)]
-        return [(a + self.prior * p) / (t + self.prior) for a, t, p in zip(c.accepted, c.tested, length)]
+        return self.states[(state, n)].lean(length, self.prior)
 
     @property
     def weight(self) -> float:

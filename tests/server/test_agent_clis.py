@@ -15,6 +15,8 @@ import pytest
 from conftest import requires_model
 from serverproc import Server
 
+from .codex import codex_home
+
 QWEN = "qwen2.5-coder-0.5b"
 KEY = "agent-cli-key"
 SYSTEM = "You are a coding assistant in a terminal. Answer briefly."
@@ -64,38 +66,13 @@ def test_claude_code_runs_and_its_second_turn_reads_the_prefix_cache(server, tmp
     assert "POST /v1/messages" in server.log()
 
 
-CODEX_CONFIG = """model = "{model}"
-model_provider = "specdec"
-approval_policy = "never"
-sandbox_mode = "read-only"
-model_instructions_file = "{instructions}"
-web_search = "disabled"
-[features]
-goals = false
-multi_agent = false
-skill_search = false
-view_image = false
-image_generation = false
-[model_providers.specdec]
-name = "specdec"
-base_url = "{base}/v1"
-wire_api = "responses"
-env_key = "SPECDEC_API_KEY"
-"""
-
-
 @pytest.mark.skipif(shutil.which("codex") is None,
                     reason="needs the Codex CLI: make install-agents")
 def test_codex_exec_runs_against_the_server(server, tmp_path):
     """``codex exec`` with a local provider (``wire_api = "responses"``), its own
     instructions shortened and its optional features off (its default prompt is ~10k
     tokens): exit 0 with an answer."""
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    (home / "instructions.md").write_text(SYSTEM + "\n")
-    (home / "config.toml").write_text(CODEX_CONFIG.format(
-        model=QWEN, base=server.base, instructions=home / "instructions.md"))
-    env = {**os.environ, "CODEX_HOME": str(home), "SPECDEC_API_KEY": KEY}
+    env = codex_home(tmp_path / "codex-home", base=server.base, model=QWEN, system=SYSTEM, key=KEY)
     r = subprocess.run(["codex", "exec", "--skip-git-repo-check", "Say hello in one word."],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1500)
     assert r.returncode == 0, r.stderr[-3000:]

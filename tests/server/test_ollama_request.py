@@ -10,6 +10,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from specdec.server.engine.spec import Asked
 from specdec.server.http.errors import APIError
 from specdec.server.wires.ollama_request import ChatBody, GenerateBody, Surface
 
@@ -36,6 +37,11 @@ def test_options_become_sampling_fields():
     assert req.response_format == {"type": "json_object"}
     unlimited = chat(messages=HI, options={"num_predict": -1, "seed": -1})
     assert unlimited.max_tokens is None and unlimited.sampling.seed is None  # to EOS; unseeded
+    # every sampling option Ollama names as the engine does; others (and the engine's own
+    # name of repeat_penalty) are ignored: the server's defaults
+    sent = {"top_k": 5, "top_p": 0.9, "min_p": 0.1, "presence_penalty": 0.5, "frequency_penalty": 0.25}
+    assert vars(chat(messages=HI, options={**sent, "num_ctx": 4096, "repetition_penalty": 2.0}).sampling) == {
+        **vars(Asked()), **sent}
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     assert chat(messages=HI, format=schema).response_format["json_schema"]["schema"] == schema
 
@@ -66,6 +72,10 @@ def test_tool_messages_answer_the_calls_before_them():
     ({"messages": HI, "format": "yaml"}, "format", "format must be \"json\" or a JSON schema"),
     ({"messages": HI, "options": {"temperature": 9.0}}, "options.temperature", "options.temperature"),
     ({"messages": HI, "options": {"num_predict": 0, "top_p": 2.0}}, "options.top_p", "top_p"),
+    # the sampling options' types are the engine's to check too
+    ({"messages": HI, "options": {"temperature": "hot"}}, "options.temperature", "valid number"),
+    ({"messages": HI, "options": {"seed": "-1"}}, "options.seed", "valid integer"),
+    ({"messages": HI, "options": {"presence_penalty": None}}, "options.presence_penalty", "valid number"),
 ])
 def test_refusals_name_what_was_sent(body, param, needle):
     with pytest.raises(APIError) as e:

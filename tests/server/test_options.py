@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import linked_cache, plain_reference
+from conftest import cache_auto_costs, linked_cache, plain_reference
 from serverproc import MODEL, Server
 
 from specdec.prompts import parity_prompts
@@ -85,17 +85,9 @@ def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_pa
     server measures the drafter's own cost (and the verify curve) once, into its cost
     cache, and the text is plain decoding's. The cache holds a flat verify curve, as
     Metal/CUDA measure it, so the shaper does branch."""
-    import json
-
-    from specdec.measure import model_fingerprint
-    from specdec.measure import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE
-
     cost_dir = tmp_path / "cost"
-    cost_dir.mkdir()
-    flat = lambda lengths: json.dumps({L: 0.05 for L in lengths})  # noqa: E731
-    fp = model_fingerprint(smollm[0])
-    (cost_dir / f"{fp}.json").write_text(flat([*range(1, AUTO_CURVE_LEN + 1), *AUTO_CURVE_EXTRA]))
-    (cost_dir / f"{fp}-tree.json").write_text(flat(AUTO_TREE_CURVE))
+    cache_auto_costs(smollm[0], lambda L: 0.05, tmp_path)
+    priced = {p.name: p.read_text() for p in cost_dir.iterdir()}
     messages = [{"role": "user", "content": PROMPT}]
     plain = plain_reference(MODEL, messages, N_TOKENS)  # test_kv_bits_reach_the_engine's
     linked_cache(tmp_path)  # the converted model is linked: only the costs start empty
@@ -111,4 +103,4 @@ def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_pa
         s.stop()
     # the suffix drafter's cost was measured once for the first request and kept
     assert [p.name for p in cost_dir.glob("draft-suffix-*.json")]
-    assert json.loads((cost_dir / f"{fp}.json").read_text())["1"] == 0.05  # the curve was read, not re-measured
+    assert {n: (cost_dir / n).read_text() for n in priced} == priced  # read, not re-measured

@@ -23,11 +23,12 @@ from ..engine.spec import Asked, ChatSpec, check_spec
 if TYPE_CHECKING:  # the engine's handle is passed in (``register``); its type only
     from ..engine.api import Api
 
+# the engine's sampling fields (``Asked``) Ollama's options name as the engine does
+SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty")
 # the engine's (chat body's) names -> Ollama's, for 400 messages that name what was sent
 RENAMES = {"max_tokens": "options.num_predict", "repetition_penalty": "options.repeat_penalty",
            "response_format": "format", "chat_template_kwargs": "think",
-           **{k: f"options.{k}" for k in ("temperature", "top_p", "top_k", "min_p", "seed", "stop",
-                                          "presence_penalty", "frequency_penalty")}}
+           **{k: f"options.{k}" for k in (*SAMPLING, "stop")}}
 
 
 class _Body(BaseModel):
@@ -56,16 +57,21 @@ class Message(_Body):
 
 
 class Options(_Body):
+    """Ollama's ``options``: its own names typed here; the engine's sampling fields under their
+    own names (``SAMPLING``) kept as sent, for the engine to type and range (``check_spec``: a
+    400 names ``options.<name>``); any other option is ignored."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
     num_predict: int | None = None  # -1 / -2 (no limit, fill the context): to EOS or the context
-    top_k: int | None = None
-    seed: int | None = None  # negative: unseeded
-    temperature: float | None = None
-    top_p: float | None = None
-    min_p: float | None = None
     repeat_penalty: float | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
     stop: list[str] | str | None = None
+
+    def asked(self) -> Asked:
+        """The engine's sampling asked (a negative seed: unseeded; omitted: the server's default)."""
+        sent = {k: v for k, v in (self.model_extra or {}).items() if k in SAMPLING}
+        if isinstance(sent.get("seed"), int) and sent["seed"] < 0:
+            del sent["seed"]
+        return Asked(**sent, repetition_penalty=self.repeat_penalty)
 
 
 class _Generation(_Body):
@@ -123,11 +129,9 @@ def _invalid(e: ValidationError) -> APIError:
 def _sampling(body: _Generation) -> dict[str, Any]:
     """Ollama's options as the spec's limits and sampling (negative: no limit, unseeded)."""
     o = body.options or Options()
-    seed = o.seed if o.seed is not None and o.seed >= 0 else None
     return {"max_tokens": o.num_predict if o.num_predict and o.num_predict > 0 else None,
             "stop": tuple([o.stop] if isinstance(o.stop, str) else o.stop or ()),
-            "sampling": Asked(o.temperature, o.top_p, o.top_k, o.min_p, seed, o.repeat_penalty,
-                              o.presence_penalty, o.frequency_penalty)}
+            "sampling": o.asked()}
 
 
 def _response_format(fmt: str | dict | None) -> dict[str, Any] | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
+from tests.server.codex import codex_home
 from tests.server.golden import (GOLDEN, KEY, REQUEST_HEADERS, job_view, known_ids, normalise,
                                  scripted_app)
 
@@ -202,32 +203,9 @@ def claude_code(base):
                        cwd=d, env=env, capture_output=True, text=True, timeout=300, check=True)
 
 
-CODEX_CONFIG = """model = "gpt-golden"
-model_provider = "specdec"
-approval_policy = "never"
-sandbox_mode = "read-only"
-model_instructions_file = "{instructions}"
-web_search = "disabled"
-[features]
-goals = false
-multi_agent = false
-skill_search = false
-view_image = false
-image_generation = false
-[model_providers.specdec]
-name = "specdec"
-base_url = "{base}/v1"
-wire_api = "responses"
-env_key = "SPECDEC_API_KEY"
-"""
-
-
 def codex_exec(base):
     with tempfile.TemporaryDirectory() as d:
-        home = Path(d)
-        (home / "instructions.md").write_text(SYSTEM + "\n")
-        (home / "config.toml").write_text(CODEX_CONFIG.format(base=base, instructions=home / "instructions.md"))
-        env = {**os.environ, "CODEX_HOME": d, "SPECDEC_API_KEY": KEY}
+        env = codex_home(Path(d), base=base, model="gpt-golden", system=SYSTEM, key=KEY)
         subprocess.run(["codex", "exec", "--skip-git-repo-check", "Say hello."], cwd=d, env=env,
                        capture_output=True, text=True, timeout=300, check=True)
 
