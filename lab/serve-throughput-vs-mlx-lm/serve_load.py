@@ -137,13 +137,13 @@ def concurrent(srv: dict, clients: int, max_tokens: int, prompts: list[str]) -> 
             with lock:
                 results[i] = r
 
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(srv["pid"]), time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(srv["pid"]) - cpu0
     if len(results) != total:
         raise SystemExit(f"{srv['label']}: {total - len(results)} of {total} requests failed "
                          "(see the tracebacks above)")
@@ -153,7 +153,8 @@ def concurrent(srv: dict, clients: int, max_tokens: int, prompts: list[str]) -> 
     out = {"server": srv["label"], "clients": clients, "requests": total, "wall_s": wall,
            "throughput_tok_s": tokens / wall, "completion_tokens": tokens,
            "p50_latency_s": statistics.median(lat), "p95_latency_s": _p95(lat),
-           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft)}
+           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft),
+           "server_cpu_s": cpu, "cpu_ms_per_token": 1000 * cpu / max(tokens, 1)}
     print(json.dumps(out), flush=True)
     out["texts"] = [results[i]["text"] for i in range(total)]
     return out
@@ -200,6 +201,13 @@ def mlx_lm_spec(model_dir: Path) -> dict:
                      "--log-level", "WARNING"]}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (/proc/<pid>/stat), all its
+    threads: less sensitive to other load on the machine than wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _openblas_mapped(pid: int) -> bool | None:
     try:
         return "openblas" in Path(f"/proc/{pid}/maps").read_text()
@@ -231,7 +239,7 @@ def running(spec: dict):
             if time.monotonic() > deadline:
                 raise SystemExit(f"{spec['label']} was not healthy after {HEALTH_WAIT_S} s")
             time.sleep(0.5)
-        srv = {**spec, "base": base, "openblas": _openblas_mapped(proc.pid)}
+        srv = {**spec, "base": base, "openblas": _openblas_mapped(proc.pid), "pid": proc.pid}
         stream_once(base, {"model": spec["model_field"], "max_tokens": 8,
                            "messages": [{"role": "user", "content": "Say hi."}]})
         yield srv
@@ -275,25 +283,28 @@ def _row_name(r: dict) -> str:
 def load_tables(loads: list[dict]) -> list[str]:
     peer = {(r["clients"], r.get("rep", 0)): r for r in loads if r["server"] == "mlx_lm"}
     lines = ["| clients | server | requests | throughput tok/s | p50 / p95 latency s "
-             "| p50 / p95 TTFT s | outputs = mlx_lm |", "|---|---|---|---|---|---|---|"]
+             "| p50 / p95 TTFT s | server CPU ms/token | outputs = mlx_lm |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in loads:
         p = peer.get((r["clients"], r.get("rep", 0)))
         same = _same(r["texts"], p["texts"]) if p and p is not r else "–"
         lines.append(f"| {_row_name(r)} | {r['server']} | {r['requests']} | "
                      f"{r['throughput_tok_s']:.1f} | {r['p50_latency_s']:.2f} / "
                      f"{r['p95_latency_s']:.2f} | {r['p50_ttft_s']:.2f} / {r['p95_ttft_s']:.2f} "
-                     f"| {same} |")
+                     f"| {r.get('cpu_ms_per_token', float('nan')):.1f} | {same} |")
     if not peer:
         return lines
-    keys = ("throughput_tok_s", "p50_latency_s", "p95_latency_s", "p50_ttft_s", "p95_ttft_s")
-    lines += ["", "ours / mlx_lm (throughput: higher is better; latency, TTFT: lower is better)",
+    keys = ("throughput_tok_s", "p50_latency_s", "p95_latency_s", "p50_ttft_s", "p95_ttft_s",
+            "cpu_ms_per_token")
+    lines += ["", "ours / mlx_lm (throughput: higher is better; latency, TTFT, server CPU per "
+              "token: lower is better)",
               "", "| clients | server | throughput | p50 latency | p95 latency | p50 TTFT "
-              "| p95 TTFT |", "|---|---|---|---|---|---|---|"]
+              "| p95 TTFT | CPU/token |", "|---|---|---|---|---|---|---|---|"]
     ratios: dict[tuple[int, str], list[float]] = {}
     for r in loads:
         p = peer.get((r["clients"], r.get("rep", 0)))
         if r["server"] != "mlx_lm" and p is not None:
-            cells = " | ".join(f"{r[k] / p[k]:.2f}×" if p[k] else "–" for k in keys)
+            cells = " | ".join(f"{r[k] / p[k]:.2f}×" if p.get(k) else "–" for k in keys)
             lines.append(f"| {_row_name(r)} | {r['server']} | {cells} |")
             ratios.setdefault((r["clients"], r["server"]), []).append(
                 r["throughput_tok_s"] / p["throughput_tok_s"])
