@@ -14,6 +14,7 @@ import io
 import pstats
 import sys
 import time
+from dataclasses import replace
 
 from specdec.decode.generation import Generation
 from specdec.prompts import short_questions
@@ -25,6 +26,7 @@ from specdec.server.http.metrics import Metrics
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 32
 MAX_TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 128
 PROFILE = len(sys.argv) > 3 and sys.argv[3] == "prof"
+DRAFT = sys.argv[4] if len(sys.argv) > 4 else None  # e.g. "none": plain batching (default: the server's)
 
 
 def run(worker: InferenceWorker, loop: asyncio.AbstractEventLoop, n: int, max_tokens: int) -> tuple[int, float]:
@@ -47,8 +49,26 @@ def run(worker: InferenceWorker, loop: asyncio.AbstractEventLoop, n: int, max_to
     return rounds, time.perf_counter() - t0
 
 
+def count_verify_steps() -> list[int]:
+    """[verify steps, their rows summed, those that drafted], counted from here on."""
+    from specdec.decode import loop
+
+    seen, verify = [0, 0, 0], loop.verify_step
+
+    def counted(model, cache, rows, **kw):
+        seen[0] += 1
+        seen[1] += len(rows)
+        seen[2] += any(len(r.proposal.tokens) for r in rows)
+        return verify(model, cache, rows, **kw)
+
+    loop.verify_step = counted
+    return seen
+
+
 def main() -> None:
     cfg = ServerConfig(model="smollm2-135m", dtype="float32", save_interval=0, queue_size=128)
+    if DRAFT is not None:
+        cfg = replace(cfg, speculation=replace(cfg.speculation, draft_type=DRAFT))
     worker = InferenceWorker(cfg, Metrics())
     worker.load()
     print("max_batch", worker.max_batch, "verify cost curve cached:", worker.curve is not None, flush=True)
@@ -58,12 +78,14 @@ def main() -> None:
     c0 = time.thread_time()
     if prof:
         prof.enable()
+    verified = count_verify_steps()
     rounds, wall = run(worker, loop, N, MAX_TOKENS)
     if prof:
         prof.disable()
     cpu = time.thread_time() - c0
-    print(f"rounds {rounds} wall {wall:.2f} s, inference thread CPU {cpu:.2f} s "
-          f"({1000 * cpu / rounds:.1f} ms a round)", flush=True)
+    print(f"rounds {rounds} ({verified[0]} verify steps of {verified[1]} rows, drafting "
+          f"{verified[2]}; the rest pipelined plain) wall {wall:.2f} s, inference thread CPU "
+          f"{cpu:.2f} s ({1000 * cpu / rounds:.1f} ms a round)", flush=True)
     if prof:
         for order in ("cumulative", "tottime"):
             out = io.StringIO()
