@@ -63,6 +63,7 @@ import httpx
 from specdec.backend import preload_env
 from specdec.prompts import code_edit_prompt, parity_prompts, short_questions
 
+RETRIES = 3  # per request, for a connection refused or reset before any reply
 MIN_REQUESTS = 8  # per load row: a single client still gives this many samples
 TURN1 = ("statistics", "linear_regression",
          "Rename the argument 'proportional' to 'through_origin'.")
@@ -71,22 +72,41 @@ HEALTH_WAIT_S = 300
 
 
 def stream_once(base: str, body: dict) -> dict:
-    """One streamed chat request; client-side timings, the text and the final usage."""
+    """One streamed chat request; client-side timings, the text and the final usage. A
+    connection refused or reset before any reply (mlx_lm.server's listen backlog is
+    socketserver's 5: 32 clients connecting at once on a loaded machine can overflow it)
+    is retried, up to RETRIES times, and counted; its time counts in the latency."""
+    t0 = time.perf_counter()
+    for retry in range(RETRIES + 1):
+        try:
+            return {**_stream(base, body, t0), "retries": retry}
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError) as e:
+            if getattr(e, "started", False) or retry == RETRIES:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+def _stream(base: str, body: dict, t0: float) -> dict:
     body = {**body, "stream": True, "stream_options": {"include_usage": True},
             "temperature": 0.0}
-    t0 = time.perf_counter()
     first = last = None
     usage, parts = {}, []
     with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=3600) as r:
         r.raise_for_status()
-        for line in r.iter_lines():
+        try:
+            lines = list(_lines(r))
+        except httpx.TransportError as e:
+            e.started = True  # type: ignore[attr-defined]  (a reply had begun: not retried)
+            raise
+        for line in lines:
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
             usage = chunk.get("usage") or usage
             for c in chunk.get("choices", []):
                 if c.get("delta", {}).get("content"):
-                    last = time.perf_counter()
+                    last = line.at
                     first = first or last
                     parts.append(c["delta"]["content"])
     end = time.perf_counter()
@@ -96,6 +116,19 @@ def stream_once(base: str, body: dict) -> dict:
             "completion_tokens": n,
             "decode_tok_s": (n - 1) / (last - first) if first and last > first else 0.0,
             "prompt_tokens": usage.get("prompt_tokens"), "cached_tokens": cached}
+
+
+class _Line(str):
+    """A streamed line and when it arrived (lines are read first, parsed after)."""
+
+    at: float
+
+
+def _lines(r: httpx.Response):
+    for text in r.iter_lines():
+        line = _Line(text)
+        line.at = time.perf_counter()
+        yield line
 
 
 def single_client(srv: dict, max_tokens: int) -> list[dict]:
@@ -137,13 +170,13 @@ def concurrent(srv: dict, clients: int, max_tokens: int, prompts: list[str]) -> 
             with lock:
                 results[i] = r
 
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(srv["pid"]), time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(srv["pid"]) - cpu0
     if len(results) != total:
         raise SystemExit(f"{srv['label']}: {total - len(results)} of {total} requests failed "
                          "(see the tracebacks above)")
@@ -153,7 +186,9 @@ def concurrent(srv: dict, clients: int, max_tokens: int, prompts: list[str]) -> 
     out = {"server": srv["label"], "clients": clients, "requests": total, "wall_s": wall,
            "throughput_tok_s": tokens / wall, "completion_tokens": tokens,
            "p50_latency_s": statistics.median(lat), "p95_latency_s": _p95(lat),
-           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft)}
+           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft),
+           "server_cpu_s": cpu, "cpu_ms_per_token": 1000 * cpu / max(tokens, 1),
+           "retries": sum(r["retries"] for r in results.values())}
     print(json.dumps(out), flush=True)
     out["texts"] = [results[i]["text"] for i in range(total)]
     return out
@@ -187,6 +222,10 @@ def server_specs(args, model_dir: Path) -> list[dict]:
     specs = [{"label": spec[0], "argv": ours + spec[1], "model_field": args.model},
              {"label": "ours plain", "argv": ours + ["--draft-type", "none"],
               "model_field": args.model}]
+    if args.head_tree:  # the same server from another checkout (before / after, one run)
+        tree = str(Path(args.head_tree).resolve())
+        specs.insert(1, {"label": f"{spec[0]} @{Path(tree).name}", "argv": ours + spec[1],
+                         "model_field": args.model, "env": {"PYTHONPATH": tree}})
     if args.peer == "mlx_lm":
         specs.append(mlx_lm_spec(model_dir))
     return specs
@@ -198,6 +237,13 @@ def mlx_lm_spec(model_dir: Path) -> dict:
     return {"label": "mlx_lm", "model_field": "default_model",
             "argv": [sys.executable, "-m", "mlx_lm", "server", "--model", str(model_dir),
                      "--log-level", "WARNING"]}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (/proc/<pid>/stat), all its
+    threads: less sensitive to other load on the machine than wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _openblas_mapped(pid: int) -> bool | None:
@@ -217,7 +263,8 @@ def running(spec: dict):
     # the server's output goes to a file (mlx_lm.server logs every request line on stderr);
     # its tail is shown when anything fails while it runs
     log = tempfile.NamedTemporaryFile("w+", prefix="serve_load-", suffix=".log", delete=False)
-    proc = subprocess.Popen(spec["argv"] + ["--port", str(port)], env=preload_env(),
+    env = preload_env({**os.environ, **spec.get("env", {})})
+    proc = subprocess.Popen(spec["argv"] + ["--port", str(port)], env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + HEALTH_WAIT_S
@@ -231,7 +278,7 @@ def running(spec: dict):
             if time.monotonic() > deadline:
                 raise SystemExit(f"{spec['label']} was not healthy after {HEALTH_WAIT_S} s")
             time.sleep(0.5)
-        srv = {**spec, "base": base, "openblas": _openblas_mapped(proc.pid)}
+        srv = {**spec, "base": base, "openblas": _openblas_mapped(proc.pid), "pid": proc.pid}
         stream_once(base, {"model": spec["model_field"], "max_tokens": 8,
                            "messages": [{"role": "user", "content": "Say hi."}]})
         yield srv
@@ -275,25 +322,28 @@ def _row_name(r: dict) -> str:
 def load_tables(loads: list[dict]) -> list[str]:
     peer = {(r["clients"], r.get("rep", 0)): r for r in loads if r["server"] == "mlx_lm"}
     lines = ["| clients | server | requests | throughput tok/s | p50 / p95 latency s "
-             "| p50 / p95 TTFT s | outputs = mlx_lm |", "|---|---|---|---|---|---|---|"]
+             "| p50 / p95 TTFT s | server CPU ms/token | outputs = mlx_lm |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in loads:
         p = peer.get((r["clients"], r.get("rep", 0)))
         same = _same(r["texts"], p["texts"]) if p and p is not r else "–"
         lines.append(f"| {_row_name(r)} | {r['server']} | {r['requests']} | "
                      f"{r['throughput_tok_s']:.1f} | {r['p50_latency_s']:.2f} / "
                      f"{r['p95_latency_s']:.2f} | {r['p50_ttft_s']:.2f} / {r['p95_ttft_s']:.2f} "
-                     f"| {same} |")
+                     f"| {r.get('cpu_ms_per_token', float('nan')):.1f} | {same} |")
     if not peer:
         return lines
-    keys = ("throughput_tok_s", "p50_latency_s", "p95_latency_s", "p50_ttft_s", "p95_ttft_s")
-    lines += ["", "ours / mlx_lm (throughput: higher is better; latency, TTFT: lower is better)",
+    keys = ("throughput_tok_s", "p50_latency_s", "p95_latency_s", "p50_ttft_s", "p95_ttft_s",
+            "cpu_ms_per_token")
+    lines += ["", "ours / mlx_lm (throughput: higher is better; latency, TTFT, server CPU per "
+              "token: lower is better)",
               "", "| clients | server | throughput | p50 latency | p95 latency | p50 TTFT "
-              "| p95 TTFT |", "|---|---|---|---|---|---|---|"]
+              "| p95 TTFT | CPU/token |", "|---|---|---|---|---|---|---|---|"]
     ratios: dict[tuple[int, str], list[float]] = {}
     for r in loads:
         p = peer.get((r["clients"], r.get("rep", 0)))
         if r["server"] != "mlx_lm" and p is not None:
-            cells = " | ".join(f"{r[k] / p[k]:.2f}×" if p[k] else "–" for k in keys)
+            cells = " | ".join(f"{r[k] / p[k]:.2f}×" if p.get(k) else "–" for k in keys)
             lines.append(f"| {_row_name(r)} | {r['server']} | {cells} |")
             ratios.setdefault((r["clients"], r["server"]), []).append(
                 r["throughput_tok_s"] / p["throughput_tok_s"])
@@ -344,6 +394,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128, help="completion length of each turn")
     ap.add_argument("--turns", choices=("on", "off"), default="on", help="the conversation")
     ap.add_argument("--max-batch", type=int, help="passed to `specdec serve` only when given")
+    ap.add_argument("--head-tree", help="also run our default server from this checkout "
+                    "(PYTHONPATH): before and after a change in one interleaved run")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run the load rows this many times (each run: every server side by "
                          "side); ratios per run and their median")
@@ -376,7 +428,7 @@ def main() -> None:
     config = {"model": args.model, "model_dir": str(model_dir), "dtype": "float32",
               "workload": args.workload,
               "load_max_tokens": args.load_max_tokens, "repeat": args.repeat, "turn_max_tokens": args.max_tokens,
-              "max_batch": args.max_batch, "openblas_mapped": servers}
+              "max_batch": args.max_batch, "head_tree": args.head_tree, "openblas_mapped": servers}
     print(json.dumps({"config": config}))
     if args.out:
         Path(args.out).write_text(json.dumps({"config": config, "single": single, "load": loads,

@@ -198,8 +198,10 @@ class Batch:
             for i, layers in zip(indices, out):
                 if i < self.inflight.covers:
                     trim(layers, 1)
-        if not lone:  # copied now: a lazy slice would keep the whole batch buffer alive
-            mx.eval([c.state for layers in out for c in layers])
+        if not lone:  # copied now (a lazy slice would keep the whole batch buffer alive),
+            # without waiting: a queued pipelined step runs first, and the host builds the
+            # next step meanwhile instead of stalling the pipeline on every finished row
+            mx.async_eval([c.state for layers in out for c in layers])
         return out
 
     def _drop(self, indices: Sequence[int]) -> None:

@@ -47,10 +47,15 @@ class BlockPrice:
     curve: Callable[[int], float] | None = None
     learn: bool = True
     ratio: dict[tuple[int, int], float] = field(default_factory=dict)
+    # ``hopeless`` answers by (rows, k, curve) since the last ``observe`` / ``reprice``: a
+    # pipelined batch asks it every step and learns nothing between (ratios change only there)
+    _hopeless: dict[tuple[int, int, object], bool] = field(default_factory=dict, repr=False,
+                                                           compare=False)
 
     def reprice(self, curve: Callable[[int], float]) -> None:
         """A new curve: ratios learnt against the old one mean nothing against it."""
         self.curve, self.ratio = curve, {}
+        self._hopeless.clear()
 
     def cost(self, rows: int) -> Callable[[int], float]:
         """The cost of a ``rows`` x L block (n = rows * L tokens), at the ratio observed
@@ -78,7 +83,10 @@ class BlockPrice:
         step for an estimate no step can use)."""
         if rows < 2 or self.curve is None:
             return False
-        return k == 0 or choose_block([k] * rows, [1.0] * rows, self.cost(rows)) == 1
+        key = (rows, k, self.curve)
+        if key not in self._hopeless:
+            self._hopeless[key] = k == 0 or choose_block([k] * rows, [1.0] * rows, self.cost(rows)) == 1
+        return self._hopeless[key]
 
     def observe(self, rows: int, L: int, seconds: float) -> None:
         """A B x L step took ``seconds``: update the ratio for its size class and L."""
@@ -86,3 +94,4 @@ class BlockPrice:
             return
         key = (size_class(rows), L)
         self.ratio[key] = ema(self.ratio.get(key), seconds / self.curve(rows * L))
+        self._hopeless.clear()

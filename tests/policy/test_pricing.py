@@ -44,3 +44,17 @@ def test_a_flat_curve_drafts_and_a_steep_one_is_hopeless():
     steep = BlockPrice(lambda n: float(n) ** 2)  # every extra token costs more than it gives
     assert steep.block([4, 4], [0.9, 0.9]) == 1 and steep.hopeless(2, 4)
     assert flat.hopeless(2, 0)  # nothing to draft: no block can pay
+
+
+def test_hopeless_follows_what_the_price_learns_and_a_new_curve():
+    """``hopeless`` is remembered per (rows, k) between steps (a pipelined batch asks it
+    every step): a step observed dearer, or a new curve, must change the answer."""
+    price = BlockPrice(lambda n: 1.0 + 0.01 * n)  # nearly flat: a full block pays
+    assert not price.hopeless(4, 4) and not price.hopeless(4, 4)
+    for _ in range(20):  # 4 x 2 blocks (and so every longer one) take 50x what the curve says
+        price.observe(4, 2, 50.0 * (1.0 + 0.01 * 8))
+    assert price.hopeless(4, 4)
+    price.reprice(lambda n: 1.0)
+    assert not price.hopeless(4, 4)
+    price.curve = lambda n: float(n) ** 2  # set directly (the worker's unknown_cost): asked anew
+    assert price.hopeless(4, 4)
