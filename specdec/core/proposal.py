@@ -24,23 +24,16 @@ class Proposal:
     tokens: tuple[int, ...] = ()
     q: mx.array | None = None  # mx.array (len(tokens), V) for sampled drafts; None = point masses
     parents: tuple[int, ...] | None = None  # None = linear chain
-    # the drafter's own evidence for the first token, where it has one (None: it says nothing):
-    # the share of its match's earlier occurrences that this token followed (the suffix
-    # drafter's; the cost gate prices offers by it: policy/offers.py)
-    share: float | None = None
 
     def __init__(self, tokens: Sequence[int] = (), q: mx.array | None = None,
-                 parents: Sequence[int] | None = None, share: float | None = None):
+                 parents: Sequence[int] | None = None):
         object.__setattr__(self, "tokens", tuple(int(t) for t in tokens))
         object.__setattr__(self, "q", q)
         object.__setattr__(self, "parents", None if parents is None else tuple(parents))
-        object.__setattr__(self, "share", share)
         self._check()
 
     def _check(self) -> None:
         n = len(self.tokens)
-        if self.share is not None and not (0.0 <= self.share <= 1.0 and n):
-            raise ValueError(f"share is a fraction of a non-empty proposal's first token: {self.share}, {n} tokens")
         if self.q is not None and (len(self.q.shape) != 2 or self.q.shape[0] != n):
             raise ValueError(f"q must have one row per token: {n} tokens, q shape {self.q.shape}")
         if self.parents is not None:
@@ -94,8 +87,7 @@ class Proposal:
             raise ValueError("truncating a tree proposal is not defined; shape it in the drafter")
         if len(self.tokens) <= k:
             return self
-        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k],
-                        share=self.share if k else None)
+        return Proposal(self.tokens[:k], None if self.q is None else self.q[:k])
 
 
 EMPTY = Proposal()

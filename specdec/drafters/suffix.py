@@ -112,11 +112,6 @@ class SuffixAutomaton:
             matched = self.length[state]
         return (state, matched) if state else (0, 0)
 
-    def share(self, state: int, tok: int) -> float:
-        """The share of ``state``'s (capped) occurrences that ``tok`` follows."""
-        counts = {t: self.count[c] for t, c in self.next[state].items() if t >= 0}
-        return counts.get(tok, 0) / max(sum(counts.values()), 1)
-
     def continuation(self, state: int, n: int, eos: frozenset[int] | set[int]) -> list[int]:
         """Up to ``n`` tokens following the most frequent transitions from ``state``."""
         nxt, count, first = self.next, self.count, self.first
@@ -324,18 +319,12 @@ class SuffixIndex:
         return live_len, self.live, live_state
 
     def lookup(self, k: int, alpha: float = DEFAULT_ALPHA, eos: Iterable[int] = ()) -> list[int]:
-        return list(self.offer(k, alpha, eos).tokens)
-
-    def offer(self, k: int, alpha: float = DEFAULT_ALPHA, eos: Iterable[int] = ()) -> Proposal:
-        """``lookup``'s tokens as a proposal, with the share of the match's occurrences that
-        its first token followed (``Proposal.share``)."""
         m, automaton, state = self.match()
         n = draft_length(m, k, alpha)
         if n == 0:
-            return Proposal()
+            return []
         eos = eos if isinstance(eos, frozenset) else frozenset(eos)
-        tokens = automaton.continuation(state, n, eos)
-        return Proposal(tokens, share=automaton.share(state, tokens[0]) if tokens else None)
+        return automaton.continuation(state, n, eos)
 
 
 class SuffixDrafter(Drafter):
@@ -383,7 +372,7 @@ class SuffixDrafter(Drafter):
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         self.index.extend(context[len(self.index.tokens) :])  # the context only grows
-        return self.index.offer(k, self.alpha, self.eos)
+        return Proposal(self.index.lookup(k, self.alpha, self.eos))
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """The most probable continuations of the match, best first (``suffix_tree``)."""

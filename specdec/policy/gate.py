@@ -30,7 +30,7 @@ from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
 from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds, expected_tokens
 from .drafting import StepTime
-from .offers import OfferModel, bucket
+from .offers import OfferModel
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
@@ -104,7 +104,6 @@ class CostGate(AdaptiveK):
         self._trees = False  # the row asks for trees: priced by state, as a costly drafter
         self._peeked = False  # the pending verify step drafts a priced offer
         self._last_offer = 0  # the length of the offer last priced (for ``describe``)
-        self._share: int | None = None  # its first token's share quarter (``Proposal.share``)
         self._start()
 
     @property
@@ -146,7 +145,7 @@ class CostGate(AdaptiveK):
         """Per-slot acceptance of offers of ``n`` tokens in the current state
         (``offers.OfferModel``: by the offer's length, averaged with its refinement by what
         the drafts before did as well as each has predicted)."""
-        return self.offers.estimate(n, self._state, self._share)
+        return self.offers.estimate(n, self._state)
 
     def price_offer(self, n: int) -> int:
         """The draft length (0..n) that maximises expected tokens per second for an offer of
@@ -157,8 +156,8 @@ class CostGate(AdaptiveK):
         return best_k(self.offer_acceptance(n), self.cost, min(n, self.k_max), self.draft_cost,
                       scale=self.scale, plain=self.plain_seconds())
 
-    def _record_offer(self, made: tuple[int, int, int | None], proposed: int, accepted: int) -> None:
-        """Count a draft of an offer ``made`` = (state, length, share quarter), then move the state on."""
+    def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
+        """Count a draft of an offer ``made`` = (state, length), then move the state on."""
         self.offers.record(made, proposed, accepted)
         state = made[0]
         self._state = ACCEPTED if accepted else (REJECTED if state == ACCEPTED else RUN)
@@ -260,7 +259,7 @@ class CostGate(AdaptiveK):
         self._score(context, final=True)  # verification takes over the pending guess
         offer = self.inner.propose(context, k)
         self._asked(offer)
-        depth = self._idle_price(offer)
+        depth = self._idle_price(len(offer))
         self.chosen.append(depth)
         self._paused = depth == 0 and self.pipelines()
         if not depth:
@@ -270,17 +269,15 @@ class CostGate(AdaptiveK):
         # (``_score``): the verify step's bonus token tests slot depth + 1 for free, so a
         # cut offer's next slot learns whether the copy goes on (traced: counted only as
         # drafted, a few misses cut eight-token offers of a copy to 3-5 tokens for good)
-        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer), self._share))
+        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer)))
         self._proposed, self._peeked = depth, True
         if depth == len(offer):
             return offer
-        return offer.truncated(depth)
+        return Proposal(offer.tokens[:depth], None if offer.q is None else offer.q[:depth])
 
-    def _idle_price(self, offer: Proposal) -> int:
-        """``price_offer`` of ``offer`` (its length and share), counting what a late draft of
-        it would lose where the last did not pay."""
-        self._share = bucket(offer.share)
-        depth = self.price_offer(len(offer))
+    def _idle_price(self, n: int) -> int:
+        """``price_offer``, counting what a late draft of it would lose where the last did not pay."""
+        depth = self.price_offer(n)
         if self._idle:
             self._lost = self.decay * self._lost + (self._late_loss(depth) if depth else 0.0)
             self._idle_asks = self.decay * self._idle_asks + 1.0
@@ -316,7 +313,7 @@ class CostGate(AdaptiveK):
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
         if self._guess is None and offer:
-            self._guess = (len(context), list(offer.tokens), (self._state, len(offer), self._share))
+            self._guess = (len(context), list(offer.tokens), (self._state, len(offer)))
 
     def observe(self, num_accepted: int) -> None:
         if self._peeked and not self._forced:
@@ -344,7 +341,7 @@ class CostGate(AdaptiveK):
             self._pend(context, offer)
             # after a late resume a verify step, until a pipelined token's saving is measured
             # (its plain tokens are timed against the verify steps just before them)
-            self._paused = self._idle_price(offer) == 0 and self.pipelines() and \
+            self._paused = self._idle_price(len(offer)) == 0 and self.pipelines() and \
                 not (late and not self._ratio_seen)
             self._resumed = -1 if self._paused or late else len(context)
             self._asking(self.clock() - t0)
@@ -400,7 +397,7 @@ class CostGate(AdaptiveK):
             return  # every token so far agrees: wait for the rest
         self._guess = None
         proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
-        if proposed and isinstance(state, tuple):  # a priced offer's (state, length, share)
+        if proposed and isinstance(state, tuple):  # a priced offer's (state, length)
             self._record_offer(state, proposed, agreed)
         elif proposed:
             self._record(proposed, agreed, state)

@@ -10,10 +10,7 @@ averaging: each one's weight is its forgotten-by-``decay`` likelihood, Raftery e
   same length's slot i - 1: a copy going on), a longer offer (a longer match) never accepted
   less often than a shorter one (``monotone``: pooled where evidence says otherwise);
 - *state*: the same, refined by what the drafts before did (``prior`` pseudo-counts on the
-  length model): a run of misses says a quote ended;
-- *share*: the same, refined by the quarter of the match's earlier occurrences that the
-  offered token followed (``Proposal.share``, the suffix drafter's; without one, only the
-  first two are averaged).
+  length model): a run of misses says a quote ended.
 Why (lab/gate-acceptance, Spec-Bench's recorded answers): slot 1 is accepted 25 % of the time
 on one-token offers, 54 % on two-token, 91 % on eight-token ones, and given the length the
 drafts before say little (one-token offers: 28 % after one miss, 25 % after four or five);
@@ -60,28 +57,13 @@ def monotone(counts: Sequence[tuple[float, float]], prior: float, toward: float)
     return rate(pools[-1])
 
 
-BUCKETS = 4  # the share of the match's occurrences the first token followed, in quarters
-
-
-def bucket(share: float | None) -> int | None:
-    """The quarter ``share`` falls in (None: the drafter gave none).
-
-    >>> bucket(None), bucket(0.0), bucket(0.3), bucket(1.0)
-    (None, 0, 1, 3)
-    """
-    return None if share is None else min(int(share * BUCKETS), BUCKETS - 1)
-
-
 class OfferModel:
     def __init__(self, k_max: int, prior: float, decay: float):
         self.k_max, self.prior, self.decay = k_max, prior, decay
         self.lengths = {n: SlotCounts.zeros(k_max) for n in range(1, k_max + 1)}
         self.states = {(s, n): SlotCounts.zeros(k_max) for s in range(STATES)
                        for n in range(1, k_max + 1)}
-        self.shares = {(b, n): SlotCounts.zeros(k_max) for b in range(BUCKETS)
-                       for n in range(1, k_max + 1)}
-        # forgotten log-likelihoods of the (length, state, share) models' predictions
-        self.scores = [0.0, 0.0, 0.0]
+        self.evidence = 0.0  # forgotten log-likelihood ratio: state model over length model
 
     def by_length(self, n: int) -> list[float]:
         """The length model's per-slot acceptance of an offer of ``n`` tokens."""
@@ -91,59 +73,36 @@ class OfferModel:
             est.append(monotone(counts, self.prior, est[-1] if est else 0.5))
         return est
 
-    def refined(self, c: SlotCounts, length: Sequence[float]) -> list[float]:
-        """The length model's estimate refined by the counts ``c`` (``prior`` pseudo-counts on it)."""
-        return [(a + self.prior * p) / (t + self.prior) for a, t, p in zip(c.accepted, c.tested, length)]
-
     def by_state(self, n: int, state: int, length: Sequence[float]) -> list[float]:
         """The state model's: the length model's refined by this state's counts."""
-        return self.refined(self.states[(state, n)], length)
-
-    def by_share(self, n: int, share: int | None, length: Sequence[float]) -> list[float]:
-        """The share model's: refined by the counts of offers whose first token followed the
-        same quarter of the match's occurrences (None: the length model's)."""
-        return list(length) if share is None else self.refined(self.shares[(share, n)], length)
-
-    @property
-    def weights(self) -> list[float]:
-        """Each model's share of the average (a third each before any evidence)."""
-        top = max(self.scores)
-        w = [math.exp(max(s - top, -50.0)) for s in self.scores]
-        return [x / sum(w) for x in w]
+        c = self.states[(state, n)]
+        return [(a + self.prior * p) / (t + self.prior) for a, t, p in zip(c.accepted, c.tested, length)]
 
     @property
     def weight(self) -> float:
-        """The state model's share of the average without a share (1/2 before any evidence)."""
-        w = self.weights
-        return w[1] / (w[0] + w[1])
+        """The state model's share of the average (1/2 before any evidence)."""
+        return 1.0 / (1.0 + math.exp(-max(min(self.evidence, 50.0), -50.0)))
 
-    def models(self, n: int, state: int, share: int | None) -> list[list[float]]:
-        length = self.by_length(n)
-        return [length, self.by_state(n, state, length), self.by_share(n, share, length)]
-
-    def estimate(self, n: int, state: int, share: int | None = None) -> list[float]:
+    def estimate(self, n: int, state: int) -> list[float]:
         n = min(n, self.k_max)
         if n <= 0:
             return []
-        w = self.weights if share is not None else [1.0 - self.weight, self.weight, 0.0]
-        ms = self.models(n, state, share)
-        return [sum(wi * m[i] for wi, m in zip(w, ms)) for i in range(n)]
+        length = self.by_length(n)
+        w = self.weight
+        return [w * s + (1.0 - w) * p for s, p in zip(self.by_state(n, state, length), length)]
 
-    def record(self, made: tuple[int, int] | tuple[int, int, int | None], proposed: int, accepted: int) -> None:
-        """Score the models' predictions of this draft's slots, then count it. ``made``:
-        (state, length) or (state, length, share quarter)."""
-        state, n = made[0], min(made[1], self.k_max)
-        share = made[2] if len(made) > 2 else None
-        ms = self.models(n, state, share)
-        self.scores = [self.decay * s for s in self.scores]
+    def record(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
+        """Score both models' predictions of this draft's slots, then count it."""
+        state, n = made
+        n = min(n, self.k_max)
+        length = self.by_length(n)
+        by_state = self.by_state(n, state, length)
+        self.evidence *= self.decay
         for i in range(min(accepted + 1, proposed, n)):
             hit = i < accepted
-            for j, m in enumerate(ms):
-                self.scores[j] += _log(m[i], hit)
+            self.evidence += _log(by_state[i], hit) - _log(length[i], hit)
         self.lengths[n].record(proposed, accepted, self.decay)
-        self.states[(state, n)].record(proposed, accepted, self.decay)
-        if share is not None:
-            self.shares[(share, n)].record(proposed, accepted, self.decay)
+        self.states[made].record(proposed, accepted, self.decay)
 
 
 def _log(p: float, hit: bool) -> float:
