@@ -13,7 +13,9 @@ drafts before did as well as each predicts); the draft and the slot after it are
 once the context shows them. Other drafters (and
 trees) are priced on the acceptance by what the drafts before did and resume on a shadow
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
-two verify steps). k* = 0 pauses it (plain, pipelined steps). Forced grammar tokens are
+two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
+one-token verify steps instead where what a pipelined token saves is less than what drafting
+its offers a token late loses: ``pipelines``). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py, tests/drafters/test_gate_live.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
@@ -26,7 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
-from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds
+from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds, expected_tokens
 from .drafting import StepTime
 from .offers import OfferModel
 
@@ -66,6 +68,10 @@ class CostGate(AdaptiveK):
         self.plain_ratio = 1.0
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
         self._plain_since_verify = FRESH  # plain tokens timed since the last verify step
+        self._ratio_seen = 0  # plain tokens ``plain_ratio`` learnt from (``pipelines``)
+        # decayed: seconds a late draft would lose per token where the gate did not draft (``pipelines``)
+        self._lost, self._idle_asks, self._idle = 0.0, 0.0, True
+        self._resumed = -1  # the context length at which ``watch`` last resumed
         self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
         # per-slot counts by what the drafts before did: REJECTED once, ACCEPTED, or a
         # RUN of rejections (a second miss in a row says more than the first: a quote ends)
@@ -243,9 +249,9 @@ class CostGate(AdaptiveK):
         self._score(context, final=True)  # verification takes over the pending guess
         offer = self.inner.propose(context, k)
         self._asked(offer)
-        depth = self.price_offer(len(offer))
+        depth = self._idle_price(len(offer))
         self.chosen.append(depth)
-        self._paused = depth == 0
+        self._paused = depth == 0 and self.pipelines()
         if not depth:
             self._pend(context, offer)
             return EMPTY
@@ -258,6 +264,41 @@ class CostGate(AdaptiveK):
         if depth == len(offer):
             return offer
         return Proposal(offer.tokens[:depth], None if offer.q is None else offer.q[:depth])
+
+    def _idle_price(self, n: int) -> int:
+        """``price_offer``, counting what a late draft of it would lose where the last did not pay."""
+        depth = self.price_offer(n)
+        if self._idle:
+            self._lost = self.decay * self._lost + (self._late_loss(depth) if depth else 0.0)
+            self._idle_asks = self.decay * self._idle_asks + 1.0
+        self._idle = depth == 0
+        return depth
+
+    def _late_loss(self, k: int) -> float:
+        """Seconds a k-token draft of the offer just priced is expected to lose drafted a token
+        late: its saving over plain decoding now, less its tail's (slots 2..k, drafted after
+        the first came true by a plain forward)."""
+        accept, plain = self.offer_acceptance(self._last_offer), self.plain_seconds()
+
+        def saving(acc: Sequence[float], j: int) -> float:
+            verify = self.cost[j + 1] * self.scale + draft_seconds(self.draft_cost, j)
+            return expected_tokens(acc, j) * plain - verify if j else 0.0
+
+        return max(saving(accept, k) - accept[0] * max(saving(accept[1:], k - 1), 0.0), 0.0)
+
+    def pipelines(self) -> bool:
+        """Whether a host drafter's gate, drafting nothing now, pauses into pipelined plain
+        decoding (True) or keeps to one-token verify steps. A pipelined stretch queues the next
+        token's forward before the gate sees this one, so an offer that pays is drafted one
+        token late: its first token comes from a plain forward, a one-token offer is never drafted
+        (traced: q281 resumed ~20 times, each a forward more than its replay: 25-27 accepted
+        against 29-30; lab/gate-live-lag). What late drafts lose per idle token (``_late_loss``,
+        decayed) is weighed against what a pipelined token saves over a one-token verify step,
+        once measured (``plain_ratio``; never measured, in a batch or untimed: pipelined)."""
+        if not self._ratio_seen or not self._idle_asks:
+            return True
+        saves = self.cost[1] * self.scale - self.plain_seconds()  # over a one-token verify step
+        return saves >= self._lost / self._idle_asks
 
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
@@ -283,10 +324,16 @@ class CostGate(AdaptiveK):
             self._since_ask += 1
             if self._since_ask < self.interval():  # asking and pricing within the budget
                 return
+            # the token that was in flight when an offer resumed it (``pipelines``)
+            late = not self._paused and self._resumed == len(context) - 1
             self._since_ask, t0 = 0, self.clock()
             offer = self.inner.propose(context, self._k)
             self._pend(context, offer)
-            self._paused = self.price_offer(len(offer)) == 0
+            # after a late resume a verify step, until a pipelined token's saving is measured
+            # (its plain tokens are timed against the verify steps just before them)
+            self._paused = self._idle_price(len(offer)) == 0 and self.pipelines() and \
+                not (late and not self._ratio_seen)
+            self._resumed = -1 if self._paused or late else len(context)
             self._asking(self.clock() - t0)
             return
         self._score(context)
@@ -358,7 +405,9 @@ class CostGate(AdaptiveK):
             # unclipped at 1: a noisy ratio cut at 1 sample by sample reads low (the price is
             # cut instead: ``plain_seconds``)
             seen = min(max(seconds / (self.cost[1] * self.scale), lo), hi)
-            self.plain_ratio += RATIO_WEIGHT * (seen - self.plain_ratio)
+            # a running mean until the EMA's horizon: the prior (1) is no sample
+            self._ratio_seen += 1
+            self.plain_ratio += max(1 / self._ratio_seen, RATIO_WEIGHT) * (seen - self.plain_ratio)
             return
         if block == 0:  # a stale scale: the machine's speed moved verify and plain alike
             predicted = self.cost[1] * self.plain_ratio
