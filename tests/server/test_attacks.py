@@ -167,12 +167,14 @@ def test_a_burst_past_the_in_flight_limit_gets_503_with_retry_after():
 @slow
 def test_slowloris_bodies_and_stopped_readers_give_their_slots_back():
     """The readers get their streams (and a batch slot) first and stop reading; only then
-    do the slow sockets open. The batch empties with the readers still stalled."""
-    s = Server()
+    do the slow sockets open. The batch empties with the readers still stalled. A 2 s
+    --body-timeout (not the default 30 s) answers the slow sockets: the flag is honoured."""
+    s = Server("--body-timeout", "2")
     try:
         r = slowloris(s, n_slow=20, n_readers=3, reader_tokens=32)
     finally:
         s.stop()
+    assert "did not arrive within 2 s (--body-timeout)" in s.log()  # the access log's reason
     assert r["reader_statuses"] == {"200": 3}, r  # each held a slot before stopping
     assert sum(r["reader_outcomes"].values()) == 3 and "open" not in r["reader_outcomes"], r
     assert r["short_request_during"] == 200, r
