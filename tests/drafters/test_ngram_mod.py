@@ -346,6 +346,7 @@ def test_save_killed_before_rename_leaves_old_file(tmp_path):
     assert (loaded.snapshot() == new.snapshot()).all()
 
 
+@pytest.mark.slow  # three saver processes; the fast suite keeps the kill before the rename above
 def test_sigkill_during_saves_never_tears_the_file(tmp_path):
     path, size = tmp_path / "t.npz", 1 << 18
     valid = [filled(size, 2, s).snapshot() for s in (0, 1, 2)]

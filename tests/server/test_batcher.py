@@ -375,6 +375,7 @@ def random_smollm_head(path, target):
     return str(path)
 
 
+@pytest.mark.slow  # a second worker loads the model; batched heads in the fast suite: tests/drafters/test_eagle.py
 def test_eight_requests_drafting_with_an_eagle_head_each_equal_their_solo_answer(worker, tmp_path):
     """``specdec serve --draft-type eagle --draft-model DIR``: the worker loads the head (the
     target's embeddings), each request gets its own drafter over it; batched rows verify
