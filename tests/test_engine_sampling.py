@@ -183,6 +183,9 @@ def test_sampled_token_trees_emit_the_exact_joint_distribution(params):
     assert p > PASS, f"token trees: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
+# slow (1000 plain requests): the fast suite's ngram case above checks the same oracle
+# (exact_joint) against the engine's output; the full run keeps this check of the check
+@pytest.mark.slow
 def test_plain_sampling_matches_the_oracle_and_the_test_has_power():
     """The oracle is right (plain sampling agrees with it), and N samples tell it apart
     from the joint at a nearby temperature."""
@@ -191,7 +194,7 @@ def test_plain_sampling_matches_the_oracle_and_the_test_has_power():
     assert chi2_pvalue(counts, exact_joint(SamplingParams(temperature=0.7))) < FAIL
 
 
-@pytest.mark.slow  # the fast suite keeps the power check of plain sampling above
+@pytest.mark.slow  # with the power check of plain sampling above: the full run's
 def test_a_drafter_misreporting_q_is_caught():
     """The same end-to-end test with a wrong acceptance ratio (a drafter whose q is not the
     distribution of its drafts) must fail."""
