@@ -56,12 +56,12 @@ def test_point_mass_drafts_give_the_target_distribution(d):
 
 
 def test_draft_model_q_gives_the_target_distribution():
-    def draw(key):  # sample the draft from q, as a draft model does
-        k1, k2 = mx.random.split(key)
-        return [mx.random.categorical(mx.log(mx.array(Q[0])), key=k1).item(),
-                mx.random.categorical(mx.log(mx.array(Q[1])), key=k2).item()]
-
-    emitted = sample_steps(P, draw, q=Q)
+    # the drafts sampled from q, as a draft model does: all N pairs in one draw per
+    # position (their own key, independent of the verify steps' keys)
+    columns = [mx.random.categorical(mx.log(mx.array(q)), num_samples=N, key=k).tolist()
+               for q, k in zip(Q, mx.random.split(mx.random.key(1)))]
+    drafts = iter(zip(*columns))
+    emitted = sample_steps(P, lambda key: list(next(drafts)), q=Q)
     first = np.bincount([e[0] for e in emitted], minlength=4)
     assert chisquare(first, expected(P[0], N)).pvalue > 1e-3, first
 
