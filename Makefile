@@ -1,7 +1,8 @@
 # Two entry points for a fresh machine (see README):
 #   make demo  - install everything and run the main job on the embedded default model
 #   make test  - install and run the whole test suite
-#   make test-fast - the type checker (make typecheck), then the tests not marked slow: minutes
+#   make test-fast - the type checker (make typecheck), then the tests not marked slow, each
+#                    property on a quarter of its examples (tests/conftest.py: examples): minutes
 PY ?= python3
 # Prints the OpenBLAS path (or nothing) without importing mlx; read at recipe time,
 # after setup-blas may have installed it.
@@ -63,4 +64,4 @@ typecheck:
 
 test-fast: install-dev
 	$(MAKE) --no-print-directory typecheck
-	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow" --durations=30
+	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow" --hypothesis-profile=fast --durations=30

@@ -19,9 +19,19 @@ from specdec.drafters.base import Drafter
 
 # A shared 2-core machine stalls now and then: no per-example deadline anywhere.
 settings.register_profile("specdec", deadline=None)
+# `make test-fast` passes --hypothesis-profile=fast: every property runs a quarter of its
+# examples (see ``examples``); `make test` runs them all.
+settings.register_profile("fast", parent=settings.get_profile("specdec"), max_examples=25)
 settings.load_profile("specdec")
 
 TINY_VOCAB = 64
+
+
+def examples(n: int) -> int:
+    """A property's example count: ``n`` under the full profile, the loaded profile's share
+    of it otherwise (hypothesis's default is 100 examples; the fast profile's 25: n / 4, at
+    least 10). Test modules call it at import, after pytest loaded the profile."""
+    return min(n, max(10, n * settings.default.max_examples // 100))
 INSTALL_PEERS = "pip install 'specdec[peers]'"
 
 

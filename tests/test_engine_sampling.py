@@ -144,9 +144,10 @@ CASES = {
 }
 
 
-# 1000 requests a case (~10 s each): the fast suite keeps the point-mass cases (a draft
-# model's q: tests/core/test_sampling.py); the q and vocabulary-width cases run in the slow one
-SLOW_CASES = ("draft-q-filtered", "wider-draft", "narrower-draft")
+# 1000 requests a case (~10 s each): the fast suite keeps the often-wrong point masses (ngram;
+# a draft model's q: tests/core/test_sampling.py); the often-right argmax chain under top-p,
+# the q and the vocabulary-width cases run in the slow one
+SLOW_CASES = ("argmax-drafts", "draft-q-filtered", "wider-draft", "narrower-draft")
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CASES
@@ -158,7 +159,10 @@ def test_speculative_sampling_emits_the_exact_joint_distribution(case):
     assert p > PASS, f"{case}: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
-@pytest.mark.parametrize("case", ["ngram"])  # the draft-model cases: test_seeded.py (= plain)
+# the draft-model cases: test_seeded.py (= plain); slow: the fast suite's seeded check is
+# tests/decode/test_step_seeded.py (every drafter's seeded run equals plain token for token)
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ngram"])
 def test_seeded_speculative_sampling_emits_the_exact_joint_distribution(case):
     """Seeded requests (position-keyed draws, drafts accepted when equal to them) through
     the engine: plain sampling's joint, a draft model's q playing no part."""
@@ -167,8 +171,10 @@ def test_seeded_speculative_sampling_emits_the_exact_joint_distribution(case):
     assert p > PASS, f"seeded {case}: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
-@pytest.mark.parametrize("params", [T1, pytest.param(FILTERED, marks=pytest.mark.slow)],
-                         ids=["t1", "top-p"])
+# slow: the fast suite keeps multi-candidate rejection sampling on explicit distributions
+# (tests/core/test_sampling.py, with its power check) and greedy tree parity through the engine
+@pytest.mark.slow
+@pytest.mark.parametrize("params", [T1, FILTERED], ids=["t1", "top-p"])
 def test_sampled_token_trees_emit_the_exact_joint_distribution(params):
     """Multi-candidate rejection sampling through the engine: trees of deterministic drafts
     (siblings tried in turn, subtrees below the first two) give plain sampling's joint."""
@@ -177,6 +183,9 @@ def test_sampled_token_trees_emit_the_exact_joint_distribution(params):
     assert p > PASS, f"token trees: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
+# slow (1000 plain requests): the fast suite's ngram case above checks the same oracle
+# (exact_joint) against the engine's output; the full run keeps this check of the check
+@pytest.mark.slow
 def test_plain_sampling_matches_the_oracle_and_the_test_has_power():
     """The oracle is right (plain sampling agrees with it), and N samples tell it apart
     from the joint at a nearby temperature."""
@@ -185,7 +194,7 @@ def test_plain_sampling_matches_the_oracle_and_the_test_has_power():
     assert chi2_pvalue(counts, exact_joint(SamplingParams(temperature=0.7))) < FAIL
 
 
-@pytest.mark.slow  # the fast suite keeps the power check of plain sampling above
+@pytest.mark.slow  # with the power check of plain sampling above: the full run's
 def test_a_drafter_misreporting_q_is_caught():
     """The same end-to-end test with a wrong acceptance ratio (a drafter whose q is not the
     distribution of its drafts) must fail."""

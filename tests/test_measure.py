@@ -4,7 +4,7 @@ models, its wiring into DraftResources / AdaptiveK / the auto tree budget, and
 the bench's drafter-cost bound. No timing assertions beyond positivity."""
 
 import pytest
-from conftest import cached_tiny, tiny_model
+from conftest import cached_tiny, examples, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +30,7 @@ def rising_curve(steps):
 
 
 # ---- adaptive k ---------------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(rate_st, min_size=6, max_size=6), st.lists(slope_st, min_size=6, max_size=6),
        draft_st, st.integers(0, 6))
 def test_best_k_with_draft_cost_is_the_brute_force_argmax(accept, slopes, dc, k_max):
@@ -63,7 +63,7 @@ def test_adaptive_k_drafts_less_when_drafting_costs():
 
 
 # ---- the tree shaper ----------------------------------------------------------------------
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(rate_st, min_size=1, max_size=8), st.lists(slope_st, min_size=9, max_size=9),
        st.floats(1.0, 2.0), st.integers(0, 8), st.floats(0.0, 5.0))
 def test_best_budget_with_propose_cost_is_the_brute_force_argmax(rates, slopes, overhead,
@@ -159,7 +159,7 @@ def test_draft_seconds_is_zero_for_no_draft():
 
 
 # ---- the bench's bound with the drafter's cost --------------------------------------------
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 5)), min_size=1, max_size=10),
        st.lists(slope_st, min_size=6, max_size=6), draft_st)
 def test_drafter_cost_bound_against_brute_force(steps, slopes, dc):

@@ -66,6 +66,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "longest prompt + max_tokens; requests that would pass it wait, one that "
                         "never fits gets 400 (default: 30%% of the machine's or GPU's memory)")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger bodies get 413")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds to wait for the next piece of a request body; a client that "
+                        "stops sending gets 408 (a refused one its refusal) and frees its slot")
     p.add_argument("--max-tokens", "-m", type=int, default=None,
                    help="cap every request's completion, whatever max_tokens it asks (default: "
                         "none; a request without max_tokens runs to EOS or the context limit)")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from ..config import RunConfig, check_kv_bits, draft_flags_given, draft_spec_from_args
 from ..drafters.spec import DraftSpec
 from ..toolcall import PARSERS
-from .http.middleware import LOOPBACK_HOSTS
+from .http.middleware import BODY_READ_TIMEOUT_S, LOOPBACK_HOSTS
 from .engine.spec.options import MAX_DRAFT_TOKENS
 
 API_KEY_ENV = "SPECDEC_API_KEY"
@@ -45,6 +45,7 @@ class ServerConfig:
     queue_size: int = 64
     max_batch: int | None = None  # None: 32 where the model can batch, else 1
     max_body_bytes: int = 4 << 20
+    body_timeout: float = BODY_READ_TIMEOUT_S  # the longest wait for a body's next piece (then 408)
     max_tokens: int | None = None  # caps every request; None: a request without one runs to EOS
     prompt_cache_bytes: int = 1 << 30
     kv_budget: int | None = None  # bytes of batch KV cache; None: kv_budget.default_budget()
@@ -154,6 +155,7 @@ class ServerConfig:
             (self.kv_budget is None or self.kv_budget >= 1 << 20, "--kv-budget must be >= 1 MiB (bytes)"),
             (self.save_interval >= 0, "--save-interval must be >= 0 (0 = only at shutdown)"),
             (0 <= self.drain_timeout <= 3600, "--drain-timeout must be in [0, 3600] seconds"),
+            (0 < self.body_timeout <= 3600, "--body-timeout must be in (0, 3600] seconds"),
             (self.context_length is None or self.context_length >= 2, "--context-length must be >= 2"),
             (self.temp <= 2, "--temp must be <= 2 (the API's range)"),
             (self.tool_call_parser in PARSERS,

@@ -4,6 +4,7 @@ speedups against the same engine's plain runs, per-position acceptance, the geom
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings, strategies as st
 
 from specdec.bench import analysis
@@ -53,7 +54,7 @@ def test_per_position_acceptance_sums_over_runs():
     assert analysis.per_position(recs)["c"] == pytest.approx([0.75, 2 / 3, 0.0])
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.floats(0.1, 10), min_size=1, max_size=6))
 def test_geomean_matches_the_definition(xs):
     import math

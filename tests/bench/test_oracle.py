@@ -6,7 +6,7 @@ draft while leaving the output unchanged.
 """
 
 import pytest
-from conftest import plain_reference, real_model
+from conftest import examples, plain_reference, real_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +17,7 @@ from specdec.engine import generate
 from specdec.prompts import parity_prompts
 from specdec.core.text import encode_prompt
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.lists(st.floats(0.5, 3.0), min_size=2, max_size=6), st.integers(1, 40))
 def test_cost_at_is_exact_on_measured_points_and_monotone_between(vals, L):
     curve = {i + 1: v for i, v in enumerate(sorted(vals))}

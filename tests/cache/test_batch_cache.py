@@ -4,7 +4,7 @@ refusals of ``trim_rows``."""
 
 import mlx.core as mx
 import pytest
-from conftest import cached_tiny
+from conftest import cached_tiny, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import KVCache
@@ -13,7 +13,7 @@ from specdec.cache.batch_cache import RowsKVCache, trim_rows
 from specdec.cache.rollback import RollbackError, make_cache
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(0, 9), min_size=1, max_size=4),
        st.lists(st.integers(1, 5), min_size=1, max_size=4), st.data())
 def test_rows_cache_equals_brute_force(lengths, blocks, data):

@@ -5,7 +5,7 @@ says what to fix (the tiny byte-level tokenizer of tests/drafters/test_grammar.p
 import mlx.core as mx
 import numpy as np
 import pytest
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, examples
 from drafters.test_grammar import FORMAT, grammar, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from specdec.core.grammar import response_grammar
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.data())
 def test_masks_equal_a_fresh_matcher_per_position(data):
     """``Grammar.masks`` for a tree of paths equals, row by row, the mask of a new

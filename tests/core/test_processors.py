@@ -3,6 +3,7 @@ processors row by row (the oracle); order, the bias's bounds, short windows."""
 
 import mlx.core as mx
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +12,7 @@ from specdec.core.processors import (FrequencyPenalty, LogitBias, PresencePenalt
 from specdec.core.sampling import SamplingParams
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.integers(0, 11), min_size=0, max_size=30), st.lists(st.integers(0, 11), max_size=5),
        st.floats(-2, 2), st.floats(-2, 2), st.floats(0.5, 2.0), st.integers(1, 8))
 def test_processors_match_mlx_lm_make_logits_processors(context, seen, presence, frequency, rep, size):

@@ -4,13 +4,14 @@ oracle), and prompt encoding's boundary checks on a tokenizer without a chat tem
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specdec.core.text import StopMatcher, encode_prompt
 
 
-@settings(max_examples=1000)
+@settings(max_examples=examples(1000))
 @given(
     st.text(alphabet="abEND ", max_size=40),
     st.lists(st.text(alphabet="abEND", min_size=1, max_size=4), max_size=3),

@@ -22,8 +22,8 @@ import random
 
 import mlx.core as mx
 import pytest
-from conftest import (TINY_VOCAB, Passthrough, assert_stats_speculated, cache_auto_costs, cached_tiny, plain_reference,
-                      real_model, requires_model)
+from conftest import (TINY_VOCAB, Passthrough, assert_stats_speculated, cache_auto_costs, cached_tiny, examples,
+                      plain_reference, real_model, requires_model)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tree_gen import path_nodes, root_path, trees
@@ -62,7 +62,7 @@ def prefilled(model, context, **kw):
     return cache
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(st.sampled_from(ARCHS), trees(max_nodes=12), st.integers(2, 24), st.randoms(use_true_random=False))
 def test_each_node_sees_exactly_its_root_path(arch, tree, n_ctx, rnd):
     tokens, parents = tree
@@ -111,7 +111,7 @@ CACHES = [("llama", {}), ("qwen2", {}), ("gemma3", {}),
 # derandomized: an 8-bit example on a rounding edge once landed just past the logits bound (a
 # fresh prefill and a tree forward may round a value to neighbouring steps); the same examples
 # every run, so a failure here is a change of the code, not of the draw
-@settings(max_examples=30, derandomize=True, database=None)
+@settings(max_examples=examples(30), derandomize=True, database=None)
 @given(st.sampled_from(CACHES), trees(), st.integers(2, 24), st.randoms(use_true_random=False),
        st.integers(0, 63))
 def test_compacted_cache_equals_fresh_prefill_of_accepted_path(case, tree, n_ctx, rnd, nxt):

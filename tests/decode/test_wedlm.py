@@ -248,10 +248,15 @@ def test_cli_decoder_and_drafter_on_a_checkpoint_directory(tmp_path):
         assert json.loads(r.stdout)["parity"] is True
 
 
-def test_cli_decoder_wedlm_refuses_a_plain_model(tmp_path):
+def test_cli_decoder_wedlm_refuses_a_plain_model(tmp_path, monkeypatch, capsys):
+    """In process (a CLI subprocess was 3 s of import for one refusal): the CLI's exit 2."""
+    from specdec.cli import main
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
     d = str(write_checkpoint(tmp_path, wedlm=False))
-    r = _cli(tmp_path, "--model", d, "--decoder", "wedlm")
-    assert r.returncode == 2 and "not a WeDLM model" in r.stderr
+    assert main(["generate", "--prompt", "hello", "--max-tokens", "12", "--json", "--model", d,
+                 "--decoder", "wedlm"]) == 2
+    assert "not a WeDLM model" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # a server subprocess

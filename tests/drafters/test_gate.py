@@ -6,7 +6,7 @@ import random
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import cached_tiny
+from conftest import cached_tiny, examples
 
 from specdec.decode.generation import Generation
 from specdec.core.sampling import SamplingParams
@@ -332,7 +332,7 @@ def drafted_share(p, n, cost, seed, tokens=600):
     return drafted / (tokens - tokens // 2)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(p=st.floats(0.0, 1.0), n=st.integers(1, 4), slope=st.floats(0.0, 0.4),
        seed=st.integers(0, 2**16))
 def test_a_drafter_of_known_acceptance_is_kept_drafting_iff_drafting_pays(p, n, slope, seed):

@@ -1,5 +1,6 @@
 """The n-gram matcher against a brute-force oracle, and the incremental index against it."""
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,14 +28,14 @@ def oracle(tokens, k, n_min, n_max, eos=()):
     return draft
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(tokens_st, st.integers(0, 8), st.integers(1, 3), st.integers(0, 2), st.sets(st.integers(0, 5), max_size=1))
 def test_prompt_lookup_matches_oracle(tokens, k, n_min, extra, eos):
     n_max = n_min + extra
     assert prompt_lookup(tokens, k, n_min, n_max, eos) == oracle(tokens, k, n_min, n_max, eos)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(tokens_st, st.integers(1, 8), st.integers(1, 3), st.integers(0, 2))
 def test_index_matches_pure_function_at_every_length(tokens, k, n_min, extra):
     n_max = n_min + extra

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import assert_stats_speculated
+from conftest import assert_stats_speculated, examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -35,14 +35,14 @@ tokens_st = st.lists(st.integers(0, 5), max_size=50)  # small alphabet: many rep
 # ---------------------------------------------------------------- hashing
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=12), st.integers(0, 2**31 - 1))
 def test_roll_hash_equals_rehash(window, new):
     top = pow(MULT, len(window) - 1, 1 << 64)
     assert roll_hash(ngram_hash(window), window[0], new, top) == ngram_hash(window[1:] + [new])
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.integers(0, 2**31 - 1), min_size=4, max_size=40), st.integers(1, 4),
        st.sampled_from([1, 3, 7, 4096, 1000003]))
 def test_vectorised_hashes_equal_python(tokens, n, size):
@@ -63,7 +63,7 @@ def slot_oracle(size, n, batches):
     return slots
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(tokens_st, max_size=4), st.integers(1, 3), st.integers(1, 8))
 def test_insert_matches_slot_oracle_with_collisions(batches, n, size):
     """Tiny tables collide all the time: the later entry always wins its slot."""
@@ -124,7 +124,7 @@ requests_st = st.lists(
     min_size=1, max_size=3)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(requests_st, st.integers(1, 3), st.integers(0, 6), st.integers(0, 40),
        st.sets(st.integers(0, 5), max_size=1))
 def test_drafter_matches_dict_oracle(requests, n, k, gate, eos):
@@ -346,6 +346,7 @@ def test_save_killed_before_rename_leaves_old_file(tmp_path):
     assert (loaded.snapshot() == new.snapshot()).all()
 
 
+@pytest.mark.slow  # three saver processes; the fast suite keeps the kill before the rename above
 def test_sigkill_during_saves_never_tears_the_file(tmp_path):
     path, size = tmp_path / "t.npz", 1 << 18
     valid = [filled(size, 2, s).snapshot() for s in (0, 1, 2)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from conftest import cached_tiny
+from conftest import cached_tiny, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,7 +194,7 @@ class Recorder(Drafter):
         self.calls.append(("observe", n))
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.lists(st.integers(0, 7), min_size=2, max_size=12), st.integers(1, 5))
 def test_engine_calls_begin_once_then_propose_and_observe(prompt_tail, k):
     model = cached_tiny("llama")

@@ -4,7 +4,7 @@ the reference, history window rules, and greedy parity on real weights."""
 import math
 
 import pytest
-from conftest import assert_stats_speculated, real_model
+from conftest import assert_stats_speculated, examples, real_model
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -108,7 +108,7 @@ def test_docstring_examples():
     assert draft_length(0, 4) == 0 and draft_length(1, 4, 0.25) == 1 and draft_length(9, 4) == 4
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(tokens_st)
 def test_longest_suffix_match_vs_oracle(tokens):
     n, ends = longest_suffix_match(tokens)
@@ -117,7 +117,7 @@ def test_longest_suffix_match_vs_oracle(tokens):
     assert ends == ([e for e in ends_of(tokens, tokens[L - n :]) if e < L - 1] if n else [])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(docs_st, st.lists(st.integers(0, 3), min_size=1, max_size=4), st.integers(0, 6), eos_st,
        cap_st)
 def test_most_frequent_continuation_vs_oracle(docs, pattern, n, eos, cap):
@@ -125,7 +125,7 @@ def test_most_frequent_continuation_vs_oracle(docs, pattern, n, eos, cap):
     assert got == oracle_continuation(docs, pattern, n, eos, cap)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(docs_st, tokens_st, st.integers(0, 8), alpha_st, eos_st, cap_st)
 def test_suffix_proposal_vs_oracle(docs, context, k, alpha, eos, cap):
     got = suffix_proposal(context, k, history=docs, alpha=alpha, eos=eos, count_cap=cap)
@@ -134,7 +134,7 @@ def test_suffix_proposal_vs_oracle(docs, context, k, alpha, eos, cap):
 
 # ---- automaton and index vs the reference ----
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(tokens_st, cap_st)
 def test_automaton_states_count_and_first_occurrence(tokens, cap):
     """Every state's longest string: capped occurrence count and first end position."""
@@ -150,7 +150,7 @@ def test_automaton_states_count_and_first_occurrence(tokens, cap):
         assert ends_of(tokens, short) == ends
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(tokens_st, st.integers(1, 8), alpha_st, cap_st, eos_st)
 def test_live_index_matches_reference_at_every_length(tokens, k, alpha, cap, eos):
     idx = SuffixIndex(0, cap)
@@ -162,7 +162,7 @@ def test_live_index_matches_reference_at_every_length(tokens, k, alpha, cap, eos
         assert idx.lookup(k, alpha, eos) == ref
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(docs_st, tokens_st, st.lists(st.integers(1, 7), max_size=10), st.integers(1, 8), alpha_st,
        cap_st)
 def test_incremental_index_agrees_with_scratch_and_reference(docs, context, chunks, k, alpha, cap):
@@ -179,7 +179,7 @@ def test_incremental_index_agrees_with_scratch_and_reference(docs, context, chun
     assert structure(inc.history) == structure(scratch.history)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(docs_st, tokens_st)
 def test_history_match_never_crosses_documents(docs, context):
     idx = index_with(docs)
@@ -200,7 +200,7 @@ def test_history_boundaries_by_example():
     assert idx.match()[0] == 0 and idx.lookup(4) == []  # 2 ends its document: no follower
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), max_size=8),
        st.integers(0, 20))
 def test_history_window_is_fifo_and_bounded(requests, budget):
@@ -223,7 +223,7 @@ def test_history_window_is_fifo_and_bounded(requests, budget):
         assert structure(idx.history) == structure(fresh)  # rebuilt or extended alike
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=200), st.integers(1, 120))
 @example([2] * 300, 100)  # a rebuild per request would feed ~100 tokens per 2 added
 def test_a_full_history_forgets_in_bulk_so_its_work_stays_linear(lengths, budget):

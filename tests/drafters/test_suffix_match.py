@@ -4,6 +4,7 @@ refusals) and drafters that keep answering like the reference while it changes."
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ def structure(a):
     return a.tokens, a.next, a.link, a.length, a.count, a.first
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(docs_st, st.integers(0, 60), st.integers(0, 60))
 def test_suffix_history_save_load_round_trip(tmp_path_factory, docs, budget, new_budget):
     path = str(tmp_path_factory.mktemp("h") / "history")
@@ -44,7 +45,7 @@ def test_suffix_history_refuses_other_tokenizers_and_junk(tmp_path):
         SuffixHistory.load(path, tokenizer_fingerprint="a")
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(docs_st, st.lists(st.integers(0, 5), min_size=1, max_size=25), st.integers(5, 40),
        st.integers(1, 6))
 def test_drafters_sharing_a_history_see_its_changes(docs, context, budget, k):

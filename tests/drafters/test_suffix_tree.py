@@ -4,6 +4,7 @@ against oracles over random histories (pure Python, no model)."""
 
 import math
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +54,7 @@ def path_prob(docs, pattern, path, cap):
     return prob
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(docs_st, tokens_st, st.integers(1, 6), st.integers(1, 12), st.sampled_from([0.5, 1.0, 2.0]),
        eos_st, st.sampled_from([1, 2, 64]), st.booleans())
 def test_suffix_tree_vs_reference_and_oracles(history, context, k, budget, alpha, eos, cap, linear_first):

@@ -2,6 +2,7 @@
 against brute-force oracles (pure Python, no model)."""
 
 import numpy as np
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,7 +73,7 @@ def test_docstring_examples():
     assert s.tokens == (3, 1, 2, 4, 4) and s.parents == (-1, 0, 1, 2, -1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(paths_st, st.integers(0, 12), st.integers(0, 5))
 def test_merge_paths_vs_oracle(paths, budget, depth):
     p = merge_paths(paths, budget, depth)
@@ -93,7 +94,7 @@ def test_merge_paths_vs_oracle(paths, budget, depth):
         assert all(q < m for q in (p.parents or range(-1, len(p) - 1))[:m])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(paths_st, max_size=4), st.integers(0, 14))
 def test_merge_trees_vs_oracle(tree_paths, budget):
     trees = [random_tree(ps) for ps in tree_paths]
@@ -106,7 +107,7 @@ def test_merge_trees_vs_oracle(tree_paths, budget):
         assert shared_nodes(first, m) == len(first)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(paths_st, st.lists(tok_st, max_size=8))
 def test_walk_and_shared_nodes_vs_brute_force(paths, truth):
     p = random_tree(paths)
@@ -131,7 +132,7 @@ def oracle_matches(context, n_min, n_max):
     return [e for _, e in sorted(found, key=lambda x: (-x[0], -x[1]))]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(tokens_st, st.integers(0, 6), st.integers(1, 3), st.integers(0, 2), eos_st)
 def test_all_match_continuations_vs_oracle(context, k, n_min, extra, eos):
     n_max = n_min + extra
@@ -145,7 +146,7 @@ def test_all_match_continuations_vs_oracle(context, k, n_min, extra, eos):
     assert (got[0] if got else []) == prompt_lookup(context, k, n_min, n_max, eos)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(tokens_st, st.lists(tokens_st, max_size=3), st.integers(1, 6), st.integers(1, 12),
        st.integers(1, 2), st.integers(0, 1), eos_st, st.sampled_from([2, 64]))
 def test_ngram_tree_holds_linear_and_only_match_continuations(prompt, chunks, k, budget, n_min,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 from .conftest import tiny_head, tiny_target
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,7 +36,7 @@ def fed_features(target, head, context):
     return cap.fused_input(), mx.array([context[1:]])
 
 
-@settings(max_examples=12, deadline=None, database=None)
+@settings(max_examples=examples(12), deadline=None, database=None)
 @given(prompt=st.lists(st.integers(0, 95), min_size=2, max_size=10), k=st.integers(1, 5),
        budget=st.integers(1, 14), topk=st.integers(1, 4), eos=st.sampled_from([None, 0, 2, 4]),
        layer=st.sampled_from(["llama", "qwen3"]))

@@ -2,6 +2,7 @@
 and the budget that maximises expected tokens per unit of verify cost."""
 
 import pytest
+from conftest import examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ def trees(draw, max_nodes=10):
     return tokens, parents
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(trees(), st.lists(st.integers(0, 2), max_size=6))
 def test_node_hits_against_each_nodes_root_path(tree, emitted):
     tokens, parents = tree
@@ -37,7 +38,7 @@ def test_node_hits_against_each_nodes_root_path(tree, emitted):
             assert hit is None
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(trees(), st.lists(st.integers(0, 2), max_size=6))
 def test_best_cut_is_the_fewest_leading_nodes_that_accept_as_much(tree, emitted):
     tokens, parents = tree
@@ -49,7 +50,7 @@ def test_best_cut_is_the_fewest_leading_nodes_that_accept_as_much(tree, emitted)
     assert best_cut(tokens, parents, emitted) == fewest
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.lists(st.floats(0, 1), max_size=12), st.lists(st.floats(0, 0.5), min_size=1, max_size=14),
        st.floats(1.0, 2.0), st.integers(0, 12))
 def test_best_budget_is_the_brute_force_argmax(rates, steps, overhead, chain):
@@ -68,7 +69,7 @@ def test_best_budget_is_the_brute_force_argmax(rates, steps, overhead, chain):
     assert all(v < value[n] + 1e-9 for v in value[:n])  # the smallest best N
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(st.lists(st.tuples(trees(max_nodes=8), st.lists(st.integers(0, 2), max_size=6)), max_size=6),
        trees(max_nodes=8))
 def test_shaper_rates_are_per_slot_conditional_frequencies(steps, probe):

@@ -138,13 +138,18 @@ def test_tenant_settings_reach_the_generation_on_every_wire(app):
                    "ollama_generate": ("key0", "s1", False, "none")}
 
 
+@pytest.fixture(scope="module")
+def capped():
+    """One server for the fuzzer and the burst (a start each was ~7 s): 2-token answers, a
+    queue of 2 and a batch of 2 (68 requests in flight at most), behind a key."""
+    s = Server("--max-tokens", "2", "--queue-size", "2", "--max-batch", "2", api_key="fuzz-key")
+    yield s
+    s.stop()
+
+
 @slow
-def test_schemathesis_on_every_operation_gets_no_5xx():
-    s = Server("--max-tokens", "2", "--queue-size", "8", api_key="fuzz-key")
-    try:
-        r = fuzz(s, examples=8)
-    finally:
-        s.stop()
+def test_schemathesis_on_every_operation_gets_no_5xx(capped):
+    r = fuzz(capped, examples=8)  # one request at a time: the small queue never refuses
     assert r["five_xx"] == 0, r["five_xx_examples"]
     assert r["operations"] >= 17 and r["alive"]  # the agent surfaces included
     for op in ("POST /api/chat", "POST /v1/messages", "POST /v1/responses", "POST /api/generate"):
@@ -152,14 +157,10 @@ def test_schemathesis_on_every_operation_gets_no_5xx():
 
 
 @slow
-def test_a_burst_past_the_in_flight_limit_gets_503_with_retry_after():
+def test_a_burst_past_the_in_flight_limit_gets_503_with_retry_after(capped):
     """68 requests may be in flight (queue 2 + batch 2 + 64); 150 at once: uvicorn's own
     limit used to refuse all of them, the first too, with a bare 503 and no Retry-After."""
-    s = Server("--max-tokens", "2", "--queue-size", "2", "--max-batch", "2")
-    try:
-        r = concurrent(s, 150)
-    finally:
-        s.stop()
+    r = concurrent(capped, 150)
     assert r["other"] == 0 and r["503_without_retry_after"] == 0, r
     assert r["ok"] >= 1 and r["503"] >= 150 - 68 and r["alive"], r
 
@@ -167,12 +168,14 @@ def test_a_burst_past_the_in_flight_limit_gets_503_with_retry_after():
 @slow
 def test_slowloris_bodies_and_stopped_readers_give_their_slots_back():
     """The readers get their streams (and a batch slot) first and stop reading; only then
-    do the slow sockets open. The batch empties with the readers still stalled."""
-    s = Server()
+    do the slow sockets open. The batch empties with the readers still stalled. A 2 s
+    --body-timeout (not the default 30 s) answers the slow sockets: the flag is honoured."""
+    s = Server("--body-timeout", "2")
     try:
         r = slowloris(s, n_slow=20, n_readers=3, reader_tokens=32)
     finally:
         s.stop()
+    assert "did not arrive within 2 s (--body-timeout)" in s.log()  # the access log's reason
     assert r["reader_statuses"] == {"200": 3}, r  # each held a slot before stopping
     assert sum(r["reader_outcomes"].values()) == 3 and "open" not in r["reader_outcomes"], r
     assert r["short_request_during"] == 200, r

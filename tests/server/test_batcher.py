@@ -244,9 +244,11 @@ def greedy(worker, ids, max_tokens):
 
 
 def test_at_most_max_batch_rows_admitted_first_in_first_out(worker):
+    # three jobs for two rows: the third waits for the first to leave (a fourth added only
+    # a prefill and a reference; the KV budget and cancel tests admit in order too)
     run = Rounds(worker, max_batch=2)
-    lengths = [4, 8, 6, 8]
-    jobs = [run.submit(chat_ids(worker, q), n) for q, n in zip(short_questions(4), lengths)]
+    lengths = [4, 8, 6]
+    jobs = [run.submit(chat_ids(worker, q), n) for q, n in zip(short_questions(3), lengths)]
     sizes = []
 
     def check():
@@ -375,6 +377,7 @@ def random_smollm_head(path, target):
     return str(path)
 
 
+@pytest.mark.slow  # a second worker loads the model; batched heads in the fast suite: tests/drafters/test_eagle.py
 def test_eight_requests_drafting_with_an_eagle_head_each_equal_their_solo_answer(worker, tmp_path):
     """``specdec serve --draft-type eagle --draft-model DIR``: the worker loads the head (the
     target's embeddings), each request gets its own drafter over it; batched rows verify

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ def streamed(r, events, done):
             "".join(d.get("reasoning_content", "") for d in deltas), chunks)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(PIECES, st.text("ab<>/", max_size=4), st.booleans())
 @example(["<think>", "plan", "</th"], "", True)  # a cut tag is the reasoning's, at the end
 def test_a_stream_joins_to_the_whole_answer(pieces, held, thinks):

@@ -26,6 +26,9 @@ def test_serve_flags_reach_the_config():
     cfg = _serve_config("--api-key", "a", "--api-key", "b", "--model-alias", "claude-*")
     assert cfg.keys() == ("a", "b") and cfg.serves("claude-sonnet-4") and not cfg.serves("gpt-4")
     assert _serve_config().keys() == ()
+    # --body-timeout: the flag's default is the middleware's, and a value given reaches the config
+    assert _serve_config().body_timeout == ServerConfig().body_timeout == 30.0
+    assert _serve_config("--body-timeout", "2").body_timeout == 2.0
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -55,6 +58,7 @@ def test_serve_decoder_wedlm_config_gives_the_generate_settings():
     (("--max-body-bytes", "1000"), "--max-body-bytes must be >= 1024"),
     (("--kv-budget", "1000"), "--kv-budget must be >= 1 MiB"),
     (("--drain-timeout", "4000"), "--drain-timeout must be in"),
+    (("--body-timeout", "0"), "--body-timeout must be in"),
     (("--context-length", "1"), "--context-length must be >= 2"),
     (("--temp", "3"), "--temp must be <= 2"),
     (("--api-key", " k"), "--api-key must be non-empty without surrounding spaces"),

@@ -126,7 +126,7 @@ class HoldSlot:
 @pytest.fixture
 def served():
     app, port = HoldSlot(), free_port()
-    stack = middleware.wrap(app, Metrics(), (), 1 << 20, max_in_flight=1)
+    stack = middleware.wrap(app, Metrics(), (), 1 << 20, max_in_flight=1, body_timeout=0.5)
     server = uvicorn.Server(uvicorn.Config(stack, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -155,11 +155,11 @@ def _status(s: socket.socket) -> int | None:
     return int(head[1]) if len(head) > 1 and head[1].isdigit() else None
 
 
-def test_a_refused_slowloris_is_answered_after_the_body_read_timeout(served, monkeypatch):
+def test_a_refused_slowloris_is_answered_after_the_body_read_timeout(served):
     """The only slot is held; 4 sockets send half a body and stop. Each is refused (503)
-    once the body-read timeout passes, instead of its task waiting for the body until
-    shutdown; after the holder finishes, a normal request is answered."""
-    monkeypatch.setattr(middleware, "BODY_READ_TIMEOUT_S", 0.5)
+    once the stack's body_timeout (0.5 s) passes, instead of its task waiting for the body
+    until shutdown; after the holder finishes, a normal request is answered, and an admitted
+    half body gets LimitBody's 408 after the same timeout."""
     app, base, port = served
     holder = threading.Thread(target=lambda: httpx.post(base + "/hold", content=b"{}", timeout=60))
     holder.start()
@@ -174,3 +174,8 @@ def test_a_refused_slowloris_is_answered_after_the_body_read_timeout(served, mon
     app.release.set()
     holder.join(10)
     assert httpx.post(base + "/v1/models", content=b"{}", timeout=10).status_code == 200
+    admitted = _half_body(port)
+    try:
+        assert _status(admitted) == 408
+    finally:
+        admitted.close()

@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ def cut(text, points):
     return [text[a:b] for a, b in zip(edges, edges[1:])]
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(st.dictionaries(st.text("abc", min_size=1, max_size=3), st.integers() | st.text(max_size=5),
                        max_size=3),
        st.lists(st.integers(0, 200), max_size=6), st.text(max_size=10))

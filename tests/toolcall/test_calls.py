@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ from .calltext import ARGS, CALLS, JSON, TEXT
 CONTAINERS = st.lists(JSON, max_size=4) | ARGS
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(CONTAINERS, TEXT)
 def test_json_end_is_where_the_dumped_value_closes(value, tail):
     text = json.dumps(value)
@@ -25,7 +26,7 @@ def test_json_end_is_where_the_dumped_value_closes(value, tail):
     assert json_end("say: " + text, 5) == len(text) + 5
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(CONTAINERS, st.data())
 def test_every_strict_prefix_is_undecided(value, data):
     text = json.dumps(value)
@@ -63,7 +64,7 @@ def test_a_call_object_keeps_its_name_and_normalises_its_arguments():
     assert call_from_obj({"name": "g"}) == ToolCall("g", "{}")
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(CALLS, st.lists(st.sampled_from([" ", "\n", ";", ",", "\t"]), min_size=3, max_size=3),
        st.booleans())
 def test_runs_of_call_objects_read_back(calls, seps, as_array):

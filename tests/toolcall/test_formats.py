@@ -5,6 +5,7 @@ test_stream.py; the template side: test_prompt.py; Python-style calls: test_pyca
 from __future__ import annotations
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +16,7 @@ from specdec.toolcall.formats import render_json
 from .calltext import CALLS, CONTENT, same_calls
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(fmt=st.sampled_from(["hermes", "mistral", "gemma"]), calls=CALLS,
        content=st.none() | CONTENT)
 def test_marked_calls_round_trip(fmt, calls, content):
@@ -24,7 +25,7 @@ def test_marked_calls_round_trip(fmt, calls, content):
     assert same_calls(parsed, calls) and parsed.content == content
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(fmt=st.sampled_from(sorted(FORMATS)), calls=CALLS, content=st.none() | CONTENT,
        llama=st.booleans())
 def test_unmarked_json_calls_round_trip(fmt, calls, content, llama):

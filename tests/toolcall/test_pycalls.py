@@ -7,6 +7,7 @@ import json
 from keyword import iskeyword
 
 import pytest
+from conftest import examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +19,7 @@ from specdec.toolcall.pycalls import (function_gemma_call, python_calls, render_
 from .calltext import ARGS, CALLS, NAMES, same_calls
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(calls=CALLS, fenced=st.booleans())
 def test_gemma_python_calls_round_trip(calls, fenced):
     assume(not any(iskeyword(w) for c in calls for w in [c.name, *c.args()]))  # not Python names
@@ -27,7 +28,7 @@ def test_gemma_python_calls_round_trip(calls, fenced):
     assert same_calls(parse_tool_calls(text, "gemma", {c.name for c in calls}), calls)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(NAMES, ARGS)
 def test_function_gemma_calls_round_trip(name, args):
     call = ToolCall(name, json.dumps(args))

@@ -4,6 +4,7 @@ only what could still become a call is held back."""
 
 from __future__ import annotations
 
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,7 @@ def streamed(text, fmt, names, pieces, **kw):
     return deltas
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(fmt=st.sampled_from(sorted(FORMATS)), calls=CALLS, content=st.none() | CONTENT,
        unmarked=st.booleans(), points=st.lists(st.integers(0, 10**6), max_size=12),
        parallel=st.booleans())
@@ -53,7 +54,7 @@ def test_any_cut_streams_the_whole_reply(fmt, calls, content, unmarked, points, 
                                                             "<start_function_call>"))
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=60),
        points=st.lists(st.integers(0, 10**6), max_size=8), fmt=st.sampled_from(sorted(FORMATS)))
 def test_text_without_calls_is_content_unchanged(text, points, fmt):

@@ -41,7 +41,7 @@ def create_app(cfg: ServerConfig, worker: InferenceWorker, metrics: Metrics) -> 
                   lambda: worker.kv.budget if worker.kv is not None else 0)
     _routes(app, api, cfg, worker, metrics)
     return wrap(app, metrics, cfg.keys(), cfg.max_body_bytes, cfg.host_allowlist(),
-                cfg.max_in_flight())
+                cfg.max_in_flight(), cfg.body_timeout)
 
 
 def _routes(app: FastAPI, api: Api, cfg: ServerConfig, worker: InferenceWorker,

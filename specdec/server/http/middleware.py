@@ -6,7 +6,9 @@ Bearer or ``x-api-key`` key; /health open), ``LimitBody`` (413 past the limit, a
 chunked).
 
 Invariant: a refusal drains the body up to ``DRAIN_CAP`` first, so an uploading client
-reads the answer. Tests: tests/server/test_middleware.py. Details: docs/batching-and-server.md#middleware."""
+reads the answer; every body read (LimitBody's and each refusal's drain) waits at most
+``body_timeout`` seconds for the next piece (``--body-timeout``, one value for the stack).
+Tests: tests/server/test_middleware.py. Details: docs/batching-and-server.md#middleware."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from .errors import APIError, error_response
 from .metrics import Metrics
 
 DRAIN_CAP = 64 << 20
-BODY_READ_TIMEOUT_S = 30.0  # the longest wait for the next piece of a request body
+BODY_READ_TIMEOUT_S = 30.0  # --body-timeout's default: the longest wait for a body's next piece
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/messages",
              "/v1/messages/count_tokens", "/v1/responses", "/v1/models", "/api/chat",
              "/api/generate", "/api/tags", "/api/show", "/api/version", "/api/ps", "/health",
@@ -36,13 +38,13 @@ def endpoint_label(path: str) -> str:
     return "other"
 
 
-async def drain(receive: Receive, seen: int = 0) -> None:
+async def drain(receive: Receive, timeout: float, seen: int = 0) -> None:
     """Read the body up to DRAIN_CAP; a client that stops sending is not waited for past
-    BODY_READ_TIMEOUT_S (a refused slowloris held its task until shutdown)."""
+    ``timeout`` seconds (a refused slowloris held its task until shutdown)."""
     more = True
     while more and seen <= DRAIN_CAP:
         try:
-            msg = await asyncio.wait_for(receive(), BODY_READ_TIMEOUT_S)
+            msg = await asyncio.wait_for(receive(), timeout)
         except asyncio.TimeoutError:
             return
         if msg["type"] != "http.request":
@@ -51,10 +53,10 @@ async def drain(receive: Receive, seen: int = 0) -> None:
         more = msg.get("more_body", False)
 
 
-async def refuse(err: APIError, scope: Scope, receive: Receive, send: Send, seen: int = 0,
-                 body_done: bool = False) -> None:
+async def refuse(err: APIError, scope: Scope, receive: Receive, send: Send, timeout: float,
+                 seen: int = 0, body_done: bool = False) -> None:
     if not body_done:
-        await drain(receive, seen)
+        await drain(receive, timeout, seen)
     await error_response(err, scope["path"])(scope, receive, send)
 
 
@@ -151,8 +153,8 @@ def host_name(header: bytes) -> str:
 
 
 class AllowHosts:
-    def __init__(self, app: ASGIApp, hosts: tuple[str, ...]):
-        self.app, self.hosts = app, {h.lower() for h in hosts}
+    def __init__(self, app: ASGIApp, hosts: tuple[str, ...], body_timeout: float):
+        self.app, self.hosts, self.body_timeout = app, {h.lower() for h in hosts}, body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -163,12 +165,12 @@ class AllowHosts:
         err = APIError(400, f"Host {given!r} is not served here: this server answers only "
                        f"{', '.join(sorted(self.hosts))} (start it with --allowed-hosts to add "
                        "names).", code="invalid_host")
-        await refuse(err, scope, receive, send)
+        await refuse(err, scope, receive, send, self.body_timeout)
 
 
 class RequireKey:
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...]):
-        self.app = app
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...], body_timeout: float):
+        self.app, self.body_timeout = app, body_timeout
         self.keys = [(f"Bearer {k}".encode(), k.encode()) for k in keys]
         # with several keys each is a tenant (its own prefix cache and drafting memory);
         # with one, everything is shared as before
@@ -193,12 +195,12 @@ class RequireKey:
                        "(or Anthropic's 'x-api-key: <key>') with the key the server was "
                        "started with (--api-key).",
                        code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-        await refuse(err, scope, receive, send)
+        await refuse(err, scope, receive, send, self.body_timeout)
 
 
 class LimitBody:
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, body_timeout: float):
+        self.app, self.limit, self.body_timeout = app, limit, body_timeout
 
     def _too_large(self, size: str) -> APIError:
         return APIError(413, f"The request body is {size} bytes; this server accepts at most "
@@ -210,15 +212,16 @@ class LimitBody:
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            return await refuse(self._too_large(declared.decode()), scope, receive, send)
+            return await refuse(self._too_large(declared.decode()), scope, receive, send,
+                                self.body_timeout)
         chunks, size, more = [], 0, True
         while more:
             try:  # a client that stops sending its body (slowloris) does not hold a slot
-                msg = await asyncio.wait_for(receive(), BODY_READ_TIMEOUT_S)
+                msg = await asyncio.wait_for(receive(), self.body_timeout)
             except asyncio.TimeoutError:
                 err = APIError(408, f"the request body did not arrive within "
-                               f"{BODY_READ_TIMEOUT_S:.0f} s", code="request_timeout")
-                return await refuse(err, scope, receive, send, body_done=True)
+                               f"{self.body_timeout:g} s (--body-timeout)", code="request_timeout")
+                return await refuse(err, scope, receive, send, self.body_timeout, body_done=True)
             if msg["type"] != "http.request":  # the client left before sending it all
                 return
             chunks.append(msg.get("body", b""))
@@ -226,7 +229,8 @@ class LimitBody:
             more = msg.get("more_body", False)
             if size > self.limit:
                 err = self._too_large(f"more than {self.limit}")
-                return await refuse(err, scope, receive, send, size, body_done=not more)
+                return await refuse(err, scope, receive, send, self.body_timeout, size,
+                                    body_done=not more)
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
 
@@ -249,8 +253,8 @@ class LimitInFlight:
     every request, even the first, while a burst holds more sockets than the limit, with
     a bare text 503 and no Retry-After (a 1000-request burst got nothing but that)."""
 
-    def __init__(self, app: ASGIApp, limit: int):
-        self.app, self.limit, self.in_flight = app, limit, 0
+    def __init__(self, app: ASGIApp, limit: int, body_timeout: float):
+        self.app, self.limit, self.in_flight, self.body_timeout = app, limit, 0, body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == "/health":  # probes always answered
@@ -259,7 +263,7 @@ class LimitInFlight:
             err = APIError(503, f"{self.limit} requests are in flight, this server's limit "
                            "(--queue-size + --max-batch + 64); retry later", code="queue_full",
                            headers={"Retry-After": "1"})
-            return await refuse(err, scope, receive, send)
+            return await refuse(err, scope, receive, send, self.body_timeout)
         self.in_flight += 1
         try:
             await self.app(scope, receive, send)
@@ -268,13 +272,15 @@ class LimitInFlight:
 
 
 def wrap(app: ASGIApp, metrics: Metrics, api_keys: tuple[str, ...], max_body_bytes: int,
-         hosts: tuple[str, ...] | None = None, max_in_flight: int | None = None) -> ASGIApp:
-    """The stack; ``hosts`` None: any Host header (a server bound to a public address)."""
-    inner: ASGIApp = LimitBody(app, max_body_bytes)
+         hosts: tuple[str, ...] | None = None, max_in_flight: int | None = None,
+         body_timeout: float = BODY_READ_TIMEOUT_S) -> ASGIApp:
+    """The stack; ``hosts`` None: any Host header (a server bound to a public address);
+    ``body_timeout``: every layer's longest wait for the next piece of a body."""
+    inner: ASGIApp = LimitBody(app, max_body_bytes, body_timeout)
     if api_keys:
-        inner = RequireKey(inner, api_keys)
+        inner = RequireKey(inner, api_keys, body_timeout)
     if hosts is not None:
-        inner = AllowHosts(inner, hosts)
+        inner = AllowHosts(inner, hosts, body_timeout)
     if max_in_flight is not None:
-        inner = LimitInFlight(inner, max_in_flight)
+        inner = LimitInFlight(inner, max_in_flight, body_timeout)
     return AccessLog(CountRequests(inner, metrics))
