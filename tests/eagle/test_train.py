@@ -4,6 +4,7 @@ loss falls, an interrupted run resumes to the same weights, and the output loads
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import mlx.core as mx
@@ -64,6 +65,10 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
     assert re.search(r"step \d+ held-out acceptance by draft position", err)  # mid-epoch checkpoint
 
     assert train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16, stop_after_shards=4) is None
+    state = tmp_path / "cut" / "checkpoint" / "state.json"  # written before answer_only existed
+    legacy = json.loads(state.read_text())
+    del legacy["config"]["answer_only"]
+    state.write_text(json.dumps(legacy))
     resumed = train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16)
     assert resumed.resumed_from > 0
     a = load_head(tmp_path / "full", target)
