@@ -248,10 +248,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes | skipped)
     # each drafter's own cost per proposal: counted by adaptive k and tree=auto, and by
     # the report's drafter-cost bound (measured once per drafter and model pair, cached)
-    result.draft_costs = {c.label: draft_cost_for(c.spec.draft_type, model, draft[0] if draft else None,
-                                                  head=heads.head if heads else None,
-                                                  mtp=heads.mtp if heads else None)
-                          for c in plan.configs}
+    result.draft_costs = _draft_costs(plan, model, draft, heads)
     configs = [PLAIN, *plan.configs]
     oracle_ks = sorted({c.k for c in plan.configs}) if plan.oracle else []
     for case, length in cases:
@@ -286,6 +283,15 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         peer.close()
     result.diagnoses = _diagnose(model, tok, plan, result, cost, draft, heads)
     return result
+
+
+def _draft_costs(plan: BenchPlan, model: Model, draft: Any,
+                 heads: DraftResources | None) -> dict[str, dict]:
+    """Each config's ``measure.draft_cost_for`` (a head or MTP block priced by its forwards)."""
+    return {c.label: draft_cost_for(c.spec.draft_type, model, draft[0] if draft else None,
+                                    head=heads.head if heads else None,
+                                    mtp=heads.mtp if heads else None)
+            for c in plan.configs}
 
 
 def load_heads(plan: BenchPlan, model: Model) -> DraftResources | None:
