@@ -31,9 +31,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="train fc on per-feature scaled target features (folded into fc on save)")
     p.add_argument("--answer-only", action="store_true",
                    help="score the loss on answer positions only (the head never drafts the prompt)")
-    p.add_argument("--init-from-target", action="store_true",
+    p.add_argument("--init-from-target", action=argparse.BooleanOptionalAction, default=True,
                    help="start the head's decoder layer as the target's last layer (fc passing "
-                        "the highest feature through) instead of random")
+                        "the highest feature through); --no-init-from-target: random, fc calibrated")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--layers", help="comma-separated target layer ids (default 2,L/2,L-3)")
     p.add_argument("--layer-type", default="llama", choices=("llama", "qwen2", "qwen3"),

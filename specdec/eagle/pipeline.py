@@ -37,7 +37,9 @@ class DrafterOptions:
     heldout: int = 4  # prompts kept out of training for the acceptance figures
     layer_ids: tuple[int, ...] | None = None
     layer_type: str = "llama"  # LlamaForCausalLMEagle3 loads in EAGLE, vLLM and SGLang
-    init_from_target: bool = False  # the decoder layer starts as the target's last (init_from_target)
+    # the decoder layer starts as the target's last (init_from_target); off: random, fc calibrated.
+    # SmolLM2, 32 steps from the same start: held-out pos-1 0.129 vs 0.103, loss 5.5 vs 8.5
+    init_from_target: bool = True
     save_dtype: str = "float16"
 
 

@@ -257,7 +257,7 @@ def head_pair(tmp_path_factory):
     target = save_dir("qwen2", root / "target")
     model, _ = load(str(target))
     vocab = DraftVocab(np.arange(64) * 4 + 1, model.args.vocab_size)
-    head = new_head(model, vocab.ids, (0, 1, 1), DrafterOptions(), seed=2)
+    head = new_head(model, vocab.ids, (0, 1, 1), DrafterOptions(init_from_target=False), seed=2)
     vocab.apply(head)
     save_head(head, root / "head")
     return target, root / "head"

@@ -101,7 +101,8 @@ def test_training_on_three_short_sequences_drives_their_acceptance_to_one(tmp_pa
     counts = np.bincount(np.concatenate([s.tokens for s in samples]), minlength=VOCAB)
     vocab = DraftVocab.from_counts(counts, 64)
     feats = np.concatenate([s.features for s in samples])
-    head = new_head(target, vocab.ids, spec.layer_ids, DrafterOptions(), seed=0, features=feats)
+    head = new_head(target, vocab.ids, spec.layer_ids, DrafterOptions(init_from_target=False), seed=0,
+                    features=feats)
     assert abs(float(mx.sqrt(mx.mean(head.fuse(mx.array(feats.astype(np.float32))) ** 2))) - 1) < 1e-3
     vocab.apply(head)
     cfg = TrainConfig(epochs=STEPS, batch_size=3, lr=3e-3, warmup=5, ttt_steps=3, eval_steps=3,

@@ -23,7 +23,8 @@ from .conftest import VOCAB, tiny_head, tiny_target
 
 OPTS = DrafterOptions(train=TrainConfig(epochs=3, batch_size=2, lr=3e-3, warmup=2, ttt_steps=3,
                                         eval_steps=3, checkpoint_every=2),
-                      draft_vocab=64, shard_size=4, heldout=2, save_dtype="float32")
+                      draft_vocab=64, shard_size=4, heldout=2, save_dtype="float32",
+                      init_from_target=False)  # a random start: the loss must fall from it
 
 
 def _prompts(n=12, seed=0):
