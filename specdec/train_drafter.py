@@ -29,6 +29,11 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ttt-steps", type=int, default=3, help="training-time-test unroll depth")
     p.add_argument("--scale-features", action="store_true",
                    help="train fc on per-feature scaled target features (folded into fc on save)")
+    p.add_argument("--answer-only", action="store_true",
+                   help="score the loss on answer positions only (the head never drafts the prompt)")
+    p.add_argument("--init-from-target", action=argparse.BooleanOptionalAction, default=True,
+                   help="start the head's decoder layer as the target's last layer (fc passing "
+                        "the highest feature through); --no-init-from-target: random, fc calibrated")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--layers", help="comma-separated target layer ids (default 2,L/2,L-3)")
     p.add_argument("--layer-type", default="llama", choices=("llama", "qwen2", "qwen3"),
@@ -55,9 +60,9 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
     opts = DrafterOptions(
         train=TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                           ttt_steps=args.ttt_steps, seed=args.seed,
-                          scale_features=args.scale_features),
+                          scale_features=args.scale_features, answer_only=args.answer_only),
         draft_vocab=args.draft_vocab, heldout=args.heldout, shard_size=args.shard_size, layer_ids=layers,
-        layer_type=args.layer_type)
+        layer_type=args.layer_type, init_from_target=args.init_from_target)
 
     answer = batch_answerer(model, args.max_tokens, tokenizer.eos_token_ids)
     report = train_drafter(model, prompt_ids, args.output, opts, answer, args.max_tokens)

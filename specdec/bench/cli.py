@@ -69,7 +69,9 @@ def add_bench_parser(sub: Any) -> None:
                    help="Spec-Bench profile: N questions per category (stratified)")
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     p.add_argument("--model", help="target model (packaged name, .gguf or mlx-lm dir)")
-    p.add_argument("--draft-model", help="draft model for 'model' configs and mlx-lm's peer run")
+    p.add_argument("--draft-model", help="draft model for 'model' configs and mlx-lm's peer run; "
+                   "the head's directory for 'eagle' configs (an EAGLE-3 head), the checkpoint "
+                   "holding mtp.* weights for 'mtp' ones (default: the model's own)")
     p.add_argument("--workload", help="a JSONL workload file instead of the built-in set")
     p.add_argument("--workloads", type=_names, help="only these workload names (comma list)")
     p.add_argument("--classes", type=_names, help="only these classes (comma list)")

@@ -107,8 +107,15 @@ def pair_table(summary: dict) -> list[dict]:
     return out
 
 
+def _drafts_with_a_model(plan: dict) -> bool:
+    """A draft model in the plan (``--draft-model`` also names an eagle head or an MTP
+    checkpoint, which the pair table with mlx-lm's draft-model speculation is not about)."""
+    return bool(plan.get("draft_model")) and any(
+        "model" in c.split(":")[0].split(",") for c in plan.get("configs", []))
+
+
 def _pair_section(result: Any, summary: dict) -> list[str]:
-    if not result.plan.get("draft_model"):
+    if not _drafts_with_a_model(result.plan):
         return []
     rows = pair_table(summary)
     if len(rows) < 2:
@@ -349,7 +356,7 @@ def write_report(result: Any, out_dir: str | Path, plots: bool = True) -> Path:
                 cost_curve={str(k): v for k, v in result.cost_curve.items()},
                 peer_notes=result.peer_notes, draft_costs=getattr(result, "draft_costs", {}),
                 headline=headline(summary), summary=summary,
-                pair_table=pair_table(summary) if result.plan.get("draft_model") else [],
+                pair_table=pair_table(summary) if _drafts_with_a_model(result.plan) else [],
                 diagnoses=result.diagnoses, bounds=result.bounds, records=[r.to_dict() for r in result.records])
     (out / "results.json").write_text(json.dumps(data, indent=1))
     path = out / "report.md"

@@ -20,15 +20,19 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import mlx.core as mx
+import mlx.nn as nn
 
 from ..cache.recurrent import refuse_trees
 from ..cache.rollback import make_cache
 from ..core.model import Model
 from ..decode import trace
 from ..drafters.base import Drafter
+from ..drafters.spec import DraftResources
+from ..eagle.io import load_head
+from ..eagle.mtp import load_for
 from ..policy.drafting import DecodePolicy
 from ..engine import GenerationResult, generate
 from ..loader import load
@@ -164,7 +168,8 @@ def _machine() -> dict:
                 argv=" ".join(sys.argv))
 
 
-def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[list[Any], dict[str, str]]:
+def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]],
+                draft_model: str | None) -> tuple[list[Any], dict[str, str]]:
     peers: list[Any] = []
     notes: dict[str, str] = {}
     if not plan.peers:
@@ -172,7 +177,7 @@ def _load_peers(plan: BenchPlan, loaded: dict[str, tuple[Any, Any]]) -> tuple[li
 
     for name in plan.peers:
         try:
-            peers.append(make_peer(name, plan.model, plan.draft_model, loaded))
+            peers.append(make_peer(name, plan.model, draft_model, loaded))
         except PeerCrashed as e:  # its process died: that peer's failure, the bench goes on
             notes[name] = f"failed: {e}"
         except PeerUnavailable as e:
@@ -228,6 +233,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         raise ValueError("--runs must be >= 1")
     model, tok = target or load(plan.model, dtype=plan.dtype)
     _refuse_trees(plan, model)
+    heads = load_heads(plan, model)
     draft = None
     if any(c.spec.uses("model") for c in plan.configs):
         if not plan.draft_model:
@@ -238,12 +244,11 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
     loaded: dict[str, tuple[Any, Any]] = {plan.model: (model, tok)}
     if draft and plan.draft_model:
         loaded[plan.draft_model] = draft
-    peers, notes = _load_peers(plan, loaded)
+    peers, notes = _load_peers(plan, loaded, draft_model=None if heads else plan.draft_model)
     result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes | skipped)
     # each drafter's own cost per proposal: counted by adaptive k and tree=auto, and by
     # the report's drafter-cost bound (measured once per drafter and model pair, cached)
-    result.draft_costs = {c.label: draft_cost_for(c.spec.draft_type, model, draft[0] if draft else None)
-                          for c in plan.configs}
+    result.draft_costs = _draft_costs(plan, model, draft, heads)
     configs = [PLAIN, *plan.configs]
     oracle_ks = sorted({c.k for c in plan.configs}) if plan.oracle else []
     for case, length in cases:
@@ -252,7 +257,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
             plain_turns: list[list[int]] = []
             for cfg in configs:
                 drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table,
-                                      draft_cost=result.draft_costs.get(cfg.label))
+                                      draft_cost=result.draft_costs.get(cfg.label), heads=heads)
                 turns = _measure(plan, model, tok, case, length, cfg.label, run, cfg.k, drafter,
                                  result, cfg.tree_budget)
                 if cfg.baseline:
@@ -276,8 +281,40 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
                     progress(f"{case.name}@{length or 'as written'} run {run} {peer.name}")
     for peer in peers:
         peer.close()
-    result.diagnoses = _diagnose(model, tok, plan, result, cost, draft)
+    result.diagnoses = _diagnose(model, tok, plan, result, cost, draft, heads)
     return result
+
+
+def _draft_costs(plan: BenchPlan, model: Model, draft: Any,
+                 heads: DraftResources | None) -> dict[str, dict]:
+    """Each config's ``measure.draft_cost_for`` (a head or MTP block priced by its forwards)."""
+    return {c.label: draft_cost_for(c.spec.draft_type, model, draft[0] if draft else None,
+                                    head=heads.head if heads else None,
+                                    mtp=heads.mtp if heads else None)
+            for c in plan.configs}
+
+
+def load_heads(plan: BenchPlan, model: Model) -> DraftResources | None:
+    """The EAGLE-3 head (``--draft-model DIR``) and the MTP block (``--draft-model`` or the
+    target's own checkpoint) the plan's eagle / mtp configs draft with, loaded once for every
+    run; None when no config uses either. Refused: eagle or mtp beside a draft model (all read
+    ``--draft-model``), eagle without a head directory."""
+    eagle = [c.text for c in plan.configs if c.spec.uses("eagle")]
+    mtp = [c.text for c in plan.configs if c.spec.uses("mtp")]
+    if not eagle and not mtp:
+        return None
+    others = [c.text for c in plan.configs if c.spec.uses("model")] + (mtp if eagle else [])
+    if others:
+        raise ValueError(f"--draft-model names one thing: the eagle / mtp configs "
+                         f"{', '.join(eagle or mtp)} cannot share a plan with {', '.join(others)}")
+    if eagle and not plan.draft_model:
+        raise ValueError(f"the configs {', '.join(eagle)} need --draft-model DIR (an EAGLE-3 head)")
+    res = DraftResources(target=model)
+    if eagle:  # the head shares the target's embeddings: it reads the loaded module's layers
+        res.head = load_head(cast(str, plan.draft_model), target=cast(nn.Module, model))
+    else:
+        res.mtp = load_for(cast(nn.Module, model), plan.draft_model)
+    return res
 
 
 def _refuse_trees(plan: BenchPlan, model: Model) -> None:
@@ -349,7 +386,7 @@ def _bounds(tok: Any, case: Workload, length: int | None, turns: list, ks: Seque
 
 
 def _diagnose(model: Model, tok: Any, plan: BenchPlan, result: BenchResult, cost: Any,
-              draft: Any) -> list[dict]:
+              draft: Any, heads: DraftResources | None) -> list[dict]:
     """For each (case, turn, config) of ours whose tokens differed from plain decoding:
     the foundation's parity diagnosis (position, margins, verdict), re-run with
     diagnostics on that turn's prompt. A later turn is re-run with a fresh drafter, so
@@ -368,7 +405,7 @@ def _diagnose(model: Model, tok: Any, plan: BenchPlan, result: BenchResult, cost
                   kv_bits=plan.kv_bits, response_format=case.response_format)
         plain = generate(model, tok, prompt, drafter=None, **kw)
         # the same drafter the measured run started with (a warm config's saved table too)
-        drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table)
+        drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table, heads=heads)
         spec = generate(model, tok, prompt, drafter=drafter, draft_tree_budget=cfg.tree_budget, **kw)
         rep = diagnose(model, plain, spec, set(tok.eos_token_ids)).to_dict()
         if row["turn"]:

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .data import Answer, DataSpec, build_split, read_shard, write_manifest
+from ..core.arrays import flat_tree
 from .head import Eagle3Head, HeadConfig, default_layer_ids
 from .io import save_head
 from .train import DraftVocab, feature_scale
@@ -36,6 +37,9 @@ class DrafterOptions:
     heldout: int = 4  # prompts kept out of training for the acceptance figures
     layer_ids: tuple[int, ...] | None = None
     layer_type: str = "llama"  # LlamaForCausalLMEagle3 loads in EAGLE, vLLM and SGLang
+    # the decoder layer starts as the target's last (init_from_target); off: random, fc calibrated.
+    # SmolLM2, 32 steps from the same start: held-out pos-1 0.129 vs 0.103, loss 5.5 vs 8.5
+    init_from_target: bool = True
     save_dtype: str = "float16"
 
 
@@ -61,10 +65,45 @@ def new_head(model, vocab: np.ndarray, layer_ids: tuple[int, ...], opts: Drafter
     full = model.lm_head(eye) if hasattr(model, "lm_head") else model.model.embed_tokens.as_linear(eye)
     head.lm_head.weight = full.T[mx.array(vocab)].astype(mx.float32)
     head.norm.weight = model.model.norm.weight.astype(mx.float32)
-    if features is not None:
+    if opts.init_from_target:
+        init_from_target(head, model)
+    elif features is not None:
         calibrate_fc(head, features)
     mx.eval(head.parameters())
     return head
+
+
+def init_from_target(head: Eagle3Head, model) -> None:
+    """Start the head as the target's own top: ``fc`` passes the highest captured feature (a
+    residual stream, layer ``aux_layer_ids[-1]``'s input) through, the decoder layer is the
+    target's last layer reading it (q/k/v's embedding half zero), so with the target's norm and
+    LM head the untrained head is the target's last layer applied a few layers early.
+
+    Why: a random layer has to learn what a transformer layer over this residual stream does;
+    the target's last layer already maps such a stream to its LM head's space (its outputs are
+    sized for that stream, which is why fc is not calibrated to RMS 1 here).
+    Tests: tests/eagle/test_sanity.py."""
+    h, ht = head.config.hidden_size, head.config.target_hidden_size
+    if h != ht:
+        raise ValueError(f"init_from_target needs the head's width ({h}) to be the target's ({ht})")
+    fc = mx.zeros((h, 3 * ht))
+    head.fc.weight = mx.concatenate([fc[:, : 2 * ht], mx.eye(ht)], axis=1)
+    src = dict(flat_tree(model.layers[-1].parameters()))
+    mine = dict(flat_tree(head.midlayer.parameters()))
+    new = {}
+    for k, v in src.items():
+        v = v.astype(mx.float32)
+        if k.startswith("self_attn.") and k.split(".")[1] in ("q_proj", "k_proj", "v_proj") \
+                and k.endswith(".weight"):
+            v = mx.concatenate([mx.zeros_like(v), v], axis=1)  # [embedding half, hidden half]
+        if k in mine and mine[k].shape == v.shape:
+            new[k] = v
+    new["hidden_norm.weight"] = src["input_layernorm.weight"].astype(mx.float32)
+    missing = sorted(set(mine) - set(new))
+    if missing:
+        raise ValueError(f"the target's last layer lacks the head's weights {missing}: "
+                         "init_from_target needs the same layer type (--layer-type)")
+    head.midlayer.load_weights(list(new.items()), strict=True)
 
 
 def calibrate_fc(head: Eagle3Head, features: np.ndarray) -> None:

@@ -151,9 +151,14 @@ def unroll(head: Eagle3Head, batch: Batch, steps: int) -> list[tuple[mx.array, m
     return out
 
 
-def ttt_loss(head: Eagle3Head, batch: Batch, steps: int) -> mx.array:
+def ttt_loss(head: Eagle3Head, batch: Batch, steps: int, answer_only: bool = False) -> mx.array:
+    """The training-time-test loss; ``answer_only``: step j at t counts only where token
+    t+2+j is an answer token (the head drafts answers, never the prompt: prompt positions
+    teach it to predict user text)."""
     total, norm = mx.array(0.0), 0.0
     for j, (logp, valid) in enumerate(unroll(head, batch, steps)):
+        if answer_only:
+            valid = valid & _shift(batch.answer, 2 + j)
         ids, w = _shift(batch.label_ids, 1 + j), _shift(batch.label_w, 1 + j)
         ce = -(mx.take_along_axis(logp, ids, axis=-1) * w).sum(-1)
         total = total + 0.8 ** j * (ce * valid).sum() / mx.maximum(valid.sum(), 1)

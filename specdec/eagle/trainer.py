@@ -43,6 +43,12 @@ class TrainConfig:
     # train fc on per-feature scaled inputs (train.feature_scale); off: on SmolLM2 it learned
     # slower than raw features (held-out pos-1 0.075 vs 0.107 after 40 steps, docs/eagle.md)
     scale_features: bool = False
+    # score only answer positions (the stored ``answer`` flags): prompt text is never drafted
+    answer_only: bool = False
+
+
+# fields added after runs were checkpointed: a checkpoint without one was written with this value
+_LEGACY = {"answer_only": False}
 
 
 @dataclass
@@ -107,6 +113,7 @@ def load_checkpoint(out: Path, head: Eagle3Head, opt: optim.Optimizer, cfg: Trai
     if not (d / "state.json").exists():
         return {"epoch": 0, "shard": 0, "step": 0}
     state = json.loads((d / "state.json").read_text())
+    state["config"] = {**_LEGACY, **state["config"]}
     if state["config"] != asdict(cfg) or state.get("shards") != shards:
         raise ValueError(f"{d} was written with other training settings or data "
                          f"({state['config']}); rerun with those, or delete {d} to start over.")
@@ -128,7 +135,7 @@ def train(head: Eagle3Head, cfg: TrainConfig, data: TrainData, out: Path,
     shards = [p.name for p in data.train]
     state = load_checkpoint(out, head, opt, cfg, shards)
     report = Report(resumed_from=state["step"])
-    step_fn = nn.value_and_grad(head, lambda b: ttt_loss(head, b, cfg.ttt_steps))
+    step_fn = nn.value_and_grad(head, lambda b: ttt_loss(head, b, cfg.ttt_steps, cfg.answer_only))
     bar = tqdm(total=per_epoch * cfg.epochs, initial=state["step"], desc="train-drafter",
                unit="batch", file=sys.stderr, dynamic_ncols=True, mininterval=2.0)
     for epoch in range(state["epoch"], cfg.epochs):

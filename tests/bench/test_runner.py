@@ -239,3 +239,73 @@ def test_a_hybrid_pair_benches_with_parity(tmp_path):
     assert {r.config for r in result.records if r.source == "specdec"} >= {"plain", "model k=4 nogate"}
     assert sum(r.drafted for r in result.records) > 0
     assert all(row["mismatches"] == 0 for row in analysis.parity([r.to_dict() for r in result.records]))
+
+
+@pytest.fixture(scope="module")
+def head_pair(tmp_path_factory):
+    """A tiny attention-only target directory and a random EAGLE-3 head for it, saved in the
+    published format (the target's LM head over its 64 most frequent-by-id tokens)."""
+    import numpy as np
+    from hybrid_tiny import save_dir
+
+    from specdec.eagle.io import save_head
+    from specdec.eagle.pipeline import DrafterOptions, new_head
+    from specdec.eagle.train import DraftVocab
+    from specdec.loader import load
+
+    root = tmp_path_factory.mktemp("bench-head")
+    target = save_dir("qwen2", root / "target")
+    model, _ = load(str(target))
+    vocab = DraftVocab(np.arange(64) * 4 + 1, model.args.vocab_size)
+    head = new_head(model, vocab.ids, (0, 1, 1), DrafterOptions(init_from_target=False), seed=2)
+    vocab.apply(head)
+    save_head(head, root / "head")
+    return target, root / "head"
+
+
+def test_eagle_configs_bench_with_the_heads_price_and_parity(head_pair, tmp_path, monkeypatch):
+    """Issue #47: ``specdec bench --draft-model HEAD_DIR`` with eagle configs loads the head once,
+    prices it (``measure.head_cost``, not a host drafter's cost: the runner used to call
+    ``draft_cost_for`` without it and raise), and every config's output is plain's; a draft
+    model beside a head in one plan is refused (both read --draft-model)."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    target, head_dir = head_pair
+    configs = [parse_config("eagle:k=3:nogate"), parse_config("eagle,suffix:k=3:nogate"),
+               parse_config("eagle:k=3")]
+    plan = BenchPlan(model=str(target), workloads=builtin_workloads()[:1], configs=configs,
+                     draft_model=str(head_dir), runs=1, max_tokens=12, oracle=False, warmup=False)
+    result = run_plan(plan)
+    ours = [r for r in result.records if r.config == "eagle k=3 nogate"]
+    assert ours and sum(r.drafted for r in ours) > 0
+    assert all(row["mismatches"] == 0 for row in analysis.parity([r.to_dict() for r in result.records]))
+    assert set(result.draft_costs) == {c.label for c in configs}
+    assert all(c["per_token"] > 0 for c in result.draft_costs.values())
+    plan.configs = [*configs[:1], parse_config("model:k=3")]
+    with pytest.raises(ValueError, match="cannot share a plan with model:k=3"):
+        run_plan(plan)
+
+
+def test_mtp_configs_bench_with_the_blocks_price_and_parity(tmp_path, monkeypatch):
+    """Issue #47: an mtp config on a hybrid Qwen3.5 directory whose mtp.* shard sits beside the
+    weights (no --draft-model: the model's own checkpoint) benches priced and with parity."""
+    import mlx.core as mx
+    from drafters.test_mtp import published
+    from hybrid_tiny import save_dir
+    from mlx.utils import tree_map
+
+    from specdec.eagle.mtp import MtpHead
+    from specdec.loader import load
+
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    d = save_dir("qwen3_5", tmp_path / "ckpt")
+    mx.random.seed(1)
+    block = MtpHead(load(str(d))[0])
+    block.update(tree_map(lambda p: mx.random.normal(p.shape) * 0.15, block.parameters()))
+    mx.save_safetensors(str(d / "model-mtp.safetensors"), published(block))
+    plan = BenchPlan(model=str(d), workloads=builtin_workloads()[:1],
+                     configs=[parse_config("mtp:k=2:nogate"), parse_config("mtp,suffix:k=2:nogate")],
+                     runs=1, max_tokens=10, oracle=False, warmup=False)
+    result = run_plan(plan)
+    assert sum(r.drafted for r in result.records if r.config == "mtp k=2 nogate") > 0
+    assert all(row["mismatches"] == 0 for row in analysis.parity([r.to_dict() for r in result.records]))
+    assert all(c["per_token"] > 0 for c in result.draft_costs.values())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 import numpy as np
+import pytest
 
 from specdec.eagle.data import Sample
 from specdec.eagle.train import DraftVocab, feature_scale, fold_scale, make_batch, ttt_loss, unroll
@@ -42,11 +43,17 @@ def test_draft_vocab_maps_and_labels_drop_ids_outside_it():
     assert np.array(b.label_w)[0, 1].tolist() == [0, 0, 0]  # no label in the draft vocabulary
 
 
-def test_ttt_loss_equals_numpy_oracle():
+@pytest.mark.parametrize("answer_only", [False, True])
+def test_ttt_loss_equals_numpy_oracle(answer_only):
+    """``answer_only``: only steps whose token t+2+j is an answer token count (the samples'
+    answer flags start mid-sample, with a non-greedy hole, as stored shards have them)."""
     target = tiny_target("llama")
     head = tiny_head(target)
     h, rng, steps = target.args.hidden_size, np.random.default_rng(3), 3
     samples = [_sample(rng, 9, h), _sample(rng, 6, h)]
+    samples[0].answer[:4] = 0
+    samples[0].answer[6] = 0
+    samples[1].answer[:2] = 0
     vocab = DraftVocab(np.array(np.nonzero(np.array(head.t2d))[0]), VOCAB)
     idx, batch = vocab.index(), make_batch(samples, vocab.index())
     logps = [np.array(lp) for lp, _ in unroll(head, batch, steps)]
@@ -55,13 +62,18 @@ def test_ttt_loss_equals_numpy_oracle():
         ce = []
         for b, s in enumerate(samples):
             for t in range(len(s.tokens) - 1 - j):  # the label position t+1+j inside the sample
+                if answer_only and (t + 2 + j >= len(s.tokens) or not s.answer[t + 2 + j]):
+                    continue
                 ids, p = idx[s.topk_ids[t + 1 + j]], np.exp(s.topk_logp[t + 1 + j].astype(np.float64))
                 p = p * (ids >= 0)
                 p = p / max(p.sum(), 1e-9)
                 ce.append(-sum(pi * logps[j][b, t, i] for pi, i in zip(p, ids) if i >= 0))
         total += 0.8 ** j * np.mean(ce)
     want = total / sum(0.8 ** j for j in range(steps))
-    assert np.isclose(float(ttt_loss(head, batch, steps)), want, rtol=1e-4)
+    got = float(ttt_loss(head, batch, steps, answer_only))
+    assert np.isclose(got, want, rtol=1e-4)
+    if answer_only:  # the mask changed what was scored
+        assert not np.isclose(got, float(ttt_loss(head, batch, steps)), rtol=1e-3)
 
 
 def test_feature_scale_ignores_sink_tokens_and_folds_into_fc():

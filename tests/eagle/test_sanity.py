@@ -101,7 +101,8 @@ def test_training_on_three_short_sequences_drives_their_acceptance_to_one(tmp_pa
     counts = np.bincount(np.concatenate([s.tokens for s in samples]), minlength=VOCAB)
     vocab = DraftVocab.from_counts(counts, 64)
     feats = np.concatenate([s.features for s in samples])
-    head = new_head(target, vocab.ids, spec.layer_ids, DrafterOptions(), seed=0, features=feats)
+    head = new_head(target, vocab.ids, spec.layer_ids, DrafterOptions(init_from_target=False), seed=0,
+                    features=feats)
     assert abs(float(mx.sqrt(mx.mean(head.fuse(mx.array(feats.astype(np.float32))) ** 2))) - 1) < 1e-3
     vocab.apply(head)
     cfg = TrainConfig(epochs=STEPS, batch_size=3, lr=3e-3, warmup=5, ttt_steps=3, eval_steps=3,
@@ -109,3 +110,25 @@ def test_training_on_three_short_sequences_drives_their_acceptance_to_one(tmp_pa
     data = TrainData([path], [path], vocab)
     report = train(head, cfg, data, tmp_path / "out", log=lambda s: None)
     assert min(report.acceptance[-1]) >= 0.9, report.acceptance[-1]
+
+
+def test_a_head_initialised_from_the_target_is_its_last_layer_on_the_high_feature():
+    """``init_from_target``: before training, the head's step-0 logits at every position are
+    the target's last layer, norm and LM head applied to the highest captured feature (the
+    next token's embedding not read yet); a wrong half of q/k/v, a missing weight or an fc
+    that does not pass the feature through changes them."""
+    target = tiny_target("llama")
+    layers, seq = (1, 3, 4), PROMPTS[2] + PROMPTS[0]
+    vocab = DraftVocab(np.arange(0, VOCAB, 2), VOCAB)
+    head = new_head(target, vocab.ids, layers, DrafterOptions(init_from_target=True), seed=0)
+    vocab.apply(head)
+    with capture_layers(target, layers) as cap:
+        target(mx.array([seq]))
+    feats = cap.fused_input()
+    hidden = head.step(mx.array([seq]), head.fuse(feats), "causal", None)
+    got = head.logits(hidden)
+    h = target.args.hidden_size
+    top = target.layers[-1](feats[..., 2 * h:], "causal", None)
+    want = target.model.embed_tokens.as_linear(target.model.norm(top))[..., mx.array(vocab.ids)]
+    assert mx.allclose(got, want, atol=1e-4, rtol=1e-4), float(mx.abs(got - want).max())
+    assert float(mx.abs(head.midlayer.self_attn.q_proj.weight[:, :h]).max()) == 0

@@ -4,6 +4,7 @@ loss falls, an interrupted run resumes to the same weights, and the output loads
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import mlx.core as mx
@@ -22,7 +23,8 @@ from .conftest import VOCAB, tiny_head, tiny_target
 
 OPTS = DrafterOptions(train=TrainConfig(epochs=3, batch_size=2, lr=3e-3, warmup=2, ttt_steps=3,
                                         eval_steps=3, checkpoint_every=2),
-                      draft_vocab=64, shard_size=4, heldout=2, save_dtype="float32")
+                      draft_vocab=64, shard_size=4, heldout=2, save_dtype="float32",
+                      init_from_target=False)  # a random start: the loss must fall from it
 
 
 def _prompts(n=12, seed=0):
@@ -64,6 +66,10 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
     assert re.search(r"step \d+ held-out acceptance by draft position", err)  # mid-epoch checkpoint
 
     assert train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16, stop_after_shards=4) is None
+    state = tmp_path / "cut" / "checkpoint" / "state.json"  # written before answer_only existed
+    legacy = json.loads(state.read_text())
+    del legacy["config"]["answer_only"]
+    state.write_text(json.dumps(legacy))
     resumed = train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16)
     assert resumed.resumed_from > 0
     a = load_head(tmp_path / "full", target)
