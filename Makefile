@@ -62,6 +62,12 @@ test: install-dev install-agents
 typecheck:
 	$(PY) -m mypy specdec
 
+# test-fast spreads the not-slow tests over FAST_WORKERS pytest-xdist processes with one BLAS
+# thread each: these tests are small matmuls, where a second BLAS thread mostly spins (the
+# sequential run used 136 % CPU of two cores; two single-thread workers use both). `make test`
+# stays sequential: its server and mlx.launch tests time their own subprocesses.
+FAST_WORKERS ?= 2
 test-fast: install-dev
 	$(MAKE) --no-print-directory typecheck
-	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -m "not slow" --hypothesis-profile=fast --durations=30
+	OPENBLAS_NUM_THREADS=1 LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q -n $(FAST_WORKERS) -m "not slow" \
+	  --hypothesis-profile=fast --durations=30
