@@ -1,6 +1,7 @@
 """Native multi-token-prediction (MTP) heads as Qwen3-Next / Qwen3.5 / 3.6 (``mtp.*``), MiMo
-(``model.mtp_layers.*``) and DeepSeek-V3 (``model.layers.{n}.*``) checkpoints ship them (mlx-lm's
-``sanitize`` drops them), read from the original checkpoint (``Layout``: each family's names).
+(``model.mtp_layers.*``), DeepSeek-V3 and GLM-4.5 / 4.6 / 4.7-Flash (``model.layers.{n}.*``)
+checkpoints ship them (mlx-lm's ``sanitize`` drops them), read from the original checkpoint
+(``Layout``: each family's names).
 
 The block (Qwen3-Next's published maths; vLLM's and SGLang's MTP models compute the same):
 ``h' = norm(layer(fc(concat(pre_fc_norm_embedding(embed(t_next)), pre_fc_norm_hidden(h)))))``,
@@ -11,7 +12,8 @@ the next draft, the block's own ``h'``. ``layer`` is mlx-lm's decoder layer clas
 target's. Invariants: the head's KV cache holds one entry per target position it has seen (rope
 positions line up); ``draft`` trims its own speculative entries before returning. Qwen's norms are
 stored zero-centred (``1 + w``), as for its targets; MiMo concatenates the hidden state first;
-DeepSeek-V3 norms only the logits' input (``shared_head.norm``): its next draft reads ``layer(...)``.
+DeepSeek-V3 and GLM norm only the logits' input (``shared_head.norm``): the next draft reads
+``layer(...)``.
 Tests: tests/drafters/test_mtp.py.
 """
 
@@ -58,12 +60,14 @@ _QWEN = Layout("mtp.", {n: n for n in ("fc", "pre_fc_norm_embedding", "pre_fc_no
 _MIMO = Layout("model.mtp_layers.", {"input_proj": "fc", "token_layernorm": "pre_fc_norm_embedding",
                                      "hidden_layernorm": "pre_fc_norm_hidden", "final_layernorm": "norm"},
                hidden_first=True)
-# DeepSeek-V3 (``model.layers.{n}.*``, vLLM's deepseek_mtp reads the same): an MLA / MoE layer
-_DEEPSEEK = Layout("model.layers.{n}.", {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding",
+# DeepSeek-V3 (``model.layers.{n}.*``, vLLM's deepseek_mtp reads the same): an MLA / MoE layer;
+# GLM-4.5 / 4.6 (glm4_moe: GQA with partial rope and MoE) and GLM-4.7-Flash (glm4_moe_lite: MLA)
+# publish theirs under the same names (vLLM's glm4_moe_mtp), their decoder layer as layer n
+_AT_END = Layout("model.layers.{n}.", {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding",
                                          "hnorm": "pre_fc_norm_hidden", "shared_head.norm": "norm"},
                    at_end=True, skip=("embed_tokens.weight", "shared_head.head.weight"))
 LAYOUTS = {"qwen3_next": _QWEN, "qwen3_5": _QWEN, "qwen3_5_moe": _QWEN, "mimo": _MIMO,
-           "deepseek_v3": _DEEPSEEK}
+           "deepseek_v3": _AT_END, "glm4_moe": _AT_END, "glm4_moe_lite": _AT_END}
 _EXPERT = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
@@ -186,7 +190,7 @@ def layout_of(target: nn.Module) -> Layout:
     arch = type(target).__module__.rsplit(".", 1)[-1]
     if arch not in LAYOUTS:
         raise MtpFormatError(f"--draft-type mtp reads the MTP blocks of Qwen3-Next, Qwen3.5 / 3.6, "
-                             f"MiMo and DeepSeek-V3; the target is mlx-lm's {arch!r} "
+                             f"MiMo, DeepSeek-V3 and GLM-4.5 / 4.6 / 4.7-Flash; the target is mlx-lm's {arch!r} "
                              f"(supported: {', '.join(LAYOUTS)}).")
     return LAYOUTS[arch]
 

@@ -39,7 +39,24 @@ TARGETS = {  # a hybrid MoE target (Qwen3-Next's shape) and a hybrid dense-MLP Q
                                      kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16,
                                      qk_nope_head_dim=16, first_k_dense_replace=1, rms_norm_eps=1e-5,
                                      num_nextn_predict_layers=1)),
+    # GLM-4.5 / 4.6's shape (glm4_moe): GQA with q/k norms, q/k/v biases and half-rope, a dense
+    # first layer, MoE after; GLM-4.7-Flash's (glm4_moe_lite): MLA and MoE. MTP as layer n.
+    "glm": ("glm4_moe", dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, head_dim=16,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+                             topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                             first_k_dense_replace=1, rms_norm_eps=1e-5, rope_theta=10000.0,
+                             rope_scaling=None, use_qk_norm=True, tie_word_embeddings=False,
+                             attention_bias=True, partial_rotary_factor=0.5, max_position_embeddings=512,
+                             num_nextn_predict_layers=1)),
+    "glm_lite": ("glm4_moe_lite", dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                       n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2,
+                                       kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16,
+                                       qk_nope_head_dim=16, first_k_dense_replace=1, rms_norm_eps=1e-5,
+                                       max_position_embeddings=512, num_nextn_predict_layers=1)),
 }
+AT_END = ("deepseek", "glm", "glm_lite")  # the MTP layer stored as layer n (``model.layers.2.*``)
 PROMPT = [5, 9, 17, 3, 5, 9, 17, 3, 5]
 # the published names (Qwen3-Next / Qwen3.5 checkpoints; vLLM's and SGLang's loaders read these)
 DENSE_KEYS = {"mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
@@ -62,16 +79,16 @@ def target(name: str):
     return model
 
 
-def published(head: MtpHead) -> dict[str, mx.array]:
+def published(head: MtpHead, n_layers: int = 2) -> dict[str, mx.array]:
     """``head``'s weights as a checkpoint stores them: Qwen's ``mtp.``-prefixed names, norms
     zero-centred, experts one by one (``mlp.experts.{e}.{gate,up,down}_proj``); MiMo's
-    ``model.mtp_layers.0.*`` with its own names of fc and the norms; DeepSeek-V3's
-    ``model.layers.{n}.*`` (the layer's keys bare, MLA's ``kv_b_proj`` whole, copies of the
-    target's embeddings and LM head beside)."""
+    ``model.mtp_layers.0.*`` with its own names of fc and the norms; DeepSeek-V3's and GLM's
+    ``model.layers.{n}.*`` after the target's ``n_layers`` (the layer's keys bare, MLA's
+    ``kv_b_proj`` whole, copies of the target's embeddings and LM head beside)."""
     lay = head.layout
     theirs = {ours: name for name, ours in lay.names.items()}
     mimo = lay.prefix == "model.mtp_layers."
-    prefix = lay.prefix.format(n=TARGETS["deepseek"][1]["num_hidden_layers"])  # at-end: after the last
+    prefix = lay.prefix.format(n=n_layers)  # at-end: after the last
     out = {}
     for k, v in tree_flatten(head.parameters()):
         part, _, leaf = k.rpartition(".")
@@ -82,11 +99,12 @@ def published(head: MtpHead) -> dict[str, mx.array]:
             out.update({f"{prefix}{base}.experts.{e}.{name}": v[e] for e in range(v.shape[0])})
         else:
             out[prefix + key] = v - 1.0 if lay.centred and key.endswith("norm.weight") else v
-    if lay.at_end:  # mlx-lm splits kv_b_proj (heads x (nope + v), kv_lora) in two: join them
-        attn = f"{prefix}self_attn."
+    attn = f"{prefix}self_attn."
+    if attn + "embed_q.weight" in out:  # MLA: mlx-lm splits kv_b_proj (heads x (nope + v), kv_lora): join
         wk, wv = out.pop(attn + "embed_q.weight"), out.pop(attn + "unembed_out.weight")
         kv_b = mx.concatenate([wk.swapaxes(-1, -2), wv], axis=1)  # (heads, nope + v, kv_lora)
         out[attn + "kv_b_proj.weight"] = kv_b.reshape(-1, wk.shape[1])
+    if lay.at_end:
         out[f"{prefix}embed_tokens.weight"] = head.shared.embed.weight
         out[f"{prefix}shared_head.head.weight"] = head.shared.head.weight
     return out
@@ -148,18 +166,24 @@ def test_the_fixture_uses_the_published_names_and_loads_them(root):
     assert mx.array_equal(moe.down_proj.weight[3], stored["mtp.layers.0.mlp.experts.3.down_proj.weight"])
 
 
-def test_deepseek_v3s_layout_loads_and_drafts_by_vllms_maths(root):
-    """``model.layers.{n}.*`` (vLLM's deepseek_mtp names) loads through mlx-lm's own sanitize
-    (MLA's ``kv_b_proj`` split, experts stacked; the embedding and head copies left to the
-    target's); drafts follow the published maths, checked against a cache-free oracle: the
-    logits read ``shared_head.norm(h)``, the next draft reads ``h`` un-normed."""
-    model = target("deepseek")
-    d = checkpoint("deepseek", root)
+ATTENTION_KEYS = {"deepseek": ("self_attn.kv_b_proj.weight",), "glm_lite": ("self_attn.kv_b_proj.weight",),
+                  "glm": ("self_attn.q_proj.bias", "self_attn.q_norm.weight", "self_attn.k_norm.weight")}
+
+
+@pytest.mark.parametrize("name", AT_END)
+def test_an_at_end_layout_loads_and_drafts_by_vllms_maths(name, root):
+    """``model.layers.{n}.*`` (vLLM's deepseek_mtp and glm4_moe_mtp names: DeepSeek-V3, GLM-4.5 /
+    4.6, GLM-4.7-Flash) loads through mlx-lm's own sanitize (MLA's ``kv_b_proj`` split, experts
+    stacked; the embedding and head copies left to the target's); drafts follow the published
+    maths, checked against a cache-free oracle: the logits read ``shared_head.norm(h)``, the
+    next draft reads ``h`` un-normed."""
+    model = target(name)
+    d = checkpoint(name, root)
     keys = set(json.load(open(f"{d}/model.safetensors.index.json"))["weight_map"])
     assert {f"model.layers.2.{k}" for k in (
         "eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.norm.weight", "shared_head.head.weight",
-        "embed_tokens.weight", "self_attn.kv_b_proj.weight", "mlp.gate.e_score_correction_bias",
-        "mlp.experts.3.down_proj.weight", "mlp.shared_experts.up_proj.weight")} <= keys
+        "embed_tokens.weight", "mlp.gate.e_score_correction_bias", "mlp.experts.3.down_proj.weight",
+        "mlp.shared_experts.up_proj.weight", *ATTENTION_KEYS[name])} <= keys
     head = load_mtp(d, model)
     stored = mx.load(f"{d}/model-00002-of-00002.safetensors")
     assert mx.array_equal(head.norm.weight, stored["model.layers.2.shared_head.norm.weight"])
@@ -189,7 +213,7 @@ def test_a_checkpoint_without_mtp_weights_or_a_wrong_target_is_refused(root, tmp
 
 
 @pytest.mark.parametrize("name,ks", [("hybrid", range(1, 9)), ("dense", (1, 2, 5, 8)), ("mimo", (1, 3, 8)),
-                                     ("deepseek", (1, 4, 8))])
+                                     ("deepseek", (1, 4, 8)), ("glm", range(1, 9)), ("glm_lite", (1, 3, 8))])
 def test_greedy_output_is_plain_for_every_k(name, ks, root):
     head = load_mtp(checkpoint(name, root), target(name))
     for k in ks:
@@ -377,7 +401,7 @@ def knowing_block(model) -> MtpHead:
 
 
 @pytest.mark.parametrize("name,eps,ks", [("hybrid", 0.01, (3, 4)), ("mimo", 0.003, (4, 5)),
-                                         ("deepseek", 0.01, (3, 4))])
+                                         ("deepseek", 0.01, (3, 4)), ("glm", 0.01, (3, 4))])
 def test_accepted_drafts_roll_back_exactly(name, eps, ks):
     """Also the maths: a block reading the wrong half of its input (MiMo's order) drafts t + 1
     again, and drafts are then never accepted in full."""
