@@ -44,7 +44,9 @@ class Layout:
     ``model.layers.{n}.*``, the layer's keys bare, built as mlx-lm's layer ``n`` and converted
     by the target's own ``sanitize``), its ``norm`` applied before the LM head only (the next
     draft reads the layer's output) and its copies of the target's embeddings and LM head
-    (``skip``) not read: the target's are used."""
+    (``skip``) not read: the target's are used. ``first_zeroed``: what vLLM zeroes at the
+    sequence's position 0 (DeepSeek-V3 and GLM: the token's embedding, MiMo: ``fc``'s output;
+    Qwen: nothing), as their blocks were trained."""
 
     prefix: str
     names: dict
@@ -52,6 +54,7 @@ class Layout:
     centred: bool = False
     at_end: bool = False
     skip: tuple[str, ...] = ()
+    first_zeroed: str = ""  # "", "embed" or "fc"
 
 
 _QWEN = Layout("mtp.", {n: n for n in ("fc", "pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")},
@@ -59,13 +62,13 @@ _QWEN = Layout("mtp.", {n: n for n in ("fc", "pre_fc_norm_embedding", "pre_fc_no
 # MiMo (``model.mtp_layers.{i}.*``, vLLM's mimo_mtp reads the same): a qwen2-style layer
 _MIMO = Layout("model.mtp_layers.", {"input_proj": "fc", "token_layernorm": "pre_fc_norm_embedding",
                                      "hidden_layernorm": "pre_fc_norm_hidden", "final_layernorm": "norm"},
-               hidden_first=True)
+               hidden_first=True, first_zeroed="fc")
 # DeepSeek-V3 (``model.layers.{n}.*``, vLLM's deepseek_mtp reads the same): an MLA / MoE layer;
 # GLM-4.5 / 4.6 (glm4_moe: GQA with partial rope and MoE) and GLM-4.7-Flash (glm4_moe_lite: MLA)
 # publish theirs under the same names (vLLM's glm4_moe_mtp), their decoder layer as layer n
 _AT_END = Layout("model.layers.{n}.", {"eh_proj": "fc", "enorm": "pre_fc_norm_embedding",
                                          "hnorm": "pre_fc_norm_hidden", "shared_head.norm": "norm"},
-                   at_end=True, skip=("embed_tokens.weight", "shared_head.head.weight"))
+                   at_end=True, skip=("embed_tokens.weight", "shared_head.head.weight"), first_zeroed="embed")
 LAYOUTS = {"qwen3_next": _QWEN, "qwen3_5": _QWEN, "qwen3_5_moe": _QWEN, "mimo": _MIMO,
            "deepseek_v3": _AT_END, "glm4_moe": _AT_END, "glm4_moe_lite": _AT_END}
 _EXPERT = re.compile(r"^(layers\.\d+\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
@@ -138,9 +141,12 @@ class MtpHead(nn.Module):
     def step(self, tokens: mx.array, hidden: mx.array, mask: Any, cache: KVCache) -> mx.array:
         """``tokens`` (1, T) after positions whose hidden states are ``hidden`` (1, T, H) -> the
         block's normed output (1, T, H), its entries added to ``cache``."""
-        parts = [self.pre_fc_norm_embedding(self.shared.embed(tokens)), self.pre_fc_norm_hidden(hidden)]
-        x = mx.concatenate(parts[::-1] if self.layout.hidden_first else parts, axis=-1)
-        x = self.layers[0](self.fc(x), mask, cache)
+        zeroed = self.layout.first_zeroed if cache.offset == 0 else ""
+        embedded = self.pre_fc_norm_embedding(self.shared.embed(tokens))  # norm(0) = 0: zeroing commutes
+        embedded = _first_row_zeroed(embedded) if zeroed == "embed" else embedded
+        parts = [embedded, self.pre_fc_norm_hidden(hidden)]
+        x = self.fc(mx.concatenate(parts[::-1] if self.layout.hidden_first else parts, axis=-1))
+        x = self.layers[0](_first_row_zeroed(x) if zeroed == "fc" else x, mask, cache)
         return x if self.layout.at_end else self.norm(x)
 
     def logits(self, h: mx.array) -> mx.array:
@@ -179,6 +185,11 @@ class MtpHead(nn.Module):
         return Draft([scalar_int(t) for t in out], [scalar_float(v) for v in lps])
 
 
+def _first_row_zeroed(x: mx.array) -> mx.array:
+    """``x`` (1, T, H) with its first row zeroed: the block's input at the sequence's position 0."""
+    return x * (mx.arange(x.shape[1]) > 0).astype(x.dtype)[:, None]
+
+
 def _mask(hidden: mx.array, cache: KVCache) -> Any:
     """The causal mask of n new rows after ``cache``, as an array (DeepSeek's MLA attention
     reads it with ``mx.where``: the ``"causal"`` shorthand does not do there)."""
@@ -189,8 +200,8 @@ def layout_of(target: nn.Module) -> Layout:
     """The MTP layout of the target's family (``MtpFormatError`` for one without MTP blocks)."""
     arch = type(target).__module__.rsplit(".", 1)[-1]
     if arch not in LAYOUTS:
-        raise MtpFormatError(f"--draft-type mtp reads the MTP blocks of Qwen3-Next, Qwen3.5 / 3.6, "
-                             f"MiMo, DeepSeek-V3 and GLM-4.5 / 4.6 / 4.7-Flash; the target is mlx-lm's {arch!r} "
+        raise MtpFormatError(f"--draft-type mtp reads the MTP blocks of Qwen3-Next, Qwen3.5 / 3.6, MiMo, "
+                             f"DeepSeek-V3 and GLM-4.5 / 4.6 / 4.7-Flash; the target is mlx-lm's {arch!r} "
                              f"(supported: {', '.join(LAYOUTS)}).")
     return LAYOUTS[arch]
 

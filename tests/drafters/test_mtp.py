@@ -187,20 +187,43 @@ def test_an_at_end_layout_loads_and_drafts_by_vllms_maths(name, root):
     head = load_mtp(d, model)
     stored = mx.load(f"{d}/model-00002-of-00002.safetensors")
     assert mx.array_equal(head.norm.weight, stored["model.layers.2.shared_head.norm.weight"])
-    n_layers = len(model.model.layers)
+
+
+# what vLLM's MTP models zero at the sequence's position 0 (deepseek_mtp, glm4_moe_mtp: the token
+# embedding; mimo_mtp: fc's output; qwen3_next_mtp: nothing)
+VLLM_ZEROES = {"deepseek": "embed", "glm": "embed", "glm_lite": "embed", "mimo": "fc"}
+
+
+@pytest.mark.parametrize("name", list(VLLM_ZEROES))
+def test_drafts_follow_vllms_maths_from_position_0(name, root):
+    """Against a cache-free oracle of vLLM's maths (the whole sequence again each step, position
+    0 masked as vLLM masks it): the first draft's logits and the drafts. At-end blocks: the
+    logits read ``shared_head.norm(h)``, the next draft reads ``h`` un-normed; MiMo: ``norm(h)``
+    both, the hidden state first in the concatenation."""
     from specdec.eagle.capture import capture_layers
 
+    model = target(name)
+    head, n_layers = load_mtp(checkpoint(name, root), model), len(model.model.layers)
     with capture_layers(model, (n_layers,)) as cap:
         model(mx.array([PROMPT[:-1]]))
     hidden, toks = model.model.norm(cap.hidden[n_layers]), list(PROMPT[1:])
     drafts = head.draft(head.make_cache(), hidden, mx.array([toks]), 3).tokens
-    want = []
-    for _ in range(3):  # the whole sequence again each step, no cache: vLLM's formula
-        x = mx.concatenate([head.pre_fc_norm_embedding(model.model.embed_tokens(mx.array([toks]))),
-                            head.pre_fc_norm_hidden(hidden)], axis=-1)
-        h = head.layers[0](head.fc(x), mx.tril(mx.ones((len(toks), len(toks)), dtype=mx.bool_)), None)
-        want.append(int(mx.argmax(model.lm_head(head.norm(h[:, -1])))))
-        hidden, toks = mx.concatenate([hidden, h[:, -1:]], axis=1), toks + [want[-1]]
+    causal = mx.tril(mx.ones((len(toks), len(toks)), dtype=mx.bool_))  # MLA reads an array mask
+    got = head.logits(head.step(mx.array([toks]), hidden, causal, head.make_cache()[0])[:, -1])
+    want, first = [], (mx.arange(len(toks)) > 0)[:, None]  # grows with the drafts: row 0 stays masked
+    for step in range(3):
+        keep = mx.concatenate([first, mx.ones((step, 1), dtype=mx.bool_)]) if step else first
+        e = head.pre_fc_norm_embedding(model.model.embed_tokens(mx.array([toks])))
+        parts = [e * keep if VLLM_ZEROES[name] == "embed" else e, head.pre_fc_norm_hidden(hidden)]
+        x = head.fc(mx.concatenate(parts[::-1] if name == "mimo" else parts, axis=-1))
+        h = head.layers[0](x * keep if VLLM_ZEROES[name] == "fc" else x,
+                           mx.tril(mx.ones((len(toks), len(toks)), dtype=mx.bool_)), None)
+        logits = model.lm_head(head.norm(h[:, -1]))
+        if step == 0:
+            assert mx.allclose(got, logits, atol=1e-4), float(mx.abs(got - logits).max())
+        want.append(int(mx.argmax(logits)))
+        nxt = h[:, -1:] if name != "mimo" else head.norm(h[:, -1:])
+        hidden, toks = mx.concatenate([hidden, nxt], axis=1), toks + [want[-1]]
     assert drafts == want
 
 

@@ -37,7 +37,8 @@ def head_dirs(tmp_path_factory):
 
 @functools.lru_cache(maxsize=None)
 def plain(seed: int | None) -> list[int]:
-    return [e.token for e in token_stream(tiny_target("llama"), PROMPT, max_tokens=16, sampling=sampling(seed))]
+    target = tiny_target("llama")
+    return [e.token for e in token_stream(target, PROMPT, max_tokens=16, sampling=sampling(seed))]
 
 
 def sampling(seed: int | None) -> SamplingParams:
