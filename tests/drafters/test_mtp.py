@@ -247,14 +247,18 @@ def test_greedy_output_is_plain_for_every_k(name, ks, root):
         assert stats.drafted > 0
 
 
-def test_a_tree_budget_gets_the_blocks_linear_draft(root):
+@pytest.mark.parametrize("name,seed", [("mimo", None), ("glm", 6)])
+def test_a_tree_budget_gets_the_blocks_linear_draft(name, seed, root):
     """EAGLE-2 trees need an EAGLE-3 head (fc, draft vocabulary): asked for a tree, the MTP
-    drafter answers with its linear draft (it raised AttributeError inside the request)."""
-    head = load_mtp(checkpoint("mimo", root), target("mimo"))
+    drafter answers with its linear draft (it raised AttributeError inside the request);
+    greedy and seeded output stay plain's."""
+    head = load_mtp(checkpoint(name, root), target(name))
+    sp = SamplingParams(temperature=0.0 if seed is None else 0.8, seed=seed)
     log: list[tuple[int, int]] = []
-    out = [e.token for e in token_stream(target("mimo"), PROMPT, drafter=MtpDrafter(head, target("mimo")),
-                                         max_tokens=16, num_draft_tokens=3, tree_budget=8, step_log=log)]
-    assert out == plain("mimo", None) and any(block > 1 for block, _ in log)
+    out = [e.token for e in token_stream(target(name), PROMPT, drafter=MtpDrafter(head, target(name)),
+                                         max_tokens=16, num_draft_tokens=3, tree_budget=8, step_log=log,
+                                         sampling=sp)]
+    assert out == plain(name, seed) and any(block > 1 for block, _ in log)
 
 
 @pytest.mark.parametrize("name", list(TARGETS))

@@ -36,8 +36,8 @@ def head_dirs(tmp_path_factory):
 
 
 @functools.lru_cache(maxsize=None)
-def plain(seed: int | None) -> list[int]:
-    target = tiny_target("llama")
+def plain(seed: int | None, arch: str = "llama") -> list[int]:
+    target = tiny_target(arch)
     return [e.token for e in token_stream(target, PROMPT, max_tokens=16, sampling=sampling(seed))]
 
 
@@ -45,9 +45,9 @@ def sampling(seed: int | None) -> SamplingParams:
     return SamplingParams() if seed is None else SamplingParams(temperature=0.9, seed=seed)
 
 
-def decode(head_dir: str, seed: int | None, k: int, tree_budget: int = 0):
+def decode(head_dir: str, seed: int | None, k: int, tree_budget: int = 0, arch: str = "llama"):
     """Tokens, stats and step log of one request drafting with the head at ``head_dir``."""
-    target = tiny_target("llama")
+    target = tiny_target(arch)
     spec = DraftSpec("eagle", draft_model=head_dir, gate=False)
     drafter = build_drafter(spec, prepare_resources(spec, target, None),
                             temperature=0.0 if seed is None else 0.9, seed=seed)
@@ -76,6 +76,15 @@ def test_seeded_sampling_parity(head_dirs):
 def test_trees_from_the_published_head_keep_parity(head_dirs, seed):
     out, _, log = decode(head_dirs["eagle"], seed, 3, tree_budget=8)
     assert out == plain(seed) and any(block == 9 for block, _ in log)  # 8-node trees verified
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_the_head_keeps_parity_on_qwen_targets(head_dirs, arch):
+    """The same published head on a tiny Qwen2 and Qwen3 target (the target's embeddings and
+    features; the head's layer stays the llama one its config names): greedy, seeded, trees."""
+    for seed, k, budget in ((None, 8, 0), (3, 4, 0), (7, 3, 8)):
+        out, stats, _ = decode(head_dirs["eagle"], seed, k, budget, arch)
+        assert out == plain(seed, arch) and stats.drafted > 0, (seed, k, budget)
 
 
 def test_the_layers0_layout_drafts_as_the_eagle_repos(head_dirs):
