@@ -88,4 +88,5 @@ def test_eight_requests_drafting_with_a_published_eagle_head_each_equal_their_so
     head = Eagle3Head(cfg, load(str(d))[0].model.embed_tokens)
     head.t2d = mx.ones((DIR_VOCAB,), dtype=mx.bool_)
     save_head(head, tmp_path / "head")
-    eight_together(str(d), DraftSpec("eagle", draft_model=str(tmp_path / "head"), num_draft_tokens=3, gate=False))
+    spec = DraftSpec("eagle", draft_model=str(tmp_path / "head"), num_draft_tokens=3, gate=False)
+    eight_together(str(d), spec)
