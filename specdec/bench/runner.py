@@ -8,8 +8,9 @@ k of ``plan.peer_k`` — runs once, so slow drift of a shared machine hits every
 alike. Each run returns one ``RunRecord`` per turn (a multi-turn workload feeds the
 model's own reply back before the next user turn, with one drafter for the whole
 conversation, as a chat user would). Peers run the first turn only. Nothing is averaged
-here: ``analysis`` does that.
-Tests: tests/bench/test_runner.py, tests/bench/test_workloads.py.
+here: ``analysis`` does that. With a ``journal.Journal`` each finished case is appended to
+it and a resumed run replays the cases it holds, with its cost curve.
+Tests: tests/bench/test_runner.py, tests/bench/test_workloads.py, tests/bench/test_journal.py.
 """
 
 from __future__ import annotations
