@@ -294,7 +294,7 @@ def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
                                 out / "warm.ngm", plan.dtype)
         print(f"warm table: {json.dumps(info)}", file=sys.stderr)
         plan.warm_table = info["file"]
-    tick, bar = _progress(total_steps(plan))
+    tick, bar = _progress(total_steps(plan, len(journal.done)))
     with tracing(args.trace) if args.trace else nullcontext():
         result = run_plan(plan, tick, target, journal)
     bar.close()

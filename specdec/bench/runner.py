@@ -468,11 +468,12 @@ def _diagnose(model: Model, tok: Any, plan: BenchPlan, result: BenchResult, cost
     return out
 
 
-def total_steps(plan: BenchPlan) -> int:
-    """How many progress ticks ``run_plan`` makes (for a progress bar)."""
+def total_steps(plan: BenchPlan, done: int = 0) -> int:
+    """How many progress ticks ``run_plan`` makes (for a progress bar), ``done`` cases
+    (a resumed run's) left out."""
     per_rep = 1 + len(plan.configs) + len(plan.peers) + (1 if plan.oracle else 0)
     reps = plan.runs + (1 if plan.warmup else 0)
-    return len(plan.workloads) * len(plan.prompt_tokens) * reps * per_rep
+    return max(len(plan.workloads) * len(plan.prompt_tokens) - done, 0) * reps * per_rep
 
 
 def plan_identity(plan: BenchPlan, code: str) -> dict:
