@@ -21,13 +21,16 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import KV_BITS, add_distributed_flags
 from ..drafters.spec import DraftSpec
 from .configs import parse_config, sweep
 from .peers import PEERS
 from .profiles import PROFILES, Profile, build_warm_table
+
+if TYPE_CHECKING:
+    from .journal import Journal
 
 
 def _ints(text: str) -> list[int]:
@@ -265,9 +268,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        lambda leader, tokenizer: _bench(args, plan, prof, name, (leader, tokenizer)))
 
 
-def _journal(args: argparse.Namespace, plan: Any, name: str) -> tuple[Path, Any]:
+def _journal(args: argparse.Namespace, plan: Any, name: str) -> tuple[Path, Journal]:
     """The output directory and its run's journal (``--resume``: the stopped run's, checked
-    against this command's plan before anything loads)."""
+    against this command's plan before anything is measured)."""
     from .journal import Journal, code_version  # imports mlx: see above
     from .runner import plan_identity  # imports mlx: see above
 
