@@ -114,16 +114,24 @@ class Logged:
         return gate
 
 
+def turn_policy(q: Turn, pol, tok, curve, gate_cls):
+    """The policy that replays turn ``q``, begun on its prompt: on a question's first turn a
+    fresh one (the ungated suffix drafter's, or ``gate_cls`` over its drafter, as the bench
+    builds one per question), else ``pol``, the one of the turn before (also lag_replay's)."""
+    if q.turn == 0 or pol is None:
+        pol = drafter_for(DraftSpec(gate=False), None, tok)
+        if gate_cls is not None:
+            pol = gate_cls(pol.drafter, curve, K, dict(DRAFT_COST))
+    pol.begin(q.prompt)
+    return pol
+
+
 def replay(qturns: list[Turn], tok, curve, line, gate_cls) -> list[dict]:
     """The replay's loop (gate_specbench_replay.replay) over a question's turns with one
     policy, each priced offer tagged with its position."""
     rows, drafter = [], None
     for q in qturns:
-        if q.turn == 0:
-            drafter = drafter_for(DraftSpec(gate=False), None, tok)
-            if gate_cls is not None:
-                drafter = gate_cls(drafter.drafter, curve, K, dict(DRAFT_COST))
-        drafter.begin(q.prompt)
+        drafter = turn_policy(q, drafter, tok, curve, gate_cls)
         ctx, t, secs, fw, acc = list(q.prompt), 0, 0.0, 0, 0
         mark = lambda pos: [r.setdefault("pos", (q.name, q.turn, pos)) for r in getattr(gate_cls, "log", [])]
         while t < len(q.out):

@@ -24,21 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gate-trace"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gate-acceptance"))
 
 import specdec  # noqa: E402
-from specdec.drafters.spec import DraftSpec  # noqa: E402
 from specdec.policy.adaptive import robust_line  # noqa: E402
-from specdec.resources import drafter_for  # noqa: E402
-from gate_specbench_replay import DRAFT_COST, K, gate_class  # noqa: E402
-from calibration import agreed, turns  # noqa: E402
+from gate_specbench_replay import K, gate_class  # noqa: E402
+from calibration import agreed, turn_policy, turns  # noqa: E402
 
 
 def run(qturns, tok, curve, line, gate_cls, lag: bool, faithful: bool = True, ratio: float = 1.0) -> list[dict]:
     rows, pol = [], None
     for q in qturns:
-        if q.turn == 0:
-            pol = drafter_for(DraftSpec(gate=False), None, tok)
-            if gate_cls is not None:
-                pol = gate_cls(pol.drafter, curve, K, dict(DRAFT_COST))
-        pol.begin(q.prompt)
+        pol = turn_policy(q, pol, tok, curve, gate_cls)
         ctx, t, secs, fw, acc, steps = list(q.prompt), 0, 0.0, 0, 0, []
         while t < len(q.out):
             if gate_cls is not None and pol.paused:

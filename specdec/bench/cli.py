@@ -21,13 +21,16 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import KV_BITS, add_distributed_flags
 from ..drafters.spec import DraftSpec
 from .configs import parse_config, sweep
 from .peers import PEERS
 from .profiles import PROFILES, Profile, build_warm_table
+
+if TYPE_CHECKING:
+    from .journal import Journal
 
 
 def _ints(text: str) -> list[int]:
@@ -54,6 +57,20 @@ def _peer_ks(text: str) -> tuple[int, ...]:
     return ks
 
 
+def _ids(text: str) -> set[int]:
+    """``--questions 81-90,161``: question ids, single or as inclusive ranges."""
+    try:
+        out: set[int] = set()
+        for part in filter(None, (x.strip() for x in text.split(","))):
+            lo, _, hi = part.partition("-")
+            out |= set(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected question ids or ranges (e.g. 81-90,161), got {text!r}")
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected question ids or ranges (e.g. 81-90,161), got {text!r}")
+    return out
+
+
 def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -74,7 +91,10 @@ def add_bench_parser(sub: Any) -> None:
                    "holding mtp.* weights for 'mtp' ones (default: the model's own)")
     p.add_argument("--workload", help="a JSONL workload file instead of the built-in set")
     p.add_argument("--workloads", type=_names, help="only these workload names (comma list)")
-    p.add_argument("--classes", type=_names, help="only these classes (comma list)")
+    p.add_argument("--classes", "--categories", type=_names,
+                   help="only these classes (comma list; Spec-Bench's: its categories)")
+    p.add_argument("--questions", type=_ids, metavar="IDS",
+                   help="Spec-Bench profile: only these question ids (e.g. 81-90,161)")
     p.add_argument("--write-workloads", metavar="FILE",
                    help="write the built-in workloads as JSONL (the file format) and exit")
     p.add_argument("--config", action="append", help="a config spec, e.g. ngram:k=4:n=2 (repeatable)")
@@ -96,6 +116,12 @@ def add_bench_parser(sub: Any) -> None:
     p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None,
                    help="quantize our KV cache (the peers keep their own)")
     p.add_argument("--out", help="output directory (default bench-results/<profile>-<time>)")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue the stopped run in DIR (its records.jsonl): the same command "
+                        "and checkout, plus --resume; the cases it holds are not run again")
+    p.add_argument("--max-questions", type=int, metavar="N",
+                   help="measure at most N more cases (Spec-Bench: questions) of the plan, then "
+                        "write the report of those done (0: only the report); --resume DIR continues")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--trace", metavar="FILE",
                    help="write a JSONL row per decode step of every run (lab/gate-trace)")
@@ -115,7 +141,7 @@ def _workloads(args: argparse.Namespace, prof: Profile) -> list:
         from .specbench import workloads as specbench_workloads
 
         pool = specbench_workloads(args.per_category or (prof.quick_per_category if args.quick
-                                                         else None))
+                                                         else None), args.questions)
         wanted = args.workloads
     elif args.workload:
         pool = load_workloads(args.workload)
@@ -157,6 +183,8 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
     if args.per_category is not None and (args.per_category < 1 or not PROFILES[name].questions):
         raise ValueError("--per-category N takes N >= 1 and a question-set profile "
                          "(--profile specbench)")
+    if args.questions and PROFILES[name].questions != "specbench":
+        raise ValueError("--questions selects Spec-Bench questions: use it with --profile specbench")
     if args.quick and not PROFILES[name].quick_per_category:
         name = "quick"  # a question set's --quick is its own subset
     prof = PROFILES[name]
@@ -240,6 +268,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        lambda leader, tokenizer: _bench(args, plan, prof, name, (leader, tokenizer)))
 
 
+def _journal(args: argparse.Namespace, plan: Any, name: str) -> tuple[Path, Journal]:
+    """The output directory and its run's journal (``--resume``: the stopped run's, checked
+    against this command's plan before anything is measured)."""
+    from .journal import Journal, code_version  # imports mlx: see above
+    from .runner import plan_identity  # imports mlx: see above
+
+    if args.resume and args.out and Path(args.out) != Path(args.resume):
+        raise ValueError(f"--resume {args.resume} writes into its own directory: drop --out {args.out}")
+    out = Path(args.resume or args.out or f"bench-results/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    journal = Journal.open(out, plan_identity(plan, code_version()), bool(args.resume),
+                           args.max_questions)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, journal
+
+
 def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
            target: tuple[Any, Any] | None = None) -> int:
     """Measure ``plan`` (on ``target`` when the caller loaded it), write the report, print
@@ -248,18 +291,20 @@ def _bench(args: argparse.Namespace, plan: Any, prof: Profile, name: str,
     from ..decode.trace import tracing  # imports mlx: see above
     from .runner import run_plan, total_steps  # imports mlx: see above
 
-    out = Path(args.out or f"bench-results/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    out.mkdir(parents=True, exist_ok=True)
+    out, journal = _journal(args, plan, name)
     if prof.warm_from:
         info = build_warm_table(prof.warm_from, plan.workloads, plan.max_tokens,
                                 out / "warm.ngm", plan.dtype)
         print(f"warm table: {json.dumps(info)}", file=sys.stderr)
         plan.warm_table = info["file"]
-    tick, bar = _progress(total_steps(plan))
+    tick, bar = _progress(total_steps(plan, len(journal.done)))
     with tracing(args.trace) if args.trace else nullcontext():
-        result = run_plan(plan, tick, target)
+        result = run_plan(plan, tick, target, journal)
     bar.close()
     report = write_report(result, out, plots=not args.no_plots)
+    if result.unfinished:
+        print(f"stopped: {result.unfinished} case(s) left; continue with the same command and "
+              f"--resume {out}")
     summary = build_summary(result)
     ours_bad = sum(r["mismatches"] for r in summary["parity"] if r["source"] == "specdec")
     print(f"report: {report}")

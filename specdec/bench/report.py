@@ -204,6 +204,10 @@ def _header(result: Any) -> list[str]:
              f"{m['date']} · {m['machine']}, {m['cpus']} CPUs, {m['device']} · "
              f"versions {json.dumps(m['versions'])}", "",
              f"Command: `{m['argv']}`", "",
+             *([f"**Partial run**: {result.unfinished} of the plan's cases are not measured yet "
+                "(stopped by `--max-questions`); every figure below is over the cases done. "
+                "Run the same command with `--resume DIR` (this directory) to measure the rest.", ""]
+               if getattr(result, "unfinished", 0) else []),
              *([f"The target is sharded over {p['distributed']} ranks of an mlx.distributed "
                 "group (`--distributed`): plain and speculative decoding both pay the "
                 "group's collectives on every forward, and so does the cost curve.", ""]
@@ -357,7 +361,8 @@ def write_report(result: Any, out_dir: str | Path, plots: bool = True) -> Path:
                 peer_notes=result.peer_notes, draft_costs=getattr(result, "draft_costs", {}),
                 headline=headline(summary), summary=summary,
                 pair_table=pair_table(summary) if _drafts_with_a_model(result.plan) else [],
-                diagnoses=result.diagnoses, bounds=result.bounds, records=[r.to_dict() for r in result.records])
+                diagnoses=result.diagnoses, bounds=result.bounds, unfinished=getattr(result, "unfinished", 0),
+                records=[r.to_dict() for r in result.records])
     (out / "results.json").write_text(json.dumps(data, indent=1))
     path = out / "report.md"
     path.write_text(_markdown(result, summary, made))

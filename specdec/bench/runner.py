@@ -8,8 +8,9 @@ k of ``plan.peer_k`` — runs once, so slow drift of a shared machine hits every
 alike. Each run returns one ``RunRecord`` per turn (a multi-turn workload feeds the
 model's own reply back before the next user turn, with one drafter for the whole
 conversation, as a chat user would). Peers run the first turn only. Nothing is averaged
-here: ``analysis`` does that.
-Tests: tests/bench/test_runner.py, tests/bench/test_workloads.py.
+here: ``analysis`` does that. With a ``journal.Journal`` each finished case is appended to
+it and a resumed run replays the cases it holds, with its cost curve.
+Tests: tests/bench/test_runner.py, tests/bench/test_workloads.py, tests/bench/test_journal.py.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ..parity import diagnose
 from ..toolcall.prompt import renders_tools
 from .analysis import ORACLE_PREFIX, parity
 from .configs import BenchConfig
+from .journal import CaseLine, Journal, fingerprint
 from .oracle import OracleDrafter, replay_bound
 from .peers import PeerCrashed, PeerUnavailable, make_peer
 from .workloads import Workload, fit_prompt
@@ -120,6 +122,7 @@ class BenchResult:
     bounds: list[dict] = field(default_factory=list)  # oracle.replay_bound per case/turn/k
     draft_costs: dict[str, dict] = field(default_factory=dict)  # config -> measure.draft_cost_for
     cases: dict[str, Any] = field(default_factory=dict)  # case key -> per-turn prompts (not saved)
+    unfinished: int = 0  # cases of the plan not measured yet (a journal stopped the run early)
 
 
 def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, source: str,
@@ -225,10 +228,25 @@ def _cost_curve(plan: BenchPlan, model: Model, tok: Any, cases: list) -> dict[in
     return verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=trees)
 
 
+@dataclass
+class _Setup:
+    """What every case of a run measures with: the loaded models, the cost curve, peers."""
+
+    model: Model
+    tok: Any
+    cost: dict[int, float]
+    draft: Any
+    heads: DraftResources | None
+    peers: list[Any]
+    oracle_ks: list[int]
+
+
 def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
-             target: tuple[Any, Any] | None = None) -> BenchResult:
+             target: tuple[Any, Any] | None = None, journal: Journal | None = None) -> BenchResult:
     """Run ``plan``; ``target`` is the (model, tokenizer) to measure when the caller
-    loaded it (rank 0's ``LeaderModel`` under ``--distributed``), else it is loaded here."""
+    loaded it (rank 0's ``LeaderModel`` under ``--distributed``), else it is loaded here.
+    With a ``journal`` each finished case is appended to it, the cases it holds are not
+    measured again, and it may stop the run early (``BenchResult.unfinished``)."""
     if plan.runs < 1:
         raise ValueError("--runs must be >= 1")
     model, tok = target or load(plan.model, dtype=plan.dtype)
@@ -240,49 +258,85 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
             raise ValueError("a 'model' config needs --draft-model")
         draft = load(plan.draft_model, dtype=plan.dtype)
     cases, skipped = _cases(plan, tok)
-    cost = _cost_curve(plan, model, tok, cases)
+    header = journal.header if journal is not None else None
+    cost = header.cost_curve if header else _cost_curve(plan, model, tok, cases)
     loaded: dict[str, tuple[Any, Any]] = {plan.model: (model, tok)}
     if draft and plan.draft_model:
         loaded[plan.draft_model] = draft
     peers, notes = _load_peers(plan, loaded, draft_model=None if heads else plan.draft_model)
-    result = BenchResult(asdict_plan(plan), _machine(), cost, [], notes | skipped)
+    result = BenchResult(asdict_plan(plan), header.meta if header else _machine(), cost, [], notes | skipped)
     # each drafter's own cost per proposal: counted by adaptive k and tree=auto, and by
     # the report's drafter-cost bound (measured once per drafter and model pair, cached)
-    result.draft_costs = _draft_costs(plan, model, draft, heads)
-    configs = [PLAIN, *plan.configs]
-    oracle_ks = sorted({c.k for c in plan.configs}) if plan.oracle else []
+    result.draft_costs = header.draft_costs if header else _draft_costs(plan, model, draft, heads)
+    if journal is not None and header is None:
+        journal.start(result.meta, cost, result.draft_costs)
+    setup = _Setup(model, tok, cost, draft, heads, peers,
+                   sorted({c.k for c in plan.configs}) if plan.oracle else [])
+    measured = 0
     for case, length in cases:
-        ids = case.encode(tok)
-        for run in range(0 if plan.warmup else 1, plan.runs + 1):
-            plain_turns: list[list[int]] = []
-            for cfg in configs:
-                drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table,
-                                      draft_cost=result.draft_costs.get(cfg.label), heads=heads)
-                turns = _measure(plan, model, tok, case, length, cfg.label, run, cfg.k, drafter,
-                                 result, cfg.tree_budget)
-                if cfg.baseline:
-                    plain_turns = [list(res.tokens) for _, res in turns]
-                    if run == 1:
-                        for t, (prompt, _) in enumerate(turns):
-                            result.cases[f"{case.name}|{length}|{t}"] = prompt
-                        result.bounds += _bounds(tok, case, length, turns, oracle_ks, cost)
-                if progress:
-                    progress(f"{case.name}@{length or 'as written'} run {run} {cfg.label}")
-            for k in oracle_ks:
-                _measure(plan, model, tok, case, length, f"{ORACLE_PREFIX} k={k}", run, k,
-                         OracleDrafter(plain_turns), result)
-            if oracle_ks and progress:
-                progress(f"{case.name}@{length or 'as written'} run {run} oracle")
-            for peer in peers:  # peers cannot constrain: a schema's case is ours alone
-                if case.response_format is None:
-                    result.records += _peer_runs(plan, peer, case, length, ids, run,
-                                                  result.peer_notes)
-                if progress:
-                    progress(f"{case.name}@{length or 'as written'} run {run} {peer.name}")
+        key = f"{case.name}|{length}"
+        if journal is not None and key in journal.done:
+            _replay(journal.done[key], result)
+        elif journal is not None and journal.stops(measured):
+            result.unfinished += 1
+        else:
+            start = len(result.records), len(result.bounds)
+            _run_case(plan, setup, case, length, result, progress)
+            measured += 1
+            if journal is not None:
+                journal.append(_case_line(key, result, *start))
     for peer in peers:
         peer.close()
     result.diagnoses = _diagnose(model, tok, plan, result, cost, draft, heads)
     return result
+
+
+def _run_case(plan: BenchPlan, s: _Setup, case: Workload, length: int | None, result: BenchResult,
+              progress: Callable[[str], None] | None) -> None:
+    """Every repetition of one case, every config interleaved within each (plain first,
+    then ours, the oracle, the peers); the records go into ``result``."""
+    ids = case.encode(s.tok)
+    for run in range(0 if plan.warmup else 1, plan.runs + 1):
+        plain_turns: list[list[int]] = []
+        for cfg in [PLAIN, *plan.configs]:
+            drafter = cfg.drafter(s.tok, cost=s.cost, draft=s.draft, table=plan.warm_table,
+                                  draft_cost=result.draft_costs.get(cfg.label), heads=s.heads)
+            turns = _measure(plan, s.model, s.tok, case, length, cfg.label, run, cfg.k, drafter,
+                             result, cfg.tree_budget)
+            if cfg.baseline:
+                plain_turns = [list(res.tokens) for _, res in turns]
+                if run == 1:
+                    for t, (prompt, _) in enumerate(turns):
+                        result.cases[f"{case.name}|{length}|{t}"] = prompt
+                    result.bounds += _bounds(s.tok, case, length, turns, s.oracle_ks, s.cost)
+            if progress:
+                progress(f"{case.name}@{length or 'as written'} run {run} {cfg.label}")
+        for k in s.oracle_ks:
+            _measure(plan, s.model, s.tok, case, length, f"{ORACLE_PREFIX} k={k}", run, k,
+                     OracleDrafter(plain_turns), result)
+        if s.oracle_ks and progress:
+            progress(f"{case.name}@{length or 'as written'} run {run} oracle")
+        for peer in s.peers:  # peers cannot constrain: a schema's case is ours alone
+            if case.response_format is None:
+                result.records += _peer_runs(plan, peer, case, length, ids, run, result.peer_notes)
+            if progress:
+                progress(f"{case.name}@{length or 'as written'} run {run} {peer.name}")
+
+
+def _case_line(key: str, result: BenchResult, records: int, bounds: int) -> CaseLine:
+    """The journal line of the case just measured (its records from index ``records`` on)."""
+    prompts = {k: v for k, v in result.cases.items() if k.startswith(f"{key}|")}
+    return CaseLine(key, [asdict(r) for r in result.records[records:]], result.bounds[bounds:],
+                    prompts, dict(result.peer_notes))
+
+
+def _replay(line: CaseLine, result: BenchResult) -> None:
+    """A case the journal holds, into ``result`` as if measured now."""
+    for d in line.records:
+        result.records.append(RunRecord(**{**d, "steps": [tuple(s) for s in d["steps"]]}))
+    result.bounds += line.bounds
+    result.cases.update(line.prompts)
+    result.peer_notes.update(line.peer_notes)
 
 
 def _draft_costs(plan: BenchPlan, model: Model, draft: Any,
@@ -414,11 +468,19 @@ def _diagnose(model: Model, tok: Any, plan: BenchPlan, result: BenchResult, cost
     return out
 
 
-def total_steps(plan: BenchPlan) -> int:
-    """How many progress ticks ``run_plan`` makes (for a progress bar)."""
+def total_steps(plan: BenchPlan, done: int = 0) -> int:
+    """How many progress ticks ``run_plan`` makes (for a progress bar), ``done`` cases
+    (a resumed run's) left out."""
     per_rep = 1 + len(plan.configs) + len(plan.peers) + (1 if plan.oracle else 0)
     reps = plan.runs + (1 if plan.warmup else 0)
-    return len(plan.workloads) * len(plan.prompt_tokens) * reps * per_rep
+    return max(len(plan.workloads) * len(plan.prompt_tokens) - done, 0) * reps * per_rep
+
+
+def plan_identity(plan: BenchPlan, code: str) -> dict:
+    """What a resumed run must share with the run it continues (``journal.Journal.open``):
+    the plan, its dtype, the workloads' text and the code's commit."""
+    return dict(plan={**asdict_plan(plan), "dtype": plan.dtype},
+                workloads=fingerprint([asdict(w) for w in plan.workloads]), code=code)
 
 
 def asdict_plan(plan: BenchPlan) -> dict:

@@ -95,9 +95,16 @@ def workload(q: Question) -> Workload:
                     source=SOURCE)
 
 
-def workloads(per_category: int | None = None) -> list[Workload]:
-    """Every question as a workload (``per_category``: the stratified subset)."""
+def workloads(per_category: int | None = None, ids: Iterable[int] | None = None) -> list[Workload]:
+    """Every question as a workload (``per_category``: the stratified subset; ``ids``: only
+    the questions of these ids, each of which must exist)."""
     qs = questions()
+    if ids:
+        wanted = set(ids)
+        if unknown := sorted(wanted - {q.question_id for q in qs}):
+            raise ValueError(f"no Spec-Bench question has the id(s) {unknown[:10]} (ids "
+                             f"{qs[0].question_id}-{qs[-1].question_id})")
+        qs = tuple(q for q in qs if q.question_id in wanted)
     return [workload(q) for q in (stratified(qs, per_category) if per_category else qs)]
 
 

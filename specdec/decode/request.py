@@ -92,7 +92,8 @@ class Request:
 
     @property
     def left(self) -> int:
-        """The tokens still wanted: ``gen.max_tokens`` less those emitted."""
+        """The tokens still wanted: ``gen.max_tokens`` less those emitted (counted here only:
+        the row's depth reads it, ``Row.left``)."""
         return self.gen.max_tokens - self.stats.generated_tokens
 
     @property
@@ -154,7 +155,7 @@ class Request:
 
     def row(self) -> Row:
         if self._row is None:
-            self._row = Row(list(self.prompt_ids), self.policy, self.gen, rng=self.rng,
+            self._row = Row(list(self.prompt_ids), self.policy, self.gen, self, rng=self.rng,
                             tree_budget=self.tree_budget, shaper=self.shaper, extra=self.processors)
         return self._row
 

@@ -11,7 +11,7 @@ tests/decode/test_tree_attention.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 import mlx.core as mx
 
@@ -27,15 +27,24 @@ from .generation import Generation
 from .step import Greedy, Sampler, Step, sampler_for
 
 
+class Countdown(Protocol):
+    """What a row reads of its request (``request.Request``, which imports this module): the
+    tokens it still wants, counted once, there (``Request.left``)."""
+
+    @property
+    def left(self) -> int: ...
+
+
 @dataclass
 class Row:
     """One request's row: its context, decode policy and ``Generation`` (the request's
-    value, unchanged: k, sampling, outputs and ``max_tokens`` are read from it), and its
-    runtime state."""
+    value, unchanged: k, sampling and outputs are read from it), the request's countdown,
+    and its runtime state."""
 
-    context: list[int]  # the prompt when made (``prompt``), then every token emitted after it
+    context: list[int]  # the prompt when made, then every token emitted after it
     policy: DecodePolicy  # a bare Drafter is given ``DecodePolicy``: the depth asked, every step
     gen: Generation
+    request: Countdown  # its request: the tokens still wanted
     rng: Rng | None = None
     tree_budget: int = 0  # max tree nodes per step (0: linear drafts), resolved (``TreePlan``)
     shaper: TreeShaper | None = None  # "auto": each step's node count
@@ -45,10 +54,8 @@ class Row:
     drafted: int | None = None  # the length of the drafter's last proposal (None: none yet)
     sampler: Sampler = field(init=False)
     processors: list[LogitsProcessor] = field(init=False)
-    prompt: int = field(init=False)  # the context's length when made: the tokens not emitted
 
     def __post_init__(self) -> None:
-        self.prompt = len(self.context)
         params = self.gen.sampling
         if self.rng is None and not params.greedy:
             raise ValueError("a sampled row needs its request's Rng")
@@ -71,13 +78,13 @@ class Row:
 
     @property
     def left(self) -> int:
-        """The tokens the request still wants: its ``max_tokens`` less those emitted."""
-        return self.gen.max_tokens - (len(self.context) - self.prompt)
+        """The tokens the request still wants (``Request.left``: not recounted here)."""
+        return self.request.left
 
     @property
     def depth(self) -> int:
         """How deep this step may draft: k, but never past the tokens still wanted (the
-        only place the loop's steps read the request's ``max_tokens``)."""
+        only place the loop's steps read the request's countdown)."""
         return min(self.k, self.left - 1)
 
 
@@ -164,7 +171,7 @@ PARKED = Generation(max_tokens=1)  # a parked slot's: greedy, nothing reported
 
 def parked_stand_in(row: Row) -> Row:
     """A finished row's stand-in: greedy, one token a step, nothing drafted or checked."""
-    return Row([row.context[-1]], as_policy(NoDrafter()), PARKED, parked=True)
+    return Row([row.context[-1]], as_policy(NoDrafter()), PARKED, row.request, parked=True)
 
 
 def drafting(row: Row) -> bool:

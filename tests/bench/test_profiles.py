@@ -22,6 +22,7 @@ def test_pair_profile_sweeps_the_ks_on_both_models():
     assert plan.warmup and total_steps(plan) == 2 * 2 * (1 + 8 + 1 + 1)
     no_warm = build_plan(_parse("--profile", "pair", "--no-warmup", "--no-oracle"))[0]
     assert not no_warm.warmup and total_steps(no_warm) == 2 * 1 * (1 + 8 + 1)
+    assert total_steps(no_warm, done=1) == 1 * 1 * (1 + 8 + 1)  # a resumed run's cases left
     # flags still override the profile
     assert build_plan(_parse("--profile", "pair", "--peer-k", "4"))[0].peer_k == (4,)
 

@@ -6,6 +6,7 @@ real run of two questions through the whole report."""
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -133,26 +134,69 @@ def test_the_leaderboard_is_transcribed_from_the_vendored_file():
     assert eagle3.model == "Vicuna-13B-v1.3" and eagle3.mean_accepted == 5.71
 
 
+TWO_QUESTIONS = ("--profile", "specbench", "--per-category", "1", "--classes", "mt_bench,qa",
+                 "-m", "8", "--runs", "1", "--no-warmup")
+
+
 @pytest.mark.slow
 def test_two_questions_bench_with_parity_and_the_spec_bench_report(tmp_path):
     """One MT-bench question (two turns) and one QA question, 8 tokens a turn, one run:
-    parity holds, plain counts exactly 1.00 token per forward, the report and plot."""
-    from specdec.bench.report import build_summary, write_report
-    from specdec.bench.runner import run_plan
+    parity holds, plain counts exactly 1.00 token per forward, the report and plot; the
+    run killed after its first question and resumed gives this report."""
+    from specdec.bench.cli import cmd_bench
 
-    plan = build_plan(_parse("--profile", "specbench", "--per-category", "1", "--classes",
-                             "mt_bench,qa", "-m", "8", "--runs", "1", "--no-warmup"))[0]
-    result = run_plan(plan)
-    summary = build_summary(result)
+    whole = tmp_path / "whole"
+    assert cmd_bench(_parse(*TWO_QUESTIONS, "--out", str(whole))) == 0
+    data = json.loads((whole / "results.json").read_text())
+    summary = data["summary"]
     assert all(r["mismatches"] == 0 for r in summary["parity"])
-    assert {r.turn for r in result.records if r.cls == "mt_bench"} == {0, 1}
+    assert {r["turn"] for r in data["records"] if r["cls"] == "mt_bench"} == {0, 1}
     table = summary["specbench"]
     assert table["plain"]["overall"]["tpf"] == 1.0
     assert all(c["tpf"] >= 1.0 for t in table.values() for c in t.values())
-    report = write_report(result, tmp_path).read_text()
+    report = (whole / "report.md").read_text()
     assert "## Spec-Bench" in report and "suffix k=8 (the default)" in report
     assert "| PLD | Vicuna-7B-v1.3 | 1.60×" in report
-    assert (tmp_path / "specbench.png").stat().st_size > 0
+    assert (whole / "specbench.png").stat().st_size > 0
+    _killed_and_resumed_gives_the_same_report(whole, tmp_path / "pieces")
+
+
+def _timeless(report: str) -> str:
+    """The report below its header with every number masked: timings move between runs, and
+    with them the gate's choices (a config that drafted nothing has no acceptance, '–')."""
+    return re.sub(r"[0-9][0-9.,]*|–", "#", report.split("## Headline")[1])
+
+
+def _killed_and_resumed_gives_the_same_report(whole: Path, out: Path) -> None:
+    """A kill after the first question leaves the journal's header and that question's line:
+    ``--max-questions 0`` reports the part done, ``--resume`` measures the second question."""
+    from specdec.bench.cli import cmd_bench
+    from specdec.bench.journal import JOURNAL
+
+    lines = (whole / JOURNAL).read_text().splitlines(keepends=True)
+    assert len(lines) == 3  # the header, then one line per question as it finished
+    out.mkdir()
+    (out / JOURNAL).write_text("".join(lines[:2]))
+    with pytest.raises(ValueError, match=r"plan\.max_tokens was 8, now 16"):
+        cmd_bench(_parse(*TWO_QUESTIONS, "-m", "16", "--resume", str(out)))
+    assert cmd_bench(_parse(*TWO_QUESTIONS, "--resume", str(out), "--max-questions", "0")) == 0
+    stopped = json.loads((out / "results.json").read_text())
+    assert stopped["unfinished"] == 1 and "**Partial run**: 1 of" in (out / "report.md").read_text()
+    assert {r["cls"] for r in stopped["records"]} == {"mt_bench"}
+    assert cmd_bench(_parse(*TWO_QUESTIONS, "--resume", str(out))) == 0
+    resumed, uninterrupted = (json.loads((d / "results.json").read_text()) for d in (out, whole))
+    assert resumed["unfinished"] == 0 and (out / JOURNAL).read_text().splitlines()[:2] == \
+        [line.rstrip("\n") for line in lines[:2]]
+    assert resumed["cost_curve"] == uninterrupted["cost_curve"]  # the gate priced both pieces alike
+
+    def key(r: dict) -> tuple:  # what no clock moves: the tokens, and ungated configs' steps
+        steps = () if r["config"].endswith("k=8") else (r["verify_steps"], r["accepted"], r["steps"])
+        return (r["workload"], r["config"], r["run"], r["turn"], r["tokens"], r["emitted"], steps)
+
+    assert [r for r in resumed["records"] if r["cls"] == "mt_bench"] == \
+        [r for r in uninterrupted["records"] if r["cls"] == "mt_bench"]  # replayed, not re-run
+    assert sorted(map(key, resumed["records"])) == sorted(map(key, uninterrupted["records"]))
+    assert _timeless((out / "report.md").read_text()) == _timeless((whole / "report.md").read_text())
 
 
 def test_the_report_and_plot_from_hand_written_records(tmp_path):

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TINY_VOCAB
+from conftest import TINY_VOCAB, cached_tiny
 
 from specdec.core.proposal import Proposal
 from specdec.core.sampling import SamplingParams
@@ -12,6 +12,7 @@ from specdec.policy.drafting import as_policy
 from specdec.decode.rows import (NOTHING, Drafted, Row, draft_for_step, last_tokens, observe,
                                  observe_row, parked_stand_in, plain_row, propose)
 from specdec.decode.generation import Generation
+from specdec.decode.request import Request
 from specdec.decode.step import Step
 from specdec.drafters.spec import DraftSpec
 from specdec.drafters.base import Drafter, NoDrafter
@@ -23,7 +24,8 @@ def test_a_sampled_row_without_its_key_stream_is_refused():
     from specdec.drafters.base import NoDrafter
 
     with pytest.raises(ValueError, match="Rng"):
-        Row([1, 2], NoDrafter(), Generation(sampling=SamplingParams(temperature=0.5)))
+        gen = Generation(sampling=SamplingParams(temperature=0.5))
+        Row([1, 2], NoDrafter(), gen, Request(cached_tiny("llama"), [1, 2], gen))
     assert TINY_VOCAB > 9  # the forced token is in the tiny vocabulary
 
 
@@ -48,7 +50,9 @@ class Listed(Drafter):
 
 
 def row(drafter, k=4, left=10, **kw):
-    return Row([5, 6, 7], drafter, Generation(left, DraftSpec(num_draft_tokens=k)), **kw)
+    """A row of a request (not started: only its countdown is read) wanting ``left`` tokens."""
+    gen = Generation(left, DraftSpec(num_draft_tokens=k))
+    return Row([5, 6, 7], drafter, gen, Request(cached_tiny("llama"), [5, 6, 7], gen), **kw)
 
 
 def step(tokens, accepted, drafted):
@@ -75,10 +79,20 @@ def test_draft_for_step_refuses_what_is_not_a_proposal():
         draft_for_step(as_policy(Listed([1, 2])), [0], 2)
 
 
-def test_a_row_drafts_no_deeper_than_the_tokens_it_still_wants():
-    r = row(Listed(Proposal([1, 2, 3, 4])), k=4, left=3)
+def test_a_row_drafts_no_deeper_than_the_tokens_its_request_still_wants():
+    """The countdown is the request's (``Request.left``), not the row's context: a context
+    rolled back (trimmed) drafts no deeper, and the row follows what ``feed`` counted."""
+    req = Request(cached_tiny("llama"), [5, 6, 7], Generation(3, DraftSpec(num_draft_tokens=4)),
+                  drafter=Listed(Proposal([1, 2, 3, 4])))
+    req.start()
+    assert req.prefill()
+    r = req.row()
     assert r.depth == 2 and propose(r, alone=True) == Drafted(Proposal([1, 2]), Proposal([1, 2]))
-    observe(r, NOTHING, step([8], accepted=0, drafted=0))  # one token emitted: two still wanted
+    s = step([8], accepted=0, drafted=0)
+    observe(r, NOTHING, s)
+    req.feed(s)  # one token emitted: two still wanted
+    assert (r.left, r.depth) == (req.left, 1) == (2, 1) and propose(r, alone=True).full == Proposal([1])
+    del r.context[-2:]  # rolled back past the prompt's end: the request's count stands
     assert (r.left, r.depth) == (2, 1) and propose(r, alone=True).full == Proposal([1])
     assert row(Listed(Proposal([1])), k=4, left=10).depth == 4  # k, while the budget is deeper
     assert propose(row(NoDrafter()), alone=True) is NOTHING
@@ -109,5 +123,5 @@ def test_plain_rows_parked_stand_ins_and_last_tokens():
     r = row(Listed(Proposal([1])))
     assert plain_row(r) and not plain_row(row(NoDrafter(), tree_budget=4))
     stand_in = parked_stand_in(r)
-    assert stand_in.context == [7] and stand_in.parked and not stand_in.speculative and stand_in.left == 1
+    assert stand_in.context == [7] and stand_in.parked and not stand_in.speculative and stand_in.left == r.left
     assert last_tokens([r, stand_in]).tolist() == [[7], [7]]

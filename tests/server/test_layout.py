@@ -71,8 +71,7 @@ READS_MAX_TOKENS = {
                       "events.py",  # GenRequest.reserved: the KV budget's reservation
                       "wedlm_rows.py"},  # --decoder wedlm's windows (not the loop)
     "decode": {"generation.py",  # the value's own check (>= 1)
-               "request.py",  # Request.left: feed ends the output there
-               "rows.py"},  # Row.left / Row.depth: drafting stops there
+               "request.py"},  # Request.left: feed ends the output there; Row.depth reads it
 }
 
 
