@@ -80,6 +80,7 @@ class Batch:
         self.cache: list[Any] | None = None
         self.inflight: InFlight | None = None  # a plain step queued, not yet read (``pipeline``)
         self.parked_cost = 0.0  # steps' worth of rows the parked slots have taken so far
+        self.probe = -1  # the slot whose drafter was last asked while blocks were priced out
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -11,6 +11,7 @@ landed steps), tests/drafters/test_gate.py.
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
@@ -20,7 +21,7 @@ from ..cache.recurrent import RecurrentCache
 from ..core.proposal import EMPTY
 from ..policy.drafting import StepTime
 from .batch import Batch, InFlight
-from .rows import (NOTHING, Drafted, draft_for_step, drafting, last_tokens, observe_row, plain_row,
+from .rows import (NOTHING, Drafted, Row, draft_for_step, drafting, last_tokens, observe_row, plain_row,
                    row_failed)
 from .step import Step, Verify, land_plain_step, queue_plain_step
 
@@ -72,11 +73,16 @@ def land(batch: Batch, cur: InFlight) -> list[Step]:
     """Read a queued plain step of the first ``cur.covers`` rows and observe it: a policy
     not drafting is told the token (as in a single stream's plain stretch); another drafter's
     proposal is made and cut as a plain verify step would (its first draft against the
-    emitted token: ``rows.observe``)."""
+    emitted token: ``rows.observe``). Where the batch's price rules out every block, only
+    the row in turn (``probed``) is asked or told; the others' contexts grow alone."""
     rows = batch.rows[: cur.covers]
     steps = land_plain_step(cur.arrays, [Verify(r.context, EMPTY, r.sampler) for r in rows])
     hopeless = batch.price.hopeless(len(rows), max((r.k for r in rows if r.speculative), default=0))
+    probe = None if hopeless else probed(batch, rows)
     for i, (r, s) in enumerate(zip(rows, steps)):
+        if probe is not None and i != probe:  # not its turn: its drafter and policy catch
+            steps[i] = observe_row(rows, i, NOTHING, s)  # up from the context when next asked
+            continue
         paused = r.speculative and not r.policy.drafts
         asks = r.speculative and not paused and not hopeless
         try:  # a pipelined step drafts after it landed: a drafter's failure is its row's
@@ -88,3 +94,16 @@ def land(batch: Batch, cur: InFlight) -> list[Step]:
         if paused and steps[i].error is None:
             r.policy.plain(r.context)
     return steps
+
+
+def probed(batch: Batch, rows: Sequence[Row]) -> int | None:
+    """The one row (round robin over the slots) whose drafter is asked after this plain
+    step where the price rules out every block even at the rows' full depths (None: every
+    row is asked). Why: at 32 rows asking every drafter cost ~10 ms of host work a step
+    (profiled) for estimates no step could use; one row a step keeps evidence coming, so
+    the batch drafts again once a long copy or fewer rows make a block pay
+    (lab/serve-throughput-vs-mlx-lm/probe-one-row)."""
+    if not batch.price.priced_out([r.depth if drafting(r) else 0 for r in rows], [r.alpha for r in rows]):
+        return None
+    batch.probe = (batch.probe + 1) % len(rows)
+    return batch.probe

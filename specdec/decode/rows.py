@@ -54,12 +54,16 @@ class Row:
     drafted: int | None = None  # the length of the drafter's last proposal (None: none yet)
     sampler: Sampler = field(init=False)
     processors: list[LogitsProcessor] = field(init=False)
+    # whether it has a drafter: asked several times per row every batch step (once here:
+    # the property through policy and isinstance was 1.3 ms a step at 32 rows, profiled)
+    speculative: bool = field(init=False)
 
     def __post_init__(self) -> None:
         params = self.gen.sampling
         if self.rng is None and not params.greedy:
             raise ValueError("a sampled row needs its request's Rng")
         self.policy = as_policy(self.policy)
+        self.speculative = not isinstance(self.policy.drafter, NoDrafter)
         self.sampler = sampler_for(params, self.rng, self.speculative)
         self.processors = processors_for(params) + list(self.extra)
 
@@ -71,10 +75,6 @@ class Row:
     @property
     def drafter(self) -> Drafter:
         return self.policy.drafter
-
-    @property
-    def speculative(self) -> bool:
-        return not isinstance(self.drafter, NoDrafter)
 
     @property
     def left(self) -> int:

@@ -88,6 +88,15 @@ class BlockPrice:
             self._hopeless[key] = k == 0 or choose_block([k] * rows, [1.0] * rows, self.cost(rows)) == 1
         return self._hopeless[key]
 
+    def priced_out(self, depths: Sequence[int], alphas: Sequence[float]) -> bool:
+        """Whether the price rules out every block for these rows even at their full draft
+        depths (``depths``: 0 for a row not drafting) at their learnt acceptance: some row
+        drafts, yet L = 1 (a pipelined batch then asks one row's drafter a step, in turn:
+        ``decode.pipeline.land``). False for a lone row or no curve (a row drafts as alone)."""
+        if len(depths) < 2 or self.curve is None or max(depths, default=0) < 1:
+            return False
+        return self.block(depths, alphas) == 1
+
     def observe(self, rows: int, L: int, seconds: float) -> None:
         """A B x L step took ``seconds``: update the ratio for its size class and L."""
         if not self.learn or self.curve is None or rows < 2:

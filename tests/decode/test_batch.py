@@ -206,20 +206,67 @@ class Scripted(Drafter):
 
 def test_acceptance_is_learnt_from_drafts_a_plain_step_cuts():
     """With blocks priced out at the rows' estimates (every step plain: a block would pay
-    only if both rows' drafts held, and their acceptances sum to one), a row whose drafts
-    would have been accepted is seen to have high acceptance, one whose drafts would not,
-    low. (Where no block could pay even then, no drafter is asked: the next test.)"""
+    only if both rows' drafts held, and their acceptances sum to one; the rows are asked in
+    turn, one a step), a row whose drafts would have been accepted is seen to have high
+    acceptance, one whose drafts would not, low. (Where no block could pay even then, no
+    drafter is asked: ``test_a_batch_where_no_block_can_pay_asks_no_drafter``.)"""
     model = cached_tiny("llama")
     batch = Batch(model, lambda n: 1.0 + n, learn=False)
     prompts = [repetitive_prompt(s, 20) for s in (30, 31)]
     for p, right in zip(prompts, (True, False)):
-        req = Request(model, p, Generation(max_tokens=12), drafter=Scripted(p, alone(model, p, "none", 12), right))
+        req = Request(model, p, Generation(max_tokens=24), drafter=Scripted(p, alone(model, p, "none", 24), right))
         req.start()
         req.prefill()
         batch.join(req.row(), req.layers)
-    for _ in range(10):
+    for _ in range(20):
         assert [s.fed for s in loop.step(batch)] == [1, 1]
     assert batch.rows[0].alpha > 0.9 and batch.rows[1].alpha < 0.1
+
+
+class CountingScripted(Scripted):
+    """``Scripted``, counting its proposals."""
+
+    def __init__(self, prompt, continuation, right):
+        super().__init__(prompt, continuation, right)
+        self.asked = 0
+
+    def propose(self, context, k):
+        self.asked += 1
+        return super().propose(context, k)
+
+
+def test_a_priced_out_batch_asks_one_row_a_step_in_turn_and_drafts_again_once_it_pays():
+    """Where the price rules out every block even at the rows' full depths (three rows at
+    acceptance 1/2 on this curve; an all-accepted draft would still pay: not hopeless),
+    each pipelined step asks one row's drafter, the rows in turn; their drafts hold, so the
+    probed acceptance rises until a block pays, and from then the batch verifies drafts
+    (every drafter asked again). Every row's tokens equal plain decoding alone (the rows
+    not asked catch up from their contexts)."""
+    model = cached_tiny("llama")
+    batch = Batch(model, lambda n: 1.0 + n, learn=False)
+    prompts = [repetitive_prompt(s, 20) for s in (60, 61, 62)]
+    want = [alone(model, p, "none", 30) for p in prompts]
+    reqs = []
+    for p, w in zip(prompts, want):
+        reqs.append(Request(model, p, Generation.of(max_tokens=30, num_draft_tokens=4),
+                            drafter=CountingScripted(p, w, True)))
+        reqs[-1].start()
+        reqs[-1].prefill()
+        batch.join(reqs[-1].row(), reqs[-1].layers)
+    assert not batch.price.hopeless(3, 4) and batch.price.priced_out([4] * 3, [0.5] * 3)
+    got, asked, fed = [[], [], []], [], []
+    while not any(r.finish_reason for r in reqs):
+        before = [r.drafter.asked for r in reqs]
+        steps = loop.step(batch)
+        asked.append([i for i, (r, b) in enumerate(zip(reqs, before)) if r.drafter.asked > b])
+        fed.append(max(s.fed for s in steps))
+        for i, s in enumerate(steps):
+            got[i] += [e.token for e in reqs[i].feed(s)]
+    resumed = next(n for n, f in enumerate(fed) if f > 1)  # the first step verifying drafts
+    probes = [a for a in asked[:resumed] if len(a) == 1]
+    assert len(probes) >= 9 and [a[0] for a in probes[:9]] == [0, 1, 2] * 3
+    assert asked[resumed] == [0, 1, 2] and sum(f > 1 for f in fed) >= 3
+    assert [g == w[:len(g)] for g, w in zip(got, want)] == [True] * 3
 
 
 def test_paused_gates_let_a_batch_pipeline_and_watch_every_token():

@@ -58,3 +58,16 @@ def test_hopeless_follows_what_the_price_learns_and_a_new_curve():
     assert not price.hopeless(4, 4)
     price.curve = lambda n: float(n) ** 2  # set directly (the worker's unknown_cost): asked anew
     assert price.hopeless(4, 4)
+
+
+def test_priced_out_means_no_block_pays_at_full_depth_and_learnt_acceptance():
+    """``priced_out``: some row drafts, yet L = 1 at the rows' full depths and estimates
+    (between pays-somewhere and ``hopeless``); never for a lone row, no curve, or rows
+    that draft nothing (their own policies stopped them, not the batch's price)."""
+    price = BlockPrice(lambda n: 1.0 + n)
+    assert price.priced_out([4, 4, 4], [0.5] * 3) and not price.hopeless(3, 4)
+    assert not price.priced_out([4, 4, 4], [0.95] * 3)  # a block pays at high acceptance
+    assert not price.priced_out([0, 0, 0], [0.5] * 3) and not price.priced_out([4], [0.1])
+    assert not BlockPrice().priced_out([4, 4], [0.1, 0.1])
+    # a row drafting nothing still takes its slot in every block of the batch
+    assert price.priced_out([4, 4, 0], [0.9, 0.9, 0.5]) and not price.priced_out([4, 4], [0.9, 0.9])

@@ -343,6 +343,23 @@ def test_no_drafts_while_a_prompt_waits_for_its_prefill(worker):
     assert run.done(late).finish_reason == "length"
 
 
+def test_a_priced_out_batch_asks_drafters_in_turn_and_every_answer_is_unchanged(worker):
+    """Three rows drafting (ungated suffix at k = 8, and the server's default) on a price
+    that rules out every block at three rows at the estimates but not at full acceptance
+    (``BlockPrice.priced_out``): the batch pipelines plain steps, asking one row's drafter
+    a step in turn, and every job's tokens equal plain greedy decoding alone (a row's
+    drafter not asked catches up from its context)."""
+    run = Rounds(worker, max_batch=3)
+    run.batcher.price.reprice(lambda n: 1.0 + n)
+    suffix = DraftSpec("suffix", num_draft_tokens=8, gate=False)
+    specs = [suffix, worker.cfg.speculation, suffix]
+    jobs = [run.submit(chat_ids(worker, q), REF_TOKENS, spec) for q, spec in zip(short_questions(3), specs)]
+    run.finish()
+    assert run.batcher.batch.probe >= 0  # rows were probed in turn
+    for job in jobs:
+        assert run.tokens(job) == greedy(worker, job.request.prompt_ids, REF_TOKENS)
+
+
 @pytest.mark.parametrize("ending", ["finished", "cancelled"])
 def test_an_emptied_batch_hands_its_buffers_back(worker, ending):
     """When the last row leaves (finished or cancelled mid-decode), mlx's buffer cache is

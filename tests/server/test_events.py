@@ -4,6 +4,7 @@ top-k log-probabilities in the engine."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from conftest import cached_tiny
@@ -12,7 +13,7 @@ from specdec.drafters.ngram_mod import NgramModTable, tokenizer_fingerprint
 from specdec.server.engine.memory import SharedMemory
 from specdec.drafters import DraftSpec
 from specdec.decode.generation import Generation
-from specdec.server.engine.events import GenRequest, Job, JobQueue
+from specdec.server.engine.events import DoneEvent, GenRequest, Job, JobQueue, TokenEvent, coalesced
 
 
 def test_shared_memory_files(tmp_path, smollm):
@@ -33,6 +34,54 @@ def test_shared_memory_files(tmp_path, smollm):
     with pytest.raises(ValueError, match="not writable|does not exist"):
         SharedMemory.open(str(tmp_path / "missing-dir" / "mem"), tok, DraftSpec("suffix", suffix_history=1000))
     assert tokenizer_fingerprint(tok) == again.fingerprint
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """A real event loop that counts the cross-thread wakes it is sent."""
+
+    wakes = 0
+
+    def call_soon_threadsafe(self, *args, **kw):
+        self.wakes += 1
+        return super().call_soon_threadsafe(*args, **kw)
+
+
+def test_a_rounds_events_reach_the_loop_in_one_wake_and_in_order():
+    """Inside ``coalesced`` (a batcher round) the worker thread's events for every job go
+    in one wake of the loop at the block's end, each job's in the order emitted (a done
+    event after its tokens); outside it each event is its own wake."""
+    loop = CountingLoop()
+    try:
+        jobs = [Job(GenRequest([1], Generation(max_tokens=2)), loop) for _ in range(3)]
+
+        def a_round():
+            with coalesced():
+                for t in (7, 8):
+                    for j in jobs:
+                        j.emit(TokenEvent(str(t), t))
+                with coalesced():  # nested: sent with the outer block
+                    jobs[0].emit(DoneEvent("length"))
+                assert loop.wakes == 0
+
+        worker = threading.Thread(target=a_round)
+        worker.start()
+        worker.join()
+        assert loop.wakes == 1 and all(j.events.empty() for j in jobs)
+        loop.run_until_complete(asyncio.sleep(0))
+        got = [[getattr(e, "token", None) or e.finish_reason for e in _drained(j)] for j in jobs]
+        assert got == [[7, 8, "length"], [7, 8], [7, 8]]
+        jobs[1].emit(DoneEvent("length"))
+        jobs[2].emit(DoneEvent("length"))
+        assert loop.wakes == 3
+    finally:
+        loop.close()
+
+
+def _drained(job):
+    out = []
+    while not job.events.empty():
+        out.append(job.events.get_nowait())
+    return out
 
 
 def test_job_queue_bounded_and_withdrawable():

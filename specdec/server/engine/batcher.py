@@ -27,7 +27,7 @@ from ...decode.step import Step
 from ...engine import grammar_for, tree_policy
 from ...policy.pricing import BlockPrice
 from ..http.errors import APIError
-from .events import DoneEvent, Job
+from .events import DoneEvent, Job, coalesced
 from .kv_budget import release_idle_memory
 from .prefill import Prefilling
 from .rows import Active, WorkerPort
@@ -86,10 +86,12 @@ class Batcher(Prefilling, WedlmRows):
         self._drop_cancelled()
 
     def run_once(self, tick: float) -> None:
-        """One scheduling round; a round that emptied the batch (rows finished, failed or
-        were cancelled) hands its working set back to the system."""
+        """One scheduling round, its events sent together at its end (``events.coalesced``);
+        a round that emptied the batch (rows finished, failed or were cancelled) hands its
+        working set back to the system."""
         try:
-            self._round(tick)
+            with coalesced():  # the round's events: one wake of the event loop
+                self._round(tick)
         finally:
             if self._worked and not len(self):
                 self._worked = False

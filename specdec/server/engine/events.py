@@ -4,18 +4,20 @@ Contract: a ``GenRequest`` is one validated generation; a ``Job`` carries it thr
 ``JobQueue`` (bounded, FIFO, a waiting job can be withdrawn) to the inference thread, and
 its events back to its asyncio side in order through ``Job.events``: one ``TokenEvent``
 per generated token, then a ``DoneEvent`` (finish reason, usage, timings) or an
-``ErrorEvent``. ``Job.emit`` is safe from any thread.
+``ErrorEvent``. ``Job.emit`` is safe from any thread; inside ``coalesced()`` (the batcher's
+round) a thread's events wait for the block's end and go in one wake of each event loop.
 Tests: tests/server/test_events.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from ...decode.generation import Generation
 from ..http.errors import APIError
@@ -92,10 +94,11 @@ class Job:
         self.submitted = time.perf_counter()
 
     def emit(self, event: Event) -> None:
-        try:  # from the worker thread: asyncio queues are not thread-safe
-            self.loop.call_soon_threadsafe(self._put, event)
-        except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
-            pass
+        pending = getattr(_held, "events", None)
+        if pending is not None:  # inside ``coalesced``: sent with the rest at its end
+            pending.append((self, event))
+            return
+        _send(self.loop, [(self, event)])
 
     def _put(self, event: Event) -> None:
         """On the event loop. A reader this far behind has stopped reading (a stalled SSE
@@ -105,6 +108,44 @@ class Job:
             self.cancelled.set()
             return
         self.events.put_nowait(event)
+
+
+_held = threading.local()  # ``events``: what ``coalesced`` holds on this thread (None: none)
+
+
+@contextlib.contextmanager
+def coalesced() -> Iterator[None]:
+    """Every ``Job.emit`` on this thread inside the block is held and sent at its end, in
+    order, with one ``call_soon_threadsafe`` per event loop. Why: the batcher emits a token
+    per row each step, and each call wakes the loop through its self-pipe (32 writes and
+    wakes a step at 32 rows); one per step does the same work. Held per thread, so a
+    job's done or error event never overtakes its tokens. Nested blocks send at the outer end."""
+    if getattr(_held, "events", None) is not None:
+        yield
+        return
+    _held.events = []
+    try:
+        yield
+    finally:
+        pending, _held.events = _held.events, None
+        loops: dict[asyncio.AbstractEventLoop, list[tuple[Job, Event]]] = {}
+        for job, event in pending:
+            loops.setdefault(job.loop, []).append((job, event))
+        for loop, events in loops.items():
+            _send(loop, events)
+
+
+def _send(loop: asyncio.AbstractEventLoop, events: list[tuple[Job, Event]]) -> None:
+    """Queue ``events`` on ``loop`` in one callback (from any thread)."""
+    try:  # from the worker thread: asyncio queues are not thread-safe
+        loop.call_soon_threadsafe(_put_all, events)
+    except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
+        pass
+
+
+def _put_all(events: list[tuple[Job, Event]]) -> None:
+    for job, event in events:
+        job._put(event)
 
 
 class JobQueue:
