@@ -15,7 +15,8 @@ trees) are priced on the acceptance by what the drafts before did and resume on 
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
 one-token verify steps instead where what a pipelined token saves is less than what drafting
-its offers a token late loses: ``pipelines``). Forced grammar tokens are
+its offers a token late loses: ``pipelines``; the saving, measured, is carried from request to
+request on one curve: ``Pipelining``). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py, tests/drafters/test_gate_live.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
@@ -321,7 +322,8 @@ class CostGate(AdaptiveK):
         (traced: q281 resumed ~20 times, each a forward more than its replay: 25-27 accepted
         against 29-30; lab/gate-live-lag). What late drafts lose per idle token (``_late_loss``,
         decayed) is weighed against what a pipelined token saves over a one-token verify step,
-        once measured (``plain_ratio``; never measured, in a batch or untimed: pipelined)."""
+        once measured (``plain_ratio``, carried across requests: ``Pipelining``; never measured,
+        in a batch or untimed: pipelined)."""
         if not self._ratio_seen or not self._idle_asks:
             return True
         saves = self.cost[1] * self.scale - self.plain_seconds()  # over a one-token verify step
