@@ -112,55 +112,9 @@ def test_a_paused_tokens_ask_stays_inside_the_shadow_budget():
             assert drafter.calls >= 400 // 5  # still watching: every fourth token here
 
 
-class EveryFourth(Drafter):
-    """Offers one token where the answer holds it (every fourth position from 150: a
-    copy's scattered tokens), nothing elsewhere: every offer made is accepted."""
-
-    name = "every-fourth"
-    guesses_paused = True
-
-    def propose(self, context, k):
-        return Proposal([5][:k] if copyable(len(context)) else [])
-
-
-def copyable(i):
-    return i >= 150 and i % 4 == 0
-
-
-def test_a_resume_out_of_a_pipelined_stretch_is_not_a_token_late():
-    """Issue #46, q281 (live 27 accepted, its replay 35): a pipelined stretch queues the next
-    token's forward before the gate sees this one, so an offer seen while paused is drafted
-    a token late, and a one-token offer never: here every offer is right, one token long,
-    between tokens with nothing to offer. Where a pipelined token saves nothing over a
-    one-token verify step (this clock: both take CPU[1]) the gate keeps to verify steps
-    between drafts and drafts every offer from its first measured plain tokens on (before:
-    it paused at every empty offer and drafted none of them)."""
-    clock = Clock()
-    gate = CostGate(EveryFourth(), CPU, k_max=8, clock=clock)
-    ctx, drafted, landing, offers = [1, 2, 3], 0, False, 0
-    gate.begin(ctx)
-    while len(ctx) < 600:
-        if gate.paused or landing:  # as ``decode`` above: the token in flight at a resume is plain
-            clock.now += CPU[1]
-            gate.took(StepTime(0, CPU[1]))
-            ctx.append(5 if copyable(len(ctx)) else 9)
-            gate.watch(ctx)
-            landing = not landing and not gate.paused
-            continue
-        offers += copyable(len(ctx))
-        proposal = gate.propose(ctx, 8)
-        clock.now += CPU[1 + len(proposal)]
-        gate.took(StepTime(1 + len(proposal), CPU[1 + len(proposal)]))
-        if proposal:
-            gate.observe(1)
-        drafted += bool(proposal)
-        ctx += [5 if copyable(len(ctx)) else 9 for _ in range(1 + bool(proposal))]
-    assert not gate.pipelines(), "a pipelined token saves nothing here: it should watch on verify steps"
-    assert drafted >= (600 - 150) // 4 - 5, f"drafted {drafted} of ~{(600 - 150) // 4} offers that pay"
-
-
 class Offering(Drafter):
-    """Offers one token, 5, at every fourth position from ``start`` (every offer right)."""
+    """Offers one token, 5, where the answer holds it (every fourth position from ``start``:
+    a copy's scattered tokens), nothing elsewhere: every offer made is accepted."""
 
     name = "offering"
     guesses_paused = True
@@ -197,6 +151,21 @@ def answer(gate, clock, start, tokens):
         drafted += bool(proposal)
         ctx += [5 if right(len(ctx), start) else 9 for _ in range(1 + bool(proposal))]
     return drafted
+
+
+def test_a_resume_out_of_a_pipelined_stretch_is_not_a_token_late():
+    """Issue #46, q281 (live 27 accepted, its replay 35): a pipelined stretch queues the next
+    token's forward before the gate sees this one, so an offer seen while paused is drafted
+    a token late, and a one-token offer never: here every offer is right, one token long,
+    between tokens with nothing to offer. Where a pipelined token saves nothing over a
+    one-token verify step (this clock: both take CPU[1]) the gate keeps to verify steps
+    between drafts and drafts every offer from its first measured plain tokens on (before:
+    it paused at every empty offer and drafted none of them)."""
+    clock = Clock()
+    gate = CostGate(Offering(150), CPU, k_max=8, clock=clock)
+    drafted = answer(gate, clock, 150, 600)
+    assert not gate.pipelines(), "a pipelined token saves nothing here: it should watch on verify steps"
+    assert drafted >= (600 - 150) // 4 - 5, f"drafted {drafted} of ~{(600 - 150) // 4} offers that pay"
 
 
 def test_a_short_answer_drafts_on_what_the_requests_before_learnt_of_pipelining():
