@@ -61,12 +61,18 @@ class Pipelining:
 
 
 _LEARNT: dict[tuple[tuple[int, float], ...], Pipelining] = {}
+LEARNT_CURVES = 16  # curves whose ``Pipelining`` a process keeps (one per model and machine in use)
 
 
 def learnt_for(cost: Mapping[int, float]) -> Pipelining:
     """The process's ``Pipelining`` for this verify cost curve (one per model and machine: the
-    curve is measured and cached per both), shared by every gate priced on it."""
-    return _LEARNT.setdefault(tuple(sorted(cost.items())), Pipelining())
+    curve is measured and cached per both), shared by every gate priced on it. A server prices on
+    a provisional curve while it calibrates (a new one every few rounds): the oldest are dropped
+    past ``LEARNT_CURVES``."""
+    key = tuple(sorted(cost.items()))
+    if key not in _LEARNT and len(_LEARNT) >= LEARNT_CURVES:
+        del _LEARNT[next(iter(_LEARNT))]
+    return _LEARNT.setdefault(key, Pipelining())
 
 
 class CostGate(AdaptiveK):

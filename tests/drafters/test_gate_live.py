@@ -182,3 +182,17 @@ def test_a_short_answer_drafts_on_what_the_requests_before_learnt_of_pipelining(
     clock = Clock()
     carried = answer(CostGate(Offering(4), CPU, k_max=8, clock=clock, memory=memory), clock, 4, 16)
     assert (fresh, carried) == (1, 2)
+
+
+def test_gates_on_one_curve_share_what_they_learnt_and_old_curves_are_dropped():
+    """``learnt_for``: one ``Pipelining`` per curve (equal curves, one object), a bounded
+    number of curves kept (a calibrating server prices on a new provisional curve every few
+    rounds)."""
+    from specdec.policy import gate as gate_module
+
+    first = gate_module.learnt_for({1: 1.0, 2: 1.5})
+    assert gate_module.learnt_for({2: 1.5, 1: 1.0}) is first
+    for i in range(gate_module.LEARNT_CURVES):
+        gate_module.learnt_for({1: 2.0 + i, 2: 3.0})
+    assert len(gate_module._LEARNT) <= gate_module.LEARNT_CURVES
+    assert gate_module.learnt_for({1: 1.0, 2: 1.5}) is not first
