@@ -114,14 +114,16 @@ class Logged:
         return gate
 
 
-def turn_policy(q: Turn, pol, tok, curve, gate_cls):
+def turn_policy(q: Turn, pol, tok, curve, gate_cls, memory=None):
     """The policy that replays turn ``q``, begun on its prompt: on a question's first turn a
     fresh one (the ungated suffix drafter's, or ``gate_cls`` over its drafter, as the bench
-    builds one per question), else ``pol``, the one of the turn before (also lag_replay's)."""
+    builds one per question), else ``pol``, the one of the turn before (also lag_replay's);
+    ``memory``: the gate's state carried across questions (lag_replay --carry)."""
     if q.turn == 0 or pol is None:
         pol = drafter_for(DraftSpec(gate=False), None, tok)
         if gate_cls is not None:
-            pol = gate_cls(pol.drafter, curve, K, dict(DRAFT_COST))
+            kw = {} if memory is None else {"memory": memory}
+            pol = gate_cls(pol.drafter, curve, K, dict(DRAFT_COST), **kw)
     pol.begin(q.prompt)
     return pol
 

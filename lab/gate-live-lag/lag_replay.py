@@ -29,10 +29,11 @@ from gate_specbench_replay import K, gate_class  # noqa: E402
 from calibration import agreed, turn_policy, turns  # noqa: E402
 
 
-def run(qturns, tok, curve, line, gate_cls, lag: bool, faithful: bool = True, ratio: float = 1.0) -> list[dict]:
+def run(qturns, tok, curve, line, gate_cls, lag: bool, faithful: bool = True, ratio: float = 1.0,
+        memory=None) -> list[dict]:
     rows, pol = [], None
     for q in qturns:
-        pol = turn_policy(q, pol, tok, curve, gate_cls)
+        pol = turn_policy(q, pol, tok, curve, gate_cls, memory)  # memory: carried across questions
         ctx, t, secs, fw, acc, steps = list(q.prompt), 0, 0.0, 0, 0, []
         while t < len(q.out):
             if gate_cls is not None and pol.paused:
@@ -93,6 +94,9 @@ def main() -> None:
     ap.add_argument("--gate", help="a checkout whose CostGate runs (default: this one)")
     ap.add_argument("--ratio", type=float, default=1.0, help="a pipelined plain token / a one-token verify step")
     ap.add_argument("--show", help="print this question's steps (e.g. summarization-281)")
+    ap.add_argument("--carry", action="store_true",
+                    help="add a live run whose gates share what they learnt of pipelining "
+                         "(``gate.Pipelining``) from question to question, as the bench's do")
     args = ap.parse_args()
     _, tok = specdec.load("smollm2-135m", dtype="float32")
     curve = {int(k): v for k, v in json.load(open(args.results[0]))["cost_curve"].items()}
@@ -105,8 +109,14 @@ def main() -> None:
     res = {}
     configs = (("ungated", None, False, True), ("old replay", gate, False, False),
                ("no lag", gate, False, True), ("live (lag)", gate, True, True))
+    if args.carry:
+        configs += (("live, carried", gate, True, True),)
     for name, cls, lag, faithful in configs:
-        rows = [r for qs in by_q.values() for r in run(qs, tok, curve, line, cls, lag, faithful, args.ratio)]
+        memory = None
+        if name == "live, carried":
+            from specdec.policy.gate import Pipelining
+            memory = Pipelining()
+        rows = [r for qs in by_q.values() for r in run(qs, tok, curve, line, cls, lag, faithful, args.ratio, memory)]
         res[name] = summary(name, rows, line, args.ratio)
         if args.show:
             for r in rows:

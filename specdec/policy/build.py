@@ -7,7 +7,7 @@ from ..drafters.base import Drafter
 from ..drafters.spec import DraftResources, DraftSpec, build_drafter
 from .adaptive import AdaptiveK
 from .drafting import DecodePolicy
-from .gate import CostGate
+from .gate import CostGate, learnt_for
 
 
 def policy_for(spec: DraftSpec, res: DraftResources, drafter: Drafter) -> DecodePolicy:
@@ -19,8 +19,11 @@ def policy_for(spec: DraftSpec, res: DraftResources, drafter: Drafter) -> Decode
             if spec.gate else "adaptive k"
         raise ValueError(f"{what} needs the model's verify cost curve: build the drafter "
                          "with specdec.prepare_resources(spec, model, tokenizer)")
-    wrap = CostGate if spec.gate else AdaptiveK
-    return wrap(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost)
+    if not spec.gate:
+        return AdaptiveK(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost)
+    # what gates on this curve (model and machine) learnt of pipelining carries to this one
+    return CostGate(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost,
+                    memory=learnt_for(res.cost))
 
 
 def build_policy(spec: DraftSpec, resources: DraftResources | None = None, *,

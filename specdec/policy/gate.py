@@ -15,7 +15,8 @@ trees) are priced on the acceptance by what the drafts before did and resume on 
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
 one-token verify steps instead where what a pipelined token saves is less than what drafting
-its offers a token late loses: ``pipelines``). Forced grammar tokens are
+its offers a token late loses: ``pipelines``; the saving, measured, is carried from request to
+request on one curve: ``Pipelining``). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py, tests/drafters/test_gate_live.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
@@ -44,13 +46,45 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 FRESH = math.ceil(1 / RATIO_WEIGHT)
 
 
+@dataclass
+class Pipelining:
+    """What gates learnt of pipelining on one model and machine, carried from request to request
+    (``CostGate(memory=)``): what a pipelined plain token saves, as its cost over a one-token
+    verify step (``ratio``, from ``seen`` tokens). Why: a gate learnt it per request, and an answer
+    of a dozen tokens ends before it is measured (issue #46): until then each request paused into
+    pipelined stretches and drafted its offers a token late. What late drafts lose is the text's,
+    not the machine's: it stays the request's (carried too, the replay read summarization and RAG
+    0.02-0.03x slower: the last answer's copies kept new text off the pipelined path)."""
+
+    ratio: float = 1.0
+    seen: int = 0
+
+
+_LEARNT: dict[tuple[tuple[int, float], ...], Pipelining] = {}
+LEARNT_CURVES = 16  # curves whose ``Pipelining`` a process keeps (one per model and machine in use)
+
+
+def learnt_for(cost: Mapping[int, float]) -> Pipelining:
+    """The process's ``Pipelining`` for this verify cost curve (one per model and machine: the
+    curve is measured and cached per both), shared by every gate priced on it. A server prices on
+    a provisional curve while it calibrates (a new one every few rounds): the oldest are dropped
+    past ``LEARNT_CURVES``."""
+    key = tuple(sorted(cost.items()))
+    if key not in _LEARNT and len(_LEARNT) >= LEARNT_CURVES:
+        del _LEARNT[next(iter(_LEARNT))]
+    return _LEARNT.setdefault(key, Pipelining())
+
+
 class CostGate(AdaptiveK):
     prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
 
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int,
                  draft_cost: Mapping[str, float] | None = None, decay: float = 0.95,
-                 timed: bool = True, clock: Callable[[], float] = time.perf_counter):
+                 timed: bool = True, clock: Callable[[], float] = time.perf_counter,
+                 memory: Pipelining | None = None):
         super().__init__(inner, cost, k_max, decay, draft_cost)
+        # what requests before learnt of pipelining (None: this gate's alone, from nothing)
+        self.memory = memory if memory is not None else Pipelining()
         self.timed = timed  # learn from step_time (False: the curve alone prices steps)
         # every step is timed on one clock, from the last step's end to its own (``took``):
         # a plain token's wait alone left out the host work its pipelining overlaps (the
@@ -65,10 +99,10 @@ class CostGate(AdaptiveK):
         # a pipelined plain token over a one-token verify step, learnt from plain tokens
         # just after verify steps (priced never above 1); further plain tokens move ``scale``:
         # the machine's load moves both alike
-        self.plain_ratio = 1.0
+        self.plain_ratio = self.memory.ratio
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
         self._plain_since_verify = FRESH  # plain tokens timed since the last verify step
-        self._ratio_seen = 0  # plain tokens ``plain_ratio`` learnt from (``pipelines``)
+        self._ratio_seen = self.memory.seen  # plain tokens ``plain_ratio`` learnt from (``pipelines``)
         # decayed: seconds a late draft would lose per token where the gate did not draft (``pipelines``)
         self._lost, self._idle_asks, self._idle = 0.0, 0.0, True
         self._resumed = -1  # the context length at which ``watch`` last resumed
@@ -294,7 +328,8 @@ class CostGate(AdaptiveK):
         (traced: q281 resumed ~20 times, each a forward more than its replay: 25-27 accepted
         against 29-30; lab/gate-live-lag). What late drafts lose per idle token (``_late_loss``,
         decayed) is weighed against what a pipelined token saves over a one-token verify step,
-        once measured (``plain_ratio``; never measured, in a batch or untimed: pipelined)."""
+        once measured (``plain_ratio``, carried across requests: ``Pipelining``; never measured,
+        in a batch or untimed: pipelined)."""
         if not self._ratio_seen or not self._idle_asks:
             return True
         saves = self.cost[1] * self.scale - self.plain_seconds()  # over a one-token verify step
@@ -408,6 +443,7 @@ class CostGate(AdaptiveK):
             # a running mean until the EMA's horizon: the prior (1) is no sample
             self._ratio_seen += 1
             self.plain_ratio += max(1 / self._ratio_seen, RATIO_WEIGHT) * (seen - self.plain_ratio)
+            self.memory.ratio, self.memory.seen = self.plain_ratio, self._ratio_seen
             return
         if block == 0:  # a stale scale: the machine's speed moved verify and plain alike
             predicted = self.cost[1] * self.plain_ratio

@@ -64,6 +64,9 @@ class OfferModel:
         self.states = {(s, n): SlotCounts.zeros(k_max) for s in range(STATES)
                        for n in range(1, k_max + 1)}
         self.evidence = 0.0  # forgotten log-likelihood ratio: state model over length model
+        # estimates by (n, state) since the last ``record`` (nothing else changes them): the
+        # gate prices an offer every token, drafting or paused, and records far less often
+        self._memo: dict[tuple[int, int], list[float]] = {}
 
     def by_length(self, n: int) -> list[float]:
         """The length model's per-slot acceptance of an offer of ``n`` tokens."""
@@ -83,17 +86,23 @@ class OfferModel:
         return 1.0 / (1.0 + math.exp(-max(min(self.evidence, 50.0), -50.0)))
 
     def estimate(self, n: int, state: int) -> list[float]:
+        """The per-slot acceptance of an offer of ``n`` tokens made after ``state`` (a list
+        shared until the next ``record``: read it, do not change it)."""
         n = min(n, self.k_max)
         if n <= 0:
             return []
-        length = self.by_length(n)
-        w = self.weight
-        return [w * s + (1.0 - w) * p for s, p in zip(self.by_state(n, state, length), length)]
+        key = (n, state)
+        if key not in self._memo:
+            length = self.by_length(n)
+            w = self.weight
+            self._memo[key] = [w * s + (1.0 - w) * p for s, p in zip(self.by_state(n, state, length), length)]
+        return self._memo[key]
 
     def record(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
         """Score both models' predictions of this draft's slots, then count it."""
         state, n = made
         n = min(n, self.k_max)
+        self._memo.clear()
         length = self.by_length(n)
         by_state = self.by_state(n, state, length)
         self.evidence *= self.decay

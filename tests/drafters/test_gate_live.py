@@ -4,7 +4,7 @@ what a paused token's ask costs stays inside the shadow budget."""
 
 from specdec.drafters import Drafter, Proposal
 from specdec.policy.drafting import StepTime
-from specdec.policy.gate import SHADOW_SHARE, CostGate
+from specdec.policy.gate import SHADOW_SHARE, CostGate, Pipelining
 
 CPU = {L: 1.0 + 0.12 * (L - 1) for L in range(1, 18)}  # this CPU: cost(5) ~ 1.5 x cost(1)
 
@@ -112,19 +112,45 @@ def test_a_paused_tokens_ask_stays_inside_the_shadow_budget():
             assert drafter.calls >= 400 // 5  # still watching: every fourth token here
 
 
-class EveryFourth(Drafter):
-    """Offers one token where the answer holds it (every fourth position from 150: a
-    copy's scattered tokens), nothing elsewhere: every offer made is accepted."""
+class Offering(Drafter):
+    """Offers one token, 5, where the answer holds it (every fourth position from ``start``:
+    a copy's scattered tokens), nothing elsewhere: every offer made is accepted."""
 
-    name = "every-fourth"
+    name = "offering"
     guesses_paused = True
 
+    def __init__(self, start):
+        self.start = start
+
     def propose(self, context, k):
-        return Proposal([5][:k] if copyable(len(context)) else [])
+        return Proposal([5][:k] if right(len(context), self.start) else [])
 
 
-def copyable(i):
-    return i >= 150 and i % 4 == 0
+def right(i, start):
+    return i >= start and i % 4 == 0
+
+
+def answer(gate, clock, start, tokens):
+    """``decode``'s loop over an answer of ``tokens`` whose offers are all right; returns
+    the verify steps that drafted one."""
+    ctx, drafted, landing = [1, 2, 3], 0, False
+    gate.begin(ctx)
+    while len(ctx) < tokens:
+        if gate.paused or landing:
+            clock.now += CPU[1]
+            gate.took(StepTime(0, CPU[1]))
+            ctx.append(5 if right(len(ctx), start) else 9)
+            gate.watch(ctx)
+            landing = not landing and not gate.paused
+            continue
+        proposal = gate.propose(ctx, 8)
+        clock.now += CPU[1 + len(proposal)]
+        gate.took(StepTime(1 + len(proposal), CPU[1 + len(proposal)]))
+        if proposal:
+            gate.observe(1)
+        drafted += bool(proposal)
+        ctx += [5 if right(len(ctx), start) else 9 for _ in range(1 + bool(proposal))]
+    return drafted
 
 
 def test_a_resume_out_of_a_pipelined_stretch_is_not_a_token_late():
@@ -136,24 +162,37 @@ def test_a_resume_out_of_a_pipelined_stretch_is_not_a_token_late():
     between drafts and drafts every offer from its first measured plain tokens on (before:
     it paused at every empty offer and drafted none of them)."""
     clock = Clock()
-    gate = CostGate(EveryFourth(), CPU, k_max=8, clock=clock)
-    ctx, drafted, landing, offers = [1, 2, 3], 0, False, 0
-    gate.begin(ctx)
-    while len(ctx) < 600:
-        if gate.paused or landing:  # as ``decode`` above: the token in flight at a resume is plain
-            clock.now += CPU[1]
-            gate.took(StepTime(0, CPU[1]))
-            ctx.append(5 if copyable(len(ctx)) else 9)
-            gate.watch(ctx)
-            landing = not landing and not gate.paused
-            continue
-        offers += copyable(len(ctx))
-        proposal = gate.propose(ctx, 8)
-        clock.now += CPU[1 + len(proposal)]
-        gate.took(StepTime(1 + len(proposal), CPU[1 + len(proposal)]))
-        if proposal:
-            gate.observe(1)
-        drafted += bool(proposal)
-        ctx += [5 if copyable(len(ctx)) else 9 for _ in range(1 + bool(proposal))]
+    gate = CostGate(Offering(150), CPU, k_max=8, clock=clock)
+    drafted = answer(gate, clock, 150, 600)
     assert not gate.pipelines(), "a pipelined token saves nothing here: it should watch on verify steps"
     assert drafted >= (600 - 150) // 4 - 5, f"drafted {drafted} of ~{(600 - 150) // 4} offers that pay"
+
+
+def test_a_short_answer_drafts_on_what_the_requests_before_learnt_of_pipelining():
+    """Issue #46: a gate learnt per request what a pipelined token saves, and a short answer
+    ends before it is measured: until then a resume out of a pipelined stretch is followed by
+    a verify step, its first offer drafted late. Gates sharing ``Pipelining`` (one per curve:
+    ``build.policy_for``) start from what the request before measured: a 16-token answer then
+    drafts 2 of its 3 offers (fresh: 1); a gate without it learns alone."""
+    memory, clock = Pipelining(), Clock()
+    answer(CostGate(Offering(150), CPU, k_max=8, clock=clock, memory=memory), clock, 150, 600)
+    assert memory.seen > 0 and memory.ratio == 1.0  # a plain token took what a verify step does
+    clock = Clock()
+    fresh = answer(CostGate(Offering(4), CPU, k_max=8, clock=clock), clock, 4, 16)
+    clock = Clock()
+    carried = answer(CostGate(Offering(4), CPU, k_max=8, clock=clock, memory=memory), clock, 4, 16)
+    assert (fresh, carried) == (1, 2)
+
+
+def test_gates_on_one_curve_share_what_they_learnt_and_old_curves_are_dropped():
+    """``learnt_for``: one ``Pipelining`` per curve (equal curves, one object), a bounded
+    number of curves kept (a calibrating server prices on a new provisional curve every few
+    rounds)."""
+    from specdec.policy import gate as gate_module
+
+    first = gate_module.learnt_for({1: 1.0, 2: 1.5})
+    assert gate_module.learnt_for({2: 1.5, 1: 1.0}) is first
+    for i in range(gate_module.LEARNT_CURVES):
+        gate_module.learnt_for({1: 2.0 + i, 2: 3.0})
+    assert len(gate_module._LEARNT) <= gate_module.LEARNT_CURVES
+    assert gate_module.learnt_for({1: 1.0, 2: 1.5}) is not first

@@ -101,3 +101,28 @@ def test_the_run_of_misses_model_gains_weight_only_where_it_predicts():
 
     assert weight(0.9, 0.05) > 0.9
     assert weight(0.3, 0.3) < 0.5
+
+
+def test_an_estimate_is_computed_once_between_records_and_equal_to_a_fresh_one():
+    """The gate prices an offer every token (drafting or paused) and records far less often:
+    ``estimate`` is kept until the next ``record`` (issue #46: the gate's host work per step),
+    and the kept value is what a model computing afresh gives, on the recorded answer's replay."""
+    calls = []
+
+    class Counting(OfferModel):
+        def by_length(self, n):
+            calls.append(n)
+            return super().by_length(n)
+
+    rec = json.loads((DATA / "specbench-translation-221.json").read_text())
+    gate = CostGate(SuffixDrafter(), CPU, k_max=8, timed=False)
+    gate.offers = Counting(8, gate.prior, gate.decay)
+    decode(gate, rec["prompt"], rec["answer"])
+    fresh = OfferModel(8, gate.prior, gate.decay)
+    fresh.__dict__.update({k: v for k, v in gate.offers.__dict__.items() if k != "_memo"})
+    fresh._memo = {}
+    assert all(gate.offers.estimate(n, s) == fresh.estimate(n, s) for n in range(1, 9) for s in range(3))
+    calls.clear()
+    for _ in range(3):
+        gate.offers.estimate(3, RUN)
+    assert len(calls) <= 1
