@@ -36,8 +36,10 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                         "the highest feature through); --no-init-from-target: random, fc calibrated")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--layers", help="comma-separated target layer ids (default 2,L/2,L-3)")
-    p.add_argument("--layer-type", default="llama", choices=("llama", "qwen2", "qwen3"),
-                   help="decoder layer class of the head (llama loads in EAGLE/vLLM/SGLang)")
+    p.add_argument("--layer-type", default="auto", choices=("auto", "llama", "qwen2", "qwen3"),
+                   help="decoder layer class of the head; auto: the target's own where the head "
+                        "supports it (init-from-target copies every weight), else llama "
+                        "(LlamaForCausalLMEagle3 loads in EAGLE/vLLM/SGLang)")
     p.add_argument("--dtype", default="float32", help="target dtype while distilling")
     p.add_argument("--seed", type=int, default=0)
 
