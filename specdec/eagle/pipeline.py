@@ -22,7 +22,7 @@ from tqdm import tqdm
 from .data import Answer, DataSpec, build_split, read_shard, write_manifest
 from ..core.arrays import flat_tree
 from .head import ARCHS, Eagle3Head, HeadConfig, default_layer_ids
-from .io import save_head
+from .io import load_head, save_head
 from .train import DraftVocab, feature_scale
 from .trainer import Report, TrainConfig, TrainData, train
 
@@ -43,6 +43,9 @@ class DrafterOptions:
     # SmolLM2, 32 steps from the same start: held-out pos-1 0.129 vs 0.103, loss 5.5 vs 8.5
     init_from_target: bool = True
     save_dtype: str = "float16"
+    # a trained head directory to start from (its weights and draft vocabulary): train it on
+    # more or other data; init_from_target and layer_type are then the head's own
+    init_head: str | None = None
 
 
 def new_head(model, vocab: np.ndarray, layer_ids: tuple[int, ...], opts: DrafterOptions,
@@ -216,13 +219,23 @@ def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts:
     if len(prompt_ids) <= opts.heldout:
         raise ValueError(f"{len(prompt_ids)} prompts leave none to train on after {opts.heldout} "
                          "held out; give more prompts or a smaller --heldout.")
+    start = load_head(opts.init_head, model) if opts.init_head else None
     layer_ids = opts.layer_ids or default_layer_ids(len(model.layers))
+    if start is not None and opts.layer_ids is None:
+        layer_ids = start.config.aux_layer_ids
+    elif start is not None and tuple(layer_ids) != tuple(start.config.aux_layer_ids):
+        raise ValueError(f"--layers {list(layer_ids)} differ from the start head's layers "
+                         f"{list(start.config.aux_layer_ids)} ({opts.init_head}): drop --layers.")
     spec = DataSpec(tuple(layer_ids), opts.top_k, opts.shard_size, opts.max_len)
     train_paths, held_paths = distill(model, prompt_ids, out, spec, answer, opts.heldout, max_tokens)
-    vocab = DraftVocab.from_counts(token_counts(train_paths, model.args.vocab_size), opts.draft_vocab)
-    head = new_head(model, vocab.ids, spec.layer_ids, opts, opts.train.seed,
-                    features=feature_rows(train_paths, 2048))
-    vocab.apply(head)
+    if start is not None:
+        head, vocab = start, DraftVocab.of_head(start)
+    else:
+        vocab = DraftVocab.from_counts(token_counts(train_paths, model.args.vocab_size),
+                                       opts.draft_vocab)
+        head = new_head(model, vocab.ids, spec.layer_ids, opts, opts.train.seed,
+                        features=feature_rows(train_paths, 2048))
+        vocab.apply(head)
     scale = shard_feature_scale(train_paths) if opts.train.scale_features else None
     report = train(head, opts.train, TrainData(train_paths, held_paths, vocab, scale), out,
                    stop_after_shards=stop_after_shards)
