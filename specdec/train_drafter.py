@@ -34,10 +34,15 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--init-from-target", action=argparse.BooleanOptionalAction, default=True,
                    help="start the head's decoder layer as the target's last layer (fc passing "
                         "the highest feature through); --no-init-from-target: random, fc calibrated")
+    p.add_argument("--init-head", metavar="DIR",
+                   help="start from this trained head (its weights, draft vocabulary and layers) "
+                        "instead of a new one: train it on more or other prompts")
     p.add_argument("--draft-vocab", type=int, default=8192, help="draft vocabulary size")
     p.add_argument("--layers", help="comma-separated target layer ids (default 2,L/2,L-3)")
-    p.add_argument("--layer-type", default="llama", choices=("llama", "qwen2", "qwen3"),
-                   help="decoder layer class of the head (llama loads in EAGLE/vLLM/SGLang)")
+    p.add_argument("--layer-type", default="auto", choices=("auto", "llama", "qwen2", "qwen3"),
+                   help="decoder layer class of the head; auto: the target's own where the head "
+                        "supports it (init-from-target copies every weight), else llama "
+                        "(LlamaForCausalLMEagle3 loads in EAGLE/vLLM/SGLang)")
     p.add_argument("--dtype", default="float32", help="target dtype while distilling")
     p.add_argument("--seed", type=int, default=0)
 
@@ -62,7 +67,8 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
                           ttt_steps=args.ttt_steps, seed=args.seed,
                           scale_features=args.scale_features, answer_only=args.answer_only),
         draft_vocab=args.draft_vocab, heldout=args.heldout, shard_size=args.shard_size, layer_ids=layers,
-        layer_type=args.layer_type, init_from_target=args.init_from_target)
+        layer_type=args.layer_type, init_from_target=args.init_from_target,
+        init_head=args.init_head)
 
     answer = batch_answerer(model, args.max_tokens, tokenizer.eos_token_ids)
     report = train_drafter(model, prompt_ids, args.output, opts, answer, args.max_tokens)

@@ -21,8 +21,8 @@ from tqdm import tqdm
 
 from .data import Answer, DataSpec, build_split, read_shard, write_manifest
 from ..core.arrays import flat_tree
-from .head import Eagle3Head, HeadConfig, default_layer_ids
-from .io import save_head
+from .head import ARCHS, Eagle3Head, HeadConfig, default_layer_ids
+from .io import load_head, save_head
 from .train import DraftVocab, feature_scale
 from .trainer import Report, TrainConfig, TrainData, train
 
@@ -36,11 +36,16 @@ class DrafterOptions:
     max_len: int = 640
     heldout: int = 4  # prompts kept out of training for the acceptance figures
     layer_ids: tuple[int, ...] | None = None
-    layer_type: str = "llama"  # LlamaForCausalLMEagle3 loads in EAGLE, vLLM and SGLang
+    # the head's decoder layer class: "auto" is the target's own (``head_layer_type``) where the
+    # head supports it, else llama (LlamaForCausalLMEagle3 loads in EAGLE, vLLM and SGLang)
+    layer_type: str = "auto"
     # the decoder layer starts as the target's last (init_from_target); off: random, fc calibrated.
     # SmolLM2, 32 steps from the same start: held-out pos-1 0.129 vs 0.103, loss 5.5 vs 8.5
     init_from_target: bool = True
     save_dtype: str = "float16"
+    # a trained head directory to start from (its weights and draft vocabulary): train it on
+    # more or other data; init_from_target and layer_type are then the head's own
+    init_head: str | None = None
 
 
 def new_head(model, vocab: np.ndarray, layer_ids: tuple[int, ...], opts: DrafterOptions,
@@ -55,7 +60,7 @@ def new_head(model, vocab: np.ndarray, layer_ids: tuple[int, ...], opts: Drafter
         num_attention_heads=a.num_attention_heads,
         num_key_value_heads=a.num_key_value_heads or a.num_attention_heads,
         vocab_size=a.vocab_size, draft_vocab_size=len(vocab), target_hidden_size=a.hidden_size,
-        aux_layer_ids=tuple(layer_ids), model_type=opts.layer_type,
+        aux_layer_ids=tuple(layer_ids), model_type=head_layer_type(model, opts.layer_type),
         head_dim=getattr(a, "head_dim", None), rms_norm_eps=a.rms_norm_eps,
         rope_theta=getattr(a, "rope_theta", 10000.0), rope_scaling=getattr(a, "rope_scaling", None),
         max_position_embeddings=getattr(a, "max_position_embeddings", None) or 8192)
@@ -73,11 +78,27 @@ def new_head(model, vocab: np.ndarray, layer_ids: tuple[int, ...], opts: Drafter
     return head
 
 
+def head_layer_type(model, layer_type: str) -> str:
+    """The head's decoder layer class: ``layer_type``, or for "auto" the target's own
+    (``model.args.model_type``) when the head supports it (``head.ARCHS``), else llama.
+
+    Why: ``init_from_target`` copies the target's last layer; only the target's own class holds
+    every one of its weights (Qwen2's q/k/v biases, Qwen3's q/k norms)."""
+    if layer_type != "auto":
+        return layer_type
+    target = getattr(model.args, "model_type", "llama")
+    return target if target in ARCHS else "llama"
+
+
 def init_from_target(head: Eagle3Head, model) -> None:
     """Start the head as the target's own top: ``fc`` passes the highest captured feature (a
     residual stream, layer ``aux_layer_ids[-1]``'s input) through, the decoder layer is the
     target's last layer reading it (q/k/v's embedding half zero), so with the target's norm and
     LM head the untrained head is the target's last layer applied a few layers early.
+
+    Exact or refused: every weight of the target's last layer is copied (a weight the head's
+    layer class has no place for is named in the error), and the head's step on a probe input
+    must equal the target's layer (another class, e.g. another activation, fails).
 
     Why: a random layer has to learn what a transformer layer over this residual stream does;
     the target's last layer already maps such a stream to its LM head's space (its outputs are
@@ -98,12 +119,36 @@ def init_from_target(head: Eagle3Head, model) -> None:
             v = mx.concatenate([mx.zeros_like(v), v], axis=1)  # [embedding half, hidden half]
         if k in mine and mine[k].shape == v.shape:
             new[k] = v
+    unused = sorted(set(src) - set(new))
+    if unused:
+        raise ValueError(
+            f"the head's {head.config.model_type} decoder layer has no place for the target's "
+            f"last-layer weights {unused}: init_from_target would drop them. Use the target's "
+            "own layer class (--layer-type auto) or a random start (--no-init-from-target).")
     new["hidden_norm.weight"] = src["input_layernorm.weight"].astype(mx.float32)
     missing = sorted(set(mine) - set(new))
     if missing:
         raise ValueError(f"the target's last layer lacks the head's weights {missing}: "
-                         "init_from_target needs the same layer type (--layer-type)")
+                         "init_from_target needs the same layer type (--layer-type auto)")
     head.midlayer.load_weights(list(new.items()), strict=True)
+    _check_is_target_layer(head, model)
+
+
+def _check_is_target_layer(head: Eagle3Head, model) -> None:
+    """The initialised head's step equals the target's last layer on a probe stream (fc
+    passes the high feature through; the token's embedding half is zero)."""
+    ht = head.config.target_hidden_size
+    layer = model.layers[-1]
+    dtype = next(v.dtype for _, v in flat_tree(layer.parameters()))
+    x = mx.random.normal((1, 8, ht), key=mx.random.key(0)) * 4.0
+    want = layer(x.astype(dtype), "causal", None).astype(mx.float32)
+    got = head.step(mx.zeros((1, 8), dtype=mx.int32), x, "causal", None)
+    err = float(mx.abs(got - want).max()) / max(float(mx.abs(want).max()), 1e-6)
+    if not err < (1e-4 if dtype == mx.float32 else 2e-2):
+        raise ValueError(f"the head's {head.config.model_type} decoder layer is not the target's "
+                         f"({type(model.layers[-1]).__module__}) on the same weights (relative "
+                         f"difference {err:.2g}): init_from_target needs the target's own layer "
+                         "class (--layer-type auto) or a random start (--no-init-from-target).")
 
 
 def calibrate_fc(head: Eagle3Head, features: np.ndarray) -> None:
@@ -174,13 +219,23 @@ def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts:
     if len(prompt_ids) <= opts.heldout:
         raise ValueError(f"{len(prompt_ids)} prompts leave none to train on after {opts.heldout} "
                          "held out; give more prompts or a smaller --heldout.")
+    start = load_head(opts.init_head, model) if opts.init_head else None
     layer_ids = opts.layer_ids or default_layer_ids(len(model.layers))
+    if start is not None and opts.layer_ids is None:
+        layer_ids = start.config.aux_layer_ids
+    elif start is not None and tuple(layer_ids) != tuple(start.config.aux_layer_ids):
+        raise ValueError(f"--layers {list(layer_ids)} differ from the start head's layers "
+                         f"{list(start.config.aux_layer_ids)} ({opts.init_head}): drop --layers.")
     spec = DataSpec(tuple(layer_ids), opts.top_k, opts.shard_size, opts.max_len)
     train_paths, held_paths = distill(model, prompt_ids, out, spec, answer, opts.heldout, max_tokens)
-    vocab = DraftVocab.from_counts(token_counts(train_paths, model.args.vocab_size), opts.draft_vocab)
-    head = new_head(model, vocab.ids, spec.layer_ids, opts, opts.train.seed,
-                    features=feature_rows(train_paths, 2048))
-    vocab.apply(head)
+    if start is not None:
+        head, vocab = start, DraftVocab.of_head(start)
+    else:
+        vocab = DraftVocab.from_counts(token_counts(train_paths, model.args.vocab_size),
+                                       opts.draft_vocab)
+        head = new_head(model, vocab.ids, spec.layer_ids, opts, opts.train.seed,
+                        features=feature_rows(train_paths, 2048))
+        vocab.apply(head)
     scale = shard_feature_scale(train_paths) if opts.train.scale_features else None
     report = train(head, opts.train, TrainData(train_paths, held_paths, vocab, scale), out,
                    stop_after_shards=stop_after_shards)

@@ -37,6 +37,12 @@ class DraftVocab:
         top = np.argsort(-counts, kind="stable")[:size]
         return cls(np.sort(top).astype(np.int64), len(counts))
 
+    @classmethod
+    def of_head(cls, head: Eagle3Head) -> "DraftVocab":
+        """A trained head's own draft vocabulary (its ``d2t``)."""
+        d2t = np.array(head.d2t).astype(np.int64)
+        return cls(np.arange(len(d2t)) + d2t, head.config.vocab_size)
+
     def apply(self, head: Eagle3Head) -> None:
         head.d2t = mx.array(self.ids - np.arange(len(self.ids)))
         t2d = np.zeros(self.vocab_size, bool)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specdec.eagle.data import DataSpec, batch_answerer, read_shard, samples_of, write_shard
-from specdec.eagle.prompts import default_prompts, read_jsonl
+from specdec.bench import specbench
+from specdec.eagle.prompts import default_prompts, mixed_prompts, read_jsonl
 
 from .conftest import tiny_target
 
@@ -45,3 +46,16 @@ def test_default_prompts_ship_and_jsonl_is_validated(tmp_path):
     f.write_text(json.dumps({"question": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"p.jsonl:1: .*\"prompt\""):
         read_jsonl(f)
+
+
+def test_mixed_prompts_follow_the_first_set_and_are_not_specbench():
+    """The Spec-Bench-shaped prompts come after the first set (its stored shards stay valid),
+    cover the categories the first set lacks, and hold none of Spec-Bench's questions."""
+    p, mixed = default_prompts(0), mixed_prompts(0)
+    assert p[-len(mixed):] == mixed and not set(mixed) & set(p[:-len(mixed)])
+    assert mixed == mixed_prompts(0) != mixed_prompts(1)
+    for kind in ("Translate German to English: ", "Summarize: "):
+        assert sum(x.startswith(kind) for x in mixed) >= 20, kind
+    bench = [q.turns[0] for q in specbench.questions()]
+    german = [t.split(": ", 1)[1] for t in bench if t.startswith("Translate German to English")]
+    assert not set(bench) & set(p) and not any(g in x for g in german for x in mixed)

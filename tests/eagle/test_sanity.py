@@ -6,13 +6,16 @@ state), and training on a few short sequences drives their acceptance to ~1 at p
 
 from __future__ import annotations
 
+import re
+
 import mlx.core as mx
 import numpy as np
+import pytest
 
 from specdec.drafters.eagle import EagleDrafter
 from specdec.eagle.capture import capture_layers
 from specdec.eagle.data import DataSpec, batch_answerer, samples_of, write_shard
-from specdec.eagle.pipeline import DrafterOptions, new_head
+from specdec.eagle.pipeline import DrafterOptions, _check_is_target_layer, new_head
 from specdec.eagle.train import Batch, DraftVocab, _shift, make_batch, unroll
 from specdec.eagle.trainer import TrainConfig, TrainData, train
 from specdec.engine import token_stream
@@ -112,16 +115,19 @@ def test_training_on_three_short_sequences_drives_their_acceptance_to_one(tmp_pa
     assert min(report.acceptance[-1]) >= 0.9, report.acceptance[-1]
 
 
-def test_a_head_initialised_from_the_target_is_its_last_layer_on_the_high_feature():
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_a_head_initialised_from_the_target_is_its_last_layer_on_the_high_feature(arch):
     """``init_from_target``: before training, the head's step-0 logits at every position are
     the target's last layer, norm and LM head applied to the highest captured feature (the
-    next token's embedding not read yet); a wrong half of q/k/v, a missing weight or an fc
-    that does not pass the feature through changes them."""
-    target = tiny_target("llama")
+    next token's embedding not read yet); a wrong half of q/k/v, a missing weight (Qwen2's q/k/v
+    biases, Qwen3's q/k norms: the head's layer is the target's own class) or an fc that does
+    not pass the feature through changes them."""
+    target = tiny_target(arch)
     layers, seq = (1, 3, 4), PROMPTS[2] + PROMPTS[0]
     vocab = DraftVocab(np.arange(0, VOCAB, 2), VOCAB)
     head = new_head(target, vocab.ids, layers, DrafterOptions(init_from_target=True), seed=0)
     vocab.apply(head)
+    assert head.config.model_type == arch
     with capture_layers(target, layers) as cap:
         target(mx.array([seq]))
     feats = cap.fused_input()
@@ -132,3 +138,26 @@ def test_a_head_initialised_from_the_target_is_its_last_layer_on_the_high_featur
     want = target.model.embed_tokens.as_linear(target.model.norm(top))[..., mx.array(vocab.ids)]
     assert mx.allclose(got, want, atol=1e-4, rtol=1e-4), float(mx.abs(got - want).max())
     assert float(mx.abs(head.midlayer.self_attn.q_proj.weight[:, :h]).max()) == 0
+
+
+@pytest.mark.parametrize("arch, unused", [("qwen2", "self_attn.q_proj.bias"),
+                                          ("qwen3", "self_attn.q_norm.weight")])
+def test_init_from_target_refuses_a_layer_class_that_drops_the_targets_weights(arch, unused):
+    """A llama head over a Qwen target would silently drop the weights llama has no place
+    for: refused, naming them."""
+    vocab = DraftVocab(np.arange(0, VOCAB, 2), VOCAB)
+    with pytest.raises(ValueError, match=re.escape(unused)):
+        new_head(tiny_target(arch), vocab.ids, (1, 3, 4),
+                 DrafterOptions(init_from_target=True, layer_type="llama"), seed=0)
+
+
+def test_init_from_target_checks_the_layer_computes_the_targets_function():
+    """The probe after copying: a head layer that differs from the target's (here one weight
+    changed after the copy) is refused."""
+    target = tiny_target("llama")
+    vocab = DraftVocab(np.arange(0, VOCAB, 2), VOCAB)
+    head = new_head(target, vocab.ids, (1, 3, 4), DrafterOptions(init_from_target=True), seed=0)
+    _check_is_target_layer(head, target)  # as built: the target's layer
+    head.midlayer.mlp.down_proj.weight = head.midlayer.mlp.down_proj.weight * 1.01
+    with pytest.raises(ValueError, match="not the target's"):
+        _check_is_target_layer(head, target)

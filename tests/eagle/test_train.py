@@ -85,3 +85,24 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
         train_drafter(target, prompts + _prompts(4, seed=1), tmp_path / "cut", OPTS, answer, 16)
     with pytest.raises(ValueError, match="another model or other data settings"):
         train_drafter(target, prompts, tmp_path / "cut", OPTS, batch_answerer(target, 8, ()), 8)
+
+
+def test_init_head_continues_a_trained_head_with_its_vocabulary_and_layers(tmp_path):
+    """``init_head``: training starts from the head's weights and keeps its draft vocabulary and
+    layers (a new head's vocabulary would come from the new prompts' token counts); with a zero
+    learning rate the output is the start head itself. Layers that differ are refused."""
+    target = tiny_target("llama")
+    answer = batch_answerer(target, 8, eos=())
+    one = dataclasses.replace(OPTS, train=dataclasses.replace(OPTS.train, epochs=1))
+    train_drafter(target, _prompts(6), tmp_path / "start", one, answer, 8)
+    start = load_head(tmp_path / "start", target)
+    frozen = dataclasses.replace(one, init_head=str(tmp_path / "start"), draft_vocab=32,
+                                 train=dataclasses.replace(one.train, lr=0.0))
+    train_drafter(target, _prompts(6, seed=3), tmp_path / "more", frozen, answer, 8)
+    more = load_head(tmp_path / "more", target)
+    assert more.config == start.config
+    for (ka, va), (kb, vb) in zip(tree_flatten(start.parameters()), tree_flatten(more.parameters())):
+        assert ka == kb and mx.array_equal(va, vb), ka
+    with pytest.raises(ValueError, match="differ from the start head's layers"):
+        train_drafter(target, _prompts(6, seed=3), tmp_path / "other",
+                      dataclasses.replace(frozen, layer_ids=(1, 2, 3)), answer, 8)
