@@ -104,11 +104,7 @@ class Batcher(Prefilling, WedlmRows):
         if self.windows:
             self._step_windows()
         if self.prefilling:
-            group = self._prefill_group()
-            if len(group) > 1:
-                self._prefill_together(group)
-            else:
-                self._prefill_chunk(group[0])
+            self._prefill()
         if self.running:
             try:
                 steps = loop.step(self.batch, speculate=not self.prefilling)
