@@ -366,6 +366,25 @@ def test_a_burst_into_an_idle_batch_is_prefilled_before_its_first_step(worker):
         assert run.tokens(job) == greedy(worker, job.request.prompt_ids, 3)
 
 
+def test_a_burst_past_one_chunk_is_prefilled_in_one_forward(worker):
+    """Eight short prompts at once (more than one ``CHUNK`` padded) into an idle batch: one
+    prefill forward for all of them, and the batch's first step gives each its first token
+    (a running batch would take one ``CHUNK`` a round: see the test above)."""
+    run = Rounds(worker, max_batch=8)
+    jobs = [run.submit(chat_ids(worker, q), 3) for q in short_questions(8)]
+    groups: list[int] = []
+    together = run.batcher._prefill_together
+
+    def counted(group):
+        groups.append(len(group))
+        together(group)
+    run.batcher._prefill_together = counted
+    run.round()
+    assert max(len(j.request.prompt_ids) - 1 for j in jobs) * 8 > CHUNK and groups == [8]
+    assert all(run.tokens(j) for j in jobs)
+    worker.batcher.close()  # the answers: the test above (this one checks the schedule)
+
+
 def test_a_priced_out_batch_asks_drafters_in_turn_and_every_answer_is_unchanged(worker):
     """Three rows drafting (ungated suffix at k = 8, and the server's default) on a price
     that rules out every block at three rows at the estimates but not at full acceptance

@@ -1,6 +1,7 @@
 """A batcher's prefill: arriving prompts together in one forward (padded to the longest,
-at most ``CHUNK`` tokens), else a chunk of the oldest; a prompt just prefilled shares its
-cache with the waiting prompts that start with more of it than their own caches hold.
+at most ``CHUNK`` tokens; ``FRESH_TOKENS`` for a burst into an idle batch), else a chunk of
+the oldest; a prompt just prefilled shares its cache with the waiting prompts that start
+with more of it than their own caches hold.
 
 Contract: a mixin of ``batcher.Batcher`` (its ``prefilling``, ``decoding``, ``batch`` and
 ``worker``), on the inference thread only; a prefill's failure is its jobs' alone, the
@@ -41,15 +42,17 @@ class Prefilling:
         first is admitted alone; stepping it first made every other job wait its prefill,
         its first step and a step more for their first tokens (p50 TTFT 0.3 s behind
         mlx_lm.server at 8 clients: lab/serve-throughput-vs-mlx-lm/first-token)."""
-        fed = 0
-        while self.prefilling:
-            group = self._prefill_group()
-            fed += min(CHUNK, max(len(a.req.pending) for a in group) * len(group))
+        fed, fresh = 0, self._fresh()
+        while self.prefilling:  # fresh: the burst's prompts in as few forwards as fit
+            group = self._prefill_group(FRESH_TOKENS - fed if fresh else CHUNK)
+            padded = max(len(a.req.pending) for a in group) * len(group)
             if len(group) > 1:
                 self._prefill_together(group)
             else:
                 self._prefill_chunk(group[0])
-            if fed >= FRESH_TOKENS or not self._fresh():
+                padded = min(padded, CHUNK)
+            fed += padded
+            if not fresh or fed >= FRESH_TOKENS:
                 return
             self._admit(0)  # the jobs that arrived during this prefill
 
@@ -58,15 +61,15 @@ class Prefilling:
         prefill now delays no row's next token, only the first tokens of rows that have none."""
         return not self.batch.queued and all(a is None or not a.req.tokens for a in self.decoding)
 
-    def _prefill_group(self) -> list[Active]:
+    def _prefill_group(self, tokens: int = CHUNK) -> list[Active]:
         """The oldest prefilling jobs whose prompts, padded to the longest, take at most
-        ``CHUNK`` tokens (at least the oldest job)."""
+        ``tokens`` (at least the oldest job)."""
         group, longest = self.prefilling[:1], len(self.prefilling[0].req.pending)
         if self.worker.max_batch == 1:
             return group
         for a in self.prefilling[1:]:
             longest = max(longest, len(a.req.pending))
-            if longest * (len(group) + 1) > CHUNK:
+            if longest * (len(group) + 1) > tokens:
                 break
             group.append(a)
         return group
