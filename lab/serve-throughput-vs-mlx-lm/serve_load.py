@@ -221,9 +221,10 @@ def server_specs(args, model_dir: Path) -> list[dict]:
         ours += ["--max-batch", str(args.max_batch)]
     # decode-heavy: ours as a user starts it (grammar,suffix); prompt-heavy: suffix, as before
     spec = ("ours default", []) if args.workload == "decode" else ("ours suffix", ["--draft-type", "suffix"])
-    specs = [{"label": spec[0], "argv": ours + spec[1], "model_field": args.model},
-             {"label": "ours plain", "argv": ours + ["--draft-type", "none"],
-              "model_field": args.model}]
+    specs = [{"label": spec[0], "argv": ours + spec[1], "model_field": args.model}]
+    if args.plain == "on":
+        specs.append({"label": "ours plain", "argv": ours + ["--draft-type", "none"],
+                      "model_field": args.model})
     if args.head_tree:  # the same server from another checkout (before / after, one run)
         tree = str(Path(args.head_tree).resolve())
         specs.insert(1, {"label": f"{spec[0]} @{Path(tree).name}", "argv": ours + spec[1],
@@ -402,6 +403,8 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, help="passed to `specdec serve` only when given")
     ap.add_argument("--head-tree", help="also run our default server from this checkout "
                     "(PYTHONPATH): before and after a change in one interleaved run")
+    ap.add_argument("--plain", choices=("on", "off"), default="on",
+                    help="also our plain server (--draft-type none)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run the load rows this many times (each run: every server side by "
                          "side); ratios per run and their median")
