@@ -187,7 +187,7 @@ def concurrent(srv: dict, clients: int, max_tokens: int, prompts: list[str]) -> 
     out = {"server": srv["label"], "clients": clients, "requests": total, "wall_s": wall,
            "throughput_tok_s": tokens / wall, "completion_tokens": tokens,
            "p50_latency_s": statistics.median(lat), "p95_latency_s": _p95(lat),
-           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft),
+           "p50_ttft_s": statistics.median(ttft), "p95_ttft_s": _p95(ttft), "ttfts_s": ttft,
            "server_cpu_s": cpu, "cpu_ms_per_token": 1000 * cpu / max(tokens, 1),
            "main_thread_cpu_ms_per_token": 1000 * main / max(tokens, 1),
            "retries": sum(r["retries"] for r in results.values())}
