@@ -13,15 +13,16 @@ import asyncio
 import statistics
 import sys
 import time
-from dataclasses import replace
+from pathlib import Path
 
 from specdec.decode.generation import Generation
 from specdec.prompts import short_questions
-from specdec.server.config import ServerConfig
 from specdec.server.engine import batcher as batcher_mod
 from specdec.server.engine.events import GenRequest, Job, TokenEvent
 from specdec.server.engine.worker import InferenceWorker
-from specdec.server.http.metrics import Metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "host-work"))
+from profile_batch import server_worker  # noqa: E402
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 8
 MAX_TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 128
@@ -110,16 +111,12 @@ async def main_async(worker: InferenceWorker) -> dict:
 
 
 def main() -> None:
-    cfg = ServerConfig(model="smollm2-135m", dtype="float32", save_interval=0, queue_size=128)
-    if DRAFT is not None:
-        cfg = replace(cfg, speculation=replace(cfg.speculation, draft_type=DRAFT))
-    worker = InferenceWorker(cfg, Metrics())
+    worker = server_worker(DRAFT)
     worker.start()
     # warm-up (as serve_load's): one request through the thread
     asyncio.run(_warm(worker))
     instrument()
     LOG.clear()
-    cpu0 = time.thread_time()  # this thread only; the worker's: /proc below
     c0 = _thread_cpu("specdec-inference")
     ttft = asyncio.run(main_async(worker))
     cpu = _thread_cpu("specdec-inference") - c0

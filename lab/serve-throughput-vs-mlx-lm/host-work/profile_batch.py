@@ -65,11 +65,17 @@ def count_verify_steps() -> list[int]:
     return seen
 
 
-def main() -> None:
+def server_worker(draft: str | None) -> InferenceWorker:
+    """`specdec serve`'s worker with its default settings, fp32 (``draft``: its --draft-type),
+    not loaded yet."""
     cfg = ServerConfig(model="smollm2-135m", dtype="float32", save_interval=0, queue_size=128)
-    if DRAFT is not None:
-        cfg = replace(cfg, speculation=replace(cfg.speculation, draft_type=DRAFT))
-    worker = InferenceWorker(cfg, Metrics())
+    if draft is not None:
+        cfg = replace(cfg, speculation=replace(cfg.speculation, draft_type=draft))
+    return InferenceWorker(cfg, Metrics())
+
+
+def main() -> None:
+    worker = server_worker(DRAFT)
     worker.load()
     print("max_batch", worker.max_batch, "verify cost curve cached:", worker.curve is not None, flush=True)
     loop = asyncio.new_event_loop()
