@@ -348,18 +348,18 @@ def test_a_burst_into_an_idle_batch_is_prefilled_before_its_first_step(worker):
     ones that arrive during its prefill are prefilled in the same round, before the batch's
     first step, so every job's first token comes from that step: none waits for another's
     first step (p50 TTFT at 8 clients). Each answer is still plain greedy decoding's."""
-    run = Rounds(worker, max_batch=4)
-    qs = short_questions(4)  # the first three's references are other tests' too
-    first, later = run.submit(chat_ids(worker, qs[3]), 3), []
+    run = Rounds(worker, max_batch=3)
+    qs = short_questions(3)  # their references are the FIFO test's too
+    first, later = run.submit(chat_ids(worker, qs[0]), 3), []
     prefill_chunk = run.batcher._prefill_chunk
 
     def arrivals_meanwhile(a):
         prefill_chunk(a)
         if not later:  # the rest of the burst arrives while the first prompt prefills
-            later.extend(run.submit(chat_ids(worker, q), 3) for q in qs[:3])
+            later.extend(run.submit(chat_ids(worker, q), 3) for q in qs[1:])
     run.batcher._prefill_chunk = arrivals_meanwhile
     run.round()
-    assert len(later) == 3 and worker.busy == 4 and not run.batcher.prefilling
+    assert len(later) == 2 and worker.busy == 3 and not run.batcher.prefilling
     assert all(run.tokens(j) for j in [first, *later])  # every first token came from one step
     run.finish()
     for job in [first, *later]:
