@@ -210,3 +210,46 @@ class Passthrough(Drafter):
 
     def observe(self, n):
         self.inner.observe(n)
+
+
+# ---- xdist: tests sharing a module/class/package fixture run on one worker -------------
+def _fixture_groups(item) -> list[str]:
+    """The instances of wider-than-function, narrower-than-session fixtures ``item`` uses:
+    a module or class fixture is one instance per module, a package one per package."""
+    keys = []
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        scope = defs[-1].scope  # the definition that applies to this item
+        if scope in ("module", "class"):
+            keys.append(item.nodeid.split("::")[0])
+        elif scope == "package":
+            keys.append(f"{defs[-1].baseid or '.'}::{name}")
+    return keys
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into node ids
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (make test, make test-fast), every test that shares an
+    expensive fixture instance with another (a server started once per module or package:
+    tests/server/conftest.py's Qwen is a 2.4 GB load) joins one xdist group, so the fixture
+    is set up on one worker, not on both; the other tests are scheduled one by one (the
+    largest groups go first: xdist orders work units by size). Without xdist this marks
+    nothing. Connected through shared fixtures: a module using two package servers joins
+    both servers' groups into one."""
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
+        return
+    parent: dict[str, str] = {}
+
+    def root(k: str) -> str:
+        while parent.setdefault(k, k) != k:
+            k = parent[k]
+        return k
+
+    marked = []
+    for item in items:
+        keys = _fixture_groups(item)
+        for k in keys[1:]:
+            parent[root(k)] = root(keys[0])
+        if keys:
+            marked.append((item, keys[0]))
+    for item, key in marked:
+        item.add_marker(pytest.mark.xdist_group(root(key)))
