@@ -226,17 +226,10 @@ def _fixture_groups(item) -> list[str]:
     return keys
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into node ids
-def pytest_collection_modifyitems(config, items):
-    """Under ``--dist loadgroup`` (make test, make test-fast), every test that shares an
-    expensive fixture instance with another (a server started once per module or package:
-    tests/server/conftest.py's Qwen is a 2.4 GB load) joins one xdist group, so the fixture
-    is set up on one worker, not on both; the other tests are scheduled one by one (the
-    largest groups go first: xdist orders work units by size). Without xdist this marks
-    nothing. Connected through shared fixtures: a module using two package servers joins
-    both servers' groups into one."""
-    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
-        return
+def _group_shared_fixtures(items) -> None:
+    """Mark every test with the xdist group of the fixture instances it shares (see
+    ``_fixture_groups``); tests joined through any shared instance get one group (a module
+    using both of tests/server's package servers joins their groups)."""
     parent: dict[str, str] = {}
 
     def root(k: str) -> str:
@@ -253,3 +246,20 @@ def pytest_collection_modifyitems(config, items):
             marked.append((item, keys[0]))
     for item, key in marked:
         item.add_marker(pytest.mark.xdist_group(root(key)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into node ids
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (make test, make test-fast): the tests sharing an expensive
+    fixture instance (a server started once per module or package: tests/server/conftest.py's
+    Qwen is a 2.4 GB load) form one xdist group, set up on one worker instead of both. xdist
+    sends the largest groups first, then the single tests in collection order: the slow ones
+    are put first here, so the last minutes are short tests on both workers, not one 40 s test on
+    one while the other idles. Without xdist nothing changes (the sequential order stays)."""
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
+        return
+    _group_shared_fixtures(items)
+    # stable: a group's tests keep their order (a module's or package's fixture is set up
+    # once only while its tests run back to back)
+    items.sort(key=lambda item: 0 if item.get_closest_marker("xdist_group")
+               else 1 if item.get_closest_marker("slow") else 2)
