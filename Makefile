@@ -61,9 +61,9 @@ demo: install
 # (the sequential suite ran at 168 % CPU, 28 % of it kernel time; on tests/test_cli.py,
 # tests/cache/test_prompt_cache.py and tests/drafters/test_suffix.py the CPU seconds stay
 # within 5 % either way, on a shared host; the wall gain on 2 idle cores awaits a full run).
-# --dist loadgroup: tests that share a
-# module or package fixture (a server, a loaded pair) run on one worker (tests/conftest.py
-# groups them), the largest groups first, then the slow single tests; the rest go one by one.
+# --dist loadgroup: tests that share a module or package fixture (a server, a loaded pair)
+# run on one worker (tests/conftest.py groups them), the largest groups first, then the slow
+# single tests; the rest go one by one.
 # A server or mlx.launch test's subprocesses now share the cores with the other worker: their
 # timeouts are minutes. TEST_WORKERS=0 runs everything in one process (debugging).
 TEST_WORKERS ?= 2
