@@ -210,3 +210,56 @@ class Passthrough(Drafter):
 
     def observe(self, n):
         self.inner.observe(n)
+
+
+# ---- xdist: tests sharing a module/class/package fixture run on one worker -------------
+def _fixture_groups(item) -> list[str]:
+    """The instances of wider-than-function, narrower-than-session fixtures ``item`` uses:
+    a module or class fixture is one instance per module, a package one per package."""
+    keys = []
+    for name, defs in item._fixtureinfo.name2fixturedefs.items():
+        scope = defs[-1].scope  # the definition that applies to this item
+        if scope in ("module", "class"):
+            keys.append(item.nodeid.split("::")[0])
+        elif scope == "package":
+            keys.append(f"{defs[-1].baseid or '.'}::{name}")
+    return keys
+
+
+def _group_shared_fixtures(items) -> None:
+    """Mark every test with the xdist group of the fixture instances it shares (see
+    ``_fixture_groups``); tests joined through any shared instance get one group (a module
+    using both of tests/server's package servers joins their groups)."""
+    parent: dict[str, str] = {}
+
+    def root(k: str) -> str:
+        while parent.setdefault(k, k) != k:
+            k = parent[k]
+        return k
+
+    marked = []
+    for item in items:
+        keys = _fixture_groups(item)
+        for k in keys[1:]:
+            parent[root(k)] = root(keys[0])
+        if keys:
+            marked.append((item, keys[0]))
+    for item, key in marked:
+        item.add_marker(pytest.mark.xdist_group(root(key)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into node ids
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (make test, make test-fast): the tests sharing an expensive
+    fixture instance (a server started once per module or package: tests/server/conftest.py's
+    Qwen is a 2.4 GB load) form one xdist group, set up on one worker instead of both. xdist
+    sends the largest groups first, then the single tests in collection order: the slow ones
+    are put first here, so the last minutes are short tests on both workers, not one 40 s test on
+    one while the other idles. Without xdist nothing changes (the sequential order stays)."""
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
+        return
+    _group_shared_fixtures(items)
+    # stable: a group's tests keep their order (a module's or package's fixture is set up
+    # once only while its tests run back to back)
+    items.sort(key=lambda item: 0 if item.get_closest_marker("xdist_group")
+               else 1 if item.get_closest_marker("slow") else 2)
