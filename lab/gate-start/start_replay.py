@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gate-live-lag"))
 
 import specdec  # noqa: E402
 import lag_replay as L  # noqa: E402
-from specdec.policy.gate import CostGate, Pipelining  # noqa: E402
+from specdec.policy.gate import CostGate  # noqa: E402
+from specdec.policy.learnt import Learnt  # noqa: E402
 
 RESULTS = ("lab/specbench/quick/results.json", "lab/specbench/per-category-1-offers/results.json")
 
@@ -104,7 +105,7 @@ def main() -> None:
         print(f"== a pipelined token = {ratio} one-token verify step (live, carried)")
         per = {}
         for name, cls in gates.items():
-            memory = Pipelining() if cls else None
+            memory = Learnt() if cls else None
             _SHARED.clear()
             rows = [r for qs in by_q.values()
                     for r in L.run(qs, tok, curve, line, cls, cls is not None, True, ratio, memory)]
