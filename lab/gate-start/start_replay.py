@@ -7,6 +7,9 @@ request starts. Deterministic, no timing (the bench's curve as the clock, a pipe
 of a one-token verify step); loads the tokenizer only.
 
     PYTHONPATH=. python3 lab/gate-start/start_replay.py [--show translation-181]
+
+The subclasses were written against the gate before carried offers and the priced start became the
+default (gate5): to reproduce replay.txt run it at d87af60; here they stack on the new default.
 """
 
 from __future__ import annotations
