@@ -128,18 +128,21 @@ class CostGate(AdaptiveK):
         self._start()
         self._last_end = None  # prefill is no step
         super().begin(prompt_ids)
-        if self._paused and self.peeks and self._ratio_seen and self._pipelining_saves() <= 0.0:
+        if self._paused and self.peeks and self._ratio_seen:  # the saving is measured (carried)
             self._priced_start(prompt_ids)
 
     def _priced_start(self, prompt_ids: Sequence[int]) -> None:
         """Price the prompt's offer as ``watch`` prices a paused token's, and draft it at the first
-        step if it pays: nothing is in flight yet, so that draft is not late. Only where pipelining
-        is measured to save nothing (a paused start then buys nothing; where it saves, a wrong first
-        offer seen to fail for free is worth a paused start: summarization-261, rag-541 in the
-        replay, lab/gate-start). Why: translation-181 started ``P P P L`` where ungated drafts at once."""
+        step where drafting it a token late would lose more than a pipelined token saves (the
+        weighing ``pipelines`` makes, on this offer's own late loss: a new request has seen no
+        other); nothing is in flight yet, so that draft is not late. Why: translation-181 started
+        ``P P P L`` where ungated drafts at once (a pipelined token here saves ~1 % of a verify
+        step); a paused start, where pipelining saves more, still sees a wrong first offer fail for
+        free (replayed: lab/gate-start, whose "only where the saving is 0" lost at 0.97-0.99)."""
         offer = self.inner.propose(prompt_ids, self._k)
         self._pend(prompt_ids, offer)
-        self._paused = self._idle_price(len(offer)) == 0 and self.pipelines()
+        depth = self._idle_price(len(offer))
+        self._paused = not depth or self._late_loss(depth) <= self._pipelining_saves()
 
     def _start(self) -> None:
         """Evidence first where it is free: a host drafter starts paused and drafts once a

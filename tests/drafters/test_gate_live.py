@@ -228,16 +228,18 @@ def steps(gate, out, prompt=(1, 2, 3)):
 def test_a_short_answer_whose_first_offer_is_right_drafts_it_at_its_first_step():
     """Issue #46 (translation-181): a host drafter's gate started paused, so the prompt's offer
     was never looked at and the first offers that paid were drafted a token late (``P P P L``)
-    even where the requests before measured that a pipelined token saves nothing over a
-    one-token verify step (this clock: both CPU[1]). Where the carried saving is 0 the prompt's
-    offer is priced at ``begin`` (nothing is in flight yet) and drafted at the first step; where
-    pipelining is not measured yet, or saves, the start stays paused (a wrong first offer then
+    even where the requests before measured that a pipelined token saves ~nothing over a
+    one-token verify step (this CPU: 0.99 of one). Where the carried saving is less than what
+    drafting the prompt's offer late would lose, it is priced at ``begin`` (nothing is in flight
+    yet) and drafted at the first step; where pipelining is not measured yet, or saves more (a
+    pipelined token at 0.8 of a verify step), the start stays paused (a wrong first offer then
     fails for free)."""
     out = [7, 8, 9, 5, 6, 4, 3, 2]
     offers = {3: [7, 8, 9]}  # the prompt's offer: the answer's first three tokens
-    carried = CostGate(Script(offers), CPU, k_max=8, clock=Clock(), memory=Learnt(ratio=1.0, seen=6))
-    first = steps(carried, out)[0]
-    assert first in ("D1a1", "D2a2", "D3a3"), f"first step {first}: the right prompt offer not drafted"
+    for ratio in (1.0, 0.99):
+        carried = CostGate(Script(offers), CPU, k_max=8, clock=Clock(), memory=Learnt(ratio=ratio, seen=6))
+        first = steps(carried, out)[0]
+        assert first in ("D1a1", "D2a2", "D3a3"), f"first step {first}: the right prompt offer not drafted"
     fresh = CostGate(Script(offers), CPU, k_max=8, clock=Clock())
     assert steps(fresh, out)[0] == "P"
     saves = CostGate(Script(offers), CPU, k_max=8, clock=Clock(), memory=Learnt(ratio=0.8, seen=6))
