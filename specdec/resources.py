@@ -23,6 +23,7 @@ from .loader import load
 from .measure import cost_curve_for, draft_cost_for
 from .policy.build import build_policy
 from .policy.drafting import DecodePolicy
+from .policy.learnt import LearntCurves
 
 if TYPE_CHECKING:
     from .drafters.ngram_mod import NgramModTable
@@ -31,14 +32,17 @@ if TYPE_CHECKING:
 
 def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: str = "auto",
                       draft: tuple[Any, Any] | None = None, table: NgramModTable | None = None,
-                      history: SuffixHistory | None = None) -> DraftResources:
+                      history: SuffixHistory | None = None,
+                      learnt: LearntCurves | None = None) -> DraftResources:
     """Load what ``spec`` needs: the draft model (unless ``draft`` is given), the
     ngram-mod table (from ``spec.ngram_mod_file`` if it exists, else a fresh one of the
     spec's size and n, unless ``table`` is given), the cost curve for the cost gate and
     adaptive k and the drafter's own cost for those or an automatic tree budget (both
-    measured once per model and cached on disk: a few seconds on first use)."""
+    measured once per model and cached on disk: a few seconds on first use); ``learnt``: what
+    cost gates learn, carried across the requests built on these resources (None: a new one)."""
     res = DraftResources(tokenizer=tokenizer, draft=draft, table=table, history=history,
-                         target=model if spec.uses("wedlm") or spec.uses("mtp") else None)
+                         target=model if spec.uses("wedlm") or spec.uses("mtp") else None,
+                         learnt=learnt if learnt is not None else LearntCurves())
     if spec.uses("model") and res.draft is None:
         if not spec.draft_model:  # DraftSpec refuses it at construction; said for the checker
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
@@ -60,17 +64,23 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
     return res
 
 
+# a library process's cost gates (calls to generate / stream_generate, a CLI run), as its ngram-mod
+# table is process-wide (drafters.shared_ngram_mod_table); a server and a bench own their own
+LIBRARY_LEARNT = LearntCurves()
+
+
 def resources_for(spec: DraftSpec, model: Model | None, tokenizer: Any, *,
                   dtype: str = "auto") -> DraftResources:
     """A library call's or a CLI run's resources: ``prepare_resources`` on ``model``, the
     ngram-mod table the process-wide one of this tokenizer unless the spec names a file
-    (so library calls share one memory, as a server does). Without a model only what
-    needs none (a priced spec is refused: say ``model=``)."""
+    (so library calls share one memory, as a server does), and so are the cost gates' learnt
+    values (``LIBRARY_LEARNT``). Without a model only what needs none (a priced spec is
+    refused: say ``model=``)."""
     table = None  # a file the spec names is loaded by prepare_resources, never ignored
     if spec.uses("ngram-mod") and not spec.ngram_mod_file:
         table = shared_ngram_mod_table(tokenizer, spec.ngram_mod_size, spec.ngram_mod_n)
     if model is not None:
-        return prepare_resources(spec, model, tokenizer, dtype=dtype, table=table)
+        return prepare_resources(spec, model, tokenizer, dtype=dtype, table=table, learnt=LIBRARY_LEARNT)
     if spec.speculative and (spec.gate or spec.adaptive_k):
         raise ValueError("the cost gate needs the target model: drafter_for(spec, model, tokenizer)")
     return DraftResources(tokenizer=tokenizer, table=table)

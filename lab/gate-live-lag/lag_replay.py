@@ -96,7 +96,7 @@ def main() -> None:
     ap.add_argument("--show", help="print this question's steps (e.g. summarization-281)")
     ap.add_argument("--carry", action="store_true",
                     help="add a live run whose gates share what they learnt of pipelining "
-                         "(``gate.Pipelining``) from question to question, as the bench's do")
+                         "(``policy.learnt.Learnt``) from question to question, as the bench's do")
     args = ap.parse_args()
     _, tok = specdec.load("smollm2-135m", dtype="float32")
     curve = {int(k): v for k, v in json.load(open(args.results[0]))["cost_curve"].items()}
@@ -114,8 +114,8 @@ def main() -> None:
     for name, cls, lag, faithful in configs:
         memory = None
         if name == "live, carried":
-            from specdec.policy.gate import Pipelining
-            memory = Pipelining()
+            from specdec.policy.learnt import Learnt
+            memory = Learnt()
         rows = [r for qs in by_q.values() for r in run(qs, tok, curve, line, cls, lag, faithful, args.ratio, memory)]
         res[name] = summary(name, rows, line, args.ratio)
         if args.show:

@@ -72,21 +72,22 @@ class BenchConfig:
     def drafter(self, tokenizer: Any, *, cost: Mapping[int, float] | None = None,
                 draft: tuple[Any, Any] | None = None, table: str | None = None,
                 draft_cost: Mapping[str, float] | None = None,
-                heads: DraftResources | None = None) -> DecodePolicy | None:
+                heads: DraftResources | None = None, learnt: Any = None) -> DecodePolicy | None:
         """A fresh drafter for one run (``None`` for the baseline).
 
         ``cost``: the verify cost curve (needed by the gate and ``adaptive``); ``draft``: (model,
         tokenizer) for the ``model`` type; ``draft_cost``: the drafter's measured cost per
         proposal (``measure.draft_cost_for``; adaptive k and ``tree=auto`` count it); ``table``: the file of a saved ngram-mod table, loaded
         afresh for every run of a ``warm`` config (the cross-model warm-start experiment);
-        ``heads``: the plan's loaded EAGLE-3 head / MTP block and target (eagle and mtp configs)."""
+        ``heads``: the plan's loaded EAGLE-3 head / MTP block and target (eagle and mtp configs);
+        ``learnt``: the run's ``policy.learnt.LearntCurves`` (what its cost gates carry; None: none)."""
         from ..resources import drafter_for  # loads models: the bench's parser starts without it
 
         if self.baseline:
             return None
         res = DraftResources(tokenizer=tokenizer, draft=draft, cost=cost, draft_cost=draft_cost,
                              head=heads.head if heads else None, mtp=heads.mtp if heads else None,
-                             target=heads.target if heads else None)
+                             target=heads.target if heads else None, learnt=learnt)
         if self.spec.uses("ngram-mod"):
             if self.warm and table is None:
                 raise ValueError(f"config {self.text} needs a warm ngram-mod table")

@@ -35,6 +35,7 @@ from ..drafters.spec import DraftResources
 from ..eagle.io import load_head
 from ..eagle.mtp import load_for
 from ..policy.drafting import DecodePolicy
+from ..policy.learnt import LearntCurves
 from ..engine import GenerationResult, generate
 from ..loader import load
 from ..measure import draft_cost_for, verify_cost_curve
@@ -239,6 +240,8 @@ class _Setup:
     heads: DraftResources | None
     peers: list[Any]
     oracle_ks: list[int]
+    # what the run's cost gates learn, carried from case to case as a server's are
+    learnt: LearntCurves = field(default_factory=LearntCurves)
 
 
 def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
@@ -300,7 +303,8 @@ def _run_case(plan: BenchPlan, s: _Setup, case: Workload, length: int | None, re
         plain_turns: list[list[int]] = []
         for cfg in [PLAIN, *plan.configs]:
             drafter = cfg.drafter(s.tok, cost=s.cost, draft=s.draft, table=plan.warm_table,
-                                  draft_cost=result.draft_costs.get(cfg.label), heads=s.heads)
+                                  draft_cost=result.draft_costs.get(cfg.label), heads=s.heads,
+                                  learnt=s.learnt)
             turns = _measure(plan, s.model, s.tok, case, length, cfg.label, run, cfg.k, drafter,
                              result, cfg.tree_budget)
             if cfg.baseline:

@@ -157,6 +157,9 @@ class DraftResources:
     target: Any = None  # the target model: the wedlm drafter drafts with its mask predictions
     head: Any = None  # a loaded EAGLE-3 head (eagle.io.load_head): the eagle drafter's
     mtp: Any = None  # a loaded MTP block (eagle.mtp.load_mtp): the mtp drafter's (needs target)
+    # policy.learnt.LearntCurves: what cost gates learnt per curve, carried across the requests of
+    # its owner (a server, a bench run, a library process); None: each request's gate learns alone
+    learnt: Any = None
 
 
 def ngram_mod_table(spec: DraftSpec, tokenizer: Any, *, load_file: bool = True) -> NgramModTable:

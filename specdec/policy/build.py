@@ -7,7 +7,7 @@ from ..drafters.base import Drafter
 from ..drafters.spec import DraftResources, DraftSpec, build_drafter
 from .adaptive import AdaptiveK
 from .drafting import DecodePolicy
-from .gate import CostGate, learnt_for
+from .gate import CostGate
 
 
 def policy_for(spec: DraftSpec, res: DraftResources, drafter: Drafter) -> DecodePolicy:
@@ -21,9 +21,10 @@ def policy_for(spec: DraftSpec, res: DraftResources, drafter: Drafter) -> Decode
                          "with specdec.prepare_resources(spec, model, tokenizer)")
     if not spec.gate:
         return AdaptiveK(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost)
-    # what gates on this curve (model and machine) learnt of pipelining carries to this one
+    # what gates on this curve (model and machine) learnt carries to this one (None: learns alone)
+    memory = res.learnt.on(res.cost) if res.learnt is not None else None
     return CostGate(drafter, res.cost, spec.num_draft_tokens, draft_cost=res.draft_cost,
-                    memory=learnt_for(res.cost))
+                    memory=memory)
 
 
 def build_policy(spec: DraftSpec, resources: DraftResources | None = None, *,

@@ -16,7 +16,7 @@ guess that came true (a drafter that cannot guess while paused, WeDLM's, is prob
 two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
 one-token verify steps instead where what a pipelined token saves is less than what drafting
 its offers a token late loses: ``pipelines``; the saving, measured, is carried from request to
-request on one curve: ``Pipelining``). Forced grammar tokens are
+request on one curve with the acceptance of its offers: ``learnt.Learnt``). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py, tests/drafters/test_gate_live.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
 from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds, expected_tokens
 from .drafting import StepTime
-from .offers import OfferModel
+from .learnt import Learnt
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
@@ -46,45 +45,16 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 FRESH = math.ceil(1 / RATIO_WEIGHT)
 
 
-@dataclass
-class Pipelining:
-    """What gates learnt of pipelining on one model and machine, carried from request to request
-    (``CostGate(memory=)``): what a pipelined plain token saves, as its cost over a one-token
-    verify step (``ratio``, from ``seen`` tokens). Why: a gate learnt it per request, and an answer
-    of a dozen tokens ends before it is measured (issue #46): until then each request paused into
-    pipelined stretches and drafted its offers a token late. What late drafts lose is the text's,
-    not the machine's: it stays the request's (carried too, the replay read summarization and RAG
-    0.02-0.03x slower: the last answer's copies kept new text off the pipelined path)."""
-
-    ratio: float = 1.0
-    seen: int = 0
-
-
-_LEARNT: dict[tuple[tuple[int, float], ...], Pipelining] = {}
-LEARNT_CURVES = 16  # curves whose ``Pipelining`` a process keeps (one per model and machine in use)
-
-
-def learnt_for(cost: Mapping[int, float]) -> Pipelining:
-    """The process's ``Pipelining`` for this verify cost curve (one per model and machine: the
-    curve is measured and cached per both), shared by every gate priced on it. A server prices on
-    a provisional curve while it calibrates (a new one every few rounds): the oldest are dropped
-    past ``LEARNT_CURVES``."""
-    key = tuple(sorted(cost.items()))
-    if key not in _LEARNT and len(_LEARNT) >= LEARNT_CURVES:
-        del _LEARNT[next(iter(_LEARNT))]
-    return _LEARNT.setdefault(key, Pipelining())
-
-
 class CostGate(AdaptiveK):
     prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
 
     def __init__(self, inner: Drafter, cost: Mapping[int, float], k_max: int,
                  draft_cost: Mapping[str, float] | None = None, decay: float = 0.95,
                  timed: bool = True, clock: Callable[[], float] = time.perf_counter,
-                 memory: Pipelining | None = None):
+                 memory: Learnt | None = None):
         super().__init__(inner, cost, k_max, decay, draft_cost)
-        # what requests before learnt of pipelining (None: this gate's alone, from nothing)
-        self.memory = memory if memory is not None else Pipelining()
+        # what requests before learnt on this curve (None: this gate's alone, from nothing)
+        self.memory = memory if memory is not None else Learnt()
         self.timed = timed  # learn from step_time (False: the curve alone prices steps)
         # every step is timed on one clock, from the last step's end to its own (``took``):
         # a plain token's wait alone left out the host work its pipelining overlaps (the
@@ -124,7 +94,9 @@ class CostGate(AdaptiveK):
         # one-token offers, 54 % on two-token ones, 91 % on eight-token ones)
         per_token = (self.draft_cost or {}).get("per_token", 0.0)
         self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
-        self.offers = OfferModel(k_max, self.prior, decay)
+        # carried like the saving: a short answer's first offers are priced on what the
+        # requests before saw of offers of their length, not on the prior
+        self.offers = self.memory.offers_for(inner.name, k_max, self.prior, decay)
         self._trees = False  # the row asks for trees: priced by state, as a costly drafter
         self._peeked = False  # the pending verify step drafts a priced offer
         self._last_offer = 0  # the length of the offer last priced (for ``describe``)
@@ -156,6 +128,21 @@ class CostGate(AdaptiveK):
         self._start()
         self._last_end = None  # prefill is no step
         super().begin(prompt_ids)
+        if self._paused and self.peeks and self._ratio_seen:  # the saving is measured (carried)
+            self._priced_start(prompt_ids)
+
+    def _priced_start(self, prompt_ids: Sequence[int]) -> None:
+        """Price the prompt's offer as ``watch`` prices a paused token's, and draft it at the first
+        step where drafting it a token late would lose more than a pipelined token saves (the
+        weighing ``pipelines`` makes, on this offer's own late loss: a new request has seen no
+        other); nothing is in flight yet, so that draft is not late. Why: translation-181 started
+        ``P P P L`` where ungated drafts at once (a pipelined token here saves ~1 % of a verify
+        step); a paused start, where pipelining saves more, still sees a wrong first offer fail for
+        free (replayed: lab/gate-start, whose "only where the saving is 0" lost at 0.97-0.99)."""
+        offer = self.inner.propose(prompt_ids, self._k)
+        self._pend(prompt_ids, offer)
+        depth = self._idle_price(len(offer))
+        self._paused = not depth or self._late_loss(depth) <= self._pipelining_saves()
 
     def _start(self) -> None:
         """Evidence first where it is free: a host drafter starts paused and drafts once a
@@ -328,12 +315,15 @@ class CostGate(AdaptiveK):
         (traced: q281 resumed ~20 times, each a forward more than its replay: 25-27 accepted
         against 29-30; lab/gate-live-lag). What late drafts lose per idle token (``_late_loss``,
         decayed) is weighed against what a pipelined token saves over a one-token verify step,
-        once measured (``plain_ratio``, carried across requests: ``Pipelining``; never measured,
+        once measured (``plain_ratio``, carried across requests: ``learnt.Learnt``; never measured,
         in a batch or untimed: pipelined)."""
         if not self._ratio_seen or not self._idle_asks:
             return True
-        saves = self.cost[1] * self.scale - self.plain_seconds()  # over a one-token verify step
-        return saves >= self._lost / self._idle_asks
+        return self._pipelining_saves() >= self._lost / self._idle_asks
+
+    def _pipelining_saves(self) -> float:
+        """Seconds a pipelined plain token saves over a one-token verify step now (>= 0)."""
+        return self.cost[1] * self.scale - self.plain_seconds()
 
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""

@@ -23,9 +23,10 @@ def test_trace_rows_agree_with_the_stats(smollm, tmp_path):
     assert sum(r["k"] for r in rows) == s.drafted
     assert sum(r["emitted"] for r in rows) == len(res.tokens)
     assert {r["case"] for r in rows} == {"list"} and {r["request"] for r in rows} == {0}
-    # the gate's decisions are on the rows: a paused start (plain rows) and drafted steps
-    # priced before they ran
-    assert rows[0]["plain"] and rows[0]["before"]["paused"]
+    # the gate's decisions are on the rows: a paused start is a plain row (the start depends on
+    # what earlier requests of the process carried: gate.CostGate.begin's priced start), and
+    # drafted steps are priced before they ran
+    assert rows[0]["plain"] == rows[0]["before"]["paused"]
     drafted = [r for r in rows if r["k"]]
     assert drafted and all(r["predicted_s"] > 0 and r["expected"] >= 1 for r in drafted)
     assert generate(model, tok, PROMPT, max_tokens=32).tokens == res.tokens

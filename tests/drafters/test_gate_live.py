@@ -4,7 +4,8 @@ what a paused token's ask costs stays inside the shadow budget."""
 
 from specdec.drafters import Drafter, Proposal
 from specdec.policy.drafting import StepTime
-from specdec.policy.gate import SHADOW_SHARE, CostGate, Pipelining
+from specdec.policy.gate import SHADOW_SHARE, CostGate
+from specdec.policy.learnt import Learnt
 
 CPU = {L: 1.0 + 0.12 * (L - 1) for L in range(1, 18)}  # this CPU: cost(5) ~ 1.5 x cost(1)
 
@@ -171,10 +172,10 @@ def test_a_resume_out_of_a_pipelined_stretch_is_not_a_token_late():
 def test_a_short_answer_drafts_on_what_the_requests_before_learnt_of_pipelining():
     """Issue #46: a gate learnt per request what a pipelined token saves, and a short answer
     ends before it is measured: until then a resume out of a pipelined stretch is followed by
-    a verify step, its first offer drafted late. Gates sharing ``Pipelining`` (one per curve:
+    a verify step, its first offer drafted late. Gates sharing ``Learnt`` (one per curve:
     ``build.policy_for``) start from what the request before measured: a 16-token answer then
     drafts 2 of its 3 offers (fresh: 1); a gate without it learns alone."""
-    memory, clock = Pipelining(), Clock()
+    memory, clock = Learnt(), Clock()
     answer(CostGate(Offering(150), CPU, k_max=8, clock=clock, memory=memory), clock, 150, 600)
     assert memory.seen > 0 and memory.ratio == 1.0  # a plain token took what a verify step does
     clock = Clock()
@@ -184,15 +185,62 @@ def test_a_short_answer_drafts_on_what_the_requests_before_learnt_of_pipelining(
     assert (fresh, carried) == (1, 2)
 
 
-def test_gates_on_one_curve_share_what_they_learnt_and_old_curves_are_dropped():
-    """``learnt_for``: one ``Pipelining`` per curve (equal curves, one object), a bounded
-    number of curves kept (a calibrating server prices on a new provisional curve every few
-    rounds)."""
-    from specdec.policy import gate as gate_module
+class Script(Drafter):
+    """Offers ``offers[len(context)]`` (nothing elsewhere): an answer's offers, scripted."""
 
-    first = gate_module.learnt_for({1: 1.0, 2: 1.5})
-    assert gate_module.learnt_for({2: 1.5, 1: 1.0}) is first
-    for i in range(gate_module.LEARNT_CURVES):
-        gate_module.learnt_for({1: 2.0 + i, 2: 3.0})
-    assert len(gate_module._LEARNT) <= gate_module.LEARNT_CURVES
-    assert gate_module.learnt_for({1: 1.0, 2: 1.5}) is not first
+    name = "script"
+    guesses_paused = True
+
+    def __init__(self, offers):
+        self.offers = offers
+
+    def propose(self, context, k):
+        return Proposal(self.offers.get(len(context), [])[:k])
+
+
+def steps(gate, out, prompt=(1, 2, 3)):
+    """The live loop over the answer ``out`` (``answer``'s: a resume out of a pipelined stretch
+    emits the token in flight plain first, ``L``), as step strings: ``P`` a pipelined token,
+    ``D{k}a{accepted}`` a verify step."""
+    ctx, seen, landing, clock = list(prompt), [], False, gate.clock
+    gate.begin(ctx)
+    while len(ctx) < len(prompt) + len(out):
+        t = len(ctx) - len(prompt)
+        if gate.paused or landing:
+            clock.now += CPU[1]
+            gate.took(StepTime(0, CPU[1]))
+            ctx.append(out[t])
+            gate.watch(ctx)
+            seen.append("L" if landing else "P")
+            landing = not landing and not gate.paused
+            continue
+        draft = list(gate.propose(ctx, 8).tokens)
+        accepted = next((i for i, (a, b) in enumerate(zip(draft, out[t:])) if a != b), len(draft))
+        clock.now += CPU[1 + len(draft)]
+        gate.took(StepTime(1 + len(draft), CPU[1 + len(draft)]))
+        if draft:
+            gate.observe(accepted)
+        seen.append(f"D{len(draft)}a{accepted}")
+        ctx += out[t:t + accepted + 1]
+    return seen
+
+
+def test_a_short_answer_whose_first_offer_is_right_drafts_it_at_its_first_step():
+    """Issue #46 (translation-181): a host drafter's gate started paused, so the prompt's offer
+    was never looked at and the first offers that paid were drafted a token late (``P P P L``)
+    even where the requests before measured that a pipelined token saves ~nothing over a
+    one-token verify step (this CPU: 0.99 of one). Where the carried saving is less than what
+    drafting the prompt's offer late would lose, it is priced at ``begin`` (nothing is in flight
+    yet) and drafted at the first step; where pipelining is not measured yet, or saves more (a
+    pipelined token at 0.8 of a verify step), the start stays paused (a wrong first offer then
+    fails for free)."""
+    out = [7, 8, 9, 5, 6, 4, 3, 2]
+    offers = {3: [7, 8, 9]}  # the prompt's offer: the answer's first three tokens
+    for ratio in (1.0, 0.99):
+        carried = CostGate(Script(offers), CPU, k_max=8, clock=Clock(), memory=Learnt(ratio=ratio, seen=6))
+        first = steps(carried, out)[0]
+        assert first in ("D1a1", "D2a2", "D3a3"), f"first step {first}: the right prompt offer not drafted"
+    fresh = CostGate(Script(offers), CPU, k_max=8, clock=Clock())
+    assert steps(fresh, out)[0] == "P"
+    saves = CostGate(Script(offers), CPU, k_max=8, clock=Clock(), memory=Learnt(ratio=0.8, seen=6))
+    assert steps(saves, out)[0] == "P"

@@ -27,6 +27,7 @@ from ...loader import load
 from ...resources import drafter_for
 from ...measure import cached_cost_curve, cost_curve_for, draft_cost_for
 from ...policy.block import curve_cost, unknown_cost
+from ...policy.learnt import LearntCurves
 from ...policy.pricing import BATCH_COST_LENGTHS, BlockPrice
 from ..config import ServerConfig
 from .batcher import Batcher
@@ -62,6 +63,7 @@ class Drafting:
     curve: dict[int, float] | None
     calibration: Calibration | None
     _gate_off_said: bool
+    learnt: LearntCurves  # what requests' cost gates learnt per curve (shared by every request)
     _costs: dict[int, dict[int, float]]
     _draft_costs: dict[str, dict[str, float]]
     head: Any = None  # an EAGLE-3 head (--draft-type eagle), shared by every request's drafter
@@ -175,7 +177,7 @@ class Drafting:
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
             history=memory.history, cost=cost, target=self.model, mtp=self.mtp, head=self.head,
-            draft_cost=self._draft_cost(spec.draft_type) if priced else None)
+            draft_cost=self._draft_cost(spec.draft_type) if priced else None, learnt=self.learnt)
         return drafter_for(spec, self.model, self.tokenizer, res, sampling=req.gen.sampling)
 
     def _gate_curve(self, max_len: int) -> dict[int, float]:

@@ -31,6 +31,7 @@ from ...core.wedlm import settings_of
 from ...decode.batch import batchable
 from ...distributed import LeaderModel, Watchdog, shard
 from ...loader import load
+from ...policy.learnt import LearntCurves
 from .batcher import Batcher
 from ..config import ServerConfig
 from ..http.errors import APIError
@@ -79,6 +80,7 @@ class InferenceWorker(Drafting, Replies):
         self._costs: dict[int, dict[int, float]] = {}
         self.curve: dict[int, float] | None = None  # the verify cost curve, once known
         self._gate_off_said = False
+        self.learnt = LearntCurves()  # what its requests' cost gates learnt, per curve
         self.calibration: Calibration | None = None  # while the curve is unknown
         self._draft_costs: dict[str, dict[str, float]] = {}
         self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
