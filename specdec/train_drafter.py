@@ -67,6 +67,9 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
                    help="decoder layer class of the head (default auto); auto: the target's "
                         "own where the head supports it (init-from-target copies every weight), "
                         "else llama (LlamaForCausalLMEagle3 loads in EAGLE/vLLM/SGLang)")
+    p.add_argument("--distill-only", action="store_true",
+                   help="write the data shards (the target's answers and features) and stop; the "
+                        "same command without it trains on them later")
     p.add_argument("--dtype", default="float32", help="target dtype while distilling")
     p.add_argument("--seed", type=int, default=0)
 
@@ -74,7 +77,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_train_drafter(args: argparse.Namespace) -> int:
     from .core.text import encode_prompt  # imports after the OpenBLAS preload
     from .eagle.data import batch_answerer
-    from .eagle.pipeline import DrafterOptions, train_drafter
+    from .eagle.pipeline import DrafterOptions, distill_only, train_drafter
     from .eagle.prompts import default_prompts, read_jsonl
     from .eagle.trainer import TrainConfig
     from .loader import load
@@ -96,6 +99,11 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
         init_head=args.init_head)
 
     answer = batch_answerer(model, args.max_tokens, tokenizer.eos_token_ids)
+    if args.distill_only:
+        train, held = distill_only(model, prompt_ids, args.output, opts, answer, args.max_tokens)
+        print(f"distilled {len(prompt_ids)} prompts into {len(train)} train and {len(held)} held-out "
+              f"shards under {args.output}/data; run the command without --distill-only to train")
+        return 0
     report = train_drafter(model, prompt_ids, args.output, opts, answer, args.max_tokens)
     if report is None:  # only a run told to stop after some shards ends without one
         raise RuntimeError("training stopped before its end: no held-out report")
