@@ -212,12 +212,11 @@ def shard_feature_scale(paths: Sequence[Path], max_rows: int = 20000) -> np.ndar
     return feature_scale(feature_rows(paths, max_rows))
 
 
-def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts: DrafterOptions,
-                  answer: Answer, max_tokens: int, stop_after_shards: int | None = None,
-                  ) -> Report | None:
-    out = Path(out)
-    if len(prompt_ids) <= opts.heldout:
-        raise ValueError(f"{len(prompt_ids)} prompts leave none to train on after {opts.heldout} "
+def _start_and_spec(model, n_prompts: int, opts: DrafterOptions) -> tuple[Eagle3Head | None, DataSpec]:
+    """The start head (``init_head``, else None) and the data settings: its layers unless
+    ``layer_ids`` names others, which is refused."""
+    if n_prompts <= opts.heldout:
+        raise ValueError(f"{n_prompts} prompts leave none to train on after {opts.heldout} "
                          "held out; give more prompts or a smaller --heldout.")
     start = load_head(opts.init_head, model) if opts.init_head else None
     layer_ids = opts.layer_ids or default_layer_ids(len(model.layers))
@@ -226,7 +225,23 @@ def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts:
     elif start is not None and tuple(layer_ids) != tuple(start.config.aux_layer_ids):
         raise ValueError(f"--layers {list(layer_ids)} differ from the start head's layers "
                          f"{list(start.config.aux_layer_ids)} ({opts.init_head}): drop --layers.")
-    spec = DataSpec(tuple(layer_ids), opts.top_k, opts.shard_size, opts.max_len)
+    return start, DataSpec(tuple(layer_ids), opts.top_k, opts.shard_size, opts.max_len)
+
+
+def distill_only(model, prompt_ids: Sequence[list[int]], out: str | Path, opts: DrafterOptions,
+                 answer: Answer, max_tokens: int) -> tuple[list[Path], list[Path]]:
+    """``train_drafter``'s data half alone: the shards it would write (train, held-out paths),
+    so the same call without it later trains on them (resumed, never distilled twice).
+    Tests: tests/eagle/test_train.py."""
+    _, spec = _start_and_spec(model, len(prompt_ids), opts)
+    return distill(model, prompt_ids, Path(out), spec, answer, opts.heldout, max_tokens)
+
+
+def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts: DrafterOptions,
+                  answer: Answer, max_tokens: int, stop_after_shards: int | None = None,
+                  ) -> Report | None:
+    out = Path(out)
+    start, spec = _start_and_spec(model, len(prompt_ids), opts)
     train_paths, held_paths = distill(model, prompt_ids, out, spec, answer, opts.heldout, max_tokens)
     if start is not None:
         head, vocab = start, DraftVocab.of_head(start)

@@ -15,7 +15,7 @@ from mlx_lm.models.cache import KVCache
 
 from specdec.eagle.data import DataSpec, batch_answerer, samples_of
 from specdec.eagle.io import load_head
-from specdec.eagle.pipeline import DrafterOptions, train_drafter
+from specdec.eagle.pipeline import DrafterOptions, distill_only, train_drafter
 from specdec.eagle.train import DraftVocab, make_batch, unroll
 from specdec.eagle.trainer import TrainConfig
 
@@ -106,3 +106,22 @@ def test_init_head_continues_a_trained_head_with_its_vocabulary_and_layers(tmp_p
     with pytest.raises(ValueError, match="differ from the start head's layers"):
         train_drafter(target, _prompts(6, seed=3), tmp_path / "other",
                       dataclasses.replace(frozen, layer_ids=(1, 2, 3)), answer, 8)
+
+
+def test_distill_only_writes_the_shards_a_later_training_run_reuses(tmp_path):
+    """``distill_only`` (``train-drafter --distill-only``) writes exactly the shards
+    ``train_drafter`` would, and nothing else: the same call without it answers no prompt again."""
+    target = tiny_target("llama")
+    base, calls = batch_answerer(target, 8, eos=()), []
+
+    def answer(prompts):
+        calls.append(len(prompts))
+        return base(prompts)
+
+    one = dataclasses.replace(OPTS, train=dataclasses.replace(OPTS.train, epochs=1))
+    train, held = distill_only(target, _prompts(6), tmp_path, one, answer, 8)
+    assert calls == [2, 4] and len(held) == 1 and len(train) == 1  # 2 held out, shards of 4
+    assert all(p.exists() for p in train + held) and not (tmp_path / "model.safetensors").exists()
+    calls.clear()
+    assert train_drafter(target, _prompts(6), tmp_path, one, answer, 8) is not None
+    assert calls == [] and (tmp_path / "model.safetensors").exists()
