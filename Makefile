@@ -56,26 +56,22 @@ install-peers: install-dev
 demo: install
 	$(PY) -m specdec generate --compare --verbose
 
-# Both make targets spread the tests over TEST_WORKERS pytest-xdist processes with one BLAS
-# thread each: the tests' matmuls are small, and on 2 cores a second BLAS thread mostly spins
-# (the sequential suite ran at 168 % CPU, 28 % of it kernel time; on tests/test_cli.py,
-# tests/cache/test_prompt_cache.py and tests/drafters/test_suffix.py the CPU seconds stay
-# within 5 % either way, on a shared host; the wall gain on 2 idle cores awaits a full run).
-# --dist loadgroup: tests that share a module or package fixture (a server, a loaded pair)
-# run on one worker (tests/conftest.py groups them), the largest groups first, then the slow
-# single tests; the rest go one by one.
-# A server or mlx.launch test's subprocesses now share the cores with the other worker: their
-# timeouts are minutes. TEST_WORKERS=0 runs everything in one process (debugging).
-TEST_WORKERS ?= 2
-XDIST = -n $(TEST_WORKERS) --dist loadgroup
+# `make test` runs in one process: two xdist workers (one BLAS thread each, --dist loadgroup)
+# were tried on the whole suite and were no faster here (~130 % CPU against 168 %: the server
+# and mlx.launch tests wait on their subprocesses; 50 % of the tests after 30 min, against 35 min
+# for all of them sequentially), so it stays sequential.
 test: install-dev install-agents
-	OPENBLAS_NUM_THREADS=1 LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q $(XDIST) --durations=30
+	LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q --durations=30
 
 typecheck:
 	$(PY) -m mypy specdec
 
-# test-fast: the not-slow tests, on the same workers as make test (their sequential run used
-# 136 % CPU of two cores; two single-thread workers use both).
+# test-fast spreads the not-slow tests over TEST_WORKERS pytest-xdist processes with one BLAS
+# thread each (their sequential run used 136 % CPU of two cores; two single-thread workers use
+# both). --dist loadgroup: tests sharing a module or package fixture (a server, a loaded pair)
+# run on one worker (tests/conftest.py groups them). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 test-fast: install-dev
 	$(MAKE) --no-print-directory typecheck
 	OPENBLAS_NUM_THREADS=1 LD_PRELOAD="$(BLAS)" $(PY) -m pytest -q $(XDIST) -m "not slow" \

@@ -250,7 +250,7 @@ def _group_shared_fixtures(items) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into node ids
 def pytest_collection_modifyitems(config, items):
-    """Under ``--dist loadgroup`` (make test, make test-fast): the tests sharing an expensive
+    """Under ``--dist loadgroup`` (make test-fast): the tests sharing an expensive
     fixture instance (a server started once per module or package: tests/server/conftest.py's
     Qwen is a 2.4 GB load) form one xdist group, set up on one worker instead of both. xdist
     sends the largest groups first, then the single tests in collection order: the slow ones
