@@ -115,6 +115,19 @@ def smollm():
     return real_model("smollm2-135m")
 
 
+@pytest.fixture(autouse=True)
+def fresh_library_learnt(monkeypatch):
+    """Each test's library calls (generate, stream_generate, a CLI run in-process) start from
+    a gate memory of their own: ``resources_for`` reads ``specdec.resources.LIBRARY_LEARNT`` at
+    call time, so what a test's gates learn never depends on which tests ran before it.
+    Function scope: a module-scoped autouse fixture would join every module into one xdist
+    group (``_fixture_groups``)."""
+    import specdec.resources
+    from specdec.policy.learnt import LearntCurves
+
+    monkeypatch.setattr(specdec.resources, "LIBRARY_LEARNT", LearntCurves())
+
+
 def pytest_report_header(config):
     from specdec.backend import openblas_path, openblas_preloaded
 
