@@ -179,9 +179,11 @@ def test_real_model_speculative_step_matches_the_target_distribution(smollm):
     p = np.array(processed_probs(logits, params).tolist(), np.float64)
     key = mx.random.key(1)
     emitted = []
+    # converted once: a fresh (3, vocab) copy per sample was half this test's wall time
+    draft_mx, p_mx = mx.array(draft), mx.array(p.astype(np.float32))
     for _ in range(6000):
         key, sub = mx.random.split(key)
-        acc, recovered = rejection_sample(mx.array(draft), mx.array(p.astype(np.float32)), None, sub)
+        acc, recovered = rejection_sample(draft_mx, p_mx, None, sub)
         emitted.append(resolve(draft, acc.tolist(), recovered.tolist())[1])
     support = np.nonzero(p[0])[0]
     first = np.array([sum(e[0] == t for e in emitted) for t in support])
