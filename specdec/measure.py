@@ -32,7 +32,7 @@ from .drafters.draft_model import DraftModelDrafter
 from .drafters.ngram_mod import NgramModTable
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
 from .eagle.head import DraftHead
-from .measure_floor import ROUNDS, dips, timed_floors
+from .measure_floor import ROUNDS, Floors, dips, timed_floors
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -59,13 +59,13 @@ def _context(model: Model, lengths: list[int], context: int, rng: random.Random)
     return vocab, cache, ids
 
 
-def verify_cost_curve(
+def verify_cost_floors(
     model: Model, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
     extra: tuple[int, ...] = (),
-) -> dict[int, float]:
+) -> Floors:
     """{L: seconds of one L-token forward} at 1..``max_len`` and ``extra`` after ``context``
     tokens: the floor of ``repeats`` interleaved timings (contention only adds time), timed
-    again where it dips (``measure_floor``): the same curve on a loaded machine as a quiet one."""
+    again where it dips, then capped (``measure_floor``; ``Floors.capped``: the lengths capped)."""
     rng = random.Random(seed)
     lengths = sorted(set(range(1, max_len + 1)) | set(extra))
     vocab, cache, _ = _context(model, lengths, context, rng)
@@ -75,7 +75,16 @@ def verify_cost_curve(
         mx.eval(mx.argmax(verify_forward(model, cache, block)[0], axis=-1))
         trim(cache, L)
 
-    return timed_floors(lengths, repeats, once, rounds=ROUNDS, rising=True).curve
+    return timed_floors(lengths, repeats, once, rounds=ROUNDS, rising=True)
+
+
+def verify_cost_curve(
+    model: Model, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
+    extra: tuple[int, ...] = (),
+) -> dict[int, float]:
+    """``verify_cost_floors``' curve: a rising {L: seconds}."""
+    return verify_cost_floors(model, max_len, context=context, repeats=repeats, seed=seed,
+                              extra=extra).curve
 
 
 def tree_overhead(model: Model, lengths: tuple[int, ...], *, context: int = 256,
@@ -166,26 +175,35 @@ def _cached(name: str, measure: Callable[[], dict], cache_dir: str | Path | None
 
 
 def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
-                  cache_dir: str | Path | None, rising: bool = False) -> dict[int, float]:
-    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want`` or (a
-    ``rising`` verify curve) dips (one measured under load, or by an older median); what
+                  cache_dir: str | Path | None) -> dict[int, float]:
+    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want``; what
     is measured is merged over what was cached (a server's batch curve and a CLI's
     ``auto`` curve share one file: neither erases the other's lengths)."""
     decode = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731
     path = _cache_path(name, cache_dir)
     old = decode(json.loads(path.read_text())) if path.exists() else {}
     return _cached(name, lambda: {**old, **measure()}, cache_dir, decode=decode,
-                   complete=lambda curve: all(L in curve for L in want) and not
-                   (rising and dips(curve)))
+                   complete=lambda curve: all(L in curve for L in want))
 
 
 def cost_curve_for(model: Model, max_len: int, cache_dir: str | Path | None = None,
                    extra: tuple[int, ...] = ()) -> dict[int, float]:
     """The model's verify cost curve at 1..``max_len`` and ``extra``, measured once and
-    cached on disk."""
-    return _cached_curve(_curve_name(model), [*range(1, max_len + 1), *extra],
-                         lambda: verify_cost_curve(model, max_len, extra=extra), cache_dir,
-                         rising=True)
+    cached on disk, merged over the lengths cached before unless the merge would dip (those
+    older lengths are dropped: a dipping cached curve would be measured again at every use).
+    A curve capped after re-timing is cached too (an upper bound, rising; logged): measuring
+    at every use on a loaded machine would cost each request seconds."""
+    want = [*range(1, max_len + 1), *extra]
+    cached = cached_cost_curve(model, want, cache_dir)
+    if cached is not None:
+        return cached
+    got = verify_cost_floors(model, max_len, extra=extra)
+    path = _cache_path(_curve_name(model), cache_dir)
+    old = {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+    merged = {**old, **got.curve}
+    curve = got.curve if dips(merged) else merged
+    _store(path, {str(L): t for L, t in sorted(curve.items())})
+    return curve
 
 
 def cached_cost_curve(model: Model, lengths: list[int],

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from specdec import measure
 from specdec.calibrate import Calibration
-from specdec.measure_floor import SLACK, dips, lower_envelope, timed_floors
+from specdec.measure_floor import SLACK, Floors, dips, lower_envelope, timed_floors
 
 LENGTHS = [1, 2, 3, 4, 5]
 
@@ -105,18 +105,20 @@ def test_a_dip_is_timed_again_and_a_lasting_one_is_capped():
     assert not dips(got.curve, slack=0.0)
 
 
-def test_a_cached_curve_that_dips_is_measured_again(tmp_path, monkeypatch):
+def test_a_cached_curve_that_dips_is_measured_again_once(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     model = cached_tiny("llama")
-    loaded = {1: 0.2, 2: 0.62, 3: 1.05, 4: 0.57}  # issue #46's curve, timed under load
+    loaded = {1: 0.2, 2: 0.62, 3: 1.05, 4: 0.57, 5: 0.03}  # a curve timed under load (issue #46)
     measure.store_cost_curve(model, loaded)
     assert measure.cached_cost_curve(model, [1, 2, 3, 4]) is None  # a server calibrates
     calls = []
-    monkeypatch.setattr(measure, "verify_cost_curve",
-                        lambda m, n, extra=(): calls.append(n) or {L: 0.01 * L for L in range(1, 5)})
-    assert measure.cost_curve_for(model, 4) == {1: 0.01, 2: 0.02, 3: 0.03, 4: 0.04}
-    assert measure.cost_curve_for(model, 4) == {1: 0.01, 2: 0.02, 3: 0.03, 4: 0.04}
+    rising = {L: 0.01 * L for L in range(1, 5)}
+    monkeypatch.setattr(measure, "verify_cost_floors",
+                        lambda m, n, extra=(): calls.append(n) or Floors(rising, 1))
+    for _ in range(2):  # L=5 (0.03 s) would dip under the new curve: dropped, not merged
+        assert measure.cost_curve_for(model, 4) == rising
     assert calls == [4]  # measured once, then the rising curve is reused
+    assert measure.cached_cost_curve(model, [1, 2, 3, 4]) == rising
 
 
 def test_a_curve_timed_beside_a_competing_thread_rises(tmp_path):
