@@ -2,14 +2,15 @@
 
 Contract of ``Calibration(model, lengths, repeats=, context=, seed=)``: ``step()`` times one
 forward of the next block length (round-robin; round 0 warms up) and returns True when done;
-``curve`` is then {L: median seconds} and ``store()`` caches it; ``estimate()`` is the curve
-so far; ``progress`` the fraction done. Steps never touch the model's own state.
+``curve`` is then {L: the floor of its timings} (``measure_floor``: contention only adds time;
+a dipping curve gets up to ``ROUNDS`` rounds of ``repeats`` more, then is capped) and ``store()``
+caches it; ``estimate()`` is the curve so far; ``progress`` the fraction done. Steps never touch
+the model's own state.
 Tests: tests/test_calibrate.py. Why not at once (measured): docs/gate.md#calibration."""
 
 from __future__ import annotations
 
 import random
-import statistics
 import time
 from typing import Sequence
 
@@ -19,6 +20,7 @@ from .cache.rollback import make_cache, prefill, trim
 from .core.model import Model
 from .core.vocab import vocab_size
 from .measure import store_cost_curve
+from .measure_floor import ROUNDS, lower_envelope, settle
 
 
 class Calibration:
@@ -34,11 +36,12 @@ class Calibration:
         prefill(model, self._cache, [self._rng.randrange(self._vocab) for _ in range(context - 1)])
         self._times: dict[int, list[float]] = {L: [] for L in self.lengths}
         self._done = 0  # forwards timed, warm-up round included
+        self._rounds = 1  # timing rounds of ``repeats`` per length planned (more on a dip)
         self.curve: dict[int, float] | None = None
 
     @property
     def total(self) -> int:
-        return (self.repeats + 1) * len(self.lengths)
+        return (self._rounds * self.repeats + 1) * len(self.lengths)
 
     @property
     def progress(self) -> float:
@@ -57,7 +60,11 @@ class Calibration:
         trim(self._cache, L)
         self._done += 1
         if self._done == self.total:
-            self.curve = {L: statistics.median(v) for L, v in self._times.items()}
+            got = settle(self._times, last=self._rounds == ROUNDS)
+            if got is None:  # a dip: a length saw no quiet moment; time every length again
+                self._rounds += 1
+                return False
+            self.curve = got.curve
             self._cache = []  # done: the layers are freed (step returns before using it)
         return self.curve is not None
 
@@ -66,7 +73,7 @@ class Calibration:
             return self.curve
         if self._done < 2 * len(self.lengths):  # the warm-up round and one counted round
             return None
-        return {L: statistics.median(v) for L, v in self._times.items()}
+        return lower_envelope({L: min(v) for L, v in self._times.items()})
 
     def store(self) -> None:
         if self.curve is None:

@@ -1,6 +1,6 @@
 """Cost measurements that decide whether speculation can pay: verify cost and draft cost.
 
-Contract: ``verify_cost_curve`` -> {L: seconds} of one L-token forward (interleaved medians;
+Contract: ``verify_cost_curve`` -> {L: seconds} of one L-token forward (interleaved floors, rising;
 a step emitting m tokens beats plain only if m > c(L)/c(1)); ``cost_curve_for`` caches it per
 model fingerprint under ``$SPECDEC_CACHE_DIR/cost``; ``tree_overhead`` is a tree step over a
 linear one, timed interleaved; ``resolve_tree_budget``, ``proposal_cost``, ``draft_cost_for``
@@ -32,6 +32,7 @@ from .drafters.draft_model import DraftModelDrafter
 from .drafters.ngram_mod import NgramModTable
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
 from .eagle.head import DraftHead
+from .measure_floor import ROUNDS, Floors, dips, timed_floors
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -43,18 +44,10 @@ AUTO_CURVE_EXTRA = (24, 33)
 AUTO_TREE_CURVE = (3, 5, 9, 17, 25, 33)
 
 
-def _interleaved_medians(lengths: list[int], repeats: int,
-                         once: Callable[[int], None]) -> dict[int, float]:
-    """Median seconds of ``once(L)`` per L; every L in each round, so machine noise hits
-    every L alike; round 0 warms up every shape and is not counted."""
-    times: dict[int, list[float]] = {L: [] for L in lengths}
-    for r in range(repeats + 1):
-        for L in lengths:
-            t0 = time.perf_counter()
-            once(L)
-            if r:
-                times[L].append(time.perf_counter() - t0)
-    return {L: statistics.median(v) for L, v in times.items()}
+def _interleaved_floors(lengths: list[int], repeats: int,
+                        once: Callable[[int], None]) -> dict[int, float]:
+    """Floor seconds of ``once(L)`` per L, interleaved (``measure_floor.timed_floors``)."""
+    return timed_floors(lengths, repeats, once).curve
 
 
 def _context(model: Model, lengths: list[int], context: int, rng: random.Random) -> tuple:
@@ -66,10 +59,13 @@ def _context(model: Model, lengths: list[int], context: int, rng: random.Random)
     return vocab, cache, ids
 
 
-def verify_cost_curve(
+def verify_cost_floors(
     model: Model, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
     extra: tuple[int, ...] = (),
-) -> dict[int, float]:
+) -> Floors:
+    """{L: seconds of one L-token forward} at 1..``max_len`` and ``extra`` after ``context``
+    tokens: the floor of ``repeats`` interleaved timings (contention only adds time), timed
+    again where it dips, then capped (``measure_floor``; ``Floors.capped``: the lengths capped)."""
     rng = random.Random(seed)
     lengths = sorted(set(range(1, max_len + 1)) | set(extra))
     vocab, cache, _ = _context(model, lengths, context, rng)
@@ -79,7 +75,16 @@ def verify_cost_curve(
         mx.eval(mx.argmax(verify_forward(model, cache, block)[0], axis=-1))
         trim(cache, L)
 
-    return _interleaved_medians(lengths, repeats, once)
+    return timed_floors(lengths, repeats, once, rounds=ROUNDS, rising=True)
+
+
+def verify_cost_curve(
+    model: Model, max_len: int = 17, *, context: int = 256, repeats: int = 7, seed: int = 0,
+    extra: tuple[int, ...] = (),
+) -> dict[int, float]:
+    """``verify_cost_floors``' curve: a rising {L: seconds}."""
+    return verify_cost_floors(model, max_len, context=context, repeats=repeats, seed=seed,
+                              extra=extra).curve
 
 
 def tree_overhead(model: Model, lengths: tuple[int, ...], *, context: int = 256,
@@ -100,7 +105,7 @@ def tree_overhead(model: Model, lengths: tuple[int, ...], *, context: int = 256,
                             vocab=vocab)
         trim(cache, step.accepted + 1)
 
-    med = _interleaved_medians([key for L in sorted(lengths) for key in (L, -L)], repeats, once)
+    med = _interleaved_floors([key for L in sorted(lengths) for key in (L, -L)], repeats, once)
     return {L: med[-L] / med[L] for L in lengths}
 
 
@@ -132,6 +137,12 @@ def model_fingerprint(model: Model) -> str:
     first = flat_weights(model)[0][1]
     raw = f"{desc}|{first.dtype}|{mx.default_device()}|{os.cpu_count()}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def _curve_name(model: Model) -> str:
+    """The verify cost curve's cache file: "-floor" since the curve is floors, so a median
+    cached before (it moved with the machine's load) is measured again."""
+    return f"{model_fingerprint(model)}-floor"
 
 
 def _cache_path(name: str, cache_dir: str | Path | None) -> Path:
@@ -178,20 +189,32 @@ def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, fl
 def cost_curve_for(model: Model, max_len: int, cache_dir: str | Path | None = None,
                    extra: tuple[int, ...] = ()) -> dict[int, float]:
     """The model's verify cost curve at 1..``max_len`` and ``extra``, measured once and
-    cached on disk."""
-    return _cached_curve(model_fingerprint(model), [*range(1, max_len + 1), *extra],
-                         lambda: verify_cost_curve(model, max_len, extra=extra), cache_dir)
+    cached on disk, merged over the lengths cached before unless the merge would dip (those
+    older lengths are dropped: a dipping cached curve would be measured again at every use).
+    A curve capped after re-timing is cached too (an upper bound, rising; logged): measuring
+    at every use on a loaded machine would cost each request seconds."""
+    want = [*range(1, max_len + 1), *extra]
+    cached = cached_cost_curve(model, want, cache_dir)
+    if cached is not None:
+        return cached
+    got = verify_cost_floors(model, max_len, extra=extra)
+    path = _cache_path(_curve_name(model), cache_dir)
+    old = {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+    merged = {**old, **got.curve}
+    curve = got.curve if dips(merged) else merged
+    _store(path, {str(L): t for L, t in sorted(curve.items())})
+    return curve
 
 
 def cached_cost_curve(model: Model, lengths: list[int],
                       cache_dir: str | Path | None = None) -> dict[int, float] | None:
-    """The model's cached verify cost curve when it holds every length in ``lengths``, else
-    None (measures nothing: see ``calibrate.Calibration``)."""
-    path = _cache_path(model_fingerprint(model), cache_dir)
+    """The model's cached verify cost curve when it holds every length in ``lengths`` and
+    rises (``measure_floor.dips``), else None (measures nothing: see ``calibrate.Calibration``)."""
+    path = _cache_path(_curve_name(model), cache_dir)
     if not path.exists():
         return None
     curve = {int(k): v for k, v in json.loads(path.read_text()).items()}
-    return curve if all(L in curve for L in lengths) else None
+    return curve if all(L in curve for L in lengths) and not dips(curve) else None
 
 
 def _store_curve(name: str, curve: dict[int, float], cache_dir: str | Path | None) -> None:
@@ -202,7 +225,7 @@ def _store_curve(name: str, curve: dict[int, float], cache_dir: str | Path | Non
 
 def store_cost_curve(model: Model, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
     """Cache a verify cost curve measured elsewhere, merged over what is cached."""
-    _store_curve(model_fingerprint(model), curve, cache_dir)
+    _store_curve(_curve_name(model), curve, cache_dir)
 
 
 def _tree_overhead_name(model: Model) -> str:
@@ -245,7 +268,7 @@ DRAFT_COST_KS = (1, 8)
 def draft_model_cost(draft_model: Model, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
                      repeats: int = 7, seed: int = 0) -> dict[str, float]:
     """{"fixed", "per_token"} seconds of ``DraftModelDrafter.propose`` (greedy): interleaved
-    medians at the two ``ks``, one new context token per call as in decoding, fitted
+    floors at the two ``ks``, one new context token per call as in decoding, fitted
     through both points (clamped at 0)."""
     rng = random.Random(seed)
     vocab = vocab_size(draft_model)
@@ -257,7 +280,7 @@ def draft_model_cost(draft_model: Model, *, context: int = 256, ks: tuple[int, i
         ctx.append(rng.randrange(vocab))
         drafter.propose(ctx, k)
 
-    med = _interleaved_medians(sorted(ks), repeats, once)
+    med = _interleaved_floors(sorted(ks), repeats, once)
     lo, hi = min(ks), max(ks)
     per = max((med[hi] - med[lo]) / (hi - lo), 0.0)
     return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}
@@ -266,7 +289,7 @@ def draft_model_cost(draft_model: Model, *, context: int = 256, ks: tuple[int, i
 def tail_cost(model: Model, *, context: int = 256, ks: tuple[int, int] = DRAFT_COST_KS,
               repeats: int = 7, seed: int = 0) -> dict[str, float]:
     """{"fixed", "per_token"} seconds the wedlm drafter's tail of k + 1 masks adds to a verify
-    block of 1 + k tokens (``drafters.wedlm``): interleaved medians of both blocks at the two
+    block of 1 + k tokens (``drafters.wedlm``): interleaved floors of both blocks at the two
     ``ks``, the differences fitted through both points (clamped at 0)."""
     lo, hi = sorted(ks)
     med = verify_cost_curve(model, context=context, repeats=repeats, seed=seed, max_len=1,
@@ -280,7 +303,7 @@ def head_cost(head: DraftHead, *, context: int = 256, ks: tuple[int, int] = DRAF
               repeats: int = 7, seed: int = 0) -> dict[str, float]:
     """{"fixed", "per_token"} seconds of a head's proposal (``draft``: one newly verified row
     fed, k drafted; an EAGLE-3 head or an MTP block: ``eagle.head.DraftHead``) after ``context``
-    fed positions: interleaved medians at the two ``ks``, fitted through both points (clamped at 0)."""
+    fed positions: interleaved floors at the two ``ks``, fitted through both points (clamped at 0)."""
     width, vocab = head.feature_width, head.vocab_size
     key = mx.random.key(seed)
     feats = mx.random.normal((1, context + 1, width), key=key)
@@ -292,7 +315,7 @@ def head_cost(head: DraftHead, *, context: int = 256, ks: tuple[int, int] = DRAF
         head.draft(cache, feats[:, context:], toks[:, context:], k)
         cache[0].trim(1)  # the same context every time
 
-    med = _interleaved_medians(sorted(ks), repeats, once)
+    med = _interleaved_floors(sorted(ks), repeats, once)
     lo, hi = sorted(ks)
     per = max((med[hi] - med[lo]) / (hi - lo), 0.0)
     return {"fixed": max(med[lo] - per * lo, 0.0), "per_token": per}

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent / "specdec"
 # The main chain: each unit's rank. A unit is a subpackage or a top-level module of specdec.
 RANK = {
     "core": 0, "cache": 1, "drafters": 2, "eagle": 2, "policy": 3, "decode": 4,
-    "measure": 5, "calibrate": 5,
+    "measure": 5, "measure_floor": 5, "calibrate": 5,
     "": 6, "engine": 6, "resources": 6, "parity": 6, "config": 6,  # "" is specdec/__init__
     "server": 7, "bench": 7, "cli": 7, "__main__": 7, "train_drafter": 7,
 }

@@ -38,7 +38,8 @@ from ..policy.drafting import DecodePolicy
 from ..policy.learnt import LearntCurves
 from ..engine import GenerationResult, generate
 from ..loader import load
-from ..measure import draft_cost_for, verify_cost_curve
+from ..distributed import LeaderModel
+from ..measure import cost_curve_for, draft_cost_for, verify_cost_curve
 from ..parity import diagnose
 from ..toolcall.prompt import renders_tools
 from .analysis import ORACLE_PREFIX, parity
@@ -220,13 +221,16 @@ def _peer_runs(plan: BenchPlan, peer: Any, case: Workload, length: int | None, i
     return out
 
 
-def _cost_curve(plan: BenchPlan, model: Model, tok: Any, cases: list) -> dict[int, float]:
-    """The verify cost curve at the workloads' context, L = 1 .. the largest k + 1; the
-    long blocks (most of its time) only when a config drafts token trees."""
+def _cost_curve(plan: BenchPlan, model: Model) -> dict[int, float]:
+    """The verify cost curve at L = 1 .. the largest k + 1 (the long blocks only when a config
+    drafts token trees): the one a CLI run or a server prices on, cached per model, dtype and
+    machine (``measure.cost_curve_for``: floors, so a loaded machine prices as a quiet one)."""
     k_max = max([c.k for c in plan.configs] + list(plan.peer_k))
-    context = max(len(c.encode(tok)) for c, _ in cases)
     trees = TREE_LENGTHS if any(c.tree_budget for c in plan.configs) else ()
-    return verify_cost_curve(model, k_max + 1, context=min(context, 2048), extra=trees)
+    if isinstance(model, LeaderModel):  # a sharded forward: never under the model's own key
+        return verify_cost_curve(model, k_max + 1, extra=trees)
+    curve = cost_curve_for(model, k_max + 1, extra=trees)
+    return {L: curve[L] for L in sorted({*range(1, k_max + 2), *trees})}
 
 
 @dataclass
@@ -262,7 +266,7 @@ def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
         draft = load(plan.draft_model, dtype=plan.dtype)
     cases, skipped = _cases(plan, tok)
     header = journal.header if journal is not None else None
-    cost = header.cost_curve if header else _cost_curve(plan, model, tok, cases)
+    cost = header.cost_curve if header else _cost_curve(plan, model)
     loaded: dict[str, tuple[Any, Any]] = {plan.model: (model, tok)}
     if draft and plan.draft_model:
         loaded[plan.draft_model] = draft
