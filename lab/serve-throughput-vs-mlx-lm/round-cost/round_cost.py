@@ -175,6 +175,11 @@ def main() -> None:
         runners[f"served-{draft}"] = Served(draft, prompts)
     for name, r in runners.items():  # warm, then one round's graph counted
         timed(r, 4)
+        mx.reset_peak_memory()
+        cached = mx.get_cache_memory()
+        r.round()  # what one round allocates and frees: the buffer cache reuses it, under its limit
+        print(f"{name:7s} mlx buffer cache {cached >> 20} MiB before a round, {mx.get_cache_memory() >> 20} "
+              f"after; peak in use {mx.get_peak_memory() >> 20} MiB", flush=True)
         GRAPHS.clear()
         counting(True)
         r.round()
