@@ -89,3 +89,25 @@ def test_the_oracle_gives_nothing_across_keys_and_salts_on_every_wire(two_keys):
     for name, table in (("key", by_key), ("salt", by_salt)):
         assert {w: r["attacker_cached"] for w, r in table.items()} == dict.fromkeys(table, 0), (name, table)
         assert all(r["victim_cached"] > 20 for r in table.values()), (name, table)
+
+
+def test_what_cost_gates_learn_is_partitioned_as_the_drafting_memory():
+    """Offer acceptance is learnt from a tenant's text (``policy.learnt``): a server's gates
+    carry it per API key, as the drafting memory, and a salted request neither reads nor
+    leaves any (in process: no model is loaded to hand out the partitions)."""
+    from specdec.server.config import ServerConfig
+    from specdec.server.engine.events import GenRequest
+    from specdec.server.engine.worker import InferenceWorker
+
+    w = InferenceWorker(ServerConfig(), metrics=None)
+    curve = {1: 1.0, 2: 1.1, 3: 1.2}
+
+    def learnt(tenant: str, salt: str | None = None):
+        return w.learnt_for(GenRequest([1], None, tenant, salt)).on(curve)  # type: ignore[arg-type]
+
+    learnt("alice").offers_for("suffix", 2, prior=0.5, decay=0.9)
+    assert ("suffix", 2) in learnt("alice").offers  # alice's gates carry what hers learnt
+    assert learnt("bob").offers == {} and learnt("").offers == {}
+    assert learnt("alice", "s").offers == {}  # salted: starts from nothing
+    learnt("", "s").offers_for("suffix", 2, prior=0.5, decay=0.9)
+    assert learnt("").offers == {}  # ... and leaves nothing

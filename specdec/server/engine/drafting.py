@@ -63,7 +63,7 @@ class Drafting:
     curve: dict[int, float] | None
     calibration: Calibration | None
     _gate_off_said: bool
-    learnt: LearntCurves  # what requests' cost gates learnt per curve (shared by every request)
+    _tenant_learnt: dict[str, LearntCurves]  # what cost gates learnt, per tenant ("": shared)
     _costs: dict[int, dict[int, float]]
     _draft_costs: dict[str, dict[str, float]]
     head: Any = None  # an EAGLE-3 head (--draft-type eagle), shared by every request's drafter
@@ -151,6 +151,14 @@ class Drafting:
                                                                 self.cfg.speculation)
         return self._tenant_memory[req.tenant]
 
+    def learnt_for(self, req: GenRequest) -> LearntCurves:
+        """What ``req``'s cost gate starts from and adds to, partitioned as its drafting
+        memory (offer acceptance is learnt from text): the shared one (one key or none), its
+        tenant's own (several keys), or for a salted request a fresh one nothing carries."""
+        if req.cache_salt is not None:
+            return LearntCurves()
+        return self._tenant_learnt.setdefault(req.tenant, LearntCurves())
+
     def commit(self, req: GenRequest, tokens: list[int]) -> None:
         """A finished request's text joins its tenant's memory (not with ``store: false``
         or a salt)."""
@@ -177,7 +185,8 @@ class Drafting:
         res = DraftResources(
             tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
             history=memory.history, cost=cost, target=self.model, mtp=self.mtp, head=self.head,
-            draft_cost=self._draft_cost(spec.draft_type) if priced else None, learnt=self.learnt)
+            draft_cost=self._draft_cost(spec.draft_type) if priced else None,
+            learnt=self.learnt_for(req))
         return drafter_for(spec, self.model, self.tokenizer, res, sampling=req.gen.sampling)
 
     def _gate_curve(self, max_len: int) -> dict[int, float]:

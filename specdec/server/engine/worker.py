@@ -80,7 +80,8 @@ class InferenceWorker(Drafting, Replies):
         self._costs: dict[int, dict[int, float]] = {}
         self.curve: dict[int, float] | None = None  # the verify cost curve, once known
         self._gate_off_said = False
-        self.learnt = LearntCurves()  # what its requests' cost gates learnt, per curve
+        # what its requests' cost gates learnt per curve, one per tenant (``learnt_for``)
+        self._tenant_learnt: dict[str, LearntCurves] = {}
         self.calibration: Calibration | None = None  # while the curve is unknown
         self._draft_costs: dict[str, dict[str, float]] = {}
         self._thread = threading.Thread(target=self._main, name="specdec-inference", daemon=True)
