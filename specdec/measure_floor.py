@@ -18,9 +18,10 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Hashable, Sequence, TypeVar, cast
 
 log = logging.getLogger("specdec.measure")
+K = TypeVar("K", bound=Hashable)  # what is timed: a block length, or a (length, tree) key
 
 # a longer block may read this much cheaper than a shorter one and still count as rising
 # (BLAS picks kernels per shape; the quiet SmolLM2 curve rises everywhere, issue #46)
@@ -74,7 +75,7 @@ def settle(times: dict[int, list[float]], last: bool, slack: float = SLACK) -> F
     return Floors(lower_envelope(curve), 0, tuple(bad))
 
 
-def timed_floors(keys: Sequence[Hashable], repeats: int, once: Callable[[Hashable], None], *,
+def timed_floors(keys: Sequence[K], repeats: int, once: Callable[[K], None], *,
                  clock: Callable[[], float] = time.perf_counter, rounds: int = 1,
                  rising: bool = False) -> Floors:
     """The floor of ``repeats`` timings of ``once(key)`` per key, every key in each pass (so
@@ -83,7 +84,7 @@ def timed_floors(keys: Sequence[Hashable], repeats: int, once: Callable[[Hashabl
     to ``rounds`` rounds, then capped (``settle``)."""
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
-    times: dict = {k: [] for k in keys}
+    times: dict[K, list[float]] = {k: [] for k in keys}
     for k in keys:  # warm-up: the first call of a shape compiles and allocates
         once(k)
     for n in range(1, rounds + 1):
@@ -94,7 +95,7 @@ def timed_floors(keys: Sequence[Hashable], repeats: int, once: Callable[[Hashabl
                 times[k].append(clock() - t0)
         if not rising:
             return Floors({k: min(v) for k, v in times.items()}, n)
-        got = settle(times, last=n == rounds)
+        got = settle(cast("dict[int, list[float]]", times), last=n == rounds)  # rising: int keys
         if got is not None:
             return Floors(got.curve, n, got.capped)
     raise ValueError("rounds must be >= 1")
