@@ -385,7 +385,10 @@ class CostGate(AdaptiveK):
         """Paused tokens between asks (a shadow guess; a host drafter's offer and its
         price): an ask costs at most ``SHADOW_SHARE`` of the plain decoding it watches, at
         the drafter's stated cost or the ask's measured time, whichever is more."""
-        guess = max(draft_seconds(self.draft_cost, self._k), self._ask_s)
+        # a chain's ask costs its first member's offer (suffix's: microseconds), or the next
+        # member's proposal when that one has none: measured (``_ask_s``), not its summed cost
+        lead = getattr(self.inner, "lead_cost", None) or self.draft_cost
+        guess = max(draft_seconds(lead, self._k), self._ask_s)
         return max(1, math.ceil(guess / (SHADOW_SHARE * self.plain_seconds())))
 
     def _asking(self, seconds: float) -> None:
