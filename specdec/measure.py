@@ -336,14 +336,17 @@ def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = 
                    cache_dir: str | Path | None = None, head: DraftHead | None = None,
                    mtp: DraftHead | None = None) -> dict[str, float]:
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/gate.md#measuring-costs),
-    measured once and cached on disk. ``drafter_name`` is a draft type or a chain of them;
+    measured once and cached on disk; a chain's is its members' sum, with ``"members"``:
+    {name: cost}. ``drafter_name`` is a draft type or a chain of them;
     ``"model"`` needs ``draft_model``, ``"eagle"`` the loaded ``head``, ``"mtp"`` the loaded
     MTP block (``mtp``)."""
     names = DraftSpec(drafter_name).draft_types
-    if len(names) > 1:  # every member proposing: an upper bound for a chain
-        parts = [draft_cost_for(n, model, draft_model, cache_dir=cache_dir, head=head, mtp=mtp)
-                 for n in names]
-        return {key: sum(p[key] for p in parts) for key in ("fixed", "per_token")}
+    if len(names) > 1:  # every member proposing: an upper bound for a chain; "members": each
+        # member's own, so the gate prices a step by the member that proposed (ChainDrafter)
+        parts = {n: draft_cost_for(n, model, draft_model, cache_dir=cache_dir, head=head, mtp=mtp)
+                 for n in names}
+        total = {key: sum(p[key] for p in parts.values()) for key in ("fixed", "per_token")}
+        return {**total, "members": parts}
     name = names[0]
     complete = lambda d: {"fixed", "per_token"} <= set(d)  # noqa: E731
     if name == "none":

@@ -124,10 +124,12 @@ def test_draft_cost_for_measures_a_draft_model_once_and_caches_it(tmp_path, monk
     assert measure.draft_cost_for("model", target, draft, cache_dir=tmp_path) == first
     assert len(calls) == 1  # the second call read the file
     assert len(list((tmp_path / "cost").glob("draft-model-*.json"))) == 1
-    # a chain is the sum of its members; the model part comes from the cache
+    # a chain is the sum of its members, each member's own beside it; the model part comes
+    # from the cache
     ngram = measure.draft_cost_for("ngram", target, cache_dir=tmp_path)
     assert ngram["fixed"] > 0 and ngram["per_token"] == 0.0
     chain = measure.draft_cost_for("ngram,model", target, draft, cache_dir=tmp_path)
+    assert chain.pop("members") == {"ngram": ngram, "model": first}
     assert chain == pytest.approx({k: first[k] + ngram[k] for k in first}) and len(calls) == 1
     # another draft model is another pair: measured anew
     measure.draft_cost_for("model", target, cached_tiny("llama"), cache_dir=tmp_path)

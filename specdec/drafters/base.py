@@ -37,6 +37,9 @@ class Drafter(ABC):
     outputs: bool = False  # wants something from the verify forward (``wants``)
     draft_cost: dict[str, float] | None = None  # seconds per proposal (docs/drafters.md#the-contract)
     guesses_paused: bool = True  # proposes without a verify step of its own (the gate's shadow)
+    # a chain member's own draft cap: a chain asks it for at most min(k, max_k) tokens (None:
+    # the chain's k). Why: a head accepted only at its first positions beside suffix's 8
+    max_k: int | None = None
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Start a request whose prompt is ``prompt_ids``."""

@@ -2,7 +2,11 @@
 
 Contract: ``ChainDrafter([d1, d2, ...])`` returns the first non-empty ``Proposal`` whole (its
 ``q`` too); ``observe`` goes to the member that proposed; ``stats`` counts each member's
-steps won, drafted and accepted. ``propose_tree`` merges the members' tries, first member
+steps won, drafted and accepted. Each member is asked for at most its own ``max_k`` tokens
+(``capped``: a head that hits only at its first positions drafts 1-2 while suffix drafts 8).
+``draft_cost`` set with a ``"members"`` entry (``measure.draft_cost_for`` of a chain) gives
+each member its own cost, and ``proposer_cost`` is the cost of the member whose proposal was
+returned last (what the cost gate prices an offer with). ``propose_tree`` merges the members' tries, first member
 first (a sampled tree with ``q`` is returned whole), telling each member how many of its own
 tokens were accepted. Tests: tests/drafters/test_chain.py, tests/drafters/test_trie.py.
 Details: docs/drafters.md#chain."""
@@ -29,12 +33,43 @@ class ChainDrafter(Drafter):
         self._trees: list[tuple[Drafter, Proposal]] = []  # the last tree step's members
         self._pending: tuple[int, int] | None = None  # (context length, accepted), tree step
         costs = [c for d in self.drafters if (c := d.draft_cost)]  # all proposing: an upper bound
-        self.draft_cost = {key: sum(c[key] for c in costs) for key in ("fixed", "per_token")} \
+        self._cost = {key: sum(c[key] for c in costs) for key in ("fixed", "per_token")} \
             if len(costs) == len(self.drafters) else None
         # members fix these when built: two members' proposals merge into a trie with branches
         self.branches = len(self.drafters) > 1 or self.drafters[0].branches
         self.outputs = any(d.outputs for d in self.drafters)
         self.guesses_paused = any(d.guesses_paused for d in self.drafters)
+
+    @property
+    def draft_cost(self) -> dict | None:
+        """Every member proposing (an upper bound); ``"members"``: each member's own."""
+        return self._cost
+
+    @draft_cost.setter
+    def draft_cost(self, cost: dict | None) -> None:
+        """Set the chain's cost; a ``"members"`` entry {name: cost} is each member's own
+        (``measure.draft_cost_for``), so a proposal is priced by the member that made it."""
+        self._cost = cost
+        members = (cost or {}).get("members") or {}
+        for d in self.drafters:
+            if d.name in members:
+                d.draft_cost = dict(members[d.name])
+
+    @property
+    def proposer_cost(self) -> dict | None:
+        """The cost of the member whose proposal was returned last (None: none was, or
+        its cost is unknown): the cost gate prices that offer with it, not the chain's sum."""
+        return self._winner.draft_cost if self._winner is not None else None
+
+    @property
+    def lead_cost(self) -> dict | None:
+        """The first member's cost: what an offer costs when the first member has one."""
+        return self.drafters[0].draft_cost
+
+    @staticmethod
+    def capped(d: Drafter, k: int) -> int:
+        """The draft length member ``d`` is asked for: ``k``, at most its own ``max_k``."""
+        return k if d.max_k is None else min(k, d.max_k)
 
     def wants(self, context: Sequence[int], drafts: Sequence[int]) -> Wants | None:
         """The first member's wants (its predictions follow whoever drafted the block)."""
@@ -62,7 +97,7 @@ class ChainDrafter(Drafter):
         self._credit_members(context)
         self._winner = None
         for d in self.drafters:
-            proposal = d.propose(context, k)
+            proposal = d.propose(context, self.capped(d, k))
             if proposal:
                 return self._won(d, proposal)
         return EMPTY
@@ -88,7 +123,7 @@ class ChainDrafter(Drafter):
         self._winner = None
         trees: list[tuple[Drafter, Proposal]] = []
         for d in self.drafters:
-            tree = d.propose_tree(context, k, budget)
+            tree = d.propose_tree(context, self.capped(d, k), budget)
             if tree and tree.q is not None:
                 if not trees:  # sampled: cannot share nodes exactly, so it goes alone
                     trees = [(d, tree)]

@@ -13,7 +13,8 @@ plain step's row at the next proposal, once the context holds them (in order, at
 its top-k (``eagle.tree``), and a tree block keeps the root's and the accepted path's rows
 (``TreeRows``), as a linear block of that path would. Positions no forward returned to it
 (a prompt cache's reused prefix) are missing from the head's cache: its drafts are then worse,
-never wrong. Output never changes: every draft is verified. Tests:
+never wrong. In a chain it drafts at most ``max_k`` tokens (``eagle.io.chain_k``: the head's
+config, from its measured acceptance by position). Output never changes: every draft is verified. Tests:
 tests/drafters/test_eagle.py, tests/eagle/test_tree.py.
 """
 
@@ -25,6 +26,7 @@ from typing import Any, Sequence
 import mlx.core as mx
 
 from ..core.proposal import Returned, Wants
+from ..eagle.io import chain_k
 from ..eagle.tree import TreeShape, accepted_path, tree_draft
 from .base import EMPTY, Drafter, Proposal
 
@@ -81,8 +83,10 @@ class EagleDrafter(Drafter):
     tree = TreeShape()
     guesses_paused = False  # its features come from the target's forwards: a paused gate probes
 
-    def __init__(self, head: Any, *, eos: frozenset = frozenset()):
+    def __init__(self, head: Any, *, eos: frozenset = frozenset(), max_k: int | None = None):
+        """``max_k``: its cap in a chain (None: the head config's, ``eagle.io.chain_k``)."""
         self.head, self.eos = head, eos
+        self.max_k = max_k if max_k is not None else chain_k(head.config)
         self.layers = tuple(head.config.aux_layer_ids)
         self.begin(())
 

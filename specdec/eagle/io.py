@@ -5,7 +5,10 @@ optionally ``model.``-prefixed); ``fc.weight``, ``norm.weight``, ``lm_head.weigh
 ``t2d``, and ``embed_tokens.weight`` when shipped (else the target's). Config fields:
 ``draft_vocab_size``, ``target_hidden_size`` (default hidden_size), the aux layer ids under
 ``eagle_config.eagle_aux_hidden_state_layer_ids`` (vLLM/SpecForge; default 2, L/2, L-3 of the target).
-Ours are written as ``LlamaForCausalLMEagle3`` with ``midlayer.*`` keys and no embeddings.
+Ours are written as ``LlamaForCausalLMEagle3`` with ``midlayer.*`` keys and no embeddings; ours
+also carry ``draft_acceptance`` (held-out acceptance by draft position, from ``train-drafter``),
+from which ``chain_k`` derives the head's own draft cap in a chain (``chain_k`` in config.json
+sets it; other loaders ignore both fields).
 Tests: tests/eagle/test_io.py.
 """
 
@@ -54,6 +57,30 @@ def config_from_json(cfg: dict[str, Any], target_layers: int | None = None) -> H
         draft_vocab_size=cfg.get("draft_vocab_size") or known["vocab_size"],
         target_hidden_size=cfg.get("target_hidden_size") or known["hidden_size"],
         aux_layer_ids=tuple(int(i) for i in ids), model_type=model_type, extra=extra, **known)
+
+
+# a draft position accepted (unconditionally) less often than this does not pay for its slot
+# in a verify block on a CPU-like curve (SmolLM2: each block token ~+5-10 % of a forward, the
+# head's own ~3 %): head3-v4's held-out 0.46 / 0.21 / 0.08 gives 2, Spec-Bench's 0.24 / 0.06 1
+MIN_POSITION_ACCEPTANCE = 0.1
+
+
+def chain_k(cfg: HeadConfig) -> int | None:
+    """The head's own draft cap in a chain (``Drafter.max_k``): config.json's ``chain_k``, else
+    the leading draft positions whose ``draft_acceptance`` is >= ``MIN_POSITION_ACCEPTANCE``
+    (at least 1), else None (no cap: the chain's k). Raises on a ``chain_k`` that is not >= 1.
+    Tests: tests/eagle/test_io.py."""
+    k = cfg.extra.get("chain_k")
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise HeadFormatError(f"config.json's chain_k must be an integer >= 1, got {k!r}: fix "
+                                  "or drop it (without it the cap follows draft_acceptance).")
+        return k
+    acceptance = cfg.extra.get("draft_acceptance")
+    if not acceptance:
+        return None
+    paying = next((i for i, a in enumerate(acceptance) if a < MIN_POSITION_ACCEPTANCE), len(acceptance))
+    return max(paying, 1)
 
 
 def config_to_json(c: HeadConfig) -> dict[str, Any]:

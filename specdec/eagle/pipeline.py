@@ -3,7 +3,8 @@ build a head shaped like the target, train it, write it in the published format.
 
 Contract: ``train_drafter(model, prompt_ids, out, opts, answer)`` is resumable (shards and
 checkpoints under ``out`` are reused when the run's fingerprint matches, refused otherwise) and
-writes ``out/config.json`` + ``out/model.safetensors``. Tests: tests/eagle/test_train.py.
+writes ``out/config.json`` (with ``draft_acceptance``: held-out, by draft position) +
+``out/model.safetensors``. Tests: tests/eagle/test_train.py.
 """
 
 from __future__ import annotations
@@ -256,6 +257,8 @@ def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts:
                    stop_after_shards=stop_after_shards)
     if report is None:
         return None
+    # the held-out acceptance by draft position: its cap in a chain (``io.chain_k``) follows it
+    head.config.extra["draft_acceptance"] = [round(float(a), 4) for a in report.acceptance[-1]]
     size = save_head(head, out, dtype=getattr(mx, opts.save_dtype))
     print(f"[train-drafter] wrote {out}/model.safetensors ({size / 2**20:.1f} MiB, draft vocabulary "
           f"{len(vocab.ids)}, layers {list(spec.layer_ids)})", file=sys.stderr)

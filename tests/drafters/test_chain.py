@@ -55,3 +55,33 @@ def test_wrappers_keep_parity_on_tiny_models(arch):
                                              num_draft_tokens=16, stats=stats)]
         assert out == ref, d.name
         assert_stats_speculated(stats, f"{arch} {d.name}")
+
+
+HOST, HEAD = {"fixed": 0.0, "per_token": 0.0}, {"fixed": 0.001, "per_token": 0.5}
+CURVE = {L: 1.0 + 0.02 * (L - 1) for L in range(1, 10)}  # verifying 9 costs 1.16 plain forwards
+
+
+def priced_chain(first, second):
+    """``suffix,eagle`` of two fixed offers, each member's measured cost given as
+    ``measure.draft_cost_for`` gives a chain's (the sum, and "members")."""
+    chain = ChainDrafter([Fixed("suffix", first), Fixed("eagle", second)])
+    chain.draft_cost = {"fixed": 0.001, "per_token": 0.5, "members": {"suffix": HOST, "eagle": HEAD}}
+    return chain, CostGate(chain, CURVE, k_max=8, draft_cost=chain.draft_cost, timed=False)
+
+
+def test_the_gate_prices_a_chains_offer_by_the_member_that_made_it():
+    """The head's 0.5 s per token summed into the chain's cost must not cut suffix's offer:
+    priced as suffix's alone (a gate over suffix by itself cuts it the same), while the
+    head's own offer, made when suffix has none, is priced with the head's cost (0: plain)."""
+    offer = [1, 2, 3, 4, 5, 6, 7, 8]
+    chain, gate = priced_chain(offer, [9, 9])
+    alone = CostGate(Fixed("suffix", offer), CURVE, k_max=8, draft_cost=HOST, timed=False)
+    got, want = gate.propose([0], 8), alone.propose([0], 8)
+    assert chain.proposer_cost == HOST and gate.peeks
+    assert gate.interval() == alone.interval() == 1  # paused, asked every token as suffix alone
+    assert got.tokens == want.tokens and len(got) > 0
+    chain, gate = priced_chain([], [9, 9])
+    assert not gate.propose([0], 8) and chain.proposer_cost == HEAD
+    chain, gate = priced_chain([], [9, 9])
+    chain.drafters[1].draft_cost = HOST  # the same offer, free: drafted
+    assert gate.propose([0], 8).tokens == (9, 9)

@@ -202,3 +202,40 @@ def test_a_trained_head_on_smollm2_under_the_gate_keeps_greedy_parity(smollm):
             assert isinstance(drafter, CostGate) and drafter.draft_cost["per_token"] > 0
         else:  # drafting every step: the trained head's drafts were verified
             assert stats.drafted > 0
+
+
+class Asked:
+    """Records the k a real drafter is asked for and its proposals' lengths (wraps ``propose``)."""
+
+    def __init__(self, drafter):
+        self.ks, self.lengths, inner = [], [], drafter.propose
+
+        def propose(context, k):
+            proposal = inner(context, k)
+            self.ks.append(k)
+            if proposal:
+                self.lengths.append(len(proposal))
+            return proposal
+
+        drafter.propose = propose
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.9, seed=7)],
+                         ids=["greedy", "seeded"])
+def test_a_capped_head_drafts_its_own_k_beside_suffixs_eight_in_a_chain(sampling):
+    """``suffix,eagle`` at k = 8: the head (its config's acceptance by position gives a cap of
+    2: ``eagle.io.chain_k``) is asked for and proposes at most 2 tokens, suffix for 8; tokens
+    as plain."""
+    target = cached_tiny("llama")
+    head = random_head(target)
+    head.config.extra["draft_acceptance"] = [0.46, 0.21, 0.08, 0.02]
+    prompt = [5, 9, 17, 3, 5, 9, 17, 3, 5, 9, 17, 3, 40, 41, 42, 43, 5, 9, 17]
+    plain = [e.token for e in token_stream(target, prompt, max_tokens=32, sampling=sampling)]
+    suffix, eagle = SuffixDrafter(), EagleDrafter(head)
+    seen = {"suffix": Asked(suffix), "eagle": Asked(eagle)}
+    stats = SpecStats()
+    out = [e.token for e in token_stream(target, prompt, drafter=ChainDrafter([suffix, eagle]),
+                                         max_tokens=32, num_draft_tokens=8, sampling=sampling, stats=stats)]
+    assert out == plain and stats.drafted > 0
+    assert eagle.max_k == 2 and seen["eagle"].lengths and max(seen["eagle"].ks) == 2
+    assert max(seen["eagle"].lengths) == 2 and max(seen["suffix"].ks) == 8  # k ends cut by max_tokens

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from specdec.eagle.io import HeadFormatError, load_head, save_head
+from specdec.eagle.io import HeadFormatError, chain_k, config_from_json, load_head, save_head
 
 from .conftest import VOCAB, tiny_head, tiny_target
 
@@ -116,3 +116,18 @@ def test_load_errors_say_what_is_wrong(tmp_path):
     write_eagle_repo_layout(tmp_path / "broken", arrays)
     with pytest.raises(HeadFormatError, match="does not match"):
         load_head(tmp_path / "broken", target)
+
+
+@pytest.mark.parametrize("extra, k", [({}, None), ({"draft_acceptance": [0.46, 0.21, 0.08]}, 2),
+                                      ({"draft_acceptance": [0.24, 0.06, 0.01]}, 1),
+                                      ({"draft_acceptance": [0.05]}, 1),  # never below 1
+                                      ({"draft_acceptance": [0.6, 0.4, 0.2]}, 3),
+                                      ({"chain_k": 4, "draft_acceptance": [0.24, 0.06]}, 4)])
+def test_a_heads_cap_in_a_chain_follows_its_acceptance_by_position_or_its_chain_k(extra, k):
+    assert chain_k(config_from_json(_config(**extra), 4)) == k
+
+
+@pytest.mark.parametrize("bad", [0, "2", True])
+def test_a_bad_chain_k_is_refused_saying_what_to_do(bad):
+    with pytest.raises(HeadFormatError, match="chain_k must be an integer >= 1"):
+        chain_k(config_from_json(_config(chain_k=bad), 4))

@@ -77,6 +77,8 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
     for (ka, va), (kb, vb) in zip(tree_flatten(a.parameters()), tree_flatten(b.parameters())):
         assert ka == kb and mx.allclose(va, vb, atol=1e-6), ka
     assert a.config.aux_layer_ids == (2, 3, 3) and a.config.draft_vocab_size == 64
+    # its held-out acceptance by position rides in config.json: its cap in a chain follows it
+    assert a.config.extra["draft_acceptance"] == pytest.approx(full.acceptance[-1], abs=1e-4)
 
     other = dataclasses.replace(OPTS, train=dataclasses.replace(OPTS.train, lr=1e-2))
     with pytest.raises(ValueError, match="other training settings or data"):
