@@ -16,7 +16,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import mlx.core as mx
 
@@ -334,7 +334,7 @@ def _host_drafter(name: str) -> Drafter:
 
 def draft_cost_for(drafter_name: str, model: Model, draft_model: Model | None = None, *,
                    cache_dir: str | Path | None = None, head: DraftHead | None = None,
-                   mtp: DraftHead | None = None) -> dict[str, float]:
+                   mtp: DraftHead | None = None) -> dict[str, Any]:
     """The drafter's proposal cost model {"fixed", "per_token"} in seconds (docs/gate.md#measuring-costs),
     measured once and cached on disk; a chain's is its members' sum, with ``"members"``:
     {name: cost}. ``drafter_name`` is a draft type or a chain of them;
