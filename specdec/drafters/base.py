@@ -8,11 +8,11 @@ non-empty one. Optional capabilities are declared as data, and the loop calls th
 unconditionally (the defaults do nothing): ``branches`` (``propose_tree`` may return a token
 tree), ``outputs`` (``wants``/``tree_wants``: what it needs from a linear/tree block's verify
 forward, e.g. WeDLM's tail, a head's hidden states; ``feed_wants``: from a prefill chunk's or
-a plain step's forward); ``constrain``/
-``forced`` carry a request's grammar. ``draft_cost`` (seconds per
-proposal) and ``guesses_paused`` (it can guess without a verify step of its own) inform the
-decode policy (``policy.drafting``), which decides how deep a row drafts: a drafter never
-pauses itself. Tests: tests/drafters/test_base.py, tests/decode/test_step.py,
+a plain step's forward); ``constrain``/``forced`` carry a request's grammar. ``draft_cost``
+(seconds per proposal; ``proposer_cost``/``lead_cost``: what the last proposal/an ask cost,
+a chain's by member, ``proposer`` saying which) and ``guesses_paused`` (it can guess without
+a verify step of its own) inform the decode policy (``policy.drafting``), which decides how
+deep a row drafts: a drafter never pauses itself. Tests: tests/drafters/test_base.py, tests/decode/test_step.py,
 tests/drafters/test_trie.py. The contract in full: docs/drafters.md#the-contract."""
 
 from __future__ import annotations
@@ -40,6 +40,22 @@ class Drafter(ABC):
     # a chain member's own draft cap: a chain asks it for at most min(k, max_k) tokens (None:
     # the chain's k). Why: a head accepted only at its first positions beside suffix's 8
     max_k: int | None = None
+
+    @property
+    def proposer(self) -> Drafter | None:
+        """The drafter whose proposal was returned last: this one (a chain: the member that made
+        it; None: none did). The cost gate keeps each proposer's offers apart (docs/gate.md)."""
+        return self
+
+    @property
+    def proposer_cost(self) -> dict[str, float] | None:
+        """What the last proposal cost to make: ``draft_cost`` (a chain: its proposer's)."""
+        return self.draft_cost
+
+    @property
+    def lead_cost(self) -> dict[str, float] | None:
+        """What an ask for an offer costs: ``draft_cost`` (a chain: its first member's)."""
+        return self.draft_cost
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         """Start a request whose prompt is ``prompt_ids``."""

@@ -5,10 +5,10 @@ Contract: ``ChainDrafter([d1, d2, ...])`` returns the first non-empty ``Proposal
 steps won, drafted and accepted. Each member is asked for at most its own ``max_k`` tokens
 (``capped``: a head that hits only at its first positions drafts 1-2 while suffix drafts 8).
 ``draft_cost`` set with a ``"members"`` entry (``measure.draft_cost_for`` of a chain) gives
-each member its own cost, and ``proposer_cost`` is the cost of the member whose proposal was
-returned last (what the cost gate prices an offer with). ``propose_tree`` merges the members' tries, first member
-first (a sampled tree with ``q`` is returned whole), telling each member how many of its own
-tokens were accepted. Tests: tests/drafters/test_chain.py, tests/drafters/test_trie.py.
+each member its own cost; ``proposer`` is the member whose proposal was returned last and
+``proposer_cost`` its cost (the cost gate prices that offer with it, on that member's own offer
+model). ``propose_tree`` merges the members' tries, first member first (a sampled tree with
+``q`` is returned whole), telling each member how many of its own tokens were accepted. Tests: tests/drafters/test_chain.py, tests/drafters/test_trie.py.
 Details: docs/drafters.md#chain."""
 
 from __future__ import annotations
@@ -54,6 +54,11 @@ class ChainDrafter(Drafter):
         for d in self.drafters:
             if d.name in members:
                 d.draft_cost = dict(members[d.name])
+
+    @property
+    def proposer(self) -> Drafter | None:
+        """The member whose proposal was returned last (None: none was, or it was a tree)."""
+        return self._winner
 
     @property
     def proposer_cost(self) -> dict | None:

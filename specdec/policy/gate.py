@@ -45,16 +45,6 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 FRESH = math.ceil(1 / RATIO_WEIGHT)
 
 
-def proposer_cost(inner: Drafter, own: Mapping[str, float] | None) -> Mapping[str, float] | None:
-    """The cost to price the last proposal with: the proposing member's where ``inner`` is a
-    chain that reports it (``ChainDrafter.proposer_cost``), else ``own`` (the drafter's cost).
-    Why: a chain's cost is every member's sum; suffix's offers priced with a head's cost beside
-    it were cut (issue #47: 1.36 tokens per forward against suffix alone's 1.53).
-    Tests: tests/drafters/test_gate.py."""
-    cost = getattr(inner, "proposer_cost", None)
-    return own if cost is None else cost
-
-
 class CostGate(AdaptiveK):
     prior = 1.0  # one pseudo-count: a few fully rejected steps are enough to pause
 
@@ -104,7 +94,7 @@ class CostGate(AdaptiveK):
         # one-token offers, 54 % on two-token ones, 91 % on eight-token ones)
         # a chain whose first member offers for free (suffix first) peeks too: each offer is
         # priced by the member that made it (``proposer_cost``)
-        per_token = (getattr(inner, "lead_cost", None) or self.draft_cost or {}).get("per_token", 0.0)
+        per_token = (inner.lead_cost or self.draft_cost or {}).get("per_token", 0.0)
         self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
         # carried like the saving: a short answer's first offers are priced on what the
         # requests before saw of offers of their length, not on the prior
@@ -164,6 +154,13 @@ class CostGate(AdaptiveK):
         self._paused = self.interval() == 1 and self.inner.guesses_paused
         self._state = REJECTED if self._paused else ACCEPTED
 
+    def proposal_cost(self) -> Mapping[str, float] | None:
+        """What the last proposal cost to make: its proposer's cost (``Drafter.proposer_cost``: a
+        chain's member that made it), else this gate's ``draft_cost``. Why: a chain's cost is its
+        members' sum; suffix's offers priced with a head's cost beside it were cut (issue #47: 1.36
+        tokens per forward against suffix alone's 1.53). Tests: tests/drafters/test_chain.py."""
+        return self.inner.proposer_cost or self.draft_cost
+
     def offer_acceptance(self, n: int) -> list[float]:
         """Per-slot acceptance of offers of ``n`` tokens in the current state
         (``offers.OfferModel``: by the offer's length, averaged with its refinement by what
@@ -177,7 +174,7 @@ class CostGate(AdaptiveK):
         if n <= 0:
             return 0
         return best_k(self.offer_acceptance(n), self.cost, min(n, self.k_max),
-                      proposer_cost(self.inner, self.draft_cost), scale=self.scale,
+                      self.proposal_cost(), scale=self.scale,
                       plain=self.plain_seconds())
 
     def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
@@ -313,7 +310,7 @@ class CostGate(AdaptiveK):
         late: its saving over plain decoding now, less its tail's (slots 2..k, drafted after
         the first came true by a plain forward)."""
         accept, plain = self.offer_acceptance(self._last_offer), self.plain_seconds()
-        cost = proposer_cost(self.inner, self.draft_cost)
+        cost = self.proposal_cost()
 
         def saving(acc: Sequence[float], j: int) -> float:
             verify = self.cost[j + 1] * self.scale + draft_seconds(cost, j)
@@ -387,7 +384,7 @@ class CostGate(AdaptiveK):
         the drafter's stated cost or the ask's measured time, whichever is more."""
         # a chain's ask costs its first member's offer (suffix's: microseconds), or the next
         # member's proposal when that one has none: measured (``_ask_s``), not its summed cost
-        lead = getattr(self.inner, "lead_cost", None) or self.draft_cost
+        lead = self.inner.lead_cost or self.draft_cost
         guess = max(draft_seconds(lead, self._k), self._ask_s)
         return max(1, math.ceil(guess / (SHADOW_SHARE * self.plain_seconds())))
 
@@ -456,7 +453,7 @@ class CostGate(AdaptiveK):
             predicted = self.cost[1] * self.plain_ratio
         else:
             self._plain_since_verify = 0
-            drafted = proposer_cost(self.inner, self.draft_cost)
+            drafted = self.proposal_cost()
             predicted = self.cost[block] + draft_seconds(drafted, block - 1)
         seen = min(max(seconds / predicted, lo), hi)
         self.scale += RATIO_WEIGHT * (seen - self.scale)

@@ -24,6 +24,9 @@ def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
     assert not d.branches and d.draft_cost is None
     assert d.wants([1], [2]) is None and d.tree_wants([1], Proposal([2, 3], parents=(-1, -1))) is None
     assert not d.outputs and d.guesses_paused  # guesses while paused
+    d.draft_cost = {"fixed": 0.001, "per_token": 0.0}
+    # a drafter is its own proposer and lead: what the cost gate prices a chain member with
+    assert d.proposer is d and d.proposer_cost == d.lead_cost == d.draft_cost
 
 
 def test_the_contract_is_a_few_verbs_and_no_policy():

@@ -77,7 +77,7 @@ def test_the_gate_prices_a_chains_offer_by_the_member_that_made_it():
     chain, gate = priced_chain(offer, [9, 9])
     alone = CostGate(Fixed("suffix", offer), CURVE, k_max=8, draft_cost=HOST, timed=False)
     got, want = gate.propose([0], 8), alone.propose([0], 8)
-    assert chain.proposer_cost == HOST and gate.peeks
+    assert chain.proposer is chain.drafters[0] and chain.proposer_cost == HOST and gate.peeks
     assert gate.interval() == alone.interval() == 1  # paused, asked every token as suffix alone
     assert got.tokens == want.tokens and len(got) > 0
     chain, gate = priced_chain([], [9, 9])
