@@ -12,8 +12,8 @@ a plain step's forward); ``constrain``/``forced`` carry a request's grammar. ``d
 (seconds per proposal; ``proposer_cost``/``lead_cost``: what the last proposal/an ask cost,
 a chain's by member, ``proposer`` saying which) and ``guesses_paused`` (it can guess without
 a verify step of its own) inform the decode policy (``policy.drafting``), which decides how
-deep a row drafts: a drafter never pauses itself. Tests: tests/drafters/test_base.py, tests/decode/test_step.py,
-tests/drafters/test_trie.py. The contract in full: docs/drafters.md#the-contract."""
+deep a row drafts: a drafter never pauses itself. Tests: tests/drafters/test_base.py,
+tests/decode/test_step.py, tests/drafters/test_trie.py. The contract in full: docs/drafters.md#the-contract."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ steps won, drafted and accepted. Each member is asked for at most its own ``max_
 each member its own cost; ``proposer`` is the member whose proposal was returned last and
 ``proposer_cost`` its cost (the cost gate prices that offer with it, on that member's own offer
 model). ``propose_tree`` merges the members' tries, first member first (a sampled tree with
-``q`` is returned whole), telling each member how many of its own tokens were accepted. Tests: tests/drafters/test_chain.py, tests/drafters/test_trie.py.
-Details: docs/drafters.md#chain."""
+``q`` is returned whole), telling each member how many of its own tokens were accepted.
+Tests: tests/drafters/test_chain.py, tests/drafters/test_trie.py. Details: docs/drafters.md#chain."""
 
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ while paused, a proposal's cost independent of its length: suffix, n-gram) is as
 full offer every paused token (within ``SHADOW_SHARE``), and the offer is cut to the k its
 price pays for, priced on the acceptance of offers of that length (``offers.OfferModel``:
 each length its own, never below a shorter offer's, averaged with its refinement by what the
-drafts before did as well as each predicts); the draft and the slot after it are counted
-once the context shows them. Other drafters (and
+drafts before did as well as each predicts; a chain's: each proposing member its own, and
+its own state); the draft and the slot after it are counted once the context shows them.
+Other drafters (and
 trees) are priced on the acceptance by what the drafts before did and resume on a shadow
 guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
 two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
@@ -18,7 +19,7 @@ one-token verify steps instead where what a pipelined token saves is less than w
 its offers a token late loses: ``pipelines``; the saving, measured, is carried from request to
 request on one curve with the acceptance of its offers: ``learnt.Learnt``). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
-Tests: tests/drafters/test_gate.py, tests/drafters/test_gate_live.py. The pricing in full:
+Tests: tests/drafters/test_gate.py, test_gate_live.py, test_chain.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
 
 from __future__ import annotations
@@ -81,8 +82,14 @@ class CostGate(AdaptiveK):
         # RUN of rejections (a second miss in a row says more than the first: a quote ends)
         self.slots = {s: SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)}
         self._k = k_max
-        # the pending shadow guess: (context length, guess, the state it was made in)
-        self._guess: tuple[int, list[int], Any] | None = None
+        # carried like the saving: a short answer's first offers are priced on what the
+        # requests before saw of offers of their length, not on the prior; one per proposer
+        # (``_seat``: a chain's members each their own)
+        self._member = inner.name
+        self.offers = self.memory.offers_for(inner.name, k_max, self.prior, decay)
+        # the pending shadow guess: (context length, guess, the state it was made in, by whom:
+        # ``_seat``)
+        self._guess: tuple[int, list[int], Any, str] | None = None
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
@@ -96,9 +103,6 @@ class CostGate(AdaptiveK):
         # priced by the member that made it (``proposer_cost``)
         per_token = (inner.lead_cost or self.draft_cost or {}).get("per_token", 0.0)
         self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
-        # carried like the saving: a short answer's first offers are priced on what the
-        # requests before saw of offers of their length, not on the prior
-        self.offers = self.memory.offers_for(inner.name, k_max, self.prior, decay)
         self._trees = False  # the row asks for trees: priced by state, as a costly drafter
         self._peeked = False  # the pending verify step drafts a priced offer
         self._last_offer = 0  # the length of the offer last priced (for ``describe``)
@@ -142,6 +146,7 @@ class CostGate(AdaptiveK):
         step); a paused start, where pipelining saves more, still sees a wrong first offer fail for
         free (replayed: lab/gate-start, whose "only where the saving is 0" lost at 0.97-0.99)."""
         offer = self.inner.propose(prompt_ids, self._k)
+        self._seat_proposer()
         self._pend(prompt_ids, offer)
         depth = self._idle_price(len(offer))
         self._paused = not depth or self._late_loss(depth) <= self._pipelining_saves()
@@ -152,7 +157,9 @@ class CostGate(AdaptiveK):
         costly drafter's cheapest probe is a verify step, so it starts drafting."""
         self._guess, self._since_guess, self._probe, self._since_ask = None, 0, 0, 0
         self._paused = self.interval() == 1 and self.inner.guesses_paused
-        self._state = REJECTED if self._paused else ACCEPTED
+        self._first = REJECTED if self._paused else ACCEPTED  # a proposer's state till it drafts
+        self._states: dict[str, int] = {}  # by proposer (``_seat``)
+        self._seat(self.inner.name)
 
     def proposal_cost(self) -> Mapping[str, float] | None:
         """What the last proposal cost to make: its proposer's cost (``Drafter.proposer_cost``: a
@@ -160,6 +167,32 @@ class CostGate(AdaptiveK):
         members' sum; suffix's offers priced with a head's cost beside it were cut (issue #47: 1.36
         tokens per forward against suffix alone's 1.53). Tests: tests/drafters/test_chain.py."""
         return self.inner.proposer_cost or self.draft_cost
+
+    @property
+    def _state(self) -> int:
+        """What the drafts before did (REJECTED, ACCEPTED, RUN), of the proposer seated now."""
+        return self._states[self._member]
+
+    @_state.setter
+    def _state(self, state: int) -> None:
+        self._states[self._member] = state
+
+    def _seat(self, name: str) -> None:
+        """Price and count what follows as the drafter ``name``'s: each member of a chain offers
+        on its own offer model (``offers``) and state, a single drafter on its own. Why: in
+        ``suffix,eagle`` the head's one-token misses kept the chain's one state in a run of
+        misses and priced suffix's offers low (issue #47: 1.17 tokens per forward against
+        suffix alone's 1.36). Tests: tests/drafters/test_chain.py."""
+        self._states.setdefault(name, self._first)
+        if name != self._member:
+            self._member = name
+            self.offers = self.memory.offers_for(name, self.k_max, self.prior, self.decay)
+
+    def _seat_proposer(self) -> None:
+        """Seat the drafter whose offer was just asked for (none made: the one seated stays)."""
+        proposer = self.inner.proposer
+        if proposer is not None:
+            self._seat(proposer.name)
 
     def offer_acceptance(self, n: int) -> list[float]:
         """Per-slot acceptance of offers of ``n`` tokens in the current state
@@ -256,6 +289,7 @@ class CostGate(AdaptiveK):
         self._trees = budget is not None
         if self.peeks and not self._trees:
             return self._priced_offer(context, k)
+        self._seat(self.inner.name)  # priced by state: the drafter's whole (a chain's, not a member's)
         if self._paused and self._state != ACCEPTED:  # resume on evidence only (``watch``)
             self._k = k
             self._shadow(context)
@@ -279,6 +313,7 @@ class CostGate(AdaptiveK):
         self._k = k
         self._score(context, final=True)  # verification takes over the pending guess
         offer = self.inner.propose(context, k)
+        self._seat_proposer()
         self._asked(offer)
         depth = self._idle_price(len(offer))
         self.chosen.append(depth)
@@ -290,7 +325,7 @@ class CostGate(AdaptiveK):
         # (``_score``): the verify step's bonus token tests slot depth + 1 for free, so a
         # cut offer's next slot learns whether the copy goes on (traced: counted only as
         # drafted, a few misses cut eight-token offers of a copy to 3-5 tokens for good)
-        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer)))
+        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer)), self._member)
         self._proposed, self._peeked = depth, True
         if depth == len(offer):
             return offer
@@ -339,7 +374,7 @@ class CostGate(AdaptiveK):
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
         if self._guess is None and offer:
-            self._guess = (len(context), list(offer.tokens), (self._state, len(offer)))
+            self._guess = (len(context), list(offer.tokens), (self._state, len(offer)), self._member)
 
     def observe(self, num_accepted: int) -> None:
         if self._peeked and not self._forced:
@@ -364,6 +399,7 @@ class CostGate(AdaptiveK):
             late = not self._paused and self._resumed == len(context) - 1
             self._since_ask, t0 = 0, self.clock()
             offer = self.inner.propose(context, self._k)
+            self._seat_proposer()
             self._pend(context, offer)
             # after a late resume a verify step, until a pipelined token's saving is measured
             # (its plain tokens are timed against the verify steps just before them)
@@ -373,6 +409,7 @@ class CostGate(AdaptiveK):
             self._asking(self.clock() - t0)
             return
         self._score(context)
+        self._seat(self.inner.name)
         self._shadow(context)
         # resume on evidence: after a shadow guess that plain decoding bore out, and only
         # if drafting then pays (a drift of the step-time estimates alone never flips it)
@@ -408,7 +445,7 @@ class CostGate(AdaptiveK):
         self._asked(proposal)
         guess = list(proposal.tokens)
         if guess:
-            self._guess = (len(context), guess, self._state)
+            self._guess = (len(context), guess, self._state, self._member)
 
     def _score(self, context: Sequence[int], final: bool = False) -> None:
         """Count the pending shadow guess once the context shows its fate: the tokens
@@ -417,14 +454,15 @@ class CostGate(AdaptiveK):
         paused gate resumes on); ``final`` counts what has been seen of it and drops it."""
         if self._guess is None:
             return
-        start, guess, state = self._guess
+        start, guess, state, member = self._guess
         seen = list(context[start:start + len(guess)])
         agreed = next((i for i, (a, b) in enumerate(zip(seen, guess)) if a != b), len(seen))
         if agreed == len(seen) < len(guess) and not final:
             if agreed:
-                self._state = ACCEPTED
+                self._states[member] = ACCEPTED
             return  # every token so far agrees: wait for the rest
         self._guess = None
+        self._seat(member)  # counted as its proposer's
         proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
         if proposed and isinstance(state, tuple):  # a priced offer's (state, length)
             self._record_offer(state, proposed, agreed)
