@@ -106,12 +106,17 @@ def canonical_key(key: str) -> str:
 def load_head(path: str | Path, target: nn.Module | None = None,
               dtype: mx.Dtype = mx.float32) -> Eagle3Head:
     """Load a head directory (float weights as ``dtype``); ``target`` supplies embeddings (when
-    not shipped) and the layer count for default layer ids."""
+    not shipped) and the layer count for default layer ids. Raises ``HeadFormatError`` saying
+    what to fix (a bad ``chain_k`` too)."""
     d = Path(path)
     if not (d / "config.json").is_file() or not (d / "model.safetensors").is_file():
         raise HeadFormatError(f"{d} must hold config.json and model.safetensors (an EAGLE-3 head).")
     cfg = config_from_json(json.loads((d / "config.json").read_text()),
                            len(target.layers) if target is not None else None)
+    try:  # refused here, at load: not when a chain's drafter is first built (per request)
+        chain_k(cfg)
+    except HeadFormatError as e:
+        raise HeadFormatError(f"{d}/config.json: {e}") from e
     weights = {canonical_key(k): v for k, v in load_arrays(str(d / "model.safetensors")).items()}
     if "t2d" not in weights and cfg.draft_vocab_size == cfg.vocab_size:  # full vocabulary heads
         weights["t2d"] = mx.ones((cfg.vocab_size,), dtype=mx.bool_)

@@ -5,6 +5,7 @@ same head; ours round-trip save -> load with identical logits and drafts."""
 from __future__ import annotations
 
 import json
+import re
 
 import mlx.core as mx
 import numpy as np
@@ -127,7 +128,14 @@ def test_a_heads_cap_in_a_chain_follows_its_acceptance_by_position_or_its_chain_
     assert chain_k(config_from_json(_config(**extra), 4)) == k
 
 
-@pytest.mark.parametrize("bad", [0, "2", True])
-def test_a_bad_chain_k_is_refused_saying_what_to_do(bad):
-    with pytest.raises(HeadFormatError, match="chain_k must be an integer >= 1"):
-        chain_k(config_from_json(_config(chain_k=bad), 4))
+def test_a_bad_chain_k_is_refused_at_load_saying_what_to_do(tmp_path):
+    """Refused when the head is loaded, not later when a chain's drafter is built per request."""
+    target, arrays = tiny_target("llama"), published_arrays()
+    for i, bad in enumerate([0, -1, 2.5, "2", True]):
+        d = tmp_path / f"bad{i}"
+        write_eagle_repo_layout(d, arrays)
+        (d / "config.json").write_text(json.dumps(_config(chain_k=bad)))
+        with pytest.raises(HeadFormatError, match=re.escape(f"{d}/config.json") + ".*chain_k must be an integer >= 1.*fix"):
+            load_head(d, target)
+        with pytest.raises(HeadFormatError, match="chain_k must be an integer >= 1"):
+            chain_k(config_from_json(_config(chain_k=bad), 4))
