@@ -174,36 +174,54 @@ def _cached(name: str, measure: Callable[[], dict], cache_dir: str | Path | None
     return value
 
 
-def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
-                  cache_dir: str | Path | None) -> dict[int, float]:
-    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want``; what
-    is measured is merged over what was cached (a server's batch curve and a CLI's
-    ``auto`` curve share one file: neither erases the other's lengths)."""
-    decode = lambda d: {int(k): v for k, v in d.items()}  # noqa: E731
+def _read_curve(path: Path) -> dict[int, float]:
+    return {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
+
+
+def _merged(old: dict[int, float], new: dict[int, float], floors: bool) -> dict[int, float]:
+    """``new`` merged over ``old`` (a ratio curve: ``new`` wins). ``floors`` (a verify cost
+    curve): each length the lower of the two, since contention only adds time (a curve capped
+    under load gives way to a quieter reading: a calibration's, or a later one's of more
+    lengths), and old lengths dropped where keeping them would dip (a dipping curve would be
+    measured again at every use); if even that dips (the old curve itself did), ``new`` alone."""
+    if not floors:
+        return {**old, **new}
+    lower = {L: min(t, old.get(L, t)) for L, t in new.items()}
+    return next((c for c in ({**old, **lower}, lower) if not dips(c)), new)
+
+
+def _store_curve(name: str, curve: dict[int, float], cache_dir: str | Path | None,
+                 floors: bool) -> dict[int, float]:
+    """The one writer of cached curves: ``curve`` merged over what is cached (``_merged``),
+    written atomically; returns what was written."""
     path = _cache_path(name, cache_dir)
-    old = decode(json.loads(path.read_text())) if path.exists() else {}
-    return _cached(name, lambda: {**old, **measure()}, cache_dir, decode=decode,
-                   complete=lambda curve: all(L in curve for L in want))
+    merged = dict(sorted(_merged(_read_curve(path), curve, floors).items()))
+    _store(path, {str(L): t for L, t in merged.items()})
+    return merged
+
+
+def _cached_curve(name: str, want: list[int], measure: Callable[[], dict[int, float]],
+                  cache_dir: str | Path | None, floors: bool = False) -> dict[int, float]:
+    """A cached {L: seconds} curve, re-measured when it lacks a length in ``want`` (``floors``:
+    or dips); what is measured is merged over what was cached (``_store_curve``: a server's
+    batch curve and a CLI's ``auto`` curve share one file, neither erases the other's lengths)."""
+    cached = _read_curve(_cache_path(name, cache_dir))
+    if all(L in cached for L in want) and not (floors and dips(cached)):
+        return cached
+    return _store_curve(name, measure(), cache_dir, floors)
 
 
 def cost_curve_for(model: Model, max_len: int, cache_dir: str | Path | None = None,
                    extra: tuple[int, ...] = ()) -> dict[int, float]:
     """The model's verify cost curve at 1..``max_len`` and ``extra``, measured once and
-    cached on disk, merged over the lengths cached before unless the merge would dip (those
-    older lengths are dropped: a dipping cached curve would be measured again at every use).
-    A curve capped after re-timing is cached too (an upper bound, rising; logged): measuring
-    at every use on a loaded machine would cost each request seconds."""
+    cached on disk, merged over what was cached before (``_merged``: each length's lower
+    reading, older lengths dropped where they would make it dip). A curve capped after
+    re-timing is cached too (an upper bound, rising; logged): measuring at every use on a
+    loaded machine would cost each request seconds; a quieter reading later lowers it."""
     want = [*range(1, max_len + 1), *extra]
-    cached = cached_cost_curve(model, want, cache_dir)
-    if cached is not None:
-        return cached
-    got = verify_cost_floors(model, max_len, extra=extra)
-    path = _cache_path(_curve_name(model), cache_dir)
-    old = {int(k): v for k, v in json.loads(path.read_text()).items()} if path.exists() else {}
-    merged = {**old, **got.curve}
-    curve = got.curve if dips(merged) else merged
-    _store(path, {str(L): t for L, t in sorted(curve.items())})
-    return curve
+    return _cached_curve(_curve_name(model), want,
+                         lambda: verify_cost_floors(model, max_len, extra=extra).curve,
+                         cache_dir, floors=True)
 
 
 def cached_cost_curve(model: Model, lengths: list[int],
@@ -217,15 +235,10 @@ def cached_cost_curve(model: Model, lengths: list[int],
     return curve if all(L in curve for L in lengths) and not dips(curve) else None
 
 
-def _store_curve(name: str, curve: dict[int, float], cache_dir: str | Path | None) -> None:
-    path = _cache_path(name, cache_dir)
-    old = json.loads(path.read_text()) if path.exists() else {}
-    _store(path, {**old, **{str(L): t for L, t in curve.items()}})
-
-
 def store_cost_curve(model: Model, curve: dict[int, float], cache_dir: str | Path | None = None) -> None:
-    """Cache a verify cost curve measured elsewhere, merged over what is cached."""
-    _store_curve(_curve_name(model), curve, cache_dir)
+    """Cache a verify cost curve measured elsewhere (``calibrate.Calibration``), merged over what
+    is cached (``_merged``: each length's lower reading)."""
+    _store_curve(_curve_name(model), curve, cache_dir, floors=True)
 
 
 def _tree_overhead_name(model: Model) -> str:
@@ -242,7 +255,7 @@ def tree_overhead_for(model: Model, lengths: tuple[int, ...],
 def store_tree_overhead(model: Model, ratios: dict[int, float], cache_dir: str | Path | None = None) -> None:
     """Cache a tree step's overhead over a linear one ({L: ratio}) known elsewhere, merged
     over what is cached (``tree_overhead_for`` then measures nothing at those lengths)."""
-    _store_curve(_tree_overhead_name(model), ratios, cache_dir)
+    _store_curve(_tree_overhead_name(model), ratios, cache_dir, floors=False)
 
 
 def resolve_tree_budget(model: Model, value: int | str, *,

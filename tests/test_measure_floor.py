@@ -121,6 +121,26 @@ def test_a_cached_curve_that_dips_is_measured_again_once(tmp_path, monkeypatch):
     assert measure.cached_cost_curve(model, [1, 2, 3, 4]) == rising
 
 
+def test_a_capped_loaded_curve_gives_way_to_lower_readings(tmp_path, monkeypatch):
+    """A curve timed under load and capped is cached (an upper bound), then each length takes
+    the lower reading: a calibration's quieter curve lowers it, a noisier one does not raise it,
+    and a later loaded measurement of more lengths keeps the quiet ones (floors: lower is truer)."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    model = cached_tiny("llama")
+    capped = {1: 0.2, 2: 0.3, 3: 0.3, 4: 0.3}  # L=1..3 capped by L=4's floor under load
+    loaded = {**capped, 5: 0.32, 6: 0.34}
+    readings = iter([Floors(capped, 3, (1, 2, 3)), Floors(loaded, 3, (1, 2, 3))])
+    monkeypatch.setattr(measure, "verify_cost_floors", lambda m, n, extra=(): next(readings))
+    assert measure.cost_curve_for(model, 4) == capped
+    quiet = {L: 0.05 + 0.01 * L for L in range(1, 5)}
+    measure.store_cost_curve(model, quiet)  # a server's calibration, later and quieter
+    assert measure.cached_cost_curve(model, [1, 2, 3, 4]) == quiet
+    measure.store_cost_curve(model, {L: 2 * t for L, t in quiet.items()})  # a noisier one
+    assert measure.cached_cost_curve(model, [1, 2, 3, 4]) == quiet
+    assert measure.cost_curve_for(model, 6) == {**quiet, 5: 0.32, 6: 0.34}  # more lengths, loaded
+    assert measure.cost_curve_for(model, 6) == measure.cached_cost_curve(model, list(range(1, 7)))
+
+
 def test_a_curve_timed_beside_a_competing_thread_rises(tmp_path):
     """A real forward timed while another thread keeps the CPU busy: the curve rises within
     ``SLACK`` (dips timed again, then capped) and a server's calibration settles the same way."""
