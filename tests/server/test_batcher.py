@@ -274,6 +274,17 @@ def test_the_request_value_reaches_the_row_unchanged(worker):
     assert a.req.gen is job.request.gen and a.req.row().k == 3 == a.req.k
     run.finish()
     assert len(run.tokens(job)) <= 2
+    # and a request's cost gate carries what its tenant's gates learnt: ``drafter_for`` hands
+    # it ``learnt_for(req)`` (tests/server/test_tenants.py checks the partition itself)
+    curve, kept = {L: 0.01 * (1 + 0.1 * L) for L in range(1, 5)}, worker.curve
+    worker.curve = curve  # known: the gate is on (k = 3 prices blocks 1..4)
+    try:
+        alice, bob = (GenRequest([1], Generation(draft=DraftSpec("suffix", num_draft_tokens=3)), t)
+                      for t in ("alice", "bob"))
+        gate = worker.drafter_for(alice)
+        assert gate.memory is worker.learnt_for(alice).on(curve) is not worker.learnt_for(bob).on(curve)
+    finally:
+        worker.curve = kept
 
 
 def test_a_job_past_the_kv_budget_waits_for_a_row_to_leave(worker):

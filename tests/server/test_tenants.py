@@ -94,7 +94,9 @@ def test_the_oracle_gives_nothing_across_keys_and_salts_on_every_wire(two_keys):
 def test_what_cost_gates_learn_is_partitioned_as_the_drafting_memory():
     """Offer acceptance is learnt from a tenant's text (``policy.learnt``): a server's gates
     carry it per API key, as the drafting memory, and a salted request neither reads nor
-    leaves any (in process: no model is loaded to hand out the partitions)."""
+    leaves any (in process: no model is loaded to hand out the partitions; that ``drafter_for``
+    hands a request's gate its ``learnt_for``: test_batcher's request-value test, on a loaded
+    worker)."""
     from specdec.server.config import ServerConfig
     from specdec.server.engine.events import GenRequest
     from specdec.server.engine.worker import InferenceWorker
