@@ -50,7 +50,11 @@ def batch_answerer(model, max_tokens: int, eos: Sequence[int]) -> Answer:
     from mlx_lm.generate import BatchGenerator
 
     def answer(prompts: list[list[int]]) -> list[list[int]]:
-        gen = BatchGenerator(model, stop_tokens=[[t] for t in eos] or None)
+        # every prompt prefilled and decoded in one batch (mlx-lm's defaults, 8 and 32, split
+        # a shard of 64 into rounds; a decode step's cost grows far less than its batch)
+        n = len(prompts)
+        gen = BatchGenerator(model, stop_tokens=[[t] for t in eos] or None,
+                             completion_batch_size=n, prefill_batch_size=n)
         uids = gen.insert(prompts, [max_tokens] * len(prompts))
         out: dict[int, list[int]] = {u: [] for u in uids}
         while responses := gen.next_generated():
@@ -143,15 +147,23 @@ def build_split(model, prompts: Sequence[list[int]], answer: Answer, spec: DataS
         digest = hashlib.sha256(json.dumps([list(p) for p in chunk]).encode()).hexdigest()[:10]
         path = out / f"{split}_{s:05d}_{digest}.safetensors"
         if not path.exists():
-            answers = answer(list(chunk))
-            samples = []
-            for i in range(0, len(chunk), spec.forward_batch):
-                sl = slice(i, i + spec.forward_batch)
-                samples += samples_of(model, chunk[sl], answers[sl], spec)
-            write_shard(path, samples)
+            write_shard(path, shard_samples(model, chunk, answer(list(chunk)), spec))
         progress(len(chunk))
         paths.append(path)
     return paths
+
+
+def shard_samples(model, prompts: Sequence[list[int]], answers: Sequence[list[int]],
+                  spec: DataSpec) -> list[Sample]:
+    """``samples_of`` each prompt, in prompt order; the forwards batch prompts of similar length
+    (sorted), so a batch pads little: the feature forward is compute bound on a CPU."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(answers[i]))
+    out: dict[int, Sample] = {}
+    for i in range(0, len(order), spec.forward_batch):
+        idx = order[i:i + spec.forward_batch]
+        got = samples_of(model, [prompts[j] for j in idx], [answers[j] for j in idx], spec)
+        out.update(zip(idx, got))
+    return [out[i] for i in range(len(prompts))]
 
 
 def write_manifest(out: Path, spec: DataSpec, train: list[Path], held: list[Path]) -> None:
