@@ -244,8 +244,8 @@ class _Setup:
     heads: DraftResources | None
     peers: list[Any]
     oracle_ks: list[int]
-    # what the run's cost gates learn, carried from case to case as a server's are
-    learnt: LearntCurves = field(default_factory=LearntCurves)
+    # each config's (by label) gate memory, carried across cases; never shared: chains count as "suffix" too
+    learnt: dict[str, LearntCurves] = field(default_factory=dict)
 
 
 def run_plan(plan: BenchPlan, progress: Callable[[str], None] | None = None,
@@ -308,7 +308,7 @@ def _run_case(plan: BenchPlan, s: _Setup, case: Workload, length: int | None, re
         for cfg in [PLAIN, *plan.configs]:
             drafter = cfg.drafter(s.tok, cost=s.cost, draft=s.draft, table=plan.warm_table,
                                   draft_cost=result.draft_costs.get(cfg.label), heads=s.heads,
-                                  learnt=s.learnt)
+                                  learnt=s.learnt.setdefault(cfg.label, LearntCurves()))
             turns = _measure(plan, s.model, s.tok, case, length, cfg.label, run, cfg.k, drafter,
                              result, cfg.tree_budget)
             if cfg.baseline:

@@ -15,7 +15,7 @@ from hypothesis import given, strategies as st
 
 import specdec.cache.batch_cache as steps  # the verify step rolls back through it
 from specdec.bench import analysis
-from specdec.bench.configs import parse_config
+from specdec.bench.configs import BenchConfig, parse_config
 from specdec.bench.runner import BenchPlan, run_plan
 from specdec.bench.workloads import (
     CLASSES, builtin_workloads, fit_prompt, load_workloads, parse_workload,
@@ -113,7 +113,8 @@ def test_a_broken_rollback_is_diagnosed_per_config_and_a_warm_one_from_its_table
         monkeypatch, tmp_path, smollm):
     """A broken trim shows as mismatches of each speculative config (never of plain), each
     diagnosed as a logic bug; the re-run of a diverging 'warm' ngram-mod config starts from
-    the drafter the run started with (it loads the saved table again; it used to raise).
+    the drafter the run started with (it loads the saved table again; it used to raise); each
+    config's gates learn in a store of their own (a chain's suffix member shared suffix's).
     One plan holds both configs: one load, one plain run (two plans took 1.4x the CPU)."""
     from specdec.drafters import DraftSpec, ngram_mod_table
 
@@ -126,8 +127,19 @@ def test_a_broken_rollback_is_diagnosed_per_config_and_a_warm_one_from_its_table
     # the gate off: every step drafts, so a rejection (and the broken trim) comes at once
     plan.workloads = plan.workloads[:1]
     plan.configs = [parse_config("ngram:k=4:nogate"), parse_config("ngram,ngram-mod:k=4:warm:nogate")]
+    stores: dict[str, set[int]] = {}  # each config's gate memory: its own, as if it ran alone
+    real_drafter = BenchConfig.drafter
+
+    def drafter(cfg, *a, **kw):
+        if kw.get("learnt") is not None:  # a measured run's (a diagnosis re-runs without one)
+            stores.setdefault(cfg.label, set()).add(id(kw["learnt"]))
+        return real_drafter(cfg, *a, **kw)
+
+    monkeypatch.setattr(BenchConfig, "drafter", drafter)
     result = run_plan(plan, target=smollm)
     configs = {"ngram k=4 nogate", "ngram,ngram-mod k=4 nogate warm"}
+    assert configs <= set(stores) and all(len(ids) == 1 for ids in stores.values())
+    assert len(set().union(*stores.values())) == len(stores)
     rows = analysis.parity([r.to_dict() for r in result.records])
     assert {r["config"] for r in rows if r["mismatches"]} == configs
     assert {d["config"] for d in result.diagnoses} == configs
