@@ -160,13 +160,12 @@ def _store(path: Path, value: dict) -> None:
 
 
 def _cached(name: str, measure: Callable[[], dict], cache_dir: str | Path | None,
-            decode: Callable[[dict], dict] = dict,
             complete: Callable[[dict], bool] = bool) -> dict:
     """``measure()`` once per ``name`` (a JSON file under the cost cache), re-measured when
-    the cached value (after ``decode``) is not ``complete``; written atomically."""
+    the cached value is not ``complete``; written atomically."""
     path = _cache_path(name, cache_dir)
     if path.exists():
-        value = decode(json.loads(path.read_text()))
+        value = json.loads(path.read_text())
         if complete(value):
             return value
     value = measure()
