@@ -17,7 +17,8 @@ guess that came true (a drafter that cannot guess while paused, WeDLM's, is prob
 two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
 one-token verify steps instead where what a pipelined token saves is less than what drafting
 its offers a token late loses: ``pipelines``; the saving, measured, is carried from request to
-request on one curve with the acceptance of its offers: ``learnt.Learnt``). Forced grammar tokens are
+request on one curve with the acceptance of its offers: ``learnt.Learnt``; the offer's price
+and what a late draft loses: ``offer_price``). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py, test_gate_live.py, test_chain.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
@@ -30,9 +31,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
-from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds, expected_tokens
+from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds
 from .drafting import StepTime
 from .learnt import Learnt
+from .offer_price import LateLoss, StepPrices
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
@@ -74,8 +76,7 @@ class CostGate(AdaptiveK):
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
         self._plain_since_verify = FRESH  # plain tokens timed since the last verify step
         self._ratio_seen = self.memory.seen  # plain tokens ``plain_ratio`` learnt from (``pipelines``)
-        # decayed: seconds a late draft would lose per token where the gate did not draft (``pipelines``)
-        self._lost, self._idle_asks, self._idle = 0.0, 0.0, True
+        self._late = LateLoss(decay)  # what late drafts lose where the gate did not draft (``pipelines``)
         self._resumed = -1  # the context length at which ``watch`` last resumed
         self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
         # per-slot counts by what the drafts before did: REJECTED once, ACCEPTED, or a
@@ -149,7 +150,7 @@ class CostGate(AdaptiveK):
         self._seat_proposer()
         self._pend(prompt_ids, offer)
         depth = self._idle_price(len(offer))
-        self._paused = not depth or self._late_loss(depth) <= self._pipelining_saves()
+        self._paused = not depth or self._late_loss(depth) <= self._prices().pipelining_saves()
 
     def _start(self) -> None:
         """Evidence first where it is free: a host drafter starts paused and drafts once a
@@ -200,15 +201,17 @@ class CostGate(AdaptiveK):
         the drafts before did as well as each has predicted)."""
         return self.offers.estimate(n, self._state)
 
+    def _prices(self) -> StepPrices:
+        """What steps cost now, as an offer is priced (``offer_price``)."""
+        return StepPrices(self.cost, self.scale, self.plain_seconds(), self.proposal_cost())
+
     def price_offer(self, n: int) -> int:
         """The draft length (0..n) that maximises expected tokens per second for an offer of
-        ``n`` tokens (0: plain); the offer exists, so the hit rate is 1."""
+        ``n`` tokens (0: plain; ``StepPrices.best``)."""
         self._last_offer = min(n, self.k_max)
         if n <= 0:
             return 0
-        return best_k(self.offer_acceptance(n), self.cost, min(n, self.k_max),
-                      self.proposal_cost(), scale=self.scale,
-                      plain=self.plain_seconds())
+        return self._prices().best(self.offer_acceptance(n), min(n, self.k_max))
 
     def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
         """Count a draft of an offer ``made`` = (state, length), then move the state on."""
@@ -334,42 +337,19 @@ class CostGate(AdaptiveK):
     def _idle_price(self, n: int) -> int:
         """``price_offer``, counting what a late draft of it would lose where the last did not pay."""
         depth = self.price_offer(n)
-        if self._idle:
-            self._lost = self.decay * self._lost + (self._late_loss(depth) if depth else 0.0)
-            self._idle_asks = self.decay * self._idle_asks + 1.0
-        self._idle = depth == 0
+        self._late.priced(depth, self._late_loss)
         return depth
 
     def _late_loss(self, k: int) -> float:
-        """Seconds a k-token draft of the offer just priced is expected to lose drafted a token
-        late: its saving over plain decoding now, less its tail's (slots 2..k, drafted after
-        the first came true by a plain forward)."""
-        accept, plain = self.offer_acceptance(self._last_offer), self.plain_seconds()
-        cost = self.proposal_cost()
-
-        def saving(acc: Sequence[float], j: int) -> float:
-            verify = self.cost[j + 1] * self.scale + draft_seconds(cost, j)
-            return expected_tokens(acc, j) * plain - verify if j else 0.0
-
-        return max(saving(accept, k) - accept[0] * max(saving(accept[1:], k - 1), 0.0), 0.0)
+        """Seconds a k-token draft of the offer just priced loses drafted a token late."""
+        return self._prices().late_loss(self.offer_acceptance(self._last_offer), k)
 
     def pipelines(self) -> bool:
         """Whether a host drafter's gate, drafting nothing now, pauses into pipelined plain
-        decoding (True) or keeps to one-token verify steps. A pipelined stretch queues the next
-        token's forward before the gate sees this one, so an offer that pays is drafted one
-        token late: its first token comes from a plain forward, a one-token offer is never drafted
-        (traced: q281 resumed ~20 times, each a forward more than its replay: 25-27 accepted
-        against 29-30; lab/gate-live-lag). What late drafts lose per idle token (``_late_loss``,
-        decayed) is weighed against what a pipelined token saves over a one-token verify step,
-        once measured (``plain_ratio``, carried across requests: ``learnt.Learnt``; never measured,
-        in a batch or untimed: pipelined)."""
-        if not self._ratio_seen or not self._idle_asks:
-            return True
-        return self._pipelining_saves() >= self._lost / self._idle_asks
-
-    def _pipelining_saves(self) -> float:
-        """Seconds a pipelined plain token saves over a one-token verify step now (>= 0)."""
-        return self.cost[1] * self.scale - self.plain_seconds()
+        decoding (True) or keeps to one-token verify steps (``LateLoss.pipelines``; a pipelined
+        token's saving measured once ``plain_ratio`` is, carried across requests:
+        ``learnt.Learnt``; never measured, in a batch or untimed: pipelined)."""
+        return self._late.pipelines(self._prices().pipelining_saves(), bool(self._ratio_seen))
 
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
