@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
@@ -46,6 +47,21 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 # Derived, not tuned: the scale's EMA forgets with a time constant of 1 / RATIO_WEIGHT
 # steps, so that many plain tokens after a verify step it no longer knows that step.
 FRESH = math.ceil(1 / RATIO_WEIGHT)
+
+
+@dataclass(frozen=True)
+class Guess:
+    """A pending guess, counted once the context shows its fate (``CostGate._score``): ``tokens``
+    guessed from context length ``start`` on, made in ``state`` (what the drafts before did:
+    REJECTED, ACCEPTED, RUN) by ``member`` (``CostGate._seat``); ``offer``: a priced offer's
+    length (counted on the offer model: ``offers.OfferModel``), None for a shadow guess (counted
+    on the slot counts by state)."""
+
+    start: int
+    tokens: tuple[int, ...]
+    state: int
+    member: str
+    offer: int | None = None
 
 
 class CostGate(AdaptiveK):
@@ -88,9 +104,7 @@ class CostGate(AdaptiveK):
         # (``_seat``: a chain's members each their own)
         self._member = inner.name
         self.offers = self.memory.offers_for(inner.name, k_max, self.prior, decay)
-        # the pending shadow guess: (context length, guess, the state it was made in, by whom:
-        # ``_seat``)
-        self._guess: tuple[int, list[int], Any, str] | None = None
+        self._guess: Guess | None = None  # one pending at a time
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
@@ -252,7 +266,7 @@ class CostGate(AdaptiveK):
                 "offer": self._last_offer if peek else 0, "accept": [round(a, 3) for a in accept],
                 "hit": 1.0 if peek else round(self.hit, 3),
                 "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
-                "guess": len(self._guess[1]) if self._guess else 0}
+                "guess": len(self._guess.tokens) if self._guess is not None else 0}
 
     def plain_seconds(self) -> float:
         """What a pipelined plain token costs now: never above a one-token verify step
@@ -328,7 +342,7 @@ class CostGate(AdaptiveK):
         # (``_score``): the verify step's bonus token tests slot depth + 1 for free, so a
         # cut offer's next slot learns whether the copy goes on (traced: counted only as
         # drafted, a few misses cut eight-token offers of a copy to 3-5 tokens for good)
-        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer)), self._member)
+        self._guess = Guess(len(context), offer.tokens[:depth + 1], self._state, self._member, len(offer))
         self._proposed, self._peeked = depth, True
         if depth == len(offer):
             return offer
@@ -354,7 +368,7 @@ class CostGate(AdaptiveK):
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
         if self._guess is None and offer:
-            self._guess = (len(context), list(offer.tokens), (self._state, len(offer)), self._member)
+            self._guess = Guess(len(context), offer.tokens, self._state, self._member, len(offer))
 
     def observe(self, num_accepted: int) -> None:
         if self._peeked and not self._forced:
@@ -423,31 +437,30 @@ class CostGate(AdaptiveK):
         proposal = self.inner.propose(context, self._k)
         self._asking(self.clock() - t0)
         self._asked(proposal)
-        guess = list(proposal.tokens)
-        if guess:
-            self._guess = (len(context), guess, self._state, self._member)
+        if proposal.tokens:
+            self._guess = Guess(len(context), proposal.tokens, self._state, self._member)
 
     def _score(self, context: Sequence[int], final: bool = False) -> None:
         """Count the pending shadow guess once the context shows its fate: the tokens
         plain decoding emitted agree with a prefix of it, as verification would accept.
         While every token so far agrees, the state is already 'accepted' (the evidence a
         paused gate resumes on); ``final`` counts what has been seen of it and drops it."""
-        if self._guess is None:
+        guess = self._guess
+        if guess is None:
             return
-        start, guess, state, member = self._guess
-        seen = list(context[start:start + len(guess)])
-        agreed = next((i for i, (a, b) in enumerate(zip(seen, guess)) if a != b), len(seen))
-        if agreed == len(seen) < len(guess) and not final:
+        seen = list(context[guess.start:guess.start + len(guess.tokens)])
+        agreed = next((i for i, (a, b) in enumerate(zip(seen, guess.tokens)) if a != b), len(seen))
+        if agreed == len(seen) < len(guess.tokens) and not final:
             if agreed:
-                self._states[member] = ACCEPTED
+                self._states[guess.member] = ACCEPTED
             return  # every token so far agrees: wait for the rest
         self._guess = None
-        self._seat(member)  # counted as its proposer's
-        proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
-        if proposed and isinstance(state, tuple):  # a priced offer's (state, length)
-            self._record_offer(state, proposed, agreed)
+        self._seat(guess.member)  # counted as its proposer's
+        proposed = len(guess.tokens) if agreed < len(seen) else len(seen)  # final: what was seen
+        if proposed and guess.offer is not None:
+            self._record_offer((guess.state, guess.offer), proposed, agreed)
         elif proposed:
-            self._record(proposed, agreed, state)
+            self._record(proposed, agreed, guess.state)
 
     def step_time(self, block: int, seconds: float) -> None:
         if not self.timed or (block not in self.cost and block != 0):
