@@ -160,13 +160,12 @@ def _store(path: Path, value: dict) -> None:
 
 
 def _cached(name: str, measure: Callable[[], dict], cache_dir: str | Path | None,
-            decode: Callable[[dict], dict] = dict,
             complete: Callable[[dict], bool] = bool) -> dict:
     """``measure()`` once per ``name`` (a JSON file under the cost cache), re-measured when
-    the cached value (after ``decode``) is not ``complete``; written atomically."""
+    the cached value is not ``complete``; written atomically."""
     path = _cache_path(name, cache_dir)
     if path.exists():
-        value = decode(json.loads(path.read_text()))
+        value = json.loads(path.read_text())
         if complete(value):
             return value
     value = measure()
@@ -224,11 +223,16 @@ def cost_curve_for(model: Model, max_len: int, cache_dir: str | Path | None = No
                          cache_dir, floors=True)
 
 
+def cost_curve_path(model: Model, cache_dir: str | Path | None = None) -> Path:
+    """The file ``model``'s verify cost curve is cached in (it may not exist yet)."""
+    return _cache_path(_curve_name(model), cache_dir)
+
+
 def cached_cost_curve(model: Model, lengths: list[int],
                       cache_dir: str | Path | None = None) -> dict[int, float] | None:
     """The model's cached verify cost curve when it holds every length in ``lengths`` and
     rises (``measure_floor.dips``), else None (measures nothing: see ``calibrate.Calibration``)."""
-    path = _cache_path(_curve_name(model), cache_dir)
+    path = cost_curve_path(model, cache_dir)
     if not path.exists():
         return None
     curve = {int(k): v for k, v in json.loads(path.read_text()).items()}

@@ -52,16 +52,31 @@ def requires(*dists: str, pip: str):
     return pytest.mark.skipif(bool(missing), reason=f"needs {names}: {pip}")
 
 
+def seed_cost_curve(model, curve, cache_dir) -> None:
+    """Cache ``curve`` as ``model``'s verify cost curve under ``cache_dir``, exactly as given.
+    The cache keeps each length's lower reading (``measure._merged``: floors), so a curve seeded
+    over one already cached could not raise it: a ``cache_dir`` that holds one for this model is
+    refused (ValueError), never merged into. Test: tests/test_measure_floor.py."""
+    from specdec.measure import cost_curve_path, store_cost_curve
+
+    path = cost_curve_path(model, cache_dir)
+    if path.exists():
+        raise ValueError(f"{path} already holds a verify cost curve for this model, and a seeded curve "
+                         "only lowers it (each length keeps its lower reading): seed into a cache dir of "
+                         "the test's own (a fresh tmp_path)")
+    store_cost_curve(model, curve, cache_dir)
+
+
 def cache_auto_costs(model, cost, cache_dir) -> None:
     """Cache all that ``tree_budget="auto"`` prices on (``measure.resolve_tree_budget``) for
-    ``model`` under ``cache_dir``: the verify curve ``cost(L)`` at every length it reads and a
+    ``model`` under ``cache_dir``: the verify curve ``cost(L)`` at every length it reads
+    (``seed_cost_curve``: ``cache_dir`` must hold no curve for ``model``, or it raises) and a
     tree step's overhead 1 (a tree block costs its linear block), so the shaper's choices
     never hang on this machine's timings: nothing is measured."""
-    from specdec.measure import (AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE, store_cost_curve,
-                                 store_tree_overhead)
+    from specdec.measure import AUTO_CURVE_EXTRA, AUTO_CURVE_LEN, AUTO_TREE_CURVE, store_tree_overhead
 
-    store_cost_curve(model, {L: cost(L) for L in (*range(1, AUTO_CURVE_LEN + 1), *AUTO_CURVE_EXTRA)},
-                     cache_dir)
+    seed_cost_curve(model, {L: cost(L) for L in (*range(1, AUTO_CURVE_LEN + 1), *AUTO_CURVE_EXTRA)},
+                    cache_dir)
     store_tree_overhead(model, {L: 1.0 for L in AUTO_TREE_CURVE}, cache_dir)
 
 

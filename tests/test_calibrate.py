@@ -10,7 +10,7 @@ import pytest
 from conftest import cached_tiny
 
 from specdec.calibrate import Calibration
-from specdec.measure import cached_cost_curve, model_fingerprint, store_cost_curve
+from specdec.measure import cached_cost_curve, cost_curve_path, model_fingerprint, store_cost_curve
 
 
 def test_calibration_measures_every_length_a_forward_at_a_time_and_caches(tmp_path, monkeypatch):
@@ -32,7 +32,8 @@ def test_calibration_measures_every_length_a_forward_at_a_time_and_caches(tmp_pa
     assert cached_cost_curve(model, [1, 2, 5, 8]) is None  # a length it lacks
     store_cost_curve(model, {8: 1.0})  # merged over what is cached
     assert cached_cost_curve(model, [1, 2, 5, 8]) == {**cal.curve, 8: 1.0}
-    assert (tmp_path / "cost" / f"{model_fingerprint(model)}-floor.json").exists()
+    assert cost_curve_path(model) == tmp_path / "cost" / f"{model_fingerprint(model)}-floor.json"
+    assert cost_curve_path(model).exists()
 
 
 @pytest.mark.slow  # a server process on a real model

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import cached_tiny, examples
+from conftest import cached_tiny, examples, seed_cost_curve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -139,6 +139,19 @@ def test_a_capped_loaded_curve_gives_way_to_lower_readings(tmp_path, monkeypatch
     assert measure.cached_cost_curve(model, [1, 2, 3, 4]) == quiet
     assert measure.cost_curve_for(model, 6) == {**quiet, 5: 0.32, 6: 0.34}  # more lengths, loaded
     assert measure.cost_curve_for(model, 6) == measure.cached_cost_curve(model, list(range(1, 7)))
+
+
+def test_a_seeded_curve_is_the_cached_one_or_refused(tmp_path):
+    """A test seeds a verify curve (``conftest.seed_cost_curve``) only into a cache holding none
+    for the model: over a cached curve each length keeps its lower reading, so a higher seed
+    would silently leave the old floor priced; it raises instead and the cached curve stays."""
+    model = cached_tiny("llama")
+    low = {L: 0.01 * L for L in range(1, 5)}
+    seed_cost_curve(model, low, tmp_path)
+    assert measure.cached_cost_curve(model, list(low), tmp_path) == low
+    with pytest.raises(ValueError, match="already holds a verify cost curve"):
+        seed_cost_curve(model, {L: 2 * t for L, t in low.items()}, tmp_path)
+    assert measure.cached_cost_curve(model, list(low), tmp_path) == low
 
 
 def test_a_curve_timed_beside_a_competing_thread_rises(tmp_path):

@@ -43,7 +43,7 @@ class StrictStart(CostGate):
     def pipelines(self) -> bool:
         if not self._ratio_seen:
             return True
-        return _saves(self) > (self._lost / self._idle_asks if self._idle_asks else 0.0)
+        return _saves(self) > (self._late.lost / self._late.asks if self._late.asks else 0.0)
 
     def _start(self) -> None:
         super()._start()

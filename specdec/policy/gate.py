@@ -17,7 +17,8 @@ guess that came true (a drafter that cannot guess while paused, WeDLM's, is prob
 two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
 one-token verify steps instead where what a pipelined token saves is less than what drafting
 its offers a token late loses: ``pipelines``; the saving, measured, is carried from request to
-request on one curve with the acceptance of its offers: ``learnt.Learnt``). Forced grammar tokens are
+request on one curve with the acceptance of its offers: ``learnt.Learnt``; the offer's price
+and what a late draft loses: ``offer_price``). Forced grammar tokens are
 always proposed. Output never changes: a paused step is a plain step.
 Tests: tests/drafters/test_gate.py, test_gate_live.py, test_chain.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
@@ -26,13 +27,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
-from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds, expected_tokens
+from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds
 from .drafting import StepTime
 from .learnt import Learnt
+from .offer_price import LateLoss, StepPrices
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
@@ -44,6 +47,21 @@ RATIO_CLIP = (0.25, 4.0)  # one outlier step (a page fault, another process) mov
 # Derived, not tuned: the scale's EMA forgets with a time constant of 1 / RATIO_WEIGHT
 # steps, so that many plain tokens after a verify step it no longer knows that step.
 FRESH = math.ceil(1 / RATIO_WEIGHT)
+
+
+@dataclass(frozen=True)
+class Guess:
+    """A pending guess, counted once the context shows its fate (``CostGate._score``): ``tokens``
+    guessed from context length ``start`` on, made in ``state`` (what the drafts before did:
+    REJECTED, ACCEPTED, RUN) by ``member`` (``CostGate._seat``); ``offer``: a priced offer's
+    length (counted on the offer model: ``offers.OfferModel``), None for a shadow guess (counted
+    on the slot counts by state)."""
+
+    start: int
+    tokens: tuple[int, ...]
+    state: int
+    member: str
+    offer: int | None = None
 
 
 class CostGate(AdaptiveK):
@@ -74,8 +92,7 @@ class CostGate(AdaptiveK):
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
         self._plain_since_verify = FRESH  # plain tokens timed since the last verify step
         self._ratio_seen = self.memory.seen  # plain tokens ``plain_ratio`` learnt from (``pipelines``)
-        # decayed: seconds a late draft would lose per token where the gate did not draft (``pipelines``)
-        self._lost, self._idle_asks, self._idle = 0.0, 0.0, True
+        self._late = LateLoss(decay)  # what late drafts lose where the gate did not draft (``pipelines``)
         self._resumed = -1  # the context length at which ``watch`` last resumed
         self._hits, self._asks = 1.0, 1.0  # decayed: how often the inner drafter proposes
         # per-slot counts by what the drafts before did: REJECTED once, ACCEPTED, or a
@@ -87,9 +104,7 @@ class CostGate(AdaptiveK):
         # (``_seat``: a chain's members each their own)
         self._member = inner.name
         self.offers = self.memory.offers_for(inner.name, k_max, self.prior, decay)
-        # the pending shadow guess: (context length, guess, the state it was made in, by whom:
-        # ``_seat``)
-        self._guess: tuple[int, list[int], Any, str] | None = None
+        self._guess: Guess | None = None  # one pending at a time
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
@@ -149,7 +164,7 @@ class CostGate(AdaptiveK):
         self._seat_proposer()
         self._pend(prompt_ids, offer)
         depth = self._idle_price(len(offer))
-        self._paused = not depth or self._late_loss(depth) <= self._pipelining_saves()
+        self._paused = not depth or self._late_loss(depth) <= self._prices().pipelining_saves()
 
     def _start(self) -> None:
         """Evidence first where it is free: a host drafter starts paused and drafts once a
@@ -200,15 +215,17 @@ class CostGate(AdaptiveK):
         the drafts before did as well as each has predicted)."""
         return self.offers.estimate(n, self._state)
 
+    def _prices(self) -> StepPrices:
+        """What steps cost now, as an offer is priced (``offer_price``)."""
+        return StepPrices(self.cost, self.scale, self.plain_seconds(), self.proposal_cost())
+
     def price_offer(self, n: int) -> int:
         """The draft length (0..n) that maximises expected tokens per second for an offer of
-        ``n`` tokens (0: plain); the offer exists, so the hit rate is 1."""
+        ``n`` tokens (0: plain; ``StepPrices.best``)."""
         self._last_offer = min(n, self.k_max)
         if n <= 0:
             return 0
-        return best_k(self.offer_acceptance(n), self.cost, min(n, self.k_max),
-                      self.proposal_cost(), scale=self.scale,
-                      plain=self.plain_seconds())
+        return self._prices().best(self.offer_acceptance(n), min(n, self.k_max))
 
     def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
         """Count a draft of an offer ``made`` = (state, length), then move the state on."""
@@ -249,7 +266,7 @@ class CostGate(AdaptiveK):
                 "offer": self._last_offer if peek else 0, "accept": [round(a, 3) for a in accept],
                 "hit": 1.0 if peek else round(self.hit, 3),
                 "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
-                "guess": len(self._guess[1]) if self._guess else 0}
+                "guess": len(self._guess.tokens) if self._guess is not None else 0}
 
     def plain_seconds(self) -> float:
         """What a pipelined plain token costs now: never above a one-token verify step
@@ -325,7 +342,7 @@ class CostGate(AdaptiveK):
         # (``_score``): the verify step's bonus token tests slot depth + 1 for free, so a
         # cut offer's next slot learns whether the copy goes on (traced: counted only as
         # drafted, a few misses cut eight-token offers of a copy to 3-5 tokens for good)
-        self._guess = (len(context), list(offer.tokens[:depth + 1]), (self._state, len(offer)), self._member)
+        self._guess = Guess(len(context), offer.tokens[:depth + 1], self._state, self._member, len(offer))
         self._proposed, self._peeked = depth, True
         if depth == len(offer):
             return offer
@@ -334,47 +351,24 @@ class CostGate(AdaptiveK):
     def _idle_price(self, n: int) -> int:
         """``price_offer``, counting what a late draft of it would lose where the last did not pay."""
         depth = self.price_offer(n)
-        if self._idle:
-            self._lost = self.decay * self._lost + (self._late_loss(depth) if depth else 0.0)
-            self._idle_asks = self.decay * self._idle_asks + 1.0
-        self._idle = depth == 0
+        self._late.priced(depth, self._late_loss)
         return depth
 
     def _late_loss(self, k: int) -> float:
-        """Seconds a k-token draft of the offer just priced is expected to lose drafted a token
-        late: its saving over plain decoding now, less its tail's (slots 2..k, drafted after
-        the first came true by a plain forward)."""
-        accept, plain = self.offer_acceptance(self._last_offer), self.plain_seconds()
-        cost = self.proposal_cost()
-
-        def saving(acc: Sequence[float], j: int) -> float:
-            verify = self.cost[j + 1] * self.scale + draft_seconds(cost, j)
-            return expected_tokens(acc, j) * plain - verify if j else 0.0
-
-        return max(saving(accept, k) - accept[0] * max(saving(accept[1:], k - 1), 0.0), 0.0)
+        """Seconds a k-token draft of the offer just priced loses drafted a token late."""
+        return self._prices().late_loss(self.offer_acceptance(self._last_offer), k)
 
     def pipelines(self) -> bool:
         """Whether a host drafter's gate, drafting nothing now, pauses into pipelined plain
-        decoding (True) or keeps to one-token verify steps. A pipelined stretch queues the next
-        token's forward before the gate sees this one, so an offer that pays is drafted one
-        token late: its first token comes from a plain forward, a one-token offer is never drafted
-        (traced: q281 resumed ~20 times, each a forward more than its replay: 25-27 accepted
-        against 29-30; lab/gate-live-lag). What late drafts lose per idle token (``_late_loss``,
-        decayed) is weighed against what a pipelined token saves over a one-token verify step,
-        once measured (``plain_ratio``, carried across requests: ``learnt.Learnt``; never measured,
-        in a batch or untimed: pipelined)."""
-        if not self._ratio_seen or not self._idle_asks:
-            return True
-        return self._pipelining_saves() >= self._lost / self._idle_asks
-
-    def _pipelining_saves(self) -> float:
-        """Seconds a pipelined plain token saves over a one-token verify step now (>= 0)."""
-        return self.cost[1] * self.scale - self.plain_seconds()
+        decoding (True) or keeps to one-token verify steps (``LateLoss.pipelines``; a pipelined
+        token's saving measured once ``plain_ratio`` is, carried across requests:
+        ``learnt.Learnt``; never measured, in a batch or untimed: pipelined)."""
+        return self._late.pipelines(self._prices().pipelining_saves(), bool(self._ratio_seen))
 
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
         if self._guess is None and offer:
-            self._guess = (len(context), list(offer.tokens), (self._state, len(offer)), self._member)
+            self._guess = Guess(len(context), offer.tokens, self._state, self._member, len(offer))
 
     def observe(self, num_accepted: int) -> None:
         if self._peeked and not self._forced:
@@ -443,31 +437,30 @@ class CostGate(AdaptiveK):
         proposal = self.inner.propose(context, self._k)
         self._asking(self.clock() - t0)
         self._asked(proposal)
-        guess = list(proposal.tokens)
-        if guess:
-            self._guess = (len(context), guess, self._state, self._member)
+        if proposal.tokens:
+            self._guess = Guess(len(context), proposal.tokens, self._state, self._member)
 
     def _score(self, context: Sequence[int], final: bool = False) -> None:
         """Count the pending shadow guess once the context shows its fate: the tokens
         plain decoding emitted agree with a prefix of it, as verification would accept.
         While every token so far agrees, the state is already 'accepted' (the evidence a
         paused gate resumes on); ``final`` counts what has been seen of it and drops it."""
-        if self._guess is None:
+        guess = self._guess
+        if guess is None:
             return
-        start, guess, state, member = self._guess
-        seen = list(context[start:start + len(guess)])
-        agreed = next((i for i, (a, b) in enumerate(zip(seen, guess)) if a != b), len(seen))
-        if agreed == len(seen) < len(guess) and not final:
+        seen = list(context[guess.start:guess.start + len(guess.tokens)])
+        agreed = next((i for i, (a, b) in enumerate(zip(seen, guess.tokens)) if a != b), len(seen))
+        if agreed == len(seen) < len(guess.tokens) and not final:
             if agreed:
-                self._states[member] = ACCEPTED
+                self._states[guess.member] = ACCEPTED
             return  # every token so far agrees: wait for the rest
         self._guess = None
-        self._seat(member)  # counted as its proposer's
-        proposed = len(guess) if agreed < len(seen) else len(seen)  # final: what was seen
-        if proposed and isinstance(state, tuple):  # a priced offer's (state, length)
-            self._record_offer(state, proposed, agreed)
+        self._seat(guess.member)  # counted as its proposer's
+        proposed = len(guess.tokens) if agreed < len(seen) else len(seen)  # final: what was seen
+        if proposed and guess.offer is not None:
+            self._record_offer((guess.state, guess.offer), proposed, agreed)
         elif proposed:
-            self._record(proposed, agreed, state)
+            self._record(proposed, agreed, guess.state)
 
     def step_time(self, block: int, seconds: float) -> None:
         if not self.timed or (block not in self.cost and block != 0):

@@ -280,15 +280,16 @@ def test_eagle_configs_bench_with_the_heads_price_and_parity(head_pair, tmp_path
     prices it (``measure.head_cost``, not a host drafter's cost: the runner used to call
     ``draft_cost_for`` without it and raise), and every config's output is plain's; a draft
     model beside a head in one plan is refused (both read --draft-model)."""
+    from conftest import seed_cost_curve
+
     from specdec.loader import load
-    from specdec.measure import store_cost_curve
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     target, head_dir = head_pair
     # issue #46: the run prices on the curve cached for this model, dtype and machine (the one
     # a CLI run or a server prices on), not one timed under whatever load the run starts in
     stored = {L: 0.01 * (1 + 0.1 * L) for L in range(1, 9)}
-    store_cost_curve(load(str(target))[0], stored)
+    seed_cost_curve(load(str(target))[0], stored, tmp_path)
     configs = [parse_config("eagle:k=3:nogate"), parse_config("eagle,suffix:k=3:nogate"),
                parse_config("eagle:k=3")]
     plan = BenchPlan(model=str(target), workloads=builtin_workloads()[:1], configs=configs,

@@ -516,8 +516,9 @@ def test_the_server_drafts_with_the_models_own_mtp_block_gated_or_not(model_dir,
     ungated (drafts made)."""
     import asyncio
 
+    from conftest import seed_cost_curve
+
     from specdec.loader import load
-    from specdec.measure import store_cost_curve
     from specdec.server.config import ServerConfig
     from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
     from specdec.server.engine.admission import enqueue
@@ -526,7 +527,7 @@ def test_the_server_drafts_with_the_models_own_mtp_block_gated_or_not(model_dir,
 
     monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
     # a hybrid target's curve is never measured by a server: a cached one turns its gate on
-    store_cost_curve(load(str(model_dir))[0], {L: 1e-3 * L for L in range(1, 129)})
+    seed_cost_curve(load(str(model_dir))[0], {L: 1e-3 * L for L in range(1, 129)}, tmp_path)
 
     async def tokens(worker, spec, sampling):
         job = Job(GenRequest(PROMPT, Generation(max_tokens=16, draft=spec, sampling=sampling)),
