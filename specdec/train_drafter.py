@@ -1,8 +1,9 @@
 """``specdec train-drafter``: an EAGLE-3 head for your model, trained here in MLX.
 
 Contract: flags map onto ``pipeline.DrafterOptions`` / ``trainer.TrainConfig``; the target
-answers the prompts (built-in set, or ``--data`` JSONL) with the engine's lossless greedy
-decoding; rerunning the same command resumes. mlx is imported inside the command (after the
+answers the prompts (built-in set, or ``--data`` JSONL) greedily, a shard's prompts as one batch,
+and those forwards give the features and labels (``eagle.one_pass``); rerunning the same
+command resumes. mlx is imported inside the command (after the
 OpenBLAS preload). Tests: tests/test_train_drafter.py.
 """
 
@@ -76,7 +77,7 @@ def add_train_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_train_drafter(args: argparse.Namespace) -> int:
     from .core.text import encode_prompt  # imports after the OpenBLAS preload
-    from .eagle.data import batch_answerer
+    from .eagle.one_pass import one_pass
     from .eagle.pipeline import DrafterOptions, distill_only, train_drafter
     from .eagle.prompts import default_prompts, read_jsonl
     from .eagle.trainer import TrainConfig
@@ -98,13 +99,13 @@ def cmd_train_drafter(args: argparse.Namespace) -> int:
         layer_type=args.layer_type, init_from_target=args.init_from_target,
         init_head=args.init_head)
 
-    answer = batch_answerer(model, args.max_tokens, tokenizer.eos_token_ids)
+    distiller = one_pass(model, args.max_tokens, tokenizer.eos_token_ids)
     if args.distill_only:
-        train, held = distill_only(model, prompt_ids, args.output, opts, answer, args.max_tokens)
+        train, held = distill_only(model, prompt_ids, args.output, opts, distiller, args.max_tokens)
         print(f"distilled {len(prompt_ids)} prompts into {len(train)} train and {len(held)} held-out "
               f"shards under {args.output}/data; run the command without --distill-only to train")
         return 0
-    report = train_drafter(model, prompt_ids, args.output, opts, answer, args.max_tokens)
+    report = train_drafter(model, prompt_ids, args.output, opts, distiller, args.max_tokens)
     if report is None:  # only a run told to stop after some shards ends without one
         raise RuntimeError("training stopped before its end: no held-out report")
     acc = report.acceptance[-1]

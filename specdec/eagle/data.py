@@ -1,8 +1,10 @@
 """Self-distillation data for an EAGLE-3 head, streamed to disk in shards (memory bounded).
 
-The target answers each prompt greedily; one forward over prompt + answer (inside
-``capture_layers``) gives the chosen layers' features and the target's own next-token
-distribution at every position, kept as its top-k log-probabilities (soft labels). A shard is one
+The target answers each prompt greedily; the chosen layers' features (``capture_layers``) and the
+target's own next-token distribution at every position of prompt + answer, kept as its top-k
+log-probabilities (soft labels), come from the answering forwards themselves
+(``one_pass.one_pass``, what ``train-drafter`` runs) or, for reference, from one uncached
+forward over prompt + answer (``samples_of``; tests and lab scripts). A shard is one
 safetensors file of ``shard_size`` samples: tokens (N,) int32, features (N, 3H) float16,
 topk_ids (N, K) int32, topk_logp (N, K) float16, answer (N,) uint8 (1 where an answer token is the target's own
 argmax at the previous position), lengths (S,) int32. ``manifest.json`` makes the run resumable.
@@ -26,15 +28,6 @@ from .capture import capture_layers
 Answer = Callable[[list[list[int]]], list[list[int]]]  # prompts -> the target's greedy answers
 
 
-@dataclass(frozen=True)
-class DataSpec:
-    layer_ids: tuple[int, ...]
-    top_k: int = 8
-    shard_size: int = 16
-    max_len: int = 640  # prompt + answer tokens kept per sample
-    forward_batch: int = 4  # samples per feature forward
-
-
 @dataclass
 class Sample:
     tokens: np.ndarray
@@ -44,9 +37,22 @@ class Sample:
     answer: np.ndarray
 
 
+@dataclass(frozen=True)
+class DataSpec:
+    layer_ids: tuple[int, ...]
+    top_k: int = 8
+    shard_size: int = 16
+    max_len: int = 640  # prompt + answer tokens kept per sample
+
+
+# prompts (one shard's), data settings -> one sample per prompt, in prompt order
+Distiller = Callable[[list[list[int]], DataSpec], list[Sample]]
+
+
 def batch_answerer(model, max_tokens: int, eos: Sequence[int]) -> Answer:
     """Greedy answers for a batch of prompts with mlx-lm's ``BatchGenerator`` (a batch costs
-    little more than one row on a CPU, so distilling is many times faster than one by one)."""
+    little more than one row on a CPU): the answers ``one_pass`` reproduces, and with
+    ``samples_of`` the two-pass reference it is tested against."""
     from mlx_lm.generate import BatchGenerator
 
     def answer(prompts: list[list[int]]) -> list[list[int]]:
@@ -67,9 +73,21 @@ def batch_answerer(model, max_tokens: int, eos: Sequence[int]) -> Answer:
     return answer
 
 
+def make_sample(tokens: np.ndarray, n_prompt: int, features: np.ndarray, topk_ids: np.ndarray,
+                topk_logp: np.ndarray) -> Sample:
+    """The sample of ``tokens`` (its first ``n_prompt`` the prompt's) from per-position arrays
+    (at least ``len(tokens)`` rows); ``answer`` marks each answer token that is the target's
+    argmax at the position before it."""
+    n = len(tokens)
+    ans = np.zeros(n, np.uint8)
+    ans[n_prompt:] = tokens[n_prompt:] == topk_ids[n_prompt - 1:n - 1, 0]
+    return Sample(tokens, features[:n], topk_ids[:n], topk_logp[:n], ans)
+
+
 def samples_of(model, prompts: Sequence[list[int]], answers: Sequence[list[int]],
                spec: DataSpec) -> list[Sample]:
-    """One right-padded forward over every prompt + answer: features and the target's top-k."""
+    """One right-padded uncached forward over every prompt + answer: features and the target's
+    top-k (the reference ``one_pass`` is checked against; lab scripts distill with it)."""
     seqs = [(p + a)[: spec.max_len] for p, a in zip(prompts, answers)]
     T = max(len(x) for x in seqs)
     ids = mx.array([x + [0] * (T - len(x)) for x in seqs])
@@ -79,13 +97,8 @@ def samples_of(model, prompts: Sequence[list[int]], answers: Sequence[list[int]]
     mx.eval(logits, feats)
     np_top, np_lp = top_logp(np.asarray(logits), spec.top_k)
     np_feats = np.array(feats)
-    out = []
-    for b, (p, x) in enumerate(zip(prompts, seqs)):
-        n, tok = len(x), np.array(x, np.int32)
-        ans = np.zeros(n, np.uint8)
-        ans[len(p):] = tok[len(p):] == np_top[b, len(p) - 1:n - 1, 0]
-        out.append(Sample(tok, np_feats[b, :n], np_top[b, :n], np_lp[b, :n], ans))
-    return out
+    return [make_sample(np.array(x, np.int32), len(p), np_feats[b], np_top[b], np_lp[b])
+            for b, (p, x) in enumerate(zip(prompts, seqs))]
 
 
 def top_logp(logits: np.ndarray, k: int, rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +149,7 @@ def read_shard(path: Path) -> list[Sample]:
     return out
 
 
-def build_split(model, prompts: Sequence[list[int]], answer: Answer, spec: DataSpec, out: Path,
+def build_split(prompts: Sequence[list[int]], distiller: Distiller, spec: DataSpec, out: Path,
                 split: str, progress: Callable[[int], None] = lambda n: None) -> list[Path]:
     """Distill ``prompts`` into ``out/<split>_NNNNN_<hash of its prompts>.safetensors``; a shard
     already written for the same prompts is reused (a longer prompt list extends the data)."""
@@ -147,23 +160,10 @@ def build_split(model, prompts: Sequence[list[int]], answer: Answer, spec: DataS
         digest = hashlib.sha256(json.dumps([list(p) for p in chunk]).encode()).hexdigest()[:10]
         path = out / f"{split}_{s:05d}_{digest}.safetensors"
         if not path.exists():
-            write_shard(path, shard_samples(model, chunk, answer(list(chunk)), spec))
+            write_shard(path, distiller([list(p) for p in chunk], spec))
         progress(len(chunk))
         paths.append(path)
     return paths
-
-
-def shard_samples(model, prompts: Sequence[list[int]], answers: Sequence[list[int]],
-                  spec: DataSpec) -> list[Sample]:
-    """``samples_of`` each prompt, in prompt order; the forwards batch prompts of similar length
-    (sorted), so a batch pads little: the feature forward is compute bound on a CPU."""
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(answers[i]))
-    out: dict[int, Sample] = {}
-    for i in range(0, len(order), spec.forward_batch):
-        idx = order[i:i + spec.forward_batch]
-        got = samples_of(model, [prompts[j] for j in idx], [answers[j] for j in idx], spec)
-        out.update(zip(idx, got))
-    return [out[i] for i in range(len(prompts))]
 
 
 def write_manifest(out: Path, spec: DataSpec, train: list[Path], held: list[Path]) -> None:

@@ -1,7 +1,7 @@
 """``train-drafter`` end to end: distill the target on prompts, choose the draft vocabulary,
 build a head shaped like the target, train it, write it in the published format.
 
-Contract: ``train_drafter(model, prompt_ids, out, opts, answer)`` is resumable (shards and
+Contract: ``train_drafter(model, prompt_ids, out, opts, distiller)`` is resumable (shards and
 checkpoints under ``out`` are reused when the run's fingerprint matches, refused otherwise) and
 writes ``out/config.json`` (with ``draft_acceptance``: held-out, by draft position) +
 ``out/model.safetensors``. Tests: tests/eagle/test_train.py.
@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 from tqdm import tqdm
 
-from .data import Answer, DataSpec, build_split, read_shard, write_manifest
+from .data import DataSpec, Distiller, build_split, read_shard, write_manifest
 from ..core.arrays import flat_tree
 from .head import ARCHS, Eagle3Head, HeadConfig, default_layer_ids
 from .io import load_head, save_head
@@ -171,8 +171,8 @@ def _fingerprint(model, spec: DataSpec, max_tokens: int) -> str:
     return h.hexdigest()[:16]
 
 
-def distill(model, prompt_ids: Sequence[list[int]], out: Path, spec: DataSpec, answer: Answer,
-            heldout: int, max_tokens: int) -> tuple[list[Path], list[Path]]:
+def distill(model, prompt_ids: Sequence[list[int]], out: Path, spec: DataSpec,
+            distiller: Distiller, heldout: int, max_tokens: int) -> tuple[list[Path], list[Path]]:
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
     fp, fp_file = _fingerprint(model, spec, max_tokens), data / "fingerprint"
@@ -183,8 +183,8 @@ def distill(model, prompt_ids: Sequence[list[int]], out: Path, spec: DataSpec, a
     held, rest = list(prompt_ids[:heldout]), list(prompt_ids[heldout:])
     bar = tqdm(total=len(prompt_ids), desc="distill", unit="prompt", file=sys.stderr,
                dynamic_ncols=True, mininterval=2.0)
-    held_paths = build_split(model, held, answer, spec, data, "heldout", bar.update)
-    train_paths = build_split(model, rest, answer, spec, data, "train", bar.update)
+    held_paths = build_split(held, distiller, spec, data, "heldout", bar.update)
+    train_paths = build_split(rest, distiller, spec, data, "train", bar.update)
     bar.close()
     write_manifest(data, spec, train_paths, held_paths)
     return train_paths, held_paths
@@ -230,20 +230,21 @@ def _start_and_spec(model, n_prompts: int, opts: DrafterOptions) -> tuple[Eagle3
 
 
 def distill_only(model, prompt_ids: Sequence[list[int]], out: str | Path, opts: DrafterOptions,
-                 answer: Answer, max_tokens: int) -> tuple[list[Path], list[Path]]:
+                 distiller: Distiller, max_tokens: int) -> tuple[list[Path], list[Path]]:
     """``train_drafter``'s data half alone: the shards it would write (train, held-out paths),
     so the same call without it later trains on them (resumed, never distilled twice).
     Tests: tests/eagle/test_train.py."""
     _, spec = _start_and_spec(model, len(prompt_ids), opts)
-    return distill(model, prompt_ids, Path(out), spec, answer, opts.heldout, max_tokens)
+    return distill(model, prompt_ids, Path(out), spec, distiller, opts.heldout, max_tokens)
 
 
 def train_drafter(model, prompt_ids: Sequence[list[int]], out: str | Path, opts: DrafterOptions,
-                  answer: Answer, max_tokens: int, stop_after_shards: int | None = None,
+                  distiller: Distiller, max_tokens: int, stop_after_shards: int | None = None,
                   ) -> Report | None:
     out = Path(out)
     start, spec = _start_and_spec(model, len(prompt_ids), opts)
-    train_paths, held_paths = distill(model, prompt_ids, out, spec, answer, opts.heldout, max_tokens)
+    train_paths, held_paths = distill(model, prompt_ids, out, spec, distiller, opts.heldout,
+                                      max_tokens)
     if start is not None:
         head, vocab = start, DraftVocab.of_head(start)
     else:

@@ -11,8 +11,9 @@ import pytest
 import mlx.core as mx
 
 from specdec.eagle.capture import capture_layers
-from specdec.eagle.data import (DataSpec, batch_answerer, read_shard, samples_of, shard_samples,
-                                top_logp, write_shard)
+from specdec.eagle.data import (DataSpec, batch_answerer, read_shard, samples_of, top_logp,
+                                write_shard)
+from specdec.eagle.one_pass import one_pass
 from specdec.bench import specbench
 from specdec.eagle.prompts import default_prompts, mixed_prompts, read_jsonl
 
@@ -43,13 +44,14 @@ def test_batched_samples_equal_solo_and_mask_marks_greedy_tokens(tmp_path):
 
 
 def test_shard_samples_equal_a_float64_log_softmax_and_full_sort():
-    """A shard's samples, in prompt order though batched by length, are each prompt's solo
-    forward's features and the top-k of a float64 log-softmax by a full sort (ids exactly,
-    log-probs within fp16 rounding), however the positions are chunked."""
+    """A shard's samples (``one_pass``: the answering forwards), in prompt order, are each
+    prompt's solo forward's features and the top-k of a float64 log-softmax by a full sort (ids
+    exactly, log-probs within fp16 rounding), however ``top_logp`` chunks the positions."""
     target = tiny_target("llama")
     prompts = [[5, 9, 2, 40, 41, 7, 3, 1, 8], [60, 61], [70, 2, 33, 4, 5], [11]]
-    answers = batch_answerer(target, 5, eos=())(prompts)
-    got = shard_samples(target, prompts, answers, DataSpec((1, 3, 4), top_k=4, forward_batch=2))
+    got = one_pass(target, 5, eos=())(prompts, SPEC)
+    answers = [s.tokens[len(p):].tolist() for p, s in zip(prompts, got)]
+    assert answers == batch_answerer(target, 5, eos=())(prompts)
     for p, a, s in zip(prompts, answers, got):
         with capture_layers(target, SPEC.layer_ids) as cap:
             logits = np.array(target(mx.array([p + a])).astype(mx.float32))[0].astype(np.float64)

@@ -13,8 +13,9 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache
 
-from specdec.eagle.data import DataSpec, batch_answerer, samples_of
+from specdec.eagle.data import DataSpec, samples_of
 from specdec.eagle.io import load_head
+from specdec.eagle.one_pass import one_pass
 from specdec.eagle.pipeline import DrafterOptions, distill_only, train_drafter
 from specdec.eagle.train import DraftVocab, make_batch, unroll
 from specdec.eagle.trainer import TrainConfig
@@ -55,9 +56,9 @@ def test_training_time_test_equals_cached_decoding():
 
 def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
     target = tiny_target("llama")
-    answer = batch_answerer(target, 16, eos=())
+    distiller = one_pass(target, 16, eos=())
     prompts = _prompts()
-    full = train_drafter(target, prompts, tmp_path / "full", OPTS, answer, 16)
+    full = train_drafter(target, prompts, tmp_path / "full", OPTS, distiller, 16)
     first, last = np.mean(full.losses[:3]), np.mean(full.losses[-3:])
     assert last < 0.8 * first, full.losses
     assert len(full.acceptance) == 3 and all(0 <= a <= 1 for a in full.acceptance[-1])
@@ -65,12 +66,12 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
     assert "epoch 3/3 held-out acceptance by draft position" in err
     assert re.search(r"step \d+ held-out acceptance by draft position", err)  # mid-epoch checkpoint
 
-    assert train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16, stop_after_shards=4) is None
+    assert train_drafter(target, prompts, tmp_path / "cut", OPTS, distiller, 16, stop_after_shards=4) is None
     state = tmp_path / "cut" / "checkpoint" / "state.json"  # written before answer_only existed
     legacy = json.loads(state.read_text())
     del legacy["config"]["answer_only"]
     state.write_text(json.dumps(legacy))
-    resumed = train_drafter(target, prompts, tmp_path / "cut", OPTS, answer, 16)
+    resumed = train_drafter(target, prompts, tmp_path / "cut", OPTS, distiller, 16)
     assert resumed.resumed_from > 0
     a = load_head(tmp_path / "full", target)
     b = load_head(tmp_path / "cut", target)
@@ -82,11 +83,11 @@ def test_tiny_end_to_end_loss_falls_resumes_and_loads(tmp_path, capsys):
 
     other = dataclasses.replace(OPTS, train=dataclasses.replace(OPTS.train, lr=1e-2))
     with pytest.raises(ValueError, match="other training settings or data"):
-        train_drafter(target, prompts, tmp_path / "cut", other, answer, 16)
+        train_drafter(target, prompts, tmp_path / "cut", other, distiller, 16)
     with pytest.raises(ValueError, match="other training settings or data"):  # more prompts
-        train_drafter(target, prompts + _prompts(4, seed=1), tmp_path / "cut", OPTS, answer, 16)
+        train_drafter(target, prompts + _prompts(4, seed=1), tmp_path / "cut", OPTS, distiller, 16)
     with pytest.raises(ValueError, match="another model or other data settings"):
-        train_drafter(target, prompts, tmp_path / "cut", OPTS, batch_answerer(target, 8, ()), 8)
+        train_drafter(target, prompts, tmp_path / "cut", OPTS, one_pass(target, 8, ()), 8)
 
 
 def test_init_head_continues_a_trained_head_with_its_vocabulary_and_layers(tmp_path):
@@ -94,36 +95,36 @@ def test_init_head_continues_a_trained_head_with_its_vocabulary_and_layers(tmp_p
     layers (a new head's vocabulary would come from the new prompts' token counts); with a zero
     learning rate the output is the start head itself. Layers that differ are refused."""
     target = tiny_target("llama")
-    answer = batch_answerer(target, 8, eos=())
+    distiller = one_pass(target, 8, eos=())
     one = dataclasses.replace(OPTS, train=dataclasses.replace(OPTS.train, epochs=1))
-    train_drafter(target, _prompts(6), tmp_path / "start", one, answer, 8)
+    train_drafter(target, _prompts(6), tmp_path / "start", one, distiller, 8)
     start = load_head(tmp_path / "start", target)
     frozen = dataclasses.replace(one, init_head=str(tmp_path / "start"), draft_vocab=32,
                                  train=dataclasses.replace(one.train, lr=0.0))
-    train_drafter(target, _prompts(6, seed=3), tmp_path / "more", frozen, answer, 8)
+    train_drafter(target, _prompts(6, seed=3), tmp_path / "more", frozen, distiller, 8)
     more = load_head(tmp_path / "more", target)
     assert more.config == start.config
     for (ka, va), (kb, vb) in zip(tree_flatten(start.parameters()), tree_flatten(more.parameters())):
         assert ka == kb and mx.array_equal(va, vb), ka
     with pytest.raises(ValueError, match="differ from the start head's layers"):
         train_drafter(target, _prompts(6, seed=3), tmp_path / "other",
-                      dataclasses.replace(frozen, layer_ids=(1, 2, 3)), answer, 8)
+                      dataclasses.replace(frozen, layer_ids=(1, 2, 3)), distiller, 8)
 
 
 def test_distill_only_writes_the_shards_a_later_training_run_reuses(tmp_path):
     """``distill_only`` (``train-drafter --distill-only``) writes exactly the shards
     ``train_drafter`` would, and nothing else: the same call without it answers no prompt again."""
     target = tiny_target("llama")
-    base, calls = batch_answerer(target, 8, eos=()), []
+    base, calls = one_pass(target, 8, eos=()), []
 
-    def answer(prompts):
+    def distiller(prompts, spec):
         calls.append(len(prompts))
-        return base(prompts)
+        return base(prompts, spec)
 
     one = dataclasses.replace(OPTS, train=dataclasses.replace(OPTS.train, epochs=1))
-    train, held = distill_only(target, _prompts(6), tmp_path, one, answer, 8)
+    train, held = distill_only(target, _prompts(6), tmp_path, one, distiller, 8)
     assert calls == [2, 4] and len(held) == 1 and len(train) == 1  # 2 held out, shards of 4
     assert all(p.exists() for p in train + held) and not (tmp_path / "model.safetensors").exists()
     calls.clear()
-    assert train_drafter(target, _prompts(6), tmp_path, one, answer, 8) is not None
+    assert train_drafter(target, _prompts(6), tmp_path, one, distiller, 8) is not None
     assert calls == [] and (tmp_path / "model.safetensors").exists()
