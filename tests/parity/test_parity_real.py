@@ -173,7 +173,11 @@ def test_plain_engine_equals_mlx_lm_generate(name):
     assert ref.tokens == mlx_lm_tokens("smollm2-135m", ref.prompt_tokens, MAX_TOKENS)
 
 
-SAMPLING = [dict(temperature=0.8), dict(temperature=1.0, top_p=0.9, top_k=40), dict(temperature=0.7, min_p=0.05)]
+# (seed, params): each filter once, both seeds. A seed only picks the key chain (whose
+# premise, mx.random.seed(s) == Rng(s), is asserted for each seed); a filter's code path is
+# the same under any key, so the 3 x 2 cross product drove each path twice with nothing new.
+SAMPLING = [(0, dict(temperature=0.8)), (7, dict(temperature=1.0, top_p=0.9, top_k=40)),
+            (7, dict(temperature=0.7, min_p=0.05))]
 
 
 def mlx_lm_keyed_sampler(seed, **params):
@@ -196,9 +200,9 @@ def mlx_lm_keyed_sampler(seed, **params):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("params", SAMPLING, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
-@pytest.mark.parametrize("seed", [0, 7])
-def test_plain_sampling_equals_mlx_lm_sampler_with_the_same_keys(params, seed):
+@pytest.mark.parametrize("seed,params", SAMPLING,
+                         ids=[f"{s}-" + "-".join(f"{k}{v}" for k, v in p.items()) for s, p in SAMPLING])
+def test_plain_sampling_equals_mlx_lm_sampler_with_the_same_keys(seed, params):
     # The premise: mx.random.seed(s) then global draws == draws with Rng(s) keys, in order.
     rng, x = Rng(seed), mx.arange(10.0)
     mine = [mx.random.categorical(x, key=rng.next()).item() for _ in range(4)]
@@ -206,11 +210,11 @@ def test_plain_sampling_equals_mlx_lm_sampler_with_the_same_keys(params, seed):
     assert mine == [mx.random.categorical(x).item() for _ in range(4)]
 
     prompt = PROMPTS["open_story"]
-    ours = reference("smollm2-135m", prompt, 64, seed=seed, **params)
+    ours = reference("smollm2-135m", prompt, seed=seed, **params)
     assert len(ours.tokens) > 16
-    theirs = mlx_lm_tokens("smollm2-135m", ours.prompt_tokens, 64, mlx_lm_keyed_sampler(seed, **params))
+    theirs = mlx_lm_tokens("smollm2-135m", ours.prompt_tokens, MAX_TOKENS, mlx_lm_keyed_sampler(seed, **params))
     assert ours.tokens == theirs
-    greedy = reference("smollm2-135m", prompt, 64)
+    greedy = reference("smollm2-135m", prompt)  # the table's open_story reference
     assert ours.tokens != greedy.tokens[: len(ours.tokens)]  # it really sampled
 
 
