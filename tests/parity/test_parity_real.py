@@ -281,12 +281,16 @@ WINDOW = 512
 
 
 # configs whose drafts are rejected after the window wrapped, measured on this prompt
-# (k=1 and k=2 reject only before it; k=8 n_min=3 never rejects: all drafts accepted)
+# (k=8 n_min=3 never rejects: all drafts accepted across the wrap). k=1 n_min=1 and k=2
+# n_min=2 were cases too (41 s on CI): they reject only before the wrap, a window cache's
+# rollback before it wraps, which tests/test_engine.py's gemma3 grid drives at every k 1..16
+# (an 8-token window, crossed and rolled back constantly) and the SmolLM2 rows at every k on
+# full caches; across the wrap they only accept, as k=8 n_min=3 does here.
 POST_WRAP = {(4, 1), (16, 2)}
 
 
 @needs_gemma
-@pytest.mark.parametrize("k,n_min", [(1, 1), (2, 2), (4, 1), (8, 3), (16, 2)])
+@pytest.mark.parametrize("k,n_min", [(4, 1), (8, 3), (16, 2)])
 def test_gemma_parity_across_the_sliding_window(k, n_min):
     prompt = gemma_prompt()
     ref = reference("gemma3-270m", prompt, max_tokens=160)
