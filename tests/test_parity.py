@@ -12,12 +12,15 @@ from specdec.parity import check_parity
 from specdec.prompts import parity_prompts
 
 pytestmark = pytest.mark.slow  # real model
+# each check decodes plain and speculative: 32 tokens hold drafts accepted and rejected (the
+# broken trim corrupts the first rollback, well inside them), measured
+N_TOKENS = 32
 
 
 def test_real_engine_is_identical(smollm):
     model, tok = smollm
     rep = check_parity(model, tok, parity_prompts()["json_records"], drafter="ngram",
-                       max_tokens=64, num_draft_tokens=4)
+                       max_tokens=N_TOKENS, num_draft_tokens=4)
     assert rep.identical and rep.verdict == "identical"
 
 
@@ -31,7 +34,7 @@ def test_broken_rollback_is_diagnosed_as_a_logic_bug(smollm, monkeypatch):
     model, tok = smollm
     rep = check_parity(model, tok, parity_prompts()["demo_colorsys"],
                        drafter=DraftSpec("ngram", num_draft_tokens=4, gate=False),
-                       max_tokens=64, num_draft_tokens=4)
+                       max_tokens=N_TOKENS, num_draft_tokens=4)
     assert not rep.identical
     assert rep.verdict.startswith("logic bug"), rep.verdict
     assert rep.reference_position is not None and rep.reference_position <= rep.position

@@ -200,7 +200,7 @@ def test_seeded_sampling_is_reproducible_and_greedy_is_unchanged(smollm):
 
     model, tok = smollm
     prompt = "Write a haiku about the sea."
-    kw = dict(drafter="ngram", max_tokens=32, temperature=0.8, top_p=0.95)
+    kw = dict(drafter="ngram", max_tokens=16, temperature=0.8, top_p=0.95)
     a = generate(model, tok, prompt, seed=7, **kw)
     b = generate(model, tok, prompt, seed=7, **kw)
     c = generate(model, tok, prompt, seed=8, **kw)
@@ -210,6 +210,6 @@ def test_seeded_sampling_is_reproducible_and_greedy_is_unchanged(smollm):
     assert a.tokens == b.tokens and a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert a.tokens != c.tokens
     assert all(lp <= 0 for lp in a.logprobs)
-    g0 = generate(model, tok, prompt, drafter=None, max_tokens=32)
-    g1 = generate(model, tok, prompt, drafter="ngram", max_tokens=32, temperature=0.0, seed=3)
+    g0 = generate(model, tok, prompt, drafter=None, max_tokens=16)
+    g1 = generate(model, tok, prompt, drafter="ngram", max_tokens=16, temperature=0.0, seed=3)
     assert g0.tokens == g1.tokens
