@@ -10,7 +10,8 @@
   validates against its schema, and ``-T`` runs one of llm's own tools from the model's
   call (``--td`` shows the call and its result).
 
-One server (greedy by default, a batch of one) serves the module.
+The package's shared Qwen server serves the module (tests/server/conftest.py: greedy by
+default, a batch of one, behind its key): a Qwen server of its own cost a 2.4 GB load.
 """
 
 from __future__ import annotations
@@ -22,17 +23,14 @@ import subprocess
 
 import pytest
 from conftest import requires, requires_model
-from serverproc import Server
 
 MODEL = "qwen2.5-coder-0.5b"
 pytestmark = [pytest.mark.slow, requires_model(MODEL)]
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--model", MODEL, "--max-batch", "1", "--temp", "0")
-    yield s
-    s.stop()
+def server(qwen):  # the package's shared Qwen server (tests/server/conftest.py)
+    return qwen
 
 
 @requires("openai-agents", pip="pip install openai-agents")
@@ -49,7 +47,7 @@ def test_openai_agents_runs_a_tool_through_the_server(server):
         calls.append(city)
         return f"Sunny, 18 degrees Celsius in {city}."
 
-    client = AsyncOpenAI(base_url=server.base + "/v1", api_key="unused")
+    client = AsyncOpenAI(base_url=server.base + "/v1", api_key=server.api_key)
     agent = Agent(name="weather", instructions="You answer weather questions with the tool.",
                   model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
                   tools=[get_weather], tool_use_behavior="stop_on_first_tool")
@@ -61,10 +59,11 @@ def test_openai_agents_runs_a_tool_through_the_server(server):
 def _llm(server, tmp_path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "extra-openai-models.yaml").write_text(
         f"- model_id: specdec\n  model_name: {MODEL}\n  api_base: {server.base}/v1\n"
-        "  supports_tools: true\n  supports_schema: true\n")
+        "  supports_tools: true\n  supports_schema: true\n"
+        "  api_key_name: specdec\n")  # a key is sent (from $OPENAI_API_KEY): the server wants one
     # LLM_LOAD_PLUGINS="": llm's own OpenAI models only. The default model's package is an
     # llm plugin installed without llama-cpp-python (see the Makefile), so loading it fails.
-    env = {**os.environ, "LLM_USER_PATH": str(tmp_path), "OPENAI_API_KEY": "unused",
+    env = {**os.environ, "LLM_USER_PATH": str(tmp_path), "OPENAI_API_KEY": server.api_key,
            "LLM_LOAD_PLUGINS": ""}
     return subprocess.run([shutil.which("llm"), "-m", "specdec", "--no-log", *args],
                           capture_output=True, text=True, env=env, timeout=300)

@@ -11,12 +11,11 @@ test_agent_clis.py.
 from __future__ import annotations
 
 import json
-import threading
 
 import anthropic
 import pytest
 from conftest import requires_model
-from serverproc import LONG, wait_for
+from serverproc import LONG, raw_request, wait_for
 
 pytestmark = pytest.mark.slow  # server processes on a real model
 
@@ -94,20 +93,24 @@ def test_create_equals_chat_completions_greedy(server, client):
 
 def test_a_stream_queued_past_its_first_seconds_gets_headers_and_pings(server, client):
     """Claude Code's fetch gives up on a response without headers after 300 s (a long
-    prefill): a stream not started within seconds sends message_start, then pings."""
-    blocker = threading.Thread(target=lambda: server.http().post(
-        "/v1/completions", json={**LONG, "max_tokens": 300, "stream": False}))
-    blocker.start()
-    wait_for(lambda: server.health()["running"], what="the blocker to run")
-    body = {"model": ALIAS, "max_tokens": N, "temperature": 0, "messages": QUESTION, "stream": True}
-    with server.http().stream("POST", "/v1/messages", json=body) as r:  # left after message_start
-        assert r.status_code == 200 and next(r.iter_lines()) == "event: message_start"
-    wait_for(lambda: server.health()["queue_depth"] == 0, timeout=10, what="the withdrawn job")
-    assert blocker.is_alive()
-    with server.http().stream("POST", "/v1/messages", json=body) as r:
-        assert r.status_code == 200 and blocker.is_alive()  # headers before the first token
-        frames = r.read().decode().split("\n\n")
-    blocker.join()
+    prefill): a stream not started within seconds sends message_start, then pings. The
+    blocker (an endless plain stream, the one batch row) runs until the queued stream has
+    its headers, then leaves: the stream cannot have started before."""
+    blocker = raw_request(server.port, LONG)
+    try:
+        wait_for(lambda: server.health()["running"], what="the blocker to run")
+        body = {"model": ALIAS, "max_tokens": N, "temperature": 0, "messages": QUESTION, "stream": True}
+        # a 60 s timeout: without early headers the stream would wait out the blocker's minutes
+        with server.http(timeout=60).stream("POST", "/v1/messages", json=body) as r:  # left after message_start
+            assert r.status_code == 200 and next(r.iter_lines()) == "event: message_start"
+        wait_for(lambda: server.health()["queue_depth"] == 0, timeout=10, what="the withdrawn job")
+        with server.http(timeout=60).stream("POST", "/v1/messages", json=body) as r:
+            health = server.health()
+            assert r.status_code == 200 and (health["running"], health["queue_depth"]) == (1, 1)
+            blocker.close()  # headers before the first token; now its row frees up
+            frames = r.read().decode().split("\n\n")
+    finally:
+        blocker.close()
     names = [f.split("\n")[0].removeprefix("event: ") for f in frames if f.strip()]
     assert names[:2] == ["message_start", "ping"] and names[-1] == "message_stop"
     assert "content_block_delta" in names and "error" not in names

@@ -41,9 +41,16 @@ def server():  # a server process on a real model: each test using it is slow
     s.stop()
 
 
+_plain: dict = {}
+
+
 def plain(messages, max_tokens, stop=None):
-    model, tok = real_model(MODEL)
-    return generate(model, tok, messages, drafter=None, max_tokens=max_tokens, stop=stop).text
+    """Plain greedy decoding alone, once per (messages, max_tokens, stop) in the module."""
+    key = (repr(messages), max_tokens, repr(stop))
+    if key not in _plain:
+        model, tok = real_model(MODEL)
+        _plain[key] = generate(model, tok, messages, drafter=None, max_tokens=max_tokens, stop=stop).text
+    return _plain[key]
 
 
 def chat(server, messages, max_tokens, spec, stop=None):
