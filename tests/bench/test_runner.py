@@ -153,7 +153,7 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
 
     plan = _small_plan(kv_bits=4)
     plan.workloads, plan.max_tokens = plan.workloads[:1], 16
-    result = run_plan(plan)
+    result = run_plan(plan, target=smollm)  # the session's model: no second load
     prompt = encode_prompt(smollm[1], plan.workloads[0].first_messages())
     ref = generate(*smollm, prompt, drafter=None, max_tokens=16, kv_bits=4).tokens
     assert ref != generate(*smollm, prompt, drafter=None, max_tokens=16).tokens
@@ -162,12 +162,12 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
 
 
 @pytest.mark.slow
-def test_multi_turn_runs_feed_the_models_reply_back(tmp_path):
+def test_multi_turn_runs_feed_the_models_reply_back(tmp_path, smollm):
     plan = _small_plan(oracle=True)  # the multi-turn case alone: 16 tokens a turn suffice
     plan.workloads = [w for w in plan.workloads if w.name == "multiturn_short"]
     plan.max_tokens = 16
     with tracing(str(tmp_path / "trace.jsonl")):  # --trace: every step tagged with its run
-        result = run_plan(plan)
+        result = run_plan(plan, target=smollm)  # the session's model: no second load
     traced = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     ours = [r for r in result.records if r.source == "specdec" and r.config != "plain"
             and not r.config.startswith("oracle")]
