@@ -190,10 +190,10 @@ def test_multi_turn_runs_feed_the_models_reply_back(tmp_path, smollm):
 def test_quick_bench_produces_the_report_and_holds_parity(tmp_path):
     """The CI smoke test: the whole command on the default model (without the warm-up
     repetition, which would double its ~8 minutes here), on two of its four cases (an echo
-    class and the open-ended one) and 24 tokens: every config, the oracle and the plots."""
+    class and the open-ended one) and 16 tokens: every config, the oracle and the plots."""
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     proc = subprocess.run([sys.executable, "-m", "specdec", "bench", "--quick", "--no-warmup",
-                           "--workloads", "code_hints,open_story", "--max-tokens", "24",
+                           "--workloads", "code_hints,open_story", "--max-tokens", "16",
                            "--out", str(tmp_path)], capture_output=True, text=True, env=env,
                           timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
