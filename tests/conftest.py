@@ -193,6 +193,21 @@ def plain_reference(name: str, prompt, max_tokens: int, **kw):
     return _plain_refs[key]
 
 
+# tests/parity/test_parity_real.py's TABLE_TOKENS: its SmolLM2 references of this length exist
+# in every full run, so a test cutting its reference from them adds no plain decode of its own
+SHARED_TOKENS = 48
+
+
+def plain_prefix(name: str, prompt, n: int, of: int = SHARED_TOKENS) -> list[int]:
+    """The first ``n`` tokens of plain greedy decoding, cut from the session's shared
+    ``of``-token reference (``plain_reference``): greedy decoding's first n tokens do not
+    depend on how many follow (an EOS before n ends both), so a test that decodes n tokens
+    needs no n-token reference of its own."""
+    if n > of:
+        raise ValueError(f"a {n}-token prefix of a {of}-token reference: pass of >= {n}")
+    return plain_reference(name, prompt, of).tokens[:n]
+
+
 def linked_cache(root) -> None:
     """Point a fresh ``$SPECDEC_CACHE_DIR`` (``root``) at the user cache's converted models
     and GGUF files, so a test that needs an empty cost cache does not convert the model

@@ -190,13 +190,23 @@ def test_qwen_sharded_over_mlx_launch_speculates_exactly():
             proc.wait()
 
 
+def _tiny_dir(tmp_path) -> str:
+    """A tiny qwen2 directory (``hybrid_tiny.save_dir``): the CLI's and the bench's plumbing
+    under --distributed does not hang on the weights (a real sharded model's exactness is the
+    mlx.launch test's), and SmolLM2's load and forwards were most of each test's time."""
+    from hybrid_tiny import save_dir
+
+    return str(save_dir("qwen2", tmp_path / "qwen2"))
+
+
 @pytest.mark.slow
-def test_generate_distributed_cli_on_a_group_of_one():
+def test_generate_distributed_cli_on_a_group_of_one(tmp_path):
     """The CLI path (load, shard, lead, stop) end to end; a group of one runs anywhere."""
     proc = subprocess.run(
-        [sys.executable, "-m", "specdec", "generate", "--distributed", "--model", "smollm2-135m",
-         "--compare", "--json", "--max-tokens", "12", "--raw", "--prompt",
-         "a b c a b c a b c a b c"], env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        [sys.executable, "-m", "specdec", "generate", "--distributed", "--model", _tiny_dir(tmp_path),
+         "--dtype", "float32", "--compare", "--json", "--max-tokens", "12", "--raw", "--prompt",
+         "a b c a b c a b c a b c"], env=_env(SPECDEC_CACHE_DIR=str(tmp_path / "cache")),
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["parity"] is True and out["verify_steps"] > 0
@@ -217,9 +227,9 @@ def test_serve_distributed_answers_then_a_dead_rank_gives_503_and_stops(tmp_path
     model = str(save_dir("qwen2", tmp_path / "qwen2"))
 
     # a short watchdog: a collective that hangs on the dead peer ends in a 503 only when it
-    # fires, so the test waits it out once (60 s took 60 % of the test; a step of the tiny
-    # model is milliseconds, a thousandth of the timeout even on a loaded 2-core machine)
-    flags = ["--distributed", "--distributed-timeout", "10", "--model", model, "--dtype", "float32"]
+    # fires, so the test waits it out once (60 s took 60 % of the test, 10 s a quarter; a step
+    # of the tiny model is milliseconds, a five-hundredth of the timeout on a loaded 2-core machine)
+    flags = ["--distributed", "--distributed-timeout", "5", "--model", model, "--dtype", "float32"]
     ports = [free_port(), free_port()]
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump([[f"127.0.0.1:{p}"] for p in ports], f)
@@ -271,16 +281,19 @@ def test_bench_distributed_refuses_what_a_sharded_target_cannot_run(capsys):
 @pytest.mark.slow
 def test_bench_distributed_measures_on_the_leader(tmp_path):
     """``specdec bench --distributed`` end to end on a group of one: it runs on the
-    leader (the report says sharded), holds parity and records the cost curve."""
+    leader (the report says sharded), holds parity and records the cost curve (on a tiny
+    directory, ``_tiny_dir``; without the warm-up repetition, which measured nothing more)."""
+    out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "specdec", "bench", "--distributed", "--quick", "--model",
-         "smollm2-135m", "--workloads", "code_hints", "--config", "ngram:k=2", "--max-tokens", "8",
-         "--no-plots", "--no-oracle", "--out", str(tmp_path)],
-        env=_env(), capture_output=True, text=True, timeout=400, cwd=ROOT)
+         _tiny_dir(tmp_path), "--dtype", "float32", "--workloads", "code_hints", "--config", "ngram:k=2",
+         "--max-tokens", "8", "--no-plots", "--no-oracle", "--no-warmup", "--out", str(out)],
+        env=_env(SPECDEC_CACHE_DIR=str(tmp_path / "cache")), capture_output=True, text=True,
+        timeout=400, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads((tmp_path / "results.json").read_text())
+    res = json.loads((out / "results.json").read_text())
     assert res["plan"]["distributed"] == 1 and res["plan"]["peers"] == []
     # 1 .. the largest k + 1 (peer_k 4 outranks the config's 2); no tree config, no longer blocks
     assert sorted(map(int, res["cost_curve"])) == [1, 2, 3, 4, 5]
-    assert "sharded over 1 ranks" in (tmp_path / "report.md").read_text()
+    assert "sharded over 1 ranks" in (out / "report.md").read_text()
     assert "parity: 0 mismatches of ours" in proc.stdout

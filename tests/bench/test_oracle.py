@@ -6,7 +6,7 @@ draft while leaving the output unchanged.
 """
 
 import pytest
-from conftest import examples, plain_reference, real_model
+from conftest import SHARED_TOKENS, examples, plain_reference, real_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,21 +41,24 @@ def test_replay_counts_on_a_worked_example():
 
 @pytest.mark.slow
 def test_linear_replay_reproduces_the_engines_steps_and_the_oracle_accepts_everything():
+    """48 tokens (the shared reference tests/parity's rows decode): the replay's steps and
+    the oracle's show at any length; 96 decoded twice as many tokens for the same checks."""
     model, tok = real_model("smollm2-135m")
     prompt = parity_prompts()["code_statistics_hints"]
-    plain = plain_reference("smollm2-135m", prompt, 96)
-    assert len(plain.tokens) == 96  # no EOS: the replay and the engine see the same end
+    n = SHARED_TOKENS
+    plain = plain_reference("smollm2-135m", prompt, n)
+    assert len(plain.tokens) == n  # no EOS: the replay and the engine see the same end
     ids = encode_prompt(tok, prompt)
     # the gate off: the replay models a drafter that drafts at every step
     ngram = generate(model, tok, prompt, drafter=DraftSpec("ngram", num_draft_tokens=4, gate=False),
-                     max_tokens=96)
+                     max_tokens=n)
     assert ngram.tokens == plain.tokens
     bound = replay_bound(ids, plain.tokens, 4, {1: 1.0, 5: 1.0})
     assert bound["linear"]["steps"] == len(ngram.steps)
     assert bound["all_matches"]["tokens_per_step"] >= bound["linear"]["tokens_per_step"] > 1.0
 
-    oracle = generate(model, tok, prompt, drafter=OracleDrafter([plain.tokens]), max_tokens=96,
+    oracle = generate(model, tok, prompt, drafter=OracleDrafter([plain.tokens]), max_tokens=n,
                       num_draft_tokens=4)
     assert oracle.tokens == plain.tokens
     assert all(acc == L - 1 for L, acc in oracle.steps[:-1])  # every draft accepted
-    assert len(oracle.steps) == -(-96 // 5)
+    assert len(oracle.steps) == -(-n // 5)

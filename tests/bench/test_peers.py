@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import INSTALL_PEERS, requires
+from conftest import INSTALL_PEERS, plain_prefix, requires
 
 from specdec.bench import peers as peers_module
 from specdec.bench.peers import (PEERS, NativeSpec, PeerCrashed, PeerRun, PeerUnavailable,
@@ -82,15 +82,14 @@ def test_llama_cpp_prompt_lookup_past_its_batch_size(prompt_ids):
 
 
 @pytest.mark.slow
-def test_mlx_lm_plain_equals_ours(smollm, prompt_ids):
-    import specdec
+def test_mlx_lm_plain_equals_ours(prompt_ids):
+    from specdec.prompts import parity_prompts
 
     p = peer("mlx-lm")
     base = p.baseline(prompt_ids, MAX_TOKENS)
     _check_run(base, MAX_TOKENS)
-    model, tokenizer = smollm
-    ours = specdec.generate(model, tokenizer, prompt_ids, drafter=None, max_tokens=MAX_TOKENS)
-    assert base.tokens == ours.tokens
+    # our plain decoding of prompt_ids' text, cut from the session's shared reference (tests/parity's)
+    assert base.tokens == plain_prefix(MODEL, parity_prompts()["code_textwrap_doc"], MAX_TOKENS)
 
 
 def test_mlx_lm_without_draft_model_has_no_speculation(prompt_ids):
@@ -133,7 +132,7 @@ def test_a_peer_that_crashes_while_loading_is_reported_by_make_peer(monkeypatch)
 
 
 @pytest.mark.slow
-def test_the_bench_reports_a_crashed_peer_and_goes_on(monkeypatch):
+def test_the_bench_reports_a_crashed_peer_and_goes_on(monkeypatch, smollm):
     """``specdec bench --peers llama.cpp`` on a host where llama.cpp dies of SIGILL: the
     report says so for llama.cpp, and our runs are all there (the bench went on)."""
     from bench.test_runner import _small_plan
@@ -144,7 +143,7 @@ def test_the_bench_reports_a_crashed_peer_and_goes_on(monkeypatch):
     monkeypatch.setitem(peers_module.NATIVE, "llama.cpp", crashing)
     plan = _small_plan(peers=("llama.cpp",))
     plan.workloads = plan.workloads[:1]
-    result = run_plan(plan)
+    result = run_plan(plan, target=smollm)  # the session's model: no second load
     notes = result.peer_notes
     assert notes["llama.cpp: plain"] == "failed: llama.cpp crashed: SIGILL (illegal instruction) — rebuild it"
     assert all("llama.cpp" not in r.source for r in result.records)

@@ -125,7 +125,7 @@ def test_a_broken_rollback_is_diagnosed_per_config_and_a_warm_one_from_its_table
     monkeypatch.setattr(steps, "trim", lambda cache, n: real_trim(cache, max(n - 1, 0)))
     plan = _small_plan(warm_table=str(tmp_path / "warm.ngm"))
     # the gate off: every step drafts, so a rejection (and the broken trim) comes at once
-    plan.workloads = plan.workloads[:1]
+    plan.workloads, plan.max_tokens = plan.workloads[:1], 12  # a broken trim diverges at once
     plan.configs = [parse_config("ngram:k=4:nogate"), parse_config("ngram,ngram-mod:k=4:warm:nogate")]
     stores: dict[str, set[int]] = {}  # each config's gate memory: its own, as if it ran alone
     real_drafter = BenchConfig.drafter
@@ -153,7 +153,7 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
 
     plan = _small_plan(kv_bits=4)
     plan.workloads, plan.max_tokens = plan.workloads[:1], 16
-    result = run_plan(plan)
+    result = run_plan(plan, target=smollm)  # the session's model: no second load
     prompt = encode_prompt(smollm[1], plan.workloads[0].first_messages())
     ref = generate(*smollm, prompt, drafter=None, max_tokens=16, kv_bits=4).tokens
     assert ref != generate(*smollm, prompt, drafter=None, max_tokens=16).tokens
@@ -162,12 +162,12 @@ def test_kv_bits_apply_to_every_run_of_ours(smollm):
 
 
 @pytest.mark.slow
-def test_multi_turn_runs_feed_the_models_reply_back(tmp_path):
+def test_multi_turn_runs_feed_the_models_reply_back(tmp_path, smollm):
     plan = _small_plan(oracle=True)  # the multi-turn case alone: 16 tokens a turn suffice
     plan.workloads = [w for w in plan.workloads if w.name == "multiturn_short"]
     plan.max_tokens = 16
     with tracing(str(tmp_path / "trace.jsonl")):  # --trace: every step tagged with its run
-        result = run_plan(plan)
+        result = run_plan(plan, target=smollm)  # the session's model: no second load
     traced = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     ours = [r for r in result.records if r.source == "specdec" and r.config != "plain"
             and not r.config.startswith("oracle")]
@@ -190,10 +190,10 @@ def test_multi_turn_runs_feed_the_models_reply_back(tmp_path):
 def test_quick_bench_produces_the_report_and_holds_parity(tmp_path):
     """The CI smoke test: the whole command on the default model (without the warm-up
     repetition, which would double its ~8 minutes here), on two of its four cases (an echo
-    class and the open-ended one) and 24 tokens: every config, the oracle and the plots."""
+    class and the open-ended one) and 16 tokens: every config, the oracle and the plots."""
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
     proc = subprocess.run([sys.executable, "-m", "specdec", "bench", "--quick", "--no-warmup",
-                           "--workloads", "code_hints,open_story", "--max-tokens", "24",
+                           "--workloads", "code_hints,open_story", "--max-tokens", "16",
                            "--out", str(tmp_path)], capture_output=True, text=True, env=env,
                           timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import cached_tiny, real_model, requires_model
+from conftest import cached_tiny, plain_reference, real_model, requires_model
 
 from specdec.backend import preload_env
 from specdec.drafters import DraftSpec, NgramDrafter, build_drafter
@@ -144,14 +144,16 @@ def test_save_and_load_round_trip(tmp_path, kv_bits):
 @pytest.mark.parametrize("drafter", ["ngram", "suffix"])
 def test_chat_conversation_on_real_weights(smollm, drafter):
     """Three chat turns through the chat template: the next turn's prompt re-encodes the
-    reply, so reuse stops where the template and the re-tokenised reply differ."""
+    reply, so reuse stops where the template and the re-tokenised reply differ. Each turn
+    equals a fresh plain call, computed once for both drafters (``plain_reference``: the
+    turns are the same conversation whatever the drafter, since each reply is plain's)."""
     model, tok = smollm
     pc = make_prompt_cache(model)
     messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
     follow = ["Now add a docstring to it.", "Now rename it to flip."]
     prev = []
     for turn in range(3):
-        fresh = generate(model, tok, messages, drafter=drafter, max_tokens=40)
+        fresh = plain_reference("smollm2-135m", messages, 40)
         reused = generate(model, tok, messages, drafter=drafter, max_tokens=40, prompt_cache=pc)
         assert reused.tokens == fresh.tokens, turn
         assert reused.prompt_tokens[: len(prev)] == prev  # the template only appends
@@ -203,7 +205,8 @@ def test_cli_prompt_cache_file(tmp_path):
     first = run("--prompt-cache-file", str(path))
     assert path.exists() and first["stats"]["cached_tokens"] == 0
     again = run("--prompt-cache-file", str(path))  # the same prompt: its prefix is cached
-    assert again["tokens"] == first["tokens"] == run()["tokens"]
+    # equal to plain decoding (in this process: a third CLI process cost ~5 CPU s)
+    assert again["tokens"] == first["tokens"] == plain_reference("smollm2-135m", prompt, 24).tokens
     assert again["stats"]["cached_tokens"] == first["stats"]["prompt_tokens"] - 1
 
 

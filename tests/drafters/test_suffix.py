@@ -4,7 +4,7 @@ the reference, history window rules, and greedy parity on real weights."""
 import math
 
 import pytest
-from conftest import assert_stats_speculated, examples, real_model
+from conftest import assert_stats_speculated, examples, plain_prefix, real_model
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -282,7 +282,6 @@ def test_bad_arguments():
 
 MAX_TOKENS = 40  # the machine is slow and shared: keep the file near 90 s
 PROMPTS = parity_prompts()
-_plain: dict = {}
 
 
 def run(name, drafter):
@@ -295,9 +294,8 @@ def run(name, drafter):
 
 
 def plain(name):
-    if name not in _plain:
-        _plain[name] = run(name, None)[0]
-    return _plain[name]
+    """Cut from the session's shared reference (tests/parity's rows decode these prompts)."""
+    return plain_prefix("smollm2-135m", PROMPTS[name], MAX_TOKENS)
 
 
 @pytest.mark.slow
