@@ -17,6 +17,7 @@ CRASHING = str(Path(__file__).resolve().parents[1] / "crashing_peer.py")
 
 MODEL = "smollm2-135m"
 MAX_TOKENS = 32
+PROMPT = "code_textwrap_doc"  # prompt_ids' text
 
 
 _PEERS: dict[tuple, object] = {}  # (name, model, draft) -> peer
@@ -39,7 +40,7 @@ def prompt_ids(smollm):
     from specdec.core.text import encode_prompt
 
     _, tokenizer = smollm
-    return encode_prompt(tokenizer, parity_prompts()["code_textwrap_doc"])
+    return encode_prompt(tokenizer, parity_prompts()[PROMPT])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -89,7 +90,7 @@ def test_mlx_lm_plain_equals_ours(prompt_ids):
     base = p.baseline(prompt_ids, MAX_TOKENS)
     _check_run(base, MAX_TOKENS)
     # our plain decoding of prompt_ids' text, cut from the session's shared reference (tests/parity's)
-    assert base.tokens == plain_prefix(MODEL, parity_prompts()["code_textwrap_doc"], MAX_TOKENS)
+    assert base.tokens == plain_prefix(MODEL, parity_prompts()[PROMPT], MAX_TOKENS)
 
 
 def test_mlx_lm_without_draft_model_has_no_speculation(prompt_ids):

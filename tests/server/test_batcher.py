@@ -17,7 +17,7 @@ import threading
 import httpx
 import mlx.core as mx
 import pytest
-from conftest import real_model
+from conftest import plain_reference
 from serverproc import LONG, MODEL, Server, raw_request, wait_for
 
 from specdec import generate
@@ -41,16 +41,10 @@ def server():  # a server process on a real model: each test using it is slow
     s.stop()
 
 
-_plain: dict = {}
-
-
 def plain(messages, max_tokens, stop=None):
-    """Plain greedy decoding alone, once per (messages, max_tokens, stop) in the module."""
-    key = (repr(messages), max_tokens, repr(stop))
-    if key not in _plain:
-        model, tok = real_model(MODEL)
-        _plain[key] = generate(model, tok, messages, drafter=None, max_tokens=max_tokens, stop=stop).text
-    return _plain[key]
+    """Plain greedy decoding alone, once per session per arguments (``plain_reference``)."""
+    kw = {"stop": tuple(stop)} if stop else {}  # a tuple: the reference's key is hashed
+    return plain_reference(MODEL, messages, max_tokens, **kw).text
 
 
 def chat(server, messages, max_tokens, spec, stop=None):
