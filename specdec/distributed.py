@@ -25,6 +25,7 @@ from .cache.rollback import WindowKVCache, layer_caches, make_cache, trim
 from .core.arrays import ints
 from .core.model import Model
 from .loader import load
+from .loader.api import column_major_weights
 
 # header: op, new cache?, has cache?, leader's cache offset, n tokens, kv_bits (0 = none),
 # kv_group_size, window slack; then the first INLINE tokens (more go in a second message)
@@ -251,6 +252,8 @@ def load_sharded(model_name: str, dtype: str) -> tuple[Any, Any, Any]:
     group = init_group()
     model, tokenizer = load(model_name, dtype=dtype)
     shard(model, group)
+    if getattr(model, "specdec_weight_layout", None):  # the shards are row-major copies
+        column_major_weights(model)
     return group, model, tokenizer
 
 

@@ -131,11 +131,12 @@ def proposal_cost(
 
 
 def model_fingerprint(model: Model) -> str:
-    """A key for cached measurements: architecture args, weight dtype and mlx device."""
+    """A key for cached measurements: architecture args, weight dtype and layout, mlx device."""
     args = getattr(model, "args", None)
     desc = json.dumps(vars(args) if args is not None else {}, sort_keys=True, default=str)
     first = flat_weights(model)[0][1]
-    raw = f"{desc}|{first.dtype}|{mx.default_device()}|{os.cpu_count()}"
+    layout = getattr(model, "specdec_weight_layout", "")  # loader.api.column_major_weights
+    raw = f"{desc}|{first.dtype}|{mx.default_device()}|{os.cpu_count()}" + (f"|{layout}" if layout else "")
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

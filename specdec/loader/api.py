@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,12 +138,38 @@ def _apply_dtype(model: nn.Module, target: str | None, gguf_info: dict[str, Any]
     if target is not None:
         dequantize_model(model)
         model.set_dtype(getattr(mx, target))
+        if target == "float32" and mx.default_device() == mx.cpu and sys.platform.startswith("linux"):
+            column_major_weights(model)
     elif gguf_info is not None:
         # GPU policy and a float32 conversion: restore a footprint like the source's.
         model.set_dtype(mx.float16)
         if gguf_info.get("low_bit"):
             quantize_selective(model)
     mx.eval(model.parameters())
+
+
+def column_major_weights(model: nn.Module) -> int:
+    """Store every Linear and Embedding weight column-major, in place; returns how many.
+
+    Why: mlx's CPU backend computes ``x @ W.T`` (every Linear, and a tied head's
+    ``as_linear``) as an OpenBLAS sgemm. With W row-major ``(out, in)`` BLAS reads it
+    transposed, which OpenBLAS 0.3 packs slowly; stored column-major, ``W.T`` is row-major and
+    the products are the same bit for bit (same kernel, same summation order: measured on
+    every packaged model, prefill and decode) while a decode step takes 19 % (SmolLM2-135M) to
+    33 % (Qwen2.5-Coder-0.5B) less time. Values, shapes and embedding lookups are unchanged.
+    Marks ``model.specdec_weight_layout``: measured cost curves are kept per layout
+    (``measure.model_fingerprint``). Tests: tests/loader/test_api.py. Linux CPU, float32 only.
+    """
+    import mlx.core as mx  # imports mlx: see the top
+    import mlx.nn as nn  # imports mlx: see the top
+    from mlx.utils import tree_unflatten
+
+    relaid = [(f"{path}.weight", mx.contiguous(module.weight.T).T)
+              for path, module in model.named_modules()
+              if isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.ndim == 2]
+    model.update(tree_unflatten(relaid))
+    model.specdec_weight_layout = "column-major"
+    return len(relaid)
 
 
 def quantize_selective(model: nn.Module) -> dict[str, int]:

@@ -27,7 +27,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
 from conftest import INSTALL_PEERS, requires, requires_model  # noqa: E402
-from mlx.utils import tree_flatten  # noqa: E402
+from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 
 from specdec.loader import ModelLoadError, load, packaged_gguf_path  # noqa: E402
 from specdec.loader import convert as loader_convert  # noqa: E402
@@ -248,6 +248,28 @@ def test_dtypes(tmp_path, tmp_cache):
     assert set(floats) == {mx.bfloat16}
     with pytest.raises(ModelLoadError, match="Unknown dtype 'int8'.*float16"):
         load(str(path), dtype="int8")
+
+
+def test_float32_on_cpu_stores_weights_column_major_with_the_same_logits(tmp_path, tmp_cache):
+    # loader.api.column_major_weights: W.T row-major makes mlx-cpu's sgemm faster; the
+    # products must not change by one bit, and cost curves are kept apart per layout.
+    from specdec.measure import model_fingerprint
+
+    path = tmp_path / "m.gguf"
+    write_tiny_gguf(path, "llama", qtypes=(Q.Q8_0, Q.F16), tied=True)
+    model, _ = load(str(path))
+    mats = {p: m.weight for p, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))}
+    assert len(mats) >= 8 and all(memoryview(w).f_contiguous and not memoryview(w).c_contiguous
+                                  for w in mats.values()), {p: memoryview(w).strides for p, w in mats.items()}
+    ids = mx.array([[5, 70, 256, 12, 99, 3, 200, 41, 8, 150, 77, 9]])
+    relaid, relaid_key = model(ids), model_fingerprint(model)
+    model.update(tree_unflatten([(f"{p}.weight", mx.contiguous(w)) for p, w in mats.items()]))
+    del model.specdec_weight_layout
+    assert all(memoryview(m.weight).c_contiguous for m in model.modules() if isinstance(m, nn.Linear))
+    assert mx.array_equal(relaid, model(ids)).item()  # bit for bit
+    assert model_fingerprint(model) != relaid_key
+    half, _ = load(str(path), dtype="bfloat16")  # float32 only: other dtypes stay as loaded
+    assert not hasattr(half, "specdec_weight_layout")
 
 
 def test_gpu_policy_requantizes_low_bit_gguf(tmp_path, tmp_cache):
