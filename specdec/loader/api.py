@@ -149,7 +149,7 @@ def _apply_dtype(model: nn.Module, target: str | None, gguf_info: dict[str, Any]
 
 
 def column_major_weights(model: nn.Module) -> int:
-    """Store every Linear and Embedding weight column-major, in place; returns how many.
+    """Store every Linear weight (and a tied embedding) column-major, in place; returns how many.
 
     Why: mlx's CPU backend computes ``x @ W.T`` (every Linear, and a tied head's
     ``as_linear``) as an OpenBLAS sgemm. With W row-major ``(out, in)`` BLAS reads it
@@ -164,9 +164,11 @@ def column_major_weights(model: nn.Module) -> int:
     import mlx.nn as nn  # imports mlx: see the top
     from mlx.utils import tree_unflatten
 
-    relaid = [(f"{path}.weight", mx.contiguous(module.weight.T).T)
-              for path, module in model.named_modules()
-              if isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.ndim == 2]
+    modules = model.named_modules()
+    tied = not any(path.rsplit(".", 1)[-1] == "lm_head" for path, _ in modules)
+    kinds = (nn.Linear, nn.Embedding) if tied else nn.Linear  # an untied table is only gathered
+    relaid = [(f"{path}.weight", mx.contiguous(module.weight.T).T) for path, module in modules
+              if isinstance(module, kinds) and module.weight.ndim == 2]
     model.update(tree_unflatten(relaid))
     model.specdec_weight_layout = "column-major"
     return len(relaid)

@@ -270,6 +270,10 @@ def test_float32_on_cpu_stores_weights_column_major_with_the_same_logits(tmp_pat
     assert model_fingerprint(model) != relaid_key
     half, _ = load(str(path), dtype="bfloat16")  # float32 only: other dtypes stay as loaded
     assert not hasattr(half, "specdec_weight_layout")
+    write_tiny_gguf(path, "llama", qtypes=(Q.Q8_0, Q.F16), tied=False)
+    untied, _ = load(str(path))  # its table is only gathered: left row-major
+    assert memoryview(untied.model.embed_tokens.weight).c_contiguous
+    assert memoryview(untied.lm_head.weight).f_contiguous
 
 
 def test_gpu_policy_requantizes_low_bit_gguf(tmp_path, tmp_cache):
