@@ -1,7 +1,8 @@
 """One rank of a test's mlx.distributed group (started by tests/test_distributed.py).
 
-``parity MODEL MAX_TOKENS``: shard the packaged model; rank 0 decodes the prompt plainly
-and with each drafter of ``DRAFTERS`` and prints ``RESULT {json}``.
+``parity MODEL MAX_TOKENS``: shard the model (a packaged name or a directory); rank 0
+decodes the prompt plainly and with each drafter of ``DRAFTERS`` (ungated: every step
+drafts) and prints ``RESULT {json}``.
 ``tiny TIMEOUT``: shard a tiny random qwen2 (same seed on every rank); rank 0 prints the
 same kind of RESULT, then decodes forever printing ``PROGRESS n`` so that the test can
 kill or stop a rank mid-request (rank 0 must then report and exit with status 3).
@@ -16,15 +17,24 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 DRAFTERS = ("ngram", "suffix")
+
 # periodic code: drafting from the context is accepted often, and rejected now and then
 PROMPT = "def f(x):\n    return x + 1\n\ndef g(x):\n    return x + 2\n\ndef h(x):\n    return x +"
 
 
+def drafter(name: str):
+    """A fresh ungated drafter: no timed gate choice, so the drafts do not depend on load."""
+    from specdec.drafters import NgramDrafter
+    from specdec.drafters.suffix import SuffixDrafter
+
+    return NgramDrafter(1, 3) if name == "ngram" else SuffixDrafter()
+
+
 def runs(model, generate, max_tokens: int) -> dict:
     out = {}
-    for drafter in (None, *DRAFTERS):
-        res = generate(model, drafter, max_tokens)
-        out[drafter or "plain"] = {"tokens": res[0], "drafted": res[1], "accepted": res[2]}
+    for name in (None, *DRAFTERS):
+        res = generate(model, name, max_tokens)
+        out[name or "plain"] = {"tokens": res[0], "drafted": res[1], "accepted": res[2]}
     return out
 
 
@@ -32,8 +42,8 @@ def parity(name: str, max_tokens: int) -> int:
     from specdec.distributed import load_sharded, run_sharded
     from specdec.engine import generate
 
-    def gen(model, tokenizer, drafter, n):
-        r = generate(model, tokenizer, PROMPT, drafter=drafter, max_tokens=n, chat=False)
+    def gen(model, tokenizer, name, n):
+        r = generate(model, tokenizer, PROMPT, drafter=name and drafter(name), max_tokens=n, chat=False)
         return r.tokens, r.stats.drafted, r.stats.accepted
 
     def body(model, tokenizer) -> int:
@@ -49,7 +59,6 @@ def tiny(timeout: float) -> int:
 
     from specdec.distributed import init_group, run_sharded, shard
     from specdec.drafters import NgramDrafter
-    from specdec.drafters.suffix import SuffixDrafter
     from specdec.engine import token_stream
     from specdec.core.stats import SpecStats
 
@@ -57,11 +66,10 @@ def tiny(timeout: float) -> int:
     model = tiny_model("qwen2", seed=3)
     shard(model, group)
     prompt = [5, 9, 13, 2, 7] * 5  # 25 tokens: longer than one message's inline part
-    drafters = {"ngram": lambda: NgramDrafter(1, 3), "suffix": lambda: SuffixDrafter()}
 
-    def gen(m, drafter, n):
+    def gen(m, name, n):
         stats = SpecStats()
-        d = drafters[drafter]() if drafter else None
+        d = drafter(name) if name else None
         toks = [e.token for e in token_stream(m, prompt, drafter=d, max_tokens=n, stats=stats,
                                               prefill_step_size=8)]
         return toks, stats.drafted, stats.accepted

@@ -39,7 +39,8 @@ def test_generate_streams_text_from_stdin_and_stops():
 
 @pytest.mark.slow
 def test_parity_command_reports_identical():
-    r = specdec("parity", "--json", "--max-tokens", "48", "--num-draft-tokens", "8")
+    # 24 tokens: the demo edit echoes the prompt from its first line (48 decoded twice as many)
+    r = specdec("parity", "--json", "--max-tokens", "24", "--num-draft-tokens", "8")
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["verdict"] == "identical"
 

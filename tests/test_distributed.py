@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import requires_model, tiny_model
+from conftest import tiny_model
 from serverproc import free_port
 from specdec.backend import preload_env
 from specdec.distributed import DistributedError, LeaderModel, Watchdog, init_group, shard
@@ -169,14 +169,20 @@ def test_tiny_group_is_exact_and_a_dead_or_hung_rank_ends_rank0(sig, message):
 
 
 @pytest.mark.slow
-@requires_model("qwen2.5-coder-0.5b")
-def test_qwen_sharded_over_mlx_launch_speculates_exactly():
-    """mlx.launch -n 2 --backend ring: Qwen2.5-Coder-0.5B (14 heads, 2 KV heads) split in
-    two; speculative output == plain output of the same sharded model, per drafter. 16
-    tokens hold accepted and rejected drafts of each (unsharded: ngram 3 of 9, suffix 3
-    of 8; 24 tokens cost a third more)."""
+def test_a_model_dir_sharded_over_mlx_launch_speculates_exactly(tmp_path):
+    """mlx.launch -n 2 --backend ring: a qwen2 directory (4 heads, 2 KV heads; tiny random
+    weights, byte tokenizer) loaded by name on each rank and split in two; speculative
+    output == plain output of the same sharded model, per drafter, with accepted and
+    rejected drafts of each. Qwen2.5-Coder-0.5B here cost 150 CPU s (two fp32 loads, two
+    ranks' forwards) for the same plumbing."""
+    from hybrid_tiny import save_dir
+
+    # weights at 0.5 (not the loops of 0.15, where a follower left one stale position after a
+    # rollback still decoded plain's tokens); seed 2: 24 tokens hold accepted and rejected
+    # drafts of each drafter
+    model = save_dir("qwen2", tmp_path / "qwen2", seed=2, scale=0.5)
     argv = ["mlx.launch", "-n", "2", "--backend", "ring", "--starting-port", str(free_port()),
-            "--", sys.executable, RANKS, "parity", "qwen2.5-coder-0.5b", "16"]
+            "--", sys.executable, RANKS, "parity", str(model), "24"]
     proc = subprocess.Popen(argv, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, start_new_session=True)
     try:
@@ -192,8 +198,8 @@ def test_qwen_sharded_over_mlx_launch_speculates_exactly():
 
 def _tiny_dir(tmp_path) -> str:
     """A tiny qwen2 directory (``hybrid_tiny.save_dir``): the CLI's and the bench's plumbing
-    under --distributed does not hang on the weights (a real sharded model's exactness is the
-    mlx.launch test's), and SmolLM2's load and forwards were most of each test's time."""
+    under --distributed does not hang on the weights (sharded exactness is the mlx.launch
+    test's and the tiny group's), and SmolLM2's load and forwards were most of each test's time."""
     from hybrid_tiny import save_dir
 
     return str(save_dir("qwen2", tmp_path / "qwen2"))
@@ -217,8 +223,8 @@ def test_serve_distributed_answers_then_a_dead_rank_gives_503_and_stops(tmp_path
     """rank 0 serves the openai API on a sharded model; rank 1 follows. After rank 1 is
     killed, the next request gets a 503 naming the lost group (not a hang, not a 500),
     and rank 0 logs it and stops. The model is a tiny qwen2 directory: what this shows
-    does not hang on the weights (a real sharded model's exactness is the mlx.launch
-    test's), and loading the real Qwen on both ranks took half of this test's minute."""
+    does not hang on the weights (sharded exactness is the mlx.launch test's and the tiny
+    group's), and loading the real Qwen on both ranks took half of this test's minute."""
     import openai
 
     from hybrid_tiny import save_dir

@@ -1,7 +1,7 @@
 """The ``pair`` sweep: peers' speculative runs at several k (``--peer-k 2,4``), each
 lossless against the peer's own plain run, and the pair table built from a real run.
 
-One tiny run (SmolLM2-135M drafting for itself, one workload, 16 tokens) serves every
+One tiny run (SmolLM2-135M drafting for itself, one workload, 8 tokens) serves every
 test that needs records (the flags: test_cli.py; the pair profile: test_profiles.py).
 """
 
@@ -33,7 +33,7 @@ def pair_run(smollm, tmp_path_factory):
                   # nogate: drafting for itself never pays, so the gate would (rightly) not draft
                   "--config", "model:k=2:nogate", "--config", "model:k=4:nogate",
                   "--config", "ngram,model:k=2:nogate",
-                  "--peers", "mlx-lm", "--peer-k", "2,4", "--runs", "1", "--max-tokens", "16",
+                  "--peers", "mlx-lm", "--peer-k", "2,4", "--runs", "1", "--max-tokens", "8",
                   "--no-warmup")
     plan, _, _ = build_plan(args)
     return run_plan(plan, target=smollm)
@@ -48,7 +48,7 @@ def test_peer_k_list_runs_the_peer_once_per_k_and_each_equals_its_plain(pair_run
     assert [(r.config, r.k) for r in peer] == [
         ("mlx-lm: plain", 2), (f"{PEER} k=2", 2), (f"{PEER} k=4", 4)]
     plain = peer[0].tokens
-    assert len(plain) == 16
+    assert len(plain) == 8
     assert all(r.tokens == plain for r in peer[1:])
     # and mlx-lm's plain decoding is ours, token for token
     ours = {tuple(r.tokens) for r in pair_run.records if r.source == "specdec"}
