@@ -165,17 +165,22 @@ def test_a_burst_past_the_in_flight_limit_gets_503_with_retry_after(capped):
     assert r["ok"] >= 1 and r["503"] >= 150 - 68 and r["alive"], r
 
 
+@pytest.fixture(scope="module")
+def guarded():
+    """One server for the slowloris and the flood (a start each was seconds): a 2 s
+    --body-timeout (not the default 30 s) and a KV budget of about one long row at a time."""
+    s = Server("--body-timeout", "2", "--kv-budget", str(60 << 20))
+    yield s
+    s.stop()
+
+
 @slow
-def test_slowloris_bodies_and_stopped_readers_give_their_slots_back():
+def test_slowloris_bodies_and_stopped_readers_give_their_slots_back(guarded):
     """The readers get their streams (and a batch slot) first and stop reading; only then
     do the slow sockets open. The batch empties with the readers still stalled. A 2 s
     --body-timeout (not the default 30 s) answers the slow sockets: the flag is honoured."""
-    s = Server("--body-timeout", "2")
-    try:
-        r = slowloris(s, n_slow=20, n_readers=3, reader_tokens=32)
-    finally:
-        s.stop()
-    assert "did not arrive within 2 s (--body-timeout)" in s.log()  # the access log's reason
+    r = slowloris(guarded, n_slow=20, n_readers=3, reader_tokens=32)
+    assert "did not arrive within 2 s (--body-timeout)" in guarded.log()  # the access log's reason
     assert r["reader_statuses"] == {"200": 3}, r  # each held a slot before stopping
     assert sum(r["reader_outcomes"].values()) == 3 and "open" not in r["reader_outcomes"], r
     assert r["short_request_during"] == 200, r
@@ -185,12 +190,8 @@ def test_slowloris_bodies_and_stopped_readers_give_their_slots_back():
 
 
 @slow
-def test_long_prompts_beside_short_ones_all_answered_under_a_kv_budget():
-    s = Server("--kv-budget", str(60 << 20))  # about one long row at a time
-    try:
-        r = flood(s, n_long=2, long_words=300, n_short=3)
-    finally:
-        s.stop()
+def test_long_prompts_beside_short_ones_all_answered_under_a_kv_budget(guarded):
+    r = flood(guarded, n_long=2, long_words=300, n_short=3)
     assert r["long_statuses"] == {200: 2} and r["short_statuses"] == {200: 3} and r["alive"], r
 
 

@@ -69,29 +69,21 @@ def test_a_conversations_next_turn_reuses_the_prefix_cache(smollm):
         s.stop()
 
 
-def test_the_prefix_cache_can_be_turned_off():
-    s = Server("--draft-type", "none", "--prompt-cache-bytes", "0")
-    try:
-        client = s.openai()
-        for _ in range(2):
-            r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
-            assert r.usage.prompt_tokens_details.cached_tokens == 0
-    finally:
-        s.stop()
-
-
-def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_path):
+def test_auto_trees_and_adaptive_k_are_plain_decoding_with_the_prefix_cache_off(smollm, tmp_path):
     """A request may ask for an automatic tree budget or adaptive k (``speculative``): the
     server measures the drafter's own cost (and the verify curve) once, into its cost
     cache, and the text is plain decoding's. The cache holds a flat verify curve, as
-    Metal/CUDA measure it, so the shaper does branch."""
+    Metal/CUDA measure it, so the shaper does branch. The server runs with the prefix cache
+    off (``--prompt-cache-bytes 0``): the second request repeats the first one's prompt and
+    still reads none of it from a cache (one server for both: a start is seconds here)."""
     cost_dir = tmp_path / "cost"
     cache_auto_costs(smollm[0], lambda L: 0.05, tmp_path)
     priced = {p.name: p.read_text() for p in cost_dir.iterdir()}
     messages = [{"role": "user", "content": PROMPT}]
     plain = plain_reference(MODEL, messages, N_TOKENS)  # test_kv_bits_reach_the_engine's
     linked_cache(tmp_path)  # the converted model is linked: only the costs start empty
-    s = Server("--draft-type", "suffix", "--max-batch", "1", env={"SPECDEC_CACHE_DIR": str(tmp_path)})
+    s = Server("--draft-type", "suffix", "--max-batch", "1", "--prompt-cache-bytes", "0",
+               env={"SPECDEC_CACHE_DIR": str(tmp_path)})
     try:
         for extra in ({"draft_tree_budget": "auto"}, {"adaptive_k": True}):
             r = s.openai().chat.completions.create(
@@ -99,6 +91,7 @@ def test_auto_trees_and_adaptive_k_per_request_are_plain_decoding(smollm, tmp_pa
                 extra_body={"speculative": extra})
             assert r.choices[0].message.content == plain.text, extra
             assert r.usage.model_extra["drafted_tokens"] > 0, extra
+            assert r.usage.prompt_tokens_details.cached_tokens == 0, extra  # no prefix cache
     finally:
         s.stop()
     # the suffix drafter's cost was measured once for the first request and kept
