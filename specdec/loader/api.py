@@ -138,14 +138,23 @@ def _apply_dtype(model: nn.Module, target: str | None, gguf_info: dict[str, Any]
     if target is not None:
         dequantize_model(model)
         model.set_dtype(getattr(mx, target))
-        if target == "float32" and mx.default_device() == mx.cpu and sys.platform.startswith("linux"):
-            column_major_weights(model)
+        cpu_layout(model, target)
     elif gguf_info is not None:
         # GPU policy and a float32 conversion: restore a footprint like the source's.
         model.set_dtype(mx.float16)
         if gguf_info.get("low_bit"):
             quantize_selective(model)
     mx.eval(model.parameters())
+
+
+def cpu_layout(model: nn.Module, target: str) -> None:
+    """The weights' layout for the backend, after casting to ``target``: column-major where it
+    pays (float32 on the Linux CPU backend: ``column_major_weights``), else as loaded. Lazy:
+    evaluates nothing."""
+    import mlx.core as mx  # imports mlx: see the top
+
+    if target == "float32" and mx.default_device() == mx.cpu and sys.platform.startswith("linux"):
+        column_major_weights(model)
 
 
 def column_major_weights(model: nn.Module) -> int:

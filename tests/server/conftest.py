@@ -82,18 +82,19 @@ _priced: dict[str, str | None] = {}  # "dir": the session's; "saved": the value 
 
 def shape_only(name: str):
     """``name``'s model as the loader builds it, weights left unread (``lazy``): what its
-    cost cache key (``model_fingerprint``: arguments, dtype, device) needs, for no load."""
+    cost cache key (``model_fingerprint``: arguments, dtype and layout, device) needs, for no load."""
     import mlx.core as mx
     from mlx_lm.utils import load_model
 
     from specdec.backend import default_dtype
-    from specdec.loader.api import resolve
+    from specdec.loader.api import cpu_layout, resolve
     from specdec.loader.convert import convert_gguf
 
     kind, ref = resolve(name)
     model, _ = load_model(convert_gguf(Path(ref)) if kind == "gguf" else Path(ref), lazy=True)
     if (dtype := default_dtype()) is not None:  # as ``specdec.load`` sets it ("auto")
         model.set_dtype(getattr(mx, dtype))
+        cpu_layout(model, dtype)  # the layout is part of the key
     return model
 
 
