@@ -168,19 +168,21 @@ def test_chat_conversation_on_real_weights(smollm, drafter):
 @requires_model("gemma3-270m")
 def test_gemma_conversation_past_its_window():
     """Gemma 3's 512-token sliding window wraps during turn 1; turn 2 reuses the whole
-    cache (its window layers hold the last 512 + slack positions) and equals a fresh call."""
-    from specdec.prompts import source_of
+    cache (its window layers hold the last 512 + slack positions) and equals a fresh call.
+    Turn 1 is tests/parity's gemma prompt (490 tokens: the window wraps at its 23rd token,
+    not at the 2nd turn's 170th of a 330-token prompt as before)."""
+    from parity.test_parity_real import GEMMA_TOKENS, WINDOW, gemma_prompt
+
     from specdec.core.text import encode_prompt
 
     model, tok = real_model("gemma3-270m")
-    src = source_of("textwrap", "TextWrapper")[:1500]
-    ids = encode_prompt(tok, f"```python\n{src}\n```\n```python\n{src[:40]}", chat=False)
-    assert 300 < len(ids) < 480
+    ids = encode_prompt(tok, gemma_prompt(), chat=False)
+    assert len(ids) < WINDOW
     pc = make_prompt_cache(model, max_draft_tokens=8)
     drafter = build_drafter(DraftSpec("ngram", num_draft_tokens=8, gate=False))
-    first = generate(model, tok, ids, drafter=drafter, num_draft_tokens=8, max_tokens=170,
+    first = generate(model, tok, ids, drafter=drafter, num_draft_tokens=8, max_tokens=GEMMA_TOKENS,
                      prompt_cache=pc)
-    assert len(ids) + len(first.tokens) > 512
+    assert len(ids) + len(first.tokens) > WINDOW
     nxt = ids + first.tokens + encode_prompt(tok, "\n\n# Rename it again:\n", chat=False)
     ungated = DraftSpec("ngram", num_draft_tokens=8, gate=False)  # drafts every step
     reused = generate(model, tok, nxt, drafter=ungated, max_tokens=40, prompt_cache=pc)

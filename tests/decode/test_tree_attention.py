@@ -343,14 +343,14 @@ def test_tree_parity_smollm():
 @pytest.mark.slow
 @requires_model("gemma3-270m")
 def test_tree_parity_gemma_across_the_window():
-    from parity.test_parity_real import WINDOW, gemma_prompt
+    from parity.test_parity_real import GEMMA_TOKENS, WINDOW, gemma_prompt
 
     prompt = gemma_prompt()
-    ref = plain_reference("gemma3-270m", prompt, 160)  # shared with test_parity_real
+    ref = plain_reference("gemma3-270m", prompt, GEMMA_TOKENS)  # shared with test_parity_real
     assert len(ref.prompt_tokens) < WINDOW < len(ref.prompt_tokens) + len(ref.tokens)
     model, tok = real_model("gemma3-270m")
     d = TruthTreeDrafter(ref.tokens, model.args.vocab_size, seed=1)
-    out = generate(model, tok, prompt, drafter=d, max_tokens=160, num_draft_tokens=4,
+    out = generate(model, tok, prompt, drafter=d, max_tokens=GEMMA_TOKENS, num_draft_tokens=4,
                    draft_tree_budget=10)
     assert out.tokens == ref.tokens
     assert_trees_exercised(d, "gemma3")
