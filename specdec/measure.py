@@ -32,7 +32,7 @@ from .drafters.draft_model import DraftModelDrafter
 from .drafters.ngram_mod import NgramModTable
 from .drafters.spec import DraftResources, DraftSpec, build_drafter, parse_tree_budget
 from .eagle.head import DraftHead
-from .measure_floor import ROUNDS, Floors, dips, timed_floors
+from .measure_floor import ROUNDS, Floors, dips, lower_envelope, timed_floors
 from .policy.tree_shape import TreeShaper, cost_at
 
 MAX_AUTO_NODES = 32
@@ -182,12 +182,19 @@ def _merged(old: dict[int, float], new: dict[int, float], floors: bool) -> dict[
     """``new`` merged over ``old`` (a ratio curve: ``new`` wins). ``floors`` (a verify cost
     curve): each length the lower of the two, since contention only adds time (a curve capped
     under load gives way to a quieter reading: a calibration's, or a later one's of more
-    lengths), and old lengths dropped where keeping them would dip (a dipping curve would be
-    measured again at every use); if even that dips (the old curve itself did), ``new`` alone."""
+    lengths). Where the merge dips: two rising readings from different runs disagree (a
+    longer block's floor under a shorter one's), so each length is capped by every longer
+    one's (``lower_envelope``: contention only adds time) and none is lost (dropping them
+    made two callers with different lengths, a bench's trees and a CLI's ``auto``, measure
+    again at every use); where the old curve itself dips (timed under load), its lengths
+    are dropped instead; if even that dips, ``new`` alone."""
     if not floors:
         return {**old, **new}
     lower = {L: min(t, old.get(L, t)) for L, t in new.items()}
-    return next((c for c in ({**old, **lower}, lower) if not dips(c)), new)
+    merged = {**old, **lower}
+    if dips(merged) and not dips(old) and not dips(lower):
+        return lower_envelope(merged)
+    return next((c for c in (merged, lower) if not dips(c)), new)
 
 
 def _store_curve(name: str, curve: dict[int, float], cache_dir: str | Path | None,

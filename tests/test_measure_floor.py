@@ -121,6 +121,24 @@ def test_a_cached_curve_that_dips_is_measured_again_once(tmp_path, monkeypatch):
     assert measure.cached_cost_curve(model, [1, 2, 3, 4]) == rising
 
 
+def test_two_callers_with_different_lengths_share_one_curve_without_measuring_again(tmp_path, monkeypatch):
+    """A bench's tree lengths and a CLI's ``auto`` lengths, measured in different runs, disagree
+    (L=4 read above L=5): the merge caps L=4 by L=5's floor and keeps every length, so each
+    caller's next use reads the cache (dropping the old lengths re-measured at every use)."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    model = cached_tiny("llama")
+    readings = {5: {1: 0.1, 2: 0.11, 3: 0.12, 5: 0.20}, 4: {1: 0.1, 2: 0.11, 3: 0.12, 4: 0.22}}
+    calls = []
+    monkeypatch.setattr(measure, "verify_cost_floors", lambda m, n, extra=(): calls.append(extra)
+                        or Floors(readings[extra[0]], 1))
+    for _ in range(2):
+        for extra in ((5,), (4,)):
+            curve = measure.cost_curve_for(model, 3, extra=extra)
+            assert not dips(curve, slack=0.0) and extra[0] in curve
+    assert calls == [(5,), (4,)]  # each measured once
+    assert measure.cached_cost_curve(model, [1, 2, 3, 4, 5]) == {1: 0.1, 2: 0.11, 3: 0.12, 4: 0.20, 5: 0.20}
+
+
 def test_a_capped_loaded_curve_gives_way_to_lower_readings(tmp_path, monkeypatch):
     """A curve timed under load and capped is cached (an upper bound), then each length takes
     the lower reading: a calibration's quieter curve lowers it, a noisier one does not raise it,
