@@ -59,7 +59,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0, help="1.0 = off")
     p.add_argument("--repetition-context-size", type=int, default=20)
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
-    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV cache")
+    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None,
+                   help="quantize the KV cache: plain decoding only (--draft-type none), as "
+                        "speculation on it is not lossless (docs/caches.md)")
     p.add_argument("--prefill-step-size", type=int, default=512)
     p.add_argument("--prompt-cache-file",
                    help="reuse the KV cache saved in this file for the prompt's shared prefix, "

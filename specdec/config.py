@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core.model import Model
+from .cache.errors import refuse_quantized_speculation
 from .drafters.spec import DEFAULT_SUFFIX_HISTORY, DRAFT_TYPES, DraftSpec, parse_tree_budget
 from .loader.api import DTYPES  # one list of dtype names
 from .policy.drafting import DecodePolicy
@@ -107,6 +108,9 @@ def draft_flags_given(ns: argparse.Namespace) -> tuple[str, ...]:
     return tuple(f"--{f.replace('_', '-')}" for f in DRAFT_FIELDS if getattr(ns, f, None) is not None)
 
 
+KV_BITS_FIX = "add --draft-type none to decode plainly with --kv-bits, or drop --kv-bits"
+
+
 def check_kv_bits(kv_bits: int | None) -> None:
     if kv_bits is not None and kv_bits not in KV_BITS:
         raise ValueError(f"--kv-bits must be one of {', '.join(map(str, KV_BITS))}")
@@ -162,6 +166,8 @@ class RunConfig:
             raise ValueError("give either --prompt or --prompt-file, not both")
         self.sampling().validate()
         check_kv_bits(self.kv_bits)
+        if self.decoder != "wedlm":  # wedlm's own check refuses --kv-bits
+            refuse_quantized_speculation(self.kv_bits, self.spec.speculative, KV_BITS_FIX)
 
     def _check_decoder(self) -> None:
         if self.decoder not in DECODERS:

@@ -19,6 +19,7 @@ from specdec.drafters.spec import DraftSpec
     (dict(prefill_step_size=0), "--prefill-step-size must be >= 1"),
     (dict(prompt="a", prompt_file="b"), "give either --prompt or --prompt-file, not both"),
     (dict(kv_bits=5), "--kv-bits must be one of 2, 3, 4, 6, 8"),
+    (dict(kv_bits=4), "not lossless under speculation.*add --draft-type none"),
     (dict(decoder="beam"), "--decoder must be one of speculative, wedlm, got 'beam'"),
     (dict(decoder="wedlm", top_k=5, kv_bits=4), "--top-k, --kv-bits not supported with --decoder wedlm"),
 ])
@@ -76,10 +77,13 @@ def test_engine_kwargs_carry_the_run_as_one_generation():
     """#45: the CLI's flags become one ``Generation`` (``--num-draft-tokens`` in its spec:
     one road, the spec's default when left out) and how the prompt is encoded."""
     spec = DraftSpec("ngram", num_draft_tokens=3)
-    cfg = RunConfig(raw=True, max_tokens=5, temp=0.5, stop=["x"], kv_bits=4, spec=spec)
+    cfg = RunConfig(raw=True, max_tokens=5, temp=0.5, stop=["x"], kv_bits=None, spec=spec)
     kw = cfg.engine_kwargs()
     gen = kw["generation"]
     assert (kw["chat"], gen.max_tokens, gen.sampling.temperature, gen.k, gen.draft) == (False, 5, 0.5, 3, spec)
-    assert (gen.stop, gen.kv_bits, gen.prefill_step_size) == (("x",), 4, cfg.prefill_step_size)
+    assert (gen.stop, gen.kv_bits, gen.prefill_step_size) == (("x",), None, cfg.prefill_step_size)
+    plain = RunConfig(kv_bits=4, spec=DraftSpec("none"))
+    plain.validate()  # a quantized cache decodes plainly
+    assert plain.generation().kv_bits == 4
     assert RunConfig().engine_kwargs()["chat"] is None
     assert RunConfig().generation().k == DraftSpec.num_draft_tokens

@@ -13,6 +13,7 @@ from conftest import assert_speculated, cached_tiny, examples, repetitive_prompt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specdec.cache.errors import UnsupportedCacheError
 from specdec.decode.generation import Generation
 from specdec.drafters import NgramDrafter
 from specdec.engine import token_stream
@@ -105,14 +106,16 @@ def test_eos_ends_output_even_inside_an_accepted_block(arch):
     assert_speculated(*logs, what=arch)
 
 
-def test_quantized_kv_cache_parity():
+def test_a_quantized_kv_cache_decodes_plainly_and_refuses_speculation():
+    """A quantized cache rounds a verified block's keys to other levels than one-token
+    steps' (lab/kv-bits-speculation: SmolLM2 at 4 bits, 2 of 9 prompts change within 64
+    tokens), so speculation on it is refused before anything runs; plain decoding runs."""
     model = cached_tiny("llama", hidden=128)
     prompt = repetitive_prompt(11)
     q = dict(kv_bits=8, kv_group_size=32)
-    ref = run(model, prompt, **q)
-    out, log = run_logged(model, prompt, NgramDrafter(1, 3), num_draft_tokens=4, **q)
-    assert out == ref
-    assert_speculated(log, what="kv_bits=8")
+    assert len(run(model, prompt, max_tokens=8, **q)) == 8
+    with pytest.raises(UnsupportedCacheError, match="not lossless under speculation.*drafter=None"):
+        run(model, prompt, NgramDrafter(1, 3), num_draft_tokens=4, **q)
 
 
 def test_stats_are_consistent():

@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import KV_BITS, add_distributed_flags
+from ..config import add_distributed_flags
 from ..drafters.spec import DraftSpec
 from .configs import parse_config, sweep
 from .peers import PEERS
@@ -113,8 +113,6 @@ def add_bench_parser(sub: Any) -> None:
                    help="draft lengths the peers' speculative runs use, one run per k "
                         "(comma list, e.g. 2,3,4,6,8; default: the profile's, else 4)")
     p.add_argument("--dtype", default="auto")
-    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None,
-                   help="quantize our KV cache (the peers keep their own)")
     p.add_argument("--out", help="output directory (default bench-results/<profile>-<time>)")
     p.add_argument("--resume", metavar="DIR",
                    help="continue the stopped run in DIR (its records.jsonl): the same command "
@@ -209,7 +207,7 @@ def build_plan(args: argparse.Namespace) -> tuple[Any, Profile, str]:
         prompt_tokens=args.prompt_tokens or list(prof.prompt_tokens),
         runs=args.runs or prof.runs, max_tokens=args.max_tokens or prof.max_tokens,
         peers=peers, peer_k=args.peer_k or prof.peer_k, draft_model=args.draft_model or prof.draft_model,
-        dtype=args.dtype, kv_bits=args.kv_bits, oracle=prof.oracle and not args.no_oracle,
+        dtype=args.dtype, oracle=prof.oracle and not args.no_oracle,
         warmup=not args.no_warmup)
     if distributed:
         _check_distributed(plan, prof)

@@ -99,7 +99,6 @@ class BenchPlan:
     peer_k: tuple[int, ...] = (4,)  # each peer's speculative run goes once per k
     draft_model: str | None = None
     dtype: str = "auto"
-    kv_bits: int | None = None  # quantize our KV cache (the peers keep their own)
     warm_table: str | None = None  # a saved ngram-mod table that 'warm' configs load
     oracle: bool = True  # run the oracle drafter at each config's k, and the replay bounds
     warmup: bool = True  # repetition 0 of every case; off, the cost-curve and drafter-cost
@@ -139,14 +138,13 @@ def _record(plan: BenchPlan, case: Workload, length: int | None, label: str, sou
 
 
 def conversation(model: Model, tok: Any, case: Workload, drafter: Drafter | DecodePolicy | None,
-                 k: int, max_tokens: int, kv_bits: int | None = None,
-                 tree: int | str = 0) -> list[tuple[Any, GenerationResult]]:
+                 k: int, max_tokens: int, tree: int | str = 0) -> list[tuple[Any, GenerationResult]]:
     """Run every turn of ``case`` with one drafter: [(prompt of the turn, result)]."""
     prompt: Any = case.first_messages()
     out = []
     for turn in range(len(case.turns) + 1):
         res = generate(model, tok, case.encode(tok, prompt), drafter=drafter, max_tokens=max_tokens,
-                       num_draft_tokens=k, kv_bits=kv_bits, draft_tree_budget=tree,
+                       num_draft_tokens=k, draft_tree_budget=tree,
                        response_format=case.response_format)
         out.append((prompt, res))
         if turn == len(case.turns):
@@ -425,7 +423,7 @@ def _measure(plan: BenchPlan, model: Model, tok: Any, case: Workload, length: in
     if tracer is not None:
         tracer.tag(config=label, case=case.name, length=length, run=run)
     turns = conversation(model, tok, case, drafter, k, case.max_tokens or plan.max_tokens,
-                         plan.kv_bits, tree)
+                         tree=tree)
     for t, (_, res) in enumerate(turns):
         result.records.append(_record(plan, case, length, label, "specdec", run, t, k, res))
     members = getattr(drafter, "stats", None)  # a chain: which member's drafts were accepted
@@ -464,7 +462,7 @@ def _diagnose(model: Model, tok: Any, plan: BenchPlan, result: BenchResult, cost
         case = cases[row["workload"]]
         prompt = case.encode(tok, result.cases[f"{row['workload']}|{row['length']}|{row['turn']}"])
         kw = dict(max_tokens=max_tokens[row["workload"]], num_draft_tokens=cfg.k, diagnostics=True,
-                  kv_bits=plan.kv_bits, response_format=case.response_format)
+                  response_format=case.response_format)
         plain = generate(model, tok, prompt, drafter=None, **kw)
         # the same drafter the measured run started with (a warm config's saved table too)
         drafter = cfg.drafter(tok, cost=cost, draft=draft, table=plan.warm_table, heads=heads)
@@ -495,6 +493,6 @@ def asdict_plan(plan: BenchPlan) -> dict:
     return dict(model=plan.model, workloads=[w.name for w in plan.workloads],
                 configs=[c.text for c in plan.configs], prompt_tokens=list(plan.prompt_tokens),
                 runs=plan.runs, max_tokens=plan.max_tokens, peers=list(plan.peers),
-                peer_k=list(plan.peer_k), draft_model=plan.draft_model, kv_bits=plan.kv_bits,
+                peer_k=list(plan.peer_k), draft_model=plan.draft_model,
                 warm_table=plan.warm_table, oracle=plan.oracle, warmup=plan.warmup,
                 distributed=plan.distributed)

@@ -253,13 +253,14 @@ def _gather_rows(buf: mx.array, at: int, keep: list[int]) -> mx.array:
 def compact(cache: list[Any], base_offset: int, keep: list[int]) -> int:
     """After a tree block was fed at ``base_offset``, keep only block indices ``keep``
     (the root 0, then the accepted nodes in path order) at consecutive positions from
-    ``base_offset`` and drop the rest; returns the new offset. Layers other than KVCache,
-    QuantizedKVCache and WindowKVCache raise RollbackError (checked before any change)."""
+    ``base_offset`` and drop the rest; returns the new offset. Layers other than KVCache
+    and WindowKVCache raise RollbackError (checked before any change; a quantized cache
+    never speculates: ``errors.refuse_quantized_speculation``)."""
     keep = list(keep)
     if isinstance(cache, RecurrentCache):
         cache.compact()  # raises: recurrent layers cannot branch
     for i, c in enumerate(cache):  # check every layer first: never leave layers disagreeing
-        if not (type(c) in (KVCache, QuantizedKVCache) or isinstance(c, WindowKVCache)):
+        if not (type(c) is KVCache or isinstance(c, WindowKVCache)):
             raise RollbackError(f"layer {i}: {type(c).__name__} cannot compact a token tree")
         _check_keep(keep, c.offset - base_offset, f"layer {i}")
         if isinstance(c, WindowKVCache) and base_offset < c.start:
@@ -267,13 +268,8 @@ def compact(cache: list[Any], base_offset: int, keep: list[int]) -> int:
                                 f"(window cache starts at {c.start})")
     for c in cache:
         at = base_offset - (c.start if isinstance(c, WindowKVCache) else 0)
-        if isinstance(c, QuantizedKVCache):
-            # mlx-lm's QuantizedKVCache.__init__ sets keys = None unannotated: inferred as None
-            c.keys = tuple(_gather_rows(b, at, keep) for b in c.keys)  # type: ignore[assignment, attr-defined]
-            c.values = tuple(_gather_rows(b, at, keep) for b in c.values)  # type: ignore[assignment, attr-defined]
-        else:
-            c.keys = _gather_rows(c.keys, at, keep)
-            c.values = _gather_rows(c.values, at, keep)
+        c.keys = _gather_rows(c.keys, at, keep)
+        c.values = _gather_rows(c.values, at, keep)
         c.offset = base_offset + len(keep)
     return base_offset + len(keep)
 

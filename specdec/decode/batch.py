@@ -41,7 +41,7 @@ class RowFailed(Exception):
 def batchable(model: Model, kv_bits: int | None) -> str | None:
     """None when the model's cache can be batched here, else why not."""
     if kv_bits is not None:
-        return "a quantized KV cache (--kv-bits) has no batched rollback"
+        return "a quantized KV cache (--kv-bits) is not batched (the batch cache is full precision)"
     layers = make_cache(model, rollback=False, recurrent=True)
     if isinstance(layers, RecurrentCache):
         return ("the model has recurrent layers (a hybrid): their states roll back one "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from ..cache.batch_cache import RowsKVCache, prefill_rows
+from ..cache.errors import refuse_quantized_speculation
 from ..cache.prompt_cache import PromptCache
 from ..cache.recurrent import refuse_trees
 from ..cache.rollback import make_cache, prefill
@@ -75,6 +76,8 @@ class Request:
         self.model, self.prompt_ids, self.gen = model, list(prompt_ids), gen
         self.policy = as_policy(drafter)
         self.drafter = self.policy.drafter
+        refuse_quantized_speculation(gen.kv_bits, self.speculative,
+                                     "decode plainly with it (drafter=None) or leave kv_bits unset")
         self.sampling, self.k = gen.sampling, gen.k
         self.eos, self.tree_budget, self.shaper = set(eos), tree.budget, tree.shaper
         self.prompt_cache = prompt_cache

@@ -5,7 +5,7 @@ Contract: inside ``tree_attention(model, cache, parents)`` a forward of the bloc
 root path of row ``r`` (each token rotated at ``offset + depth``; each layer's mask "cache
 prefix + ancestors"). Both swaps are restored on exit; not re-entrant. The cache then holds
 the whole block: ``cache.batch_cache.roll_back`` compacts it to the accepted path.
-Supported layers: KVCache, QuantizedKVCache, WindowKVCache. Full contract:
+Supported layers: KVCache, WindowKVCache. Full contract:
 docs/trees.md#tree-attention. Tests: tests/decode/test_tree_attention.py.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import KVCache, QuantizedKVCache
+from mlx_lm.models.cache import KVCache
 from mlx_lm.models.rope_utils import Llama3RoPE, SuScaledRoPE, YarnRoPE
 
 from ..cache.rollback import RollbackError, WindowKVCache
@@ -63,10 +63,10 @@ def _first_key(c: Any, n: int) -> int:
     """Absolute position of the first key the layer's attention will see."""
     if isinstance(c, WindowKVCache):
         return c.first_key(n)  # the same drop rule update_and_fetch applies
-    if type(c) in (KVCache, QuantizedKVCache):
+    if type(c) is KVCache:
         return 0
-    raise RollbackError(f"{type(c).__name__}: token trees support KVCache, QuantizedKVCache "
-                        "and WindowKVCache layers only: use --draft-tree-budget 0")
+    raise RollbackError(f"{type(c).__name__}: token trees support KVCache and WindowKVCache "
+                        "layers only: use --draft-tree-budget 0")
 
 
 def tree_mask(c: Any, depths: mx.array, anc: mx.array, n: int,

@@ -17,7 +17,8 @@ import fnmatch
 import os
 from dataclasses import dataclass, field, replace
 
-from ..config import RunConfig, check_kv_bits, draft_flags_given, draft_spec_from_args
+from ..cache.errors import refuse_quantized_speculation
+from ..config import KV_BITS_FIX, RunConfig, check_kv_bits, draft_flags_given, draft_spec_from_args
 from ..drafters.spec import DraftSpec
 from ..toolcall import PARSERS
 from .http.middleware import BODY_READ_TIMEOUT_S, LOOPBACK_HOSTS
@@ -140,6 +141,8 @@ class ServerConfig:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
         self.run_config().validate()
         check_kv_bits(self.kv_bits)
+        if self.decoder != "wedlm":  # run_config() carries --kv-bits to wedlm's own check
+            refuse_quantized_speculation(self.kv_bits, s.speculative, KV_BITS_FIX)
         if s.num_draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"--num-draft-tokens must be <= {MAX_DRAFT_TOKENS}")
         if self.api_keys_file is not None and not os.path.isfile(self.api_keys_file):

@@ -150,24 +150,6 @@ def test_a_broken_rollback_is_diagnosed_per_config_and_a_warm_one_from_its_table
 
 
 @pytest.mark.slow
-def test_kv_bits_apply_to_every_run_of_ours(smollm):
-    """The bench's plain and ngram runs both decode with the 4-bit KV cache: both equal a
-    kv_bits=4 plain decode, which differs from a float-cache one. A 100-token cut of the
-    case and 4 tokens suffice: the quantized cache changes the first token already (16
-    tokens of the whole 335-token case cost 33 CPU s; decoding is ~0.2 s a token here)."""
-    from specdec import generate
-
-    plan = _small_plan(kv_bits=4, prompt_tokens=(100,))
-    plan.workloads, plan.max_tokens = plan.workloads[:1], 4
-    result = run_plan(plan, target=smollm)  # the session's model: no second load
-    prompt = encode_prompt(smollm[1], fit_prompt(smollm[1], plan.workloads[0], 100).first_messages())
-    ref = generate(*smollm, prompt, drafter=None, max_tokens=4, kv_bits=4).tokens
-    assert ref != generate(*smollm, prompt, drafter=None, max_tokens=4).tokens
-    assert {tuple(r.tokens) for r in result.records} == {tuple(ref)}
-    assert result.plan["kv_bits"] == 4
-
-
-@pytest.mark.slow
 def test_multi_turn_runs_feed_the_models_reply_back(tmp_path, smollm):
     # the multi-turn case alone, its first two turns (a reply fed back into a next request,
     # and what a second turn's trace and oracle show): 8 tokens a turn hold each turn's drafts

@@ -105,7 +105,7 @@ def test_misuse_is_refused(smollm, tmp_path):
     model, tok = smollm
     pc = make_prompt_cache(model, max_draft_tokens=4)
     with pytest.raises(ValueError, match="kv_bits"):
-        generate(model, tok, "hi", max_tokens=2, kv_bits=8, prompt_cache=pc)
+        generate(model, tok, "hi", drafter=None, max_tokens=2, kv_bits=8, prompt_cache=pc)
     with pytest.raises(ValueError, match="max_draft_tokens"):
         generate(model, tok, "hi", max_tokens=2, num_draft_tokens=8, prompt_cache=pc)
     with pytest.raises(ValueError, match="another model"):
@@ -124,17 +124,19 @@ def test_save_and_load_round_trip(tmp_path, kv_bits):
     turns = turns_for(5)
     pc = make_prompt_cache(model, max_draft_tokens=6, kv_bits=kv_bits, kv_group_size=32)
     prompt = turns[0] + turns[1]
-    first = [e.token for e in token_stream(model, prompt, drafter=NgramDrafter(), max_tokens=14,
+    drafter = NgramDrafter if kv_bits is None else lambda: None  # a quantized cache decodes plainly
+    first = [e.token for e in token_stream(model, prompt, drafter=drafter(), max_tokens=14,
                                            num_draft_tokens=6, kv_bits=kv_bits, kv_group_size=32,
                                            prompt_cache=pc)]
     pc.save(tmp_path / "c.safetensors")
     loaded = load_prompt_cache(tmp_path / "c.safetensors", model)
     assert loaded.tokens == pc.tokens and [type(c) for c in loaded.layers] == [type(c) for c in pc.layers]
     nxt = prompt + first + turns[2]
-    kw = dict(drafter=NgramDrafter(), max_tokens=14, num_draft_tokens=6, kv_bits=kv_bits, kv_group_size=32)
-    ref = [e.token for e in token_stream(model, nxt, prompt_cache=pc, **kw)]
+    kw = dict(max_tokens=14, num_draft_tokens=6, kv_bits=kv_bits, kv_group_size=32)
+    ref = [e.token for e in token_stream(model, nxt, drafter=drafter(), prompt_cache=pc, **kw)]
     stats = SpecStats()
-    assert [e.token for e in token_stream(model, nxt, prompt_cache=loaded, stats=stats, **kw)] == ref
+    assert [e.token for e in token_stream(model, nxt, drafter=drafter(), prompt_cache=loaded, stats=stats,
+                                          **kw)] == ref
     assert stats.cached_tokens > len(prompt)
     with pytest.raises(ValueError, match="another model"):
         load_prompt_cache(tmp_path / "c.safetensors", cached_tiny("qwen2"))

@@ -66,6 +66,7 @@ def test_serve_decoder_wedlm_config_gives_the_generate_settings():
     (("--draft-type", "model"), "--draft-type model needs --draft-model"),
     (("--num-draft-tokens", "10000"), "--num-draft-tokens must be <="),
     (("--ngram-mod-file", "t.bin"), "use that instead of --ngram-mod-file"),
+    (("--kv-bits", "4"), "not lossless under speculation.*add --draft-type none"),
 ])
 def test_each_refusal_names_the_flag(flags, message):
     with pytest.raises(ValueError, match=message):

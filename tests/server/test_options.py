@@ -6,6 +6,7 @@ changing a token."""
 from __future__ import annotations
 
 import httpx
+import openai
 import pytest
 from conftest import cache_auto_costs, linked_cache, plain_reference
 from serverproc import MODEL, Server
@@ -20,19 +21,13 @@ N_TOKENS = 48
 
 @pytest.fixture(scope="module")
 def server():
-    # the gate off: every step drafts, so speculation surely runs on the quantized cache
-    s = Server("--draft-type", "ngram-mod", "--kv-bits", "4", "--ngram-mod-size", "4096",
-               "--ngram-mod-n", "3", "--no-gate")
+    # a quantized KV cache decodes plainly (speculation on it is refused: not lossless)
+    s = Server("--draft-type", "none", "--kv-bits", "4")
     yield s
     s.stop()
 
 
-def test_table_shape_flags_reach_the_shared_memory(server):
-    memory = httpx.get(server.base + "/health", timeout=10).json()["memory"]
-    assert (memory["table_size"], memory["table_n"]) == (4096, 3)
-
-
-def test_kv_bits_reach_the_engine(server, smollm):
+def test_kv_bits_reach_the_engine_and_a_request_cannot_speculate_on_them(server, smollm):
     import specdec
 
     messages = [{"role": "user", "content": PROMPT}]
@@ -40,10 +35,12 @@ def test_kv_bits_reach_the_engine(server, smollm):
     full = plain_reference(MODEL, messages, N_TOKENS)
     # the test can only tell the cache apart where the 4-bit cache changes the output
     assert ref4.tokens != full.tokens
-    r = server.openai().chat.completions.create(model=MODEL, messages=messages,
-                                                max_tokens=N_TOKENS, temperature=0)
+    client = server.openai()
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=N_TOKENS, temperature=0)
     assert r.choices[0].message.content == ref4.text
-    assert r.usage.model_extra["drafted_tokens"] > 0  # speculation ran on the quantized cache
+    with pytest.raises(openai.BadRequestError, match="not lossless under speculation.*draft_type 'none'"):
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4,
+                                       extra_body={"speculative": {"draft_type": "suffix"}})
 
 
 def test_a_conversations_next_turn_reuses_the_prefix_cache(smollm):
@@ -80,11 +77,14 @@ def test_auto_trees_and_adaptive_k_are_plain_decoding_with_the_prefix_cache_off(
     cache_auto_costs(smollm[0], lambda L: 0.05, tmp_path)
     priced = {p.name: p.read_text() for p in cost_dir.iterdir()}
     messages = [{"role": "user", "content": PROMPT}]
-    plain = plain_reference(MODEL, messages, N_TOKENS)  # test_kv_bits_reach_the_engine's
+    plain = plain_reference(MODEL, messages, N_TOKENS)  # the kv-bits test's
     linked_cache(tmp_path)  # the converted model is linked: only the costs start empty
     s = Server("--draft-type", "suffix", "--max-batch", "1", "--prompt-cache-bytes", "0",
-               env={"SPECDEC_CACHE_DIR": str(tmp_path)})
+               "--ngram-mod-size", "4096", "--ngram-mod-n", "3", env={"SPECDEC_CACHE_DIR": str(tmp_path)})
     try:
+        # the table-shape flags reach the shared memory (requests may draft with ngram-mod)
+        memory = httpx.get(s.base + "/health", timeout=10).json()["memory"]
+        assert (memory["table_size"], memory["table_n"]) == (4096, 3)
         for extra in ({"draft_tree_budget": "auto"}, {"adaptive_k": True}):
             r = s.openai().chat.completions.create(
                 model=MODEL, messages=messages, max_tokens=N_TOKENS, temperature=0,

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
+from ...cache.errors import refuse_quantized_speculation
 from ...cache.recurrent import trees_refused
 from ...core.grammar import response_grammar
 from ...core.sampling import SamplingParams
@@ -29,6 +30,8 @@ def draft_spec(cfg: ServerConfig, worker: Any, options: SpeculativeOptions | Non
     try:
         draft = merge_speculative(cfg.speculation, options)
         refuse_unloaded(draft, worker)
+        refuse_quantized_speculation(cfg.kv_bits, draft.speculative, "this server quantizes its "
+                                     "KV cache (--kv-bits): send speculative.draft_type 'none'")
     except ValueError as e:
         raise APIError(400, str(e), param="speculative") from e
     if draft.draft_tree_budget and worker.recurrent:
