@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import threading
+import weakref
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -231,19 +232,50 @@ def _check_fingerprint(path: str, stored: str, given: str) -> None:
         )
 
 
+# tokenizer -> (vocabulary size, fingerprint) while the tokenizer lives: hashing a vocabulary
+# costs ~0.3 CPU s (SmolLM2's 49k tokens; Qwen's 151k, ~1 s), which a server start paid four
+# times and a library call drafting with ngram-mod once per request
+_FINGERPRINTS: weakref.WeakKeyDictionary[Any, tuple[int, str]] = weakref.WeakKeyDictionary()
+
+
 def tokenizer_fingerprint(tokenizer: Any) -> str:
     """A stable hash of the vocabulary (every token string -> id pair, sorted).
 
     Works on mlx-lm's ``TokenizerWrapper`` (it forwards ``get_vocab``), Hugging Face
     tokenizers and ``tokenizers.Tokenizer``. Equal fingerprints mean equal token ids, which
-    is what a table's n-grams depend on; merges and normalisation do not enter it.
+    is what a table's n-grams depend on; merges and normalisation do not enter it. Hashed
+    once per tokenizer object and vocabulary size (a token added since: hashed again).
+    Tests: tests/drafters/test_ngram_mod.py, tests/test_resources.py.
     """
     get_vocab = getattr(tokenizer, "get_vocab", None)
     if get_vocab is None:
         raise TypeError(f"{type(tokenizer).__name__} has no get_vocab(); pass a tokenizer")
+    size = _vocab_size(tokenizer)
+    try:
+        known = _FINGERPRINTS.get(tokenizer)
+    except TypeError:  # not weakly referenceable: hashed at every call, as before
+        known = None
+    if known is not None and size is not None and known[0] == size:
+        return known[1]
     pairs = sorted((str(tok), int(i)) for tok, i in get_vocab().items())
     blob = json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
-    return "vocab-sha256:" + hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+    fp = "vocab-sha256:" + hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+    if size is not None:
+        try:
+            _FINGERPRINTS[tokenizer] = (size, fp)
+        except TypeError:
+            pass
+    return fp
+
+
+def _vocab_size(tokenizer: Any) -> int | None:
+    """The vocabulary's size with its added tokens, read without building the vocabulary
+    (None: unknown, so nothing is remembered)."""
+    inner = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx-lm's wrapper holds the HF one
+    counted = getattr(inner, "get_vocab_size", None)  # tokenizers.Tokenizer
+    if counted is not None:
+        return int(counted(with_added_tokens=True))
+    return len(inner) if hasattr(inner, "__len__") else None
 
 
 class NgramModDrafter(Drafter):

@@ -135,8 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                 limit_concurrency=cfg.max_in_flight() + 1024)
         _serve_draining(config, worker, cfg.drain_timeout)
     finally:
-        # idempotent; also covers a uvicorn that failed to bind (a hung thread: do not wait)
-        worker.stop(1.0 if worker.group_error is not None else 30.0)
+        # idempotent; also covers a uvicorn that failed to bind (a hung thread: stop waits 1 s)
+        worker.stop()
     if worker.group_error is not None:
         # the inference thread may be stuck in a collective forever: exit without joining it
         logging.getLogger("specdec.server").error("stopped: the distributed group lost a rank")

@@ -168,8 +168,10 @@ def test_a_burst_past_the_in_flight_limit_gets_503_with_retry_after(capped):
 @pytest.fixture(scope="module")
 def guarded():
     """One server for the slowloris and the flood (a start each was seconds): a 2 s
-    --body-timeout (not the default 30 s) and a KV budget of about one long row at a time."""
-    s = Server("--body-timeout", "2", "--kv-budget", str(60 << 20))
+    --body-timeout (not the default 30 s) and a KV budget of about one long row at a time
+    (SmolLM2's fp32 KV: 46 KB a token; 30 MiB hold ~680 tokens: a 150-word prompt's ~500
+    and the shorts, not two of them)."""
+    s = Server("--body-timeout", "2", "--kv-budget", str(30 << 20))
     yield s
     s.stop()
 
@@ -191,7 +193,8 @@ def test_slowloris_bodies_and_stopped_readers_give_their_slots_back(guarded):
 
 @slow
 def test_long_prompts_beside_short_ones_all_answered_under_a_kv_budget(guarded):
-    r = flood(guarded, n_long=2, long_words=300, n_short=3)
+    # 150 words, not 300 (1090 tokens each against a budget twice this one's): half the prefill
+    r = flood(guarded, n_long=2, long_words=150, n_short=3)
     assert r["long_statuses"] == {200: 2} and r["short_statuses"] == {200: 3} and r["alive"], r
 
 

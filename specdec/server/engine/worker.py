@@ -121,7 +121,9 @@ class InferenceWorker(Drafting, Replies):
                                           code="shutting_down"))
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Cancel everything, let the thread save the memory one last time, join it."""
+        """Cancel everything, let the thread save the memory one last time, join it. After a
+        lost rank the join waits 1 s at most: the thread may be stuck in a collective that
+        never returns (the app's shutdown waited the whole 30 s for it before exiting)."""
         self._stopping = True
         if self.batcher is not None:
             self.batcher.cancel_all()
@@ -130,7 +132,7 @@ class InferenceWorker(Drafting, Replies):
             job.emit(ErrorEvent(APIError(503, "the server is shutting down; retry later",
                                          code="shutting_down")))
         self.queue.wake()
-        self._thread.join(timeout)
+        self._thread.join(min(timeout, 1.0) if self.group_error is not None else timeout)
 
     def _main(self) -> None:
         try:
