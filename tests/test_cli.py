@@ -63,17 +63,20 @@ def test_bad_flags_fail_with_a_message(capsys):
 
 @pytest.mark.slow
 def test_chains_gate_adaptive_k_and_ngram_mod_memory(tmp_path, capsys):
-    table = tmp_path / "mem.ngm"
+    # a question whose answer its prompt does not hold: on an empty table ngram-mod drafts
+    # nothing for it (0 of 24 tokens), so the second run's drafts come from the saved table,
+    # which must hold the first run's whole answer (a drafter inserts in chunks of 32)
+    table, ask = tmp_path / "mem.ngm", ("--prompt", "Name the planets of the solar system in order, one per line.")
     r = specdec("generate", "--compare", "--json", "--max-tokens", "24", "--draft-type",
-                "ngram-mod,suffix,ngram", "--gate", "--adaptive-k", "--ngram-mod-file", str(table))
+                "ngram-mod,suffix,ngram", "--gate", "--adaptive-k", "--ngram-mod-file", str(table), *ask)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["parity"] is True and out["stats"]["drafter"].startswith("ngram-mod,suffix,ngram")
     assert table.exists()  # saved at exit
     r = specdec("generate", "--json", "--max-tokens", "24", "--draft-type", "ngram-mod", "--no-gate",
-                "--ngram-mod-file", str(table))  # warm start: the table from the first run
+                "--ngram-mod-file", str(table), *ask)  # warm start: the table from the first run
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["acceptance_rate"] > 0.5
+    assert json.loads(r.stdout)["stats"]["accepted"] >= 16
     assert "--draft-model" in refused(capsys, "generate", "--draft-type", "model", "--prompt", "hi")
     assert "--ngram-mod-file has no effect" in refused(  # ngram only
         capsys, "generate", "--ngram-mod-file", str(table), "--prompt", "hi")
