@@ -16,7 +16,7 @@ def refuse_quantized_speculation(kv_bits: int | None, speculative: bool, fix: st
     """The one check for a quantized KV cache under speculation: refused, because it is not
     lossless (docs/caches.md#a-quantized-kv-cache-decodes-plainly). A verified block's keys
     and values come from matmuls over several rows, which sum in another order than a
-    one-token step's (OpenBLAS and Metal pick kernels by row count); full precision carries
+    one-token step's (OpenBLAS picks kernels by row count; GPU backends too); full precision carries
     that as a last-bit difference that flips a token only at a near-tie, but quantizing
     rounds it to another level often enough to change the output (lab/kv-bits-speculation).
     ``fix``: the caller's way out (its flag or keyword)."""
