@@ -90,7 +90,8 @@ def random_ids_prompt(n=120, seed=0):
 # (measured, 48-token runs: need 3..13 -> 16, 18..19 -> 24, 23..27 -> 32, 30..43 -> 48), and is
 # compared with that prefix of the reference (greedy: the first n tokens do not depend on how
 # many follow). A row that no longer shows its evidence in its length fails (assert_evidence),
-# it never passes vacuously. 30 rows at 48 tokens: ~210 CPU s of speculative runs; now ~140.
+# it never passes vacuously. 30 rows at 48 tokens: ~210 CPU s of speculative runs; the rows'
+# lengths cut ~70 of them (estimated from those runs' times).
 # The repeat rows are all
 # repetitive_words: repetitive_counting's answer starts to count late (at 48 tokens its k 4 and
 # 16 drafted nothing, k 1 accepted nothing), so its rows decoded 96 tokens and a 96-token
