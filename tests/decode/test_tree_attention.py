@@ -461,11 +461,11 @@ def test_real_tree_drafters_equal_plain_decoding_smollm(draft_type, budget, tmp_
 @pytest.mark.slow
 @requires_model("qwen2.5-coder-0.5b")
 def test_ngram_trees_equal_plain_decoding_qwen():
-    from parity.test_parity_real import QWEN_PROMPT
+    from parity.test_parity_real import QWEN_PROMPT, QWEN_TOKENS
 
-    ref = plain_reference("qwen2.5-coder-0.5b", QWEN_PROMPT, 64)  # shared with test_parity_real
+    ref = plain_reference("qwen2.5-coder-0.5b", QWEN_PROMPT, QWEN_TOKENS)  # shared with test_parity_real
     model, tok = real_model("qwen2.5-coder-0.5b")
-    out = generate(model, tok, QWEN_PROMPT, drafter="ngram", max_tokens=64, num_draft_tokens=4,
+    out = generate(model, tok, QWEN_PROMPT, drafter="ngram", max_tokens=QWEN_TOKENS, num_draft_tokens=4,
                    draft_tree_budget=10)
     assert out.tokens == ref.tokens
     assert out.stats.drafted > sum(out.stats.drafted_by_position)
