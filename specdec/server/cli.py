@@ -79,8 +79,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: float32 on CPU")
-    p.add_argument("--kv-bits", type=int, choices=KV_BITS, default=None, help="quantize the KV "
-                   "cache: plain decoding only (--draft-type none), speculation on it is not lossless")
+    p.add_argument("--kv-bits", type=int, choices=KV_BITS, help="quantize the KV cache (--draft-type none only)")
     p.add_argument("--tool-call-parser", choices=PARSERS, default="auto",
                    help="how tool calls are read from replies: auto (from the chat template), "
                         "or hermes, llama3_json, mistral, gemma; none: never")
