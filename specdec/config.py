@@ -166,8 +166,7 @@ class RunConfig:
             raise ValueError("give either --prompt or --prompt-file, not both")
         self.sampling().validate()
         check_kv_bits(self.kv_bits)
-        if self.decoder != "wedlm":  # wedlm's own check refuses --kv-bits
-            refuse_quantized_speculation(self.kv_bits, self.spec.speculative, KV_BITS_FIX)
+        refuse_quantized_speculation(self.kv_bits, self.spec.speculative, KV_BITS_FIX)  # wedlm's: above
 
     def _check_decoder(self) -> None:
         if self.decoder not in DECODERS:

@@ -17,8 +17,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field, replace
 
-from ..cache.errors import refuse_quantized_speculation
-from ..config import KV_BITS_FIX, RunConfig, check_kv_bits, draft_flags_given, draft_spec_from_args
+from ..config import RunConfig, draft_flags_given, draft_spec_from_args
 from ..drafters.spec import DraftSpec
 from ..toolcall import PARSERS
 from .http.middleware import BODY_READ_TIMEOUT_S, LOOPBACK_HOSTS
@@ -117,7 +116,7 @@ class ServerConfig:
 
     def run_config(self) -> RunConfig:
         """The ``specdec generate`` settings these flags amount to: their checks (sampling,
-        dtype, drafter, decoder) and ``wedlm_settings`` are RunConfig's."""
+        dtype, drafter, decoder, --kv-bits) and ``wedlm_settings`` are RunConfig's."""
         s = self.speculation
         wedlm = self.decoder == "wedlm"
         # with --decoder wedlm, serve's default drafter is unused; one given is refused
@@ -125,7 +124,7 @@ class ServerConfig:
         return RunConfig(
             model=self.model, max_tokens=self.max_tokens or 1, temp=self.temp, top_p=self.top_p,
             top_k=self.top_k, min_p=self.min_p, dtype=self.dtype,
-            kv_bits=self.kv_bits if wedlm else None, decoder=self.decoder,
+            kv_bits=self.kv_bits, decoder=self.decoder,
             wedlm_window=self.wedlm_window, entropy_threshold=self.entropy_threshold,
             position_penalty=self.position_penalty, draft_flags=self.draft_flags,
             spec=replace(s, draft_type=draft_type,
@@ -139,10 +138,7 @@ class ServerConfig:
         # unused now; the suffix history and the table are the server's shared memory
         if s.uses("model") and not s.draft_model:
             raise ValueError("--draft-type model needs --draft-model NAME_OR_PATH")
-        self.run_config().validate()
-        check_kv_bits(self.kv_bits)
-        if self.decoder != "wedlm":  # run_config() carries --kv-bits to wedlm's own check
-            refuse_quantized_speculation(self.kv_bits, s.speculative, KV_BITS_FIX)
+        self.run_config().validate()  # with --kv-bits: its values, and never with a drafter
         if s.num_draft_tokens > MAX_DRAFT_TOKENS:
             raise ValueError(f"--num-draft-tokens must be <= {MAX_DRAFT_TOKENS}")
         if self.api_keys_file is not None and not os.path.isfile(self.api_keys_file):
