@@ -134,13 +134,11 @@ def _summary(res: GenerationResult, base: GenerationResult | None, sampled: bool
     return out
 
 
-def _save_memory(cfg: RunConfig, prompt_cache: PromptCache | None, text: list[int]) -> None:
-    """Persist the ngram-mod table when --ngram-mod-file names one, with the whole run's
-    ``text`` (prompt and answer) in it, as the server commits a finished request: a drafter
-    inserts in chunks, so an answer's last tokens (a short answer's all) would be missing;
-    and the prompt cache when --prompt-cache-file names one (each an atomic replace)."""
+def _save_memory(cfg: RunConfig, prompt_cache: PromptCache | None) -> None:
+    """Persist the ngram-mod table when --ngram-mod-file names one (the run's whole text is in
+    it: the drafter's ``end``), and the prompt cache when --prompt-cache-file names one
+    (each an atomic replace)."""
     if cfg.spec.ngram_mod_file and cfg.table is not None:
-        cfg.table.insert(text)
         cfg.table.save(cfg.spec.ngram_mod_file)
     if prompt_cache is not None and cfg.prompt_cache_file:  # only that file makes one
         prompt_cache.save(cfg.prompt_cache_file)
@@ -227,17 +225,15 @@ def _run(args: argparse.Namespace, cfg: RunConfig, prompt: str, model: Model, to
 
     if args.json or args.compare:
         res = generate(model, tokenizer, prompt, **kw)
-        stats, text = res.stats, res.prompt_tokens + res.tokens
+        stats = res.stats
         if not args.json:
             print(res.text)
     else:
-        answer = []
         for r in stream_generate(model, tokenizer, prompt, **kw):
             print(r.text, end="", flush=True)
-            answer += [] if r.token is None else [r.token]
         print()
-        stats, text = r.stats, list(r.prompt_ids or []) + answer  # the last response has the prompt
-    _save_memory(cfg, kw["prompt_cache"], text)
+        stats = r.stats
+    _save_memory(cfg, kw["prompt_cache"])
     if args.json:
         print(json.dumps(_summary(res, base, cfg.temp > 0 and cfg.seed is None)))
         return 0

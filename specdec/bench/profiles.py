@@ -124,8 +124,7 @@ def build_warm_table(model_name: str, workloads: Sequence, max_tokens: int, path
     for w in workloads:
         drafter = NgramModDrafter(table, eos=tok.eos_token_ids)
         for _, res in conversation(model, tok, w, drafter, 4, w.max_tokens or max_tokens):
-            served += len(res.tokens)
-        drafter.flush()
+            served += len(res.tokens)  # each turn's whole text joined the table (its ``end``)
     table.save(path)
     return dict(model=model_name, file=str(path), occupancy=table.occupancy(),
                 generated_tokens=served)

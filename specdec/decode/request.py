@@ -193,7 +193,10 @@ class Request:
         return "" if self.stopped or self.text is None else self.text.tail()
 
     def finish(self, ok: bool = True, layers: list[Any] | None = None) -> None:
-        """Settle the prompt cache (``layers``: the cache a batch handed back on leaving)."""
+        """Tell the drafter the request is over (``end``: what it emitted stands, after an
+        error too) and settle the prompt cache (``layers``: the cache a batch handed back on
+        leaving)."""
+        self.policy.end(self.prompt_ids + self.tokens)
         if self.prompt_cache is None:
             return
         if layers is not None:

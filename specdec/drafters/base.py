@@ -1,10 +1,11 @@
 """The drafter contract: one base class (``Drafter``); its ``Proposal`` and ``Wants`` live in
 ``core.proposal``.
 
-A drafter only changes speed, never output. Three verbs per request: ``begin(prompt_ids)`` once
+A drafter only changes speed, never output. Four verbs per request: ``begin(prompt_ids)`` once
 before any proposal (state is reset here, never guessed later); ``propose(context, k) ->
 Proposal`` each step (empty = a plain step); ``observe(num_accepted)`` after each verify of a
-non-empty one. Optional capabilities are declared as data, and the loop calls their verbs
+non-empty one; ``end(tokens)`` once the request is over (a drafter with a memory keeps its
+text). Optional capabilities are declared as data, and the loop calls their verbs
 unconditionally (the defaults do nothing): ``branches`` (``propose_tree`` may return a token
 tree), ``outputs`` (``wants``/``tree_wants``: what it needs from a linear/tree block's verify
 forward, e.g. WeDLM's tail, a head's hidden states; ``feed_wants``: from a prefill chunk's or
@@ -66,6 +67,11 @@ class Drafter(ABC):
 
     def observe(self, num_accepted: int) -> None:
         """The target accepted ``num_accepted`` tokens of the last proposal."""
+
+    def end(self, tokens: Sequence[int]) -> None:
+        """The request is over: ``tokens`` is its prompt and every token it emitted (a drafter
+        that writes a memory writes the rest of them; the next proposal, if any, follows a
+        new ``begin``)."""
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """A token tree of at most ``budget`` nodes and depth ``k`` (docs/drafters.md#the-contract); by

@@ -163,6 +163,10 @@ class ChainDrafter(Drafter):
         for d in self.drafters:
             d.constrain(grammar)
 
+    def end(self, tokens: Sequence[int]) -> None:
+        for d in self.drafters:
+            d.end(tokens)
+
     def observe(self, num_accepted: int) -> None:
         if self._trees:
             self._pending = (self._context_len, num_accepted)

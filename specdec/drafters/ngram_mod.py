@@ -314,7 +314,6 @@ class NgramModDrafter(Drafter):
         self._generation = table.resets  # the table's reset count when we last synced
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
-        self.flush()  # the previous answer's tail: the likeliest text of the next turn
         self._tokens = [int(t) for t in prompt_ids]
         self._streak = self._proposed = 0
         self._reseed()  # the prompt, ungated
@@ -329,14 +328,20 @@ class NgramModDrafter(Drafter):
         elif self._i_last + self.gate < len(self._tokens):
             # Chunked insertion: one vectorised insert per `gate` tokens instead of a
             # locked write per token; fresh text drafts only once its chunk lands.
-            self.flush()
+            self._flush()
 
     def _reseed(self) -> None:
         self._generation = self.table.resets  # read first: a reset racing us shows next time
         self.table.insert(self._tokens)
         self._i_last = len(self._tokens)
 
-    def flush(self) -> None:
+    def end(self, tokens: Sequence[int]) -> None:
+        """The whole request joins the table: the tail under the gate and the last step's
+        tokens, which no proposal saw (a short answer's all)."""
+        self._sync(tokens)
+        self._flush()
+
+    def _flush(self) -> None:
         """Insert everything seen but not yet inserted (the gated tail)."""
         if self._i_last < len(self._tokens):
             self.table.insert(self._tokens, self._i_last, len(self._tokens))

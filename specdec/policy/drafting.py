@@ -56,6 +56,9 @@ class DecodePolicy:
     def observe(self, num_accepted: int) -> None:
         self.inner.observe(num_accepted)
 
+    def end(self, tokens: Sequence[int]) -> None:
+        self.inner.end(tokens)
+
     def plain(self, context: Sequence[int]) -> None:
         """Plain decoding emitted ``context[-1]`` while the policy did not draft."""
 

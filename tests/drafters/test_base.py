@@ -1,4 +1,4 @@
-"""``specdec.drafters.base``: what the base class promises every drafter (three verbs, the
+"""``specdec.drafters.base``: what the base class promises every drafter (four verbs, the
 capabilities declared as data with defaults that do nothing, the linear tree) and that it
 holds nothing of the decode policy (no pausing, no step times)."""
 
@@ -18,7 +18,7 @@ class Counting(Drafter):
 
 def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
     d = Counting()
-    d.begin([1, 2]), d.observe(3), d.constrain(None)
+    d.begin([1, 2]), d.observe(3), d.end([1, 2, 0]), d.constrain(None)
     assert d.forced([1], 4) is EMPTY
     assert d.propose_tree([1], 5, 3) == Proposal([0, 1, 2])  # depth min(k, budget)
     assert not d.branches and d.draft_cost is None
@@ -30,12 +30,12 @@ def test_the_base_defaults_do_nothing_and_the_tree_is_the_linear_proposal():
 
 
 def test_the_contract_is_a_few_verbs_and_no_policy():
-    """The methods of the contract: three verbs (begin / propose / observe), the tree form,
+    """The methods of the contract: four verbs (begin / propose / observe / end), the tree form,
     what it wants of the verify forward (a linear block's, a tree's) and of forwards that
     verify nothing (prefill chunks, plain steps), and the grammar's two; nothing of the cost
     gate."""
     verbs = {n for n, v in vars(Drafter).items() if callable(v) and not n.startswith("_")}
-    assert verbs == {"begin", "propose", "observe", "propose_tree", "wants", "tree_wants", "feed_wants",
+    assert verbs == {"begin", "propose", "observe", "end", "propose_tree", "wants", "tree_wants", "feed_wants",
                      "constrain", "forced"}
     assert Drafter.__abstractmethods__ == frozenset({"propose"})
     for gone in ("paused", "watch", "step_time", "tail", "tails"):

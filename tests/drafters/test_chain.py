@@ -25,6 +25,9 @@ class Fixed(Drafter):
     def observe(self, n):
         self.seen.append(n)
 
+    def end(self, tokens):
+        self.ended = list(tokens)
+
 
 def test_chain_first_nonempty_wins_and_keeps_stats():
     a, b = Fixed("a", []), Fixed("b", [1, 2, 3])
@@ -34,6 +37,8 @@ def test_chain_first_nonempty_wins_and_keeps_stats():
     assert b.seen == [1] and a.seen == []
     assert chain.stats == {"a": {"won": 0, "drafted": 0, "accepted": 0},
                            "b": {"won": 1, "drafted": 2, "accepted": 1}}
+    CostGate(chain, {1: 1.0, 2: 1.1, 3: 1.2}, k_max=2).end([0, 1, 5])  # every member hears the end,
+    assert a.ended == b.ended == [0, 1, 5]  # through a policy too (ngram-mod writes its tail)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

@@ -130,7 +130,8 @@ requests_st = st.lists(
 def test_drafter_matches_dict_oracle(requests, n, k, gate, eos):
     """With no collisions, every proposal equals walking a dict built by the same
     insertion schedule: prompt at request start, then chunks once cur_len - i_last > gate,
-    the previous request's tail when the next one starts."""
+    the rest of the request's text (``end``: its whole output, past the last proposal's
+    context) when it ends."""
     size = 1 << 16
     # a first token of its own marks each request as new (not an extension of the last)
     requests = [([100 + r] + p, g, steps) for r, (p, g, steps) in enumerate(requests)]
@@ -138,7 +139,7 @@ def test_drafter_matches_dict_oracle(requests, n, k, gate, eos):
     assume(len({slot_of(ngram_hash(w), size) for w in windows}) == len(windows))
     table = NgramModTable(size, n)
     drafter = NgramModDrafter(table, eos=eos, gate=gate, reset_streak=None)
-    d, occupied, pending = {}, set(), None
+    d, occupied = {}, set()
 
     def insert(toks, lo, hi):
         for j in range(max(lo, n), hi):
@@ -146,8 +147,6 @@ def test_drafter_matches_dict_oracle(requests, n, k, gate, eos):
             occupied.add(slot_of(ngram_hash(toks[j - n : j]), size))
 
     for prompt, gen, steps in requests:
-        if pending:
-            insert(*pending)
         full, cur = prompt + gen, len(prompt)
         drafter.begin(prompt)
         insert(full, 0, cur)
@@ -162,7 +161,8 @@ def test_drafter_matches_dict_oracle(requests, n, k, gate, eos):
             if cur == len(full):
                 break
             cur = min(cur + step, len(full))
-        pending = (full[:cur], i_last, cur)
+        drafter.end(full)
+        insert(full, i_last, len(full))
     snap = table.snapshot()
     assert table.used == len(d)
     assert all(snap[slot_of(ngram_hash(w), size)] == t for w, t in d.items())
@@ -171,7 +171,7 @@ def test_drafter_matches_dict_oracle(requests, n, k, gate, eos):
 # ---------------------------------------------------------------- drafter schedule
 
 
-def test_gate_inserts_nothing_until_32_new_tokens_then_everything():
+def test_gate_inserts_nothing_until_32_new_tokens_then_everything_and_the_rest_at_end():
     n, size = 2, 1 << 16
     prompt = list(range(100, 110))
     gen = list(range(200, 240))
@@ -190,10 +190,9 @@ def test_gate_inserts_nothing_until_32_new_tokens_then_everything():
     assert (table.snapshot() == full.snapshot()).all()  # everything up to cur_len
     drafter.propose(prompt + gen[:38], 4)  # 5 more: under the gate again
     assert table.used == len(prompt) + 33 - n
-    drafter.begin([1, 2, 3])  # a new request flushes the last one's gated tail
-    full.insert(prompt + gen[:38])
-    full.insert([1, 2, 3])
-    assert table.used == len(prompt) + 38 - n + 1
+    drafter.end(prompt + gen[:40])  # the request ends: its gated tail and last tokens join
+    full.insert(prompt + gen[:40])
+    assert table.used == len(prompt) + 40 - n
     assert (table.snapshot() == full.snapshot()).all()
 
 
@@ -511,3 +510,21 @@ def test_second_request_on_a_shared_table_accepts_more(smol):
     # since the prompt, inserted last, overwrites the answer where the answer edits it
     assert s2.accepted > s1.accepted
     assert s2.mean_acceptance_length > s1.mean_acceptance_length
+
+
+def test_library_calls_leave_their_whole_answer_in_the_process_table(smol):
+    """A library call drafting with ngram-mod builds a drafter over the process's table;
+    its answer joins that table at the request's end (``Drafter.end``), so the same new
+    question asked again drafts it: a 16-token answer never reached it in chunks of 32
+    (0 accepted again without ``end``; 14 of 16 with it)."""
+    import specdec
+    from specdec.drafters.spec import DraftSpec
+
+    model, tok = smol
+    # a table size of its own: a fresh process-wide table, whatever ran before
+    spec = DraftSpec("ngram-mod", num_draft_tokens=8, gate=False, ngram_mod_size=4099)
+    msgs = [{"role": "user", "content": "Name the planets of the solar system in order."}]
+    cold = specdec.generate(model, tok, msgs, max_tokens=16, drafter=spec)
+    warm = specdec.generate(model, tok, msgs, max_tokens=16, drafter=spec)
+    assert warm.tokens == cold.tokens and len(cold.tokens) == 16
+    assert cold.stats.accepted <= 4 and warm.stats.accepted >= 12, (cold.stats, warm.stats)

@@ -65,14 +65,24 @@ def test_cache_salt_partitions_the_prefix_cache(one_key):
     assert cached(ask(one_key, "k", SECRET + " Where?", cache_salt="tenant-a")) > 20
 
 
+PLANETS = "Name the planets of the solar system in order."
+NGRAM_MOD = {"speculative": {"draft_type": "ngram-mod", "gate": False}, "max_tokens": 16}
+
+
 @pytest.mark.slow
-def test_store_false_and_salted_requests_stay_out_of_the_shared_memory(one_key):
-    before = one_key.health()["memory"]["history_documents"]
-    ask(one_key, "k", "Remember the number 4242.", store=False)
-    ask(one_key, "k", "Remember the number 4343.", cache_salt="s")
-    assert one_key.health()["memory"]["history_documents"] == before
-    ask(one_key, "k", "Remember the number 4444.")  # one key, no salt: shared as before
-    assert one_key.health()["memory"]["history_documents"] == before + 1
+def test_store_false_and_salted_requests_stay_out_of_every_drafting_memory(one_key):
+    """An ngram-mod drafter writes its request's text into the table it drafts from (the
+    prompt, the answer in chunks, the rest at ``end``): a salted or ``store: false`` request
+    writes a table of its own, so another salt drafts nothing of its answer and the shared
+    memory is unchanged; a stored request's answer drafts the next one (the signal)."""
+    before = one_key.health()["memory"]
+    ask(one_key, "k", PLANETS, cache_salt="a", **NGRAM_MOD)
+    assert ask(one_key, "k", PLANETS, cache_salt="b", **NGRAM_MOD)["accepted_tokens"] == 0
+    ask(one_key, "k", PLANETS, store=False, **NGRAM_MOD)
+    assert one_key.health()["memory"] == before
+    ask(one_key, "k", PLANETS, **NGRAM_MOD)  # one key, no salt: shared as before
+    assert one_key.health()["memory"]["history_documents"] == before["history_documents"] + 1
+    assert ask(one_key, "k", PLANETS, **NGRAM_MOD)["accepted_tokens"] >= 12
 
 
 @pytest.mark.slow

@@ -6,7 +6,8 @@ Contract: a mixin of ``worker.InferenceWorker`` (its state: ``cfg``, ``model``, 
 ``batcher``, ``curve``...); runs on the inference thread only. ``drafter_for`` gives a
 request the server's resources (memories, curve) and builds its fresh drafter with the one
 ``resources.drafter_for``; ``commit`` adds a finished request's text to its tenant's memory
-unless it said ``store: false`` or was salted. Tests: tests/server/test_worker.py,
+unless it said ``store: false`` or was salted (such a request's ngram-mod drafter writes a
+table of its own). Tests: tests/server/test_worker.py,
 tests/server/test_tenants.py."""
 
 from __future__ import annotations
@@ -159,10 +160,15 @@ class Drafting:
             return LearntCurves()
         return self._tenant_learnt.setdefault(req.tenant, LearntCurves())
 
+    @staticmethod
+    def stores(req: GenRequest) -> bool:
+        """Whether ``req``'s text may join a drafting memory (not with ``store: false`` or a
+        salt)."""
+        return req.store and req.cache_salt is None
+
     def commit(self, req: GenRequest, tokens: list[int]) -> None:
-        """A finished request's text joins its tenant's memory (not with ``store: false``
-        or a salt)."""
-        if req.store and req.cache_salt is None:
+        """A finished request's text joins its tenant's memory, if it ``stores``."""
+        if self.stores(req):
             self.memory_for(req).commit(tokens)
 
     def drafter_for(self, req: GenRequest) -> Any:
@@ -182,8 +188,11 @@ class Drafting:
             self._cost_curve(k + 1) if spec.adaptive_k else None
         priced = spec.speculative and (spec.gate or spec.adaptive_k or spec.draft_tree_budget == "auto")
         memory = self.memory_for(req)
+        # an ngram-mod drafter writes its request's text into the table it drafts from (the
+        # prompt at begin, the answer as it grows and at end): a request that does not
+        # store gets a fresh table of its own, so its text joins no memory
         res = DraftResources(
-            tokenizer=self.tokenizer, draft=self.draft, table=memory.table,
+            tokenizer=self.tokenizer, draft=self.draft, table=memory.table if self.stores(req) else None,
             history=memory.history, cost=cost, target=self.model, mtp=self.mtp, head=self.head,
             draft_cost=self._draft_cost(spec.draft_type) if priced else None,
             learnt=self.learnt_for(req))
