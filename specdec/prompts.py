@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -41,18 +42,24 @@ def code_edit_prompt(module: str, func: str, instruction: str) -> str:
     )
 
 
-def json_records(n: int = 4) -> list[dict]:
-    """Real records: metadata of installed distributions (sorted for determinism)."""
+@functools.cache
+def _installed_records() -> tuple[tuple[str, str, str], ...]:
+    """(name, version, summary) of every installed distribution with both, sorted by name.
+    Read once per process: parsing ~300 METADATA files costs ~0.17 s, and the parity prompts
+    read it three times per build."""
     recs = []
     for dist in sorted(metadata.distributions(), key=lambda d: (d.metadata["Name"] or "").lower()):
         md = dist.metadata
         if md["Name"] and md["Summary"]:
-            recs.append(
-                {"name": md["Name"], "version": dist.version, "summary": md["Summary"][:80]}
-            )
-        if len(recs) == n:
-            break
-    return recs
+            recs.append((md["Name"], dist.version, md["Summary"][:80]))
+    return tuple(recs)
+
+
+def json_records(n: int = 4) -> list[dict]:
+    """Real records: metadata of the first ``n`` installed distributions (sorted for
+    determinism)."""
+    return [{"name": name, "version": version, "summary": summary}
+            for name, version, summary in _installed_records()[:n]]
 
 
 def json_prompt(n: int = 4) -> str:
