@@ -443,16 +443,20 @@ def test_real_tree_drafters_equal_plain_decoding_smollm(draft_type, budget, tmp_
     from specdec.drafters.spec import DraftSpec
     from specdec.prompts import parity_prompts
 
-    # 96 tokens, not the parity table's 48: the ngram trie takes a non-first branch only
-    # after token 48 here (a compaction that never gathers rows passed at 48, failed at 96)
-    prompt = parity_prompts()["code_textwrap_doc"]
-    ref = plain_reference("smollm2-135m", prompt, 96)
+    from parity.test_parity_real import MAX_TOKENS
+
+    # demo_colorsys: the ngram trie takes a non-first branch at tokens 7, 9, 13, 27 and 37
+    # (measured), so a compaction that never gathers rows fails within the shared 48-token
+    # reference; code_textwrap_doc took its first only after token 48 (a 96-token reference
+    # of its own and two 96-token runs: ~45 CPU s)
+    prompt = parity_prompts()["demo_colorsys"]
+    ref = plain_reference("smollm2-135m", prompt, MAX_TOKENS)  # shared with test_parity_real
     model, tok = real_model("smollm2-135m")
     if budget == "auto":
         monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
         cache_auto_costs(model, lambda L: 0.05, tmp_path)
     spec = DraftSpec(draft_type, num_draft_tokens=6, draft_tree_budget=budget)
-    out = generate(model, tok, prompt, drafter=spec, max_tokens=96)
+    out = generate(model, tok, prompt, drafter=spec, max_tokens=MAX_TOKENS)
     assert out.tokens == ref.tokens
     assert_stats_speculated(out.stats, what=f"{draft_type} tree={budget}")
     assert out.stats.drafted > sum(out.stats.drafted_by_position)  # nodes > depths: trees

@@ -6,22 +6,18 @@ attention-only target and beside one, against plain decoding.
 What is checked: greedy parity for sampled k in 1..8; self-draft acceptance; the draft's
 cache after a roll-back equal array for array to one fed the kept tokens one at a time;
 a stop inside a block; follow-up prompts (back to the prompt's mark, or rebuilt); seeded
-sampling with a coupled draft; chains, token trees and the batcher; the CLI and server.
+sampling with a coupled draft; chains, token trees and the batcher (the CLI and the server:
+test_draft_model_hybrid_serve.py).
 """
 
-import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import mlx.core as mx
 import pytest
 from conftest import cached_tiny
-from hybrid_tiny import VOCAB, build, cached, save_dir
+from hybrid_tiny import VOCAB, build, cached
 from mlx.utils import tree_map
 from cache.test_recurrent import _arrays
 
-from specdec.backend import preload_env
 from specdec.cache.recurrent import RecurrentCache
 from specdec.cache.rollback import make_cache, prefill
 from specdec.core.sampling import SamplingParams
@@ -236,56 +232,10 @@ def test_a_hybrid_target_refuses_trees_from_a_hybrid_draft():
         run(cached("lfm2"), drafter=DraftModelDrafter(cached("lfm2")), tree_budget=4)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_dir("qwen3_next", tmp_path_factory.mktemp("hybrid_draft") / "qwen3_next")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", ["lfm2", "qwen3_next", "mamba2"])
-def test_generate_compare_with_a_hybrid_draft_model(arch, tmp_path):
-    """The CLI as a user runs it: the model as its own draft (acceptance > 0.9), and a
-    differently seeded model of the family (a "-b" variant: drafts mostly rejected)."""
-    target = save_dir(arch, tmp_path / "a")
-    variant = save_dir(arch, tmp_path / "b", seed=1)
-    for draft, accepted in ((target, 0.9), (variant, None)):
-        r = subprocess.run([sys.executable, "-m", "specdec", "generate", "--model", str(target),
-                            "--draft-type", "model", "--draft-model", str(draft),
-                            "--prompt", "abc abc abc abc abc abc", "--max-tokens", "32",
-                            "--compare", "--json", "--no-gate"],  # the gate's timed choices: host noise
-                           capture_output=True, text=True, env=preload_env(), timeout=300)
-        assert r.returncode == 0, r.stderr
-        out = json.loads(r.stdout)
-        assert out["parity"] is True, out
-        assert accepted is None or out["acceptance_rate"] > accepted, out
-
-
-@pytest.mark.slow
-def test_serve_with_a_hybrid_draft_model(model_dir):
-    """16 concurrent chats through ``specdec serve --draft-type model --draft-model DIR``
-    answer as plain decoding does, with drafts made."""
-    from serverproc import Server
-
-    prompts = ["abc abc abc abc", "one two one two one", "xyz xyz xy"]
-    server = Server("--model", str(model_dir), "--draft-type", "model", "--draft-model",
-                    str(model_dir), "--no-gate")
-    try:
-        with server.http() as http:
-            model = http.get("/v1/models").json()["data"][0]["id"]
-
-            def chat(p, spec):
-                r = http.post("/v1/chat/completions", json={
-                    "model": model, "messages": [{"role": "user", "content": p}], "max_tokens": 24,
-                    "temperature": 0, "speculative": spec})
-                assert r.status_code == 200, r.text
-                return r.json()
-
-            want = {p: chat(p, {"draft_type": "none"})["choices"][0]["message"]["content"] for p in prompts}
-            jobs = (prompts * 6)[:16]
-            with ThreadPoolExecutor(len(jobs)) as pool:
-                got = list(pool.map(lambda p: chat(p, None), jobs))
-        assert [g["choices"][0]["message"]["content"] for g in got] == [want[p] for p in jobs]
-        assert sum(g["usage"]["drafted_tokens"] for g in got) > 0
-        assert server.health()["status"] == "ok"
-    finally:
-        server.stop()
+# The CLI and the server with a hybrid draft: tests/drafters/test_draft_model_hybrid_serve.py
+# (`specdec generate --draft-model ... --compare` parity for qwen3_next, lfm2 and mamba2 with
+# near drafts, and `specdec serve` answering 16 concurrent chats as that CLI does). Its CLI runs
+# replaced this file's own `generate --compare` per family (a self draft and an unrelated one:
+# 6 processes, 22 s on CI; in-process, test_self_draft_is_accepted and
+# test_parity_partial_and_rejected hold those acceptances) and its server a self-drafting one
+# compared with draft_type none (6 s).
