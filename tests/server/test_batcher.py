@@ -27,7 +27,7 @@ from specdec.prompts import parity_prompts, short_questions
 from specdec.server.engine.batcher import Batcher
 from specdec.server.engine.prefill import CHUNK
 from specdec.server.config import ServerConfig
-from specdec.server.engine.events import DoneEvent, GenRequest, Job, TokenEvent
+from specdec.server.engine.events import DoneEvent, ErrorEvent, GenRequest, Job, TokenEvent
 from specdec.server.engine.kv_budget import Footprint, KVBudget
 from specdec.server.http.metrics import Metrics
 from specdec.server.engine.worker import InferenceWorker
@@ -478,3 +478,28 @@ def test_eight_requests_drafting_with_an_eagle_head_each_equal_their_solo_answer
                                                   max_tokens=4).tokens
         assert run.tokens(job) == solo[:4]
     assert sum(run.done(j).usage["drafted_tokens"] for j in jobs) > 0
+
+
+def test_a_row_that_fails_to_settle_gets_its_own_error_and_its_batchmates_finish(worker, monkeypatch):
+    """Settling a finished row (its prompt cache, the shared memory) may fail (a cache out of
+    step, as a rollback bug leaves it): that request gets its error and the row leaving in the
+    same round finishes as plain decoding; a raise there left both clients waiting forever
+    (seen with a planted recurrent-rewind bug: 16 chats hung for minutes)."""
+    from specdec.cache.prompt_cache import PromptCache
+
+    run = Rounds(worker, max_batch=2)
+    broken, fine = [run.submit(chat_ids(worker, q), 4, DraftSpec("none")) for q in short_questions(2)]
+    settle = PromptCache.settle
+
+    def settle_or_fail(self, sequence):
+        if list(sequence[:len(broken.request.prompt_ids)]) == broken.request.prompt_ids:
+            raise RuntimeError("prompt cache out of step (planted)")
+        settle(self, sequence)
+
+    monkeypatch.setattr(PromptCache, "settle", settle_or_fail)
+    states: list[set[str]] = []
+    run.finish(lambda: states.append({broken.state, fine.state}))
+    assert {"finished", "running"} not in states  # they left the batch in one round
+    assert isinstance(run.events[broken][-1], ErrorEvent) and len(run.tokens(broken)) == 4
+    assert run.done(fine).finish_reason == "length"
+    assert run.tokens(fine) == greedy(worker, fine.request.prompt_ids, 4)

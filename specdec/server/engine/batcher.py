@@ -125,7 +125,10 @@ class Batcher(Prefilling, WedlmRows):
                         done.append(i)
                 except Exception as e:  # noqa: BLE001 (its detokenizer, stop matcher...: its error)
                     failed[i] = e
-            self._end_rows(done, failed)
+            try:
+                self._end_rows(done, failed)
+            except Exception as e:  # noqa: BLE001 (leaving broke the batch: every row's error, not a hang)
+                self._fail_all(e)
 
     # -- admission and prefill -------------------------------------------------------------
 
@@ -215,9 +218,10 @@ class Batcher(Prefilling, WedlmRows):
             if i in failed:
                 self._failed(a, failed[i])
                 continue
-            self._store_finished(a, layers)
+            error = self._store_finished(a, layers)
             a.job.state = "finished"
-            a.job.emit(self.worker.done_event(a.job, a.req, a.started))
+            a.job.emit(self.worker.done_event(a.job, a.req, a.started) if error is None
+                       else self.worker.error_event(error))
 
     def _leave(self, rows: list[int]) -> list[tuple[Active, list[Any]]]:
         """Rows ``rows`` leave the batch together: each job with its cache layers."""
@@ -235,14 +239,26 @@ class Batcher(Prefilling, WedlmRows):
             if None in self.decoding else 0
         return list(zip(out, layers))
 
-    def _store_finished(self, a: Active, layers: list[Any] | None, ok: bool = True) -> None:
-        """The job's tokens go to the shared memory and its cache to the prefix store."""
+    def _store_finished(self, a: Active, layers: list[Any] | None, ok: bool = True) -> Exception | None:
+        """The job's cache goes to the prefix store and its tokens to the shared memory.
+        Never raises: what failed settling them (a cache out of step) is returned, that
+        request's error, with its cache emptied and its text kept out of the memory; the
+        rows leaving with it and the round go on (a raise here left its client and theirs
+        waiting forever)."""
         req = a.req
-        self.worker.commit(a.job.request, req.prompt_ids + req.tokens)
-        req.finish(ok, layers)
+        error = None
+        try:
+            req.finish(ok, layers)
+            self.worker.commit(a.job.request, req.prompt_ids + req.tokens)
+        except Exception as e:  # noqa: BLE001 (its request's error: see above)
+            log.exception("settling a finished request failed: its cache is dropped")
+            error = e
+            if req.prompt_cache is not None:
+                req.prompt_cache.reset()
         if req.prompt_cache is not None:
             self.worker.prefixes.put(req.prompt_cache)  # emptied after an error
             self.worker.metrics.on_prefix_store(self.worker.prefixes)
+        return error
 
     def _drop_cancelled(self) -> None:
         gone = [i for i, a in enumerate(self.decoding) if a is not None and a.job.cancelled.is_set()]
