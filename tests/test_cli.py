@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from specdec.backend import preload_env
+from specdec.prompts import parity_prompts
 
 
 def specdec(*args, input=None):
@@ -37,10 +38,16 @@ def test_generate_streams_text_from_stdin_and_stops():
     assert "mean acceptance length" in r.stderr
 
 
+# a code edit of ~150 tokens read from stdin, for the commands whose point is not the demo
+# prompt: the demo's ~480 are prefilled twice a run (plain and speculative), most of its CPU
+EDIT = parity_prompts()["code_shlex_quote"]
+
+
 @pytest.mark.slow
 def test_parity_command_reports_identical():
-    # 24 tokens: the demo edit echoes the prompt from its first line (48 decoded twice as many)
-    r = specdec("parity", "--json", "--max-tokens", "24", "--num-draft-tokens", "8")
+    # 24 tokens of a code edit that echoes its prompt (48 decoded twice as many)
+    r = specdec("parity", "--json", "--prompt", "-", "--max-tokens", "24", "--num-draft-tokens", "8",
+                input=EDIT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["verdict"] == "identical"
 
@@ -88,8 +95,8 @@ def test_a_seed_pins_sampled_tokens_whatever_the_drafter():
     run drafting with ngram then suffix (a chain: both drafters' offers accepted and rolled
     back) instead of a run each, which paid the start, the load and the plain run twice; each
     drafter alone: tests/decode/test_step_seeded.py::test_seeded_output_equals_plain_for_every_drafter."""
-    r = specdec("generate", "--compare", "--json", "--max-tokens", "32", "--temp", "0.8",
-                "--seed", "3", "--draft-type", "ngram,suffix")
+    r = specdec("generate", "--compare", "--json", "--prompt", "-", "--max-tokens", "32", "--temp",
+                "0.8", "--seed", "3", "--draft-type", "ngram,suffix", input=EDIT)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["parity"] is True and len(out["tokens"]) == 32

@@ -41,7 +41,9 @@ from specdec.core.sampling import Rng, SamplingParams, processed_probs
 
 V = 8  # target vocabulary: 512 joint outcomes of 3 tokens
 PROMPT = [1, 2, 3, 1, 2]  # repeats, so the n-gram drafter proposes from the first step
-N = 1000  # seeded requests per case (5-10 ms each)
+N = 800  # seeded requests per case (~10 CPU ms each); enough for the power checks below with
+# margin (measured at 800: plain vs T=0.7 p = 1.2e-8, the misreported q 4.4e-16, both < FAIL;
+# at 600 the first was 1e-5, a fail of the check; 1000 cost a quarter more for no check)
 K = 2  # draft tokens per step: 2 drafts + the bonus token are the 3 tokens compared
 PASS, FAIL = 1e-3, 1e-6  # p-value thresholds: exact cases pass above, broken ones fall below
 
@@ -144,7 +146,7 @@ CASES = {
 }
 
 
-# 1000 requests a case (~10 s each): the fast suite keeps the often-wrong point masses (ngram;
+# N requests a case (~8 s each): the fast suite keeps the often-wrong point masses (ngram;
 # a draft model's q: tests/core/test_sampling.py); the often-right argmax chain under top-p,
 # the q and the vocabulary-width cases run in the slow one
 SLOW_CASES = ("argmax-drafts", "draft-q-filtered", "wider-draft", "narrower-draft")
@@ -183,7 +185,7 @@ def test_sampled_token_trees_emit_the_exact_joint_distribution(params):
     assert p > PASS, f"token trees: first 3 tokens differ from plain sampling (p = {p:.2e})"
 
 
-# slow (1000 plain requests): the fast suite's ngram case above checks the same oracle
+# slow (N plain requests): the fast suite's ngram case above checks the same oracle
 # (exact_joint) against the engine's output; the full run keeps this check of the check
 @pytest.mark.slow
 def test_plain_sampling_matches_the_oracle_and_the_test_has_power():

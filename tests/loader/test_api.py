@@ -26,7 +26,7 @@ import mlx.nn as nn  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 from gguf.quants import quantize as gguf_quantize  # noqa: E402
-from conftest import INSTALL_PEERS, requires, requires_model  # noqa: E402
+from conftest import INSTALL_PEERS, real_model, requires, requires_model  # noqa: E402
 from mlx.utils import tree_flatten, tree_unflatten  # noqa: E402
 
 from specdec.loader import ModelLoadError, load, packaged_gguf_path  # noqa: E402
@@ -388,19 +388,21 @@ def greedy(model, tok, prompt: str, n: int = 24) -> str:
     return generate(model, tok, prompt, max_tokens=n)
 
 
+# the session's loads (conftest.real_model: the same load(name), shared with every module
+# that runs these models, e.g. tests/parity, test_kv_budget): a Gemma or Qwen load is seconds
 @pytest.fixture(scope="module")
 def smollm2():
-    return load("smollm2-135m")
+    return real_model("smollm2-135m")
 
 
 @pytest.fixture(scope="module")
 def gemma3():
-    return load("gemma3-270m")
+    return real_model("gemma3-270m")
 
 
 @pytest.fixture(scope="module")
 def qwen05():
-    return load("qwen2.5-coder-0.5b")
+    return real_model("qwen2.5-coder-0.5b")
 
 
 def _chat(tok, text: str) -> str:

@@ -25,20 +25,36 @@ def model_dir(tmp_path_factory):
     return save_dir("qwen3_next", tmp_path_factory.mktemp("hybrid") / "qwen3_next")
 
 
-@pytest.mark.parametrize("arch,draft_type", [("qwen3_next", "ngram"), *(
-    pytest.param(*p, marks=pytest.mark.slow)  # a subprocess each (~4 s): one case stays fast
-    for p in (("qwen3_next", "suffix"), ("lfm2", "suffix"), ("mamba2", "ngram")))])
-def test_generate_compare_reports_parity(model_dir, tmp_path, arch, draft_type):
+def specdec_cli(capsys, process: bool, *argv: str) -> tuple[int, str, str]:
+    """``specdec ARGV``: (exit status, stdout, stderr). ``process``: the real ``python -m
+    specdec``; else ``cli.main`` (which it exits with) in this process, without the process's
+    ~3.5 CPU s of imports. One case of each test below runs the real process."""
+    if process:
+        r = subprocess.run([sys.executable, "-m", "specdec", *argv], capture_output=True, text=True,
+                           env=preload_env(), timeout=300)
+        return r.returncode, r.stdout, r.stderr
+    from specdec.cli import main
+
+    capsys.readouterr()
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("arch,draft_type,process", [
+    ("qwen3_next", "ngram", True), ("qwen3_next", "suffix", False), ("lfm2", "suffix", False),
+    ("mamba2", "ngram", False)])
+def test_generate_compare_reports_parity(model_dir, tmp_path, capsys, arch, draft_type, process):
     path = model_dir if arch == "qwen3_next" else save_dir(arch, tmp_path / arch)
-    r = subprocess.run([sys.executable, "-m", "specdec", "generate", "--model", str(path),
-                        "--prompt", "abc abc abc abc abc abc", "--max-tokens", "32", "--compare",
-                        # the gate off: its timed choices on a tiny model are host noise, and
-                        # the test is that drafts are accepted and rolled back exactly
-                        "--json", "--draft-type", draft_type, "--no-gate"],
-                       capture_output=True, text=True, env=preload_env(), timeout=300)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert out["parity"] is True and out["acceptance_rate"] > 0, out
+    code, out, err = specdec_cli(
+        capsys, process, "generate", "--model", str(path), "--prompt", "abc abc abc abc abc abc",
+        "--max-tokens", "32", "--compare",
+        # the gate off: its timed choices on a tiny model are host noise, and the test is
+        # that drafts are accepted and rolled back exactly
+        "--json", "--draft-type", draft_type, "--no-gate")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["parity"] is True and result["acceptance_rate"] > 0, result
 
 
 @pytest.fixture(scope="module")
@@ -117,15 +133,15 @@ def test_a_model_that_cannot_roll_back_serves_plain(caplog):
     assert isinstance(w.drafter_for(None), NoDrafter)
 
 
-@pytest.mark.parametrize("argv", [["serve", "--draft-tree-budget", "4", "--port", "1"], *(
-    pytest.param(a, marks=pytest.mark.slow)  # a subprocess each (~4 s): one case stays fast
-    for a in (["generate", "--draft-tree-budget", "4", "--prompt", "abc"],
-              ["generate", "--draft-tree-budget", "auto", "--prompt", "abc"]))])
-def test_tree_flags_on_a_hybrid_are_refused_at_start(model_dir, argv):
+@pytest.mark.parametrize("argv,process", [
+    (["serve", "--draft-tree-budget", "4", "--port", "1"], True),
+    (["generate", "--draft-tree-budget", "4", "--prompt", "abc"], False),
+    (["generate", "--draft-tree-budget", "auto", "--prompt", "abc"], False)])
+def test_tree_flags_on_a_hybrid_are_refused_at_start(model_dir, capsys, argv, process):
     """Issue #35: token trees on a hybrid target stop with the one message saying what to do
     (``auto`` crashed measuring a tree step; ``serve`` started and failed every request; it
-    is refused before it listens: port 1 is never bound)."""
-    r = subprocess.run([sys.executable, "-m", "specdec", argv[0], "--model", str(model_dir), *argv[1:]],
-                       capture_output=True, text=True, env=preload_env(), timeout=120)
-    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
-    assert "recurrent layers (hybrids): use linear drafts (--draft-tree-budget 0)" in r.stderr
+    is refused before it listens: port 1 is never bound). In process, an exception
+    escaping ``main`` fails the test as the process's traceback would."""
+    code, _, err = specdec_cli(capsys, process, argv[0], "--model", str(model_dir), *argv[1:])
+    assert code != 0 and "Traceback" not in err, err
+    assert "recurrent layers (hybrids): use linear drafts (--draft-tree-budget 0)" in err
