@@ -8,8 +8,7 @@ their slots until leaving pays. Each job is a ``decode.request.Request``, or wit
 settings (``--decoder wedlm``) a window of WeDLM's lossy decoder (``wedlm_rows``); a job's
 failure is its own error, a failed step fails the running jobs with 500 and the thread keeps
 serving. Prefill is ``prefill``; a row and what it needs of its worker, ``rows``.
-Tests: tests/server/test_batcher.py, tests/server/test_wedlm_batcher.py. Measurements and the contract in full:
-docs/batching-and-server.md#the-batcher."""
+Tests: tests/server/test_batcher.py, tests/server/test_wedlm_batcher.py; docs/batching-and-server.md#the-batcher."""
 
 from __future__ import annotations
 
@@ -240,13 +239,10 @@ class Batcher(Prefilling, WedlmRows):
         return list(zip(out, layers))
 
     def _store_finished(self, a: Active, layers: list[Any] | None, ok: bool = True) -> Exception | None:
-        """The job's cache goes to the prefix store and its tokens to the shared memory.
-        Never raises: what failed settling them (a cache out of step) is returned, that
-        request's error, with its cache emptied and its text kept out of the memory; the
-        rows leaving with it and the round go on (a raise here left its client and theirs
-        waiting forever)."""
-        req = a.req
-        error = None
+        """The job's cache goes to the prefix store and its tokens to the shared memory. Never
+        raises (its client and its batchmates' would wait forever): a failure (a cache out of
+        step) is returned, that request's error, its cache emptied and its text not stored."""
+        req, error = a.req, None
         try:
             req.finish(ok, layers)
             self.worker.commit(a.job.request, req.prompt_ids + req.tokens)
