@@ -153,6 +153,11 @@ def _cache_path(name: str, cache_dir: str | Path | None) -> Path:
     return root / "cost" / f"{name}.json"
 
 
+def cost_cache_file(name: str) -> Path:
+    """The JSON file ``name`` under the cost cache ($SPECDEC_CACHE_DIR/cost, read at each call)."""
+    return _cache_path(name, None)
+
+
 def _store(path: Path, value: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")

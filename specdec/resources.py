@@ -20,7 +20,7 @@ from .drafters.spec import DraftResources, DraftSpec, ngram_mod_table
 from .eagle.io import load_head
 from .eagle.mtp import load_for
 from .loader import load
-from .measure import cost_curve_for, draft_cost_for
+from .measure import cost_cache_file, cost_curve_for, draft_cost_for
 from .policy.build import build_policy
 from .policy.drafting import DecodePolicy
 from .policy.learnt import LearntCurves
@@ -65,8 +65,9 @@ def prepare_resources(spec: DraftSpec, model: Model, tokenizer: Any, *, dtype: s
 
 
 # a library process's cost gates (calls to generate / stream_generate, a CLI run), as its ngram-mod
-# table is process-wide (drafters.shared_ngram_mod_table); a server and a bench own their own
-LIBRARY_LEARNT = LearntCurves()
+# table is process-wide (drafters.shared_ngram_mod_table); a server and a bench own their own. The
+# pipelined saving (the machine's) is kept beside the cached curves for the next process
+LIBRARY_LEARNT = LearntCurves(store=cost_cache_file)
 
 
 def resources_for(spec: DraftSpec, model: Model | None, tokenizer: Any, *,

@@ -152,6 +152,10 @@ class CostGate(AdaptiveK):
         if self._paused and self.peeks and self._ratio_seen:  # the saving is measured (carried)
             self._priced_start(prompt_ids)
 
+    def end(self, tokens: Sequence[int]) -> None:
+        self.memory.keep()  # the pipelined saving, for the next process on this curve
+        super().end(tokens)
+
     def _priced_start(self, prompt_ids: Sequence[int]) -> None:
         """Price the prompt's offer as ``watch`` prices a paused token's, and draft it at the first
         step where drafting it a token late would lose more than a pipelined token saves (the

@@ -6,6 +6,11 @@ every gate priced on that curve (``CostGate(memory=)``); ``LearntCurves.on(cost)
 ``Learnt`` for a curve (equal curves, one object), at most ``LearntCurves.limit`` curves kept.
 Nothing here is process-global: whoever serves requests owns a ``LearntCurves`` and passes it in
 ``DraftResources.learnt`` (a server, a bench run, a library process: ``resources.resources_for``).
+The pipelined saving is the machine's, like the curve: a ``LearntCurves`` given a ``store`` (a
+file per curve: the library's and a server's, beside the cached curves) starts each curve from the
+ratio the last process kept and keeps its own at each request's end (``Learnt.keep``), so a
+process's first request (every ``specdec generate`` call) starts as later ones do (docs/gate.md,
+"Reading a trace": translation-181 started paused, 15 steps against ungated's 13).
 Why (issue #46): a request learnt both alone, and an answer of a dozen tokens ends before either
 is measured: its first offers were priced on the prior, and it started paused into pipelined
 steps that save nothing on this CPU (translation-181: ``P P P L`` where ungated drafts at once).
@@ -14,11 +19,19 @@ Tests: tests/drafters/test_gate_live.py, tests/policy/test_learnt.py.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Mapping
+from pathlib import Path
+from typing import Callable, Mapping
 
+from ..core.persist import atomic_write
 from .offers import OfferModel
+
+log = logging.getLogger(__name__)
+KEPT_SEEN = 10  # a kept ratio counts as this many samples at most: live steps still move it
 
 
 @dataclass
@@ -33,6 +46,18 @@ class Learnt:
     ratio: float = 1.0
     seen: int = 0
     offers: dict[tuple[str, int], OfferModel] = field(default_factory=dict)
+    path: Path | None = None  # where ``ratio`` is kept across processes (None: this process's)
+    kept: int = 0  # ``seen`` when last kept or read
+
+    def keep(self) -> None:
+        """Write ``ratio`` to ``path`` if it learnt since it was last kept or read (a request's
+        end: ``gate.CostGate.end``); the text's offers stay in memory."""
+        if self.path is None or self.seen == self.kept:
+            return
+        value = json.dumps({"ratio": self.ratio, "seen": min(self.seen, KEPT_SEEN)}).encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(self.path), lambda f: f.write(value))
+        self.kept = self.seen
 
     def offers_for(self, drafter: str, k_max: int, prior: float, decay: float) -> OfferModel:
         """The offer model every gate over ``drafter`` (its name) with ``k_max`` on this curve
@@ -48,10 +73,10 @@ class LearntCurves:
     curve is measured and cached per both). A server prices on a provisional curve while it
     calibrates (a new one every few rounds): the least recently used are dropped past ``limit``."""
 
-    def __init__(self, limit: int = 16):
+    def __init__(self, limit: int = 16, store: Callable[[str], Path] | None = None):
         if limit < 1:
             raise ValueError(f"LearntCurves(limit={limit}): keep at least one curve")
-        self.limit = limit
+        self.limit, self.store = limit, store  # store: a file name -> its path (None: keep none)
         self._by_curve: OrderedDict[tuple[tuple[int, float], ...], Learnt] = OrderedDict()
 
     def on(self, cost: Mapping[int, float]) -> Learnt:
@@ -62,8 +87,25 @@ class LearntCurves:
         else:
             if len(self._by_curve) >= self.limit:
                 self._by_curve.popitem(last=False)
-            self._by_curve[key] = Learnt()
+            self._by_curve[key] = self._kept(key)
         return self._by_curve[key]
+
+    def _kept(self, key: tuple[tuple[int, float], ...]) -> Learnt:
+        """A curve's new memory: the pipelined ratio kept for it by the last process, if any."""
+        if self.store is None:
+            return Learnt()
+        path = self.store(f"pipelined-{hashlib.sha256(repr(key).encode()).hexdigest()[:16]}")
+        if not path.exists():
+            return Learnt(path=path)
+        try:
+            value = json.loads(path.read_text())
+            ratio, seen = float(value["ratio"]), min(int(value["seen"]), KEPT_SEEN)
+            if not (0.0 < ratio < 10.0 and seen > 0):
+                raise ValueError(f"ratio {ratio}, seen {seen}")
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            log.warning("%s is unreadable (%s): the pipelined saving is measured again", path, exc)
+            return Learnt(path=path)
+        return Learnt(ratio=ratio, seen=seen, path=path, kept=seen)
 
     def __len__(self) -> int:
         return len(self._by_curve)

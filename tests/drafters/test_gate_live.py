@@ -5,7 +5,7 @@ what a paused token's ask costs stays inside the shadow budget."""
 from specdec.drafters import Drafter, Proposal
 from specdec.policy.drafting import StepTime
 from specdec.policy.gate import SHADOW_SHARE, CostGate
-from specdec.policy.learnt import Learnt
+from specdec.policy.learnt import KEPT_SEEN, Learnt, LearntCurves
 
 CPU = {L: 1.0 + 0.12 * (L - 1) for L in range(1, 18)}  # this CPU: cost(5) ~ 1.5 x cost(1)
 
@@ -244,3 +244,50 @@ def test_a_short_answer_whose_first_offer_is_right_drafts_it_at_its_first_step()
     assert steps(fresh, out)[0] == "P"
     saves = CostGate(Script(offers), CPU, k_max=8, clock=Clock(), memory=Learnt(ratio=0.8, seen=6))
     assert steps(saves, out)[0] == "P"
+
+
+def test_the_next_process_starts_from_the_kept_pipelined_saving(tmp_path):
+    """A process's first request (every ``specdec generate`` call) started paused, the saving
+    unmeasured (docs/gate.md, "Reading a trace": translation-181 15 steps, ungated 13). The
+    library's ``LearntCurves`` keeps the measured saving beside the cached curves at each
+    request's end (``CostGate.end``), so the next process's first request drafts the prompt's
+    right offer at its first step, as a request after a measured one does; without the store,
+    or before anything was measured, it still starts paused."""
+    def store(name):
+        return tmp_path / f"{name}.json"
+
+    out, offers = [7, 8, 9, 5, 6, 4, 3, 2], {3: [7, 8, 9]}
+    clock = Clock()
+    measured = CostGate(Offering(150), CPU, k_max=8, clock=clock, memory=LearntCurves(store=store).on(CPU))
+    assert steps(CostGate(Script(offers), CPU, k_max=8, clock=Clock(),
+                          memory=LearntCurves(store=store).on(CPU)), out)[0] == "P"  # nothing kept yet
+    answer(measured, clock, 150, 600)
+    measured.end([1, 2, 3])
+    assert measured.memory.seen > 0 and len(list(tmp_path.iterdir())) == 1
+    after = LearntCurves(store=store).on(CPU)  # the next process, the same curve
+    assert (after.ratio, after.seen) == (measured.memory.ratio, measured.memory.seen)
+    assert steps(CostGate(Script(offers), CPU, k_max=8, clock=Clock(), memory=after), out)[0] in ("D1a1", "D2a2", "D3a3")
+    assert steps(CostGate(Script(offers), CPU, k_max=8, clock=Clock(),
+                          memory=LearntCurves().on(CPU)), out)[0] == "P"  # no store: nothing carried
+
+
+def test_a_kept_saving_is_written_only_when_learnt_and_an_unreadable_one_is_measured_again(tmp_path, caplog):
+    """``Learnt.keep`` writes nothing when nothing was learnt since the file was read; a torn or
+    foreign file is said (a warning naming it) and measured again, never trusted."""
+    def store(name):
+        return tmp_path / f"{name}.json"
+
+    first = LearntCurves(store=store).on(CPU)
+    first.keep()
+    assert not list(tmp_path.iterdir())  # nothing measured: nothing kept
+    first.ratio, first.seen = 0.97, 37
+    first.keep()
+    (path,) = tmp_path.iterdir()
+    again = LearntCurves(store=store).on(CPU)
+    assert (again.ratio, again.seen) == (0.97, KEPT_SEEN)  # capped: live steps still move it
+    path.write_text('{"ratio": 0.5}')  # not ours: no sample count
+    again.keep()  # read, not learnt since: left alone
+    assert path.read_text() == '{"ratio": 0.5}'
+    with caplog.at_level("WARNING"):
+        cold = LearntCurves(store=store).on(CPU)
+    assert (cold.ratio, cold.seen) == (1.0, 0) and str(path) in caplog.text
