@@ -51,13 +51,19 @@ class Learnt:
 
     def keep(self) -> None:
         """Write ``ratio`` to ``path`` if it learnt since it was last kept or read (a request's
-        end: ``gate.CostGate.end``); the text's offers stay in memory."""
+        end: ``gate.CostGate.end``); the text's offers stay in memory. A cache that cannot be
+        written is said (a warning naming it) and does not fail the request, whose output stands."""
         if self.path is None or self.seen == self.kept:
             return
         value = json.dumps({"ratio": self.ratio, "seen": min(self.seen, KEPT_SEEN)}).encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(str(self.path), lambda f: f.write(value))
-        self.kept = self.seen
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(str(self.path), lambda f: f.write(value))
+        except OSError as exc:
+            log.warning("could not keep the pipelined saving in %s (%s): the next process measures "
+                        "it again; check that the cost cache ($SPECDEC_CACHE_DIR) is writable",
+                        self.path, exc)
+        self.kept = self.seen  # said once per learning, not at every request's end
 
     def offers_for(self, drafter: str, k_max: int, prior: float, decay: float) -> OfferModel:
         """The offer model every gate over ``drafter`` (its name) with ``k_max`` on this curve

@@ -291,3 +291,15 @@ def test_a_kept_saving_is_written_only_when_learnt_and_an_unreadable_one_is_meas
     with caplog.at_level("WARNING"):
         cold = LearntCurves(store=store).on(CPU)
     assert (cold.ratio, cold.seen) == (1.0, 0) and str(path) in caplog.text
+
+
+def test_a_cache_that_cannot_be_written_is_said_and_the_request_ends(tmp_path, caplog):
+    """A request's end keeps the saving; where the cost cache cannot be written (here its
+    directory is a file) that is a warning naming the file, not an error of the request."""
+    blocked = tmp_path / "cost"
+    blocked.write_text("")
+    memory = LearntCurves(store=lambda name: blocked / f"{name}.json").on(CPU)
+    memory.ratio, memory.seen = 0.97, 4
+    with caplog.at_level("WARNING"):
+        CostGate(Offering(150), CPU, k_max=8, clock=Clock(), memory=memory).end([1, 2, 3])
+    assert str(blocked) in caplog.text and memory.kept == 4
