@@ -7,10 +7,11 @@ every gate priced on that curve (``CostGate(memory=)``); ``LearntCurves.on(cost)
 Nothing here is process-global: whoever serves requests owns a ``LearntCurves`` and passes it in
 ``DraftResources.learnt`` (a server, a bench run, a library process: ``resources.resources_for``).
 The pipelined saving is the machine's, like the curve: a ``LearntCurves`` given a ``store`` (a
-file per curve beside the cached curves: the library's; a server and a bench keep none) starts each curve from the
-ratio the last process kept and keeps its own at each request's end (``Learnt.keep``), so a
-process's first request (every ``specdec generate`` call) starts as later ones do (docs/gate.md,
-"Reading a trace": translation-181 started paused, 15 steps against ungated's 13).
+file per curve beside the cached curves: the library's; a server and a bench keep none) starts
+each curve from the ratio the last process kept and keeps its own at each request's end
+(``Learnt.keep``), so a process's first request (every ``specdec generate`` call) starts as
+later ones do (docs/gate.md, "Reading a trace": translation-181 started paused, 15 steps against
+ungated's 13).
 Why (issue #46): a request learnt both alone, and an answer of a dozen tokens ends before either
 is measured: its first offers were priced on the prior, and it started paused into pipelined
 steps that save nothing on this CPU (translation-181: ``P P P L`` where ungated drafts at once).
