@@ -51,17 +51,13 @@ FRESH = math.ceil(1 / RATIO_WEIGHT)
 
 @dataclass(frozen=True)
 class Guess:
-    """A pending guess, counted once the context shows its fate (``CostGate._score``): ``tokens``
-    guessed from context length ``start`` on, made in ``state`` (what the drafts before did:
-    REJECTED, ACCEPTED, RUN) by ``member`` (``CostGate._seat``); ``offer``: a priced offer's
-    length (counted on the offer model: ``offers.OfferModel``), None for a shadow guess (counted
-    on the slot counts by state)."""
+    """A pending guess, counted once the context shows its fate (``CostGate._score``)."""
 
-    start: int
+    start: int  # the context length it guesses from
     tokens: tuple[int, ...]
-    state: int
-    member: str
-    offer: int | None = None
+    state: int  # what the drafts before did (REJECTED, ACCEPTED, RUN) when it was made
+    member: str  # the proposer that made it (``CostGate._seat``)
+    offer: int | None = None  # a priced offer's length (``offers.OfferModel``); None: a shadow guess
 
 
 class CostGate(AdaptiveK):
@@ -91,6 +87,7 @@ class CostGate(AdaptiveK):
         self.plain_ratio = self.memory.ratio
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
         self._plain_since_verify = FRESH  # plain tokens timed since the last verify step
+        self._fill: float | None = None  # a stretch's first token's ratio, priced with its landing
         self._ratio_seen = self.memory.seen  # plain tokens ``plain_ratio`` learnt from (``pipelines``)
         self._late = LateLoss(decay)  # what late drafts lose where the gate did not draft (``pipelines``)
         self._resumed = -1  # the context length at which ``watch`` last resumed
@@ -260,9 +257,7 @@ class CostGate(AdaptiveK):
                       scale=self.scale, plain=self.plain_seconds(), hit=self.hit)
 
     def describe(self) -> dict:
-        """What the gate knows now, for a trace (``decode.trace``): paused, the state its
-        estimates are read in, probe steps left, per-slot acceptance, hit rate, scale, the
-        price of a plain token and the pending shadow guess's length."""
+        """What the gate knows now, for a trace (``decode.trace``: ``Gated``'s fields)."""
         # a host drafter's drafts are priced on its last offer (``offer`` tokens; it exists)
         peek = self.peeks and not self._trees
         accept = self.offer_acceptance(self._last_offer) if peek else self.acceptance()
@@ -273,8 +268,7 @@ class CostGate(AdaptiveK):
                 "guess": len(self._guess.tokens) if self._guess is not None else 0}
 
     def plain_seconds(self) -> float:
-        """What a pipelined plain token costs now: never above a one-token verify step
-        (the ratio is learnt from noisy samples, unclipped so that it is not biased low)."""
+        """A pipelined plain token now, never above a one-token verify step (learnt unclipped)."""
         return self.cost[1] * self.scale * min(self.plain_ratio, 1.0)
 
     def _choose(self, k: int) -> int:
@@ -473,16 +467,21 @@ class CostGate(AdaptiveK):
             self._timed.add(block)  # a shape's first run compiles and warms up
             return
         lo, hi = RATIO_CLIP
+        ratio = seconds / (self.cost[1] * self.scale)  # unclipped at 1 (``plain_seconds`` is cut)
+        # a stretch's first token also waits for the next where the queue runs at once (this CPU),
+        # its landing (resumed) for none: a pair (the first alone read a pipelined token ~10 % dear)
+        if block == 0 and not self._paused:
+            if self._fill is not None:
+                self._plain_sample(min(max((self._fill + ratio) / 2, lo), hi), 2)
+            self._fill = None
+            return
         if block == 0 and self._plain_since_verify < FRESH:
             # the scale was just seen: what a plain token saves beside it is pipelining
             self._plain_since_verify += 1
-            # unclipped at 1: a noisy ratio cut at 1 sample by sample reads low (the price is
-            # cut instead: ``plain_seconds``)
-            seen = min(max(seconds / (self.cost[1] * self.scale), lo), hi)
-            # a running mean until the EMA's horizon: the prior (1) is no sample
-            self._ratio_seen += 1
-            self.plain_ratio += max(1 / self._ratio_seen, RATIO_WEIGHT) * (seen - self.plain_ratio)
-            self.memory.ratio, self.memory.seen = self.plain_ratio, self._ratio_seen
+            if self._plain_since_verify == 1:
+                self._fill = ratio
+            else:
+                self._plain_sample(min(max(ratio, lo), hi), 1)
             return
         if block == 0:  # a stale scale: the machine's speed moved verify and plain alike
             predicted = self.cost[1] * self.plain_ratio
@@ -492,3 +491,10 @@ class CostGate(AdaptiveK):
             predicted = self.cost[block] + draft_seconds(drafted, block - 1)
         seen = min(max(seconds / predicted, lo), hi)
         self.scale += RATIO_WEIGHT * (seen - self.scale)
+
+    def _plain_sample(self, ratio: float, tokens: int) -> None:
+        """``tokens`` pipelined tokens took ``ratio`` of a verify step each (the prior is no sample)."""
+        for _ in range(tokens):
+            self._ratio_seen += 1
+            self.plain_ratio += max(1 / self._ratio_seen, RATIO_WEIGHT) * (ratio - self.plain_ratio)
+        self.memory.ratio, self.memory.seen = self.plain_ratio, self._ratio_seen
