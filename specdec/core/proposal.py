@@ -2,9 +2,11 @@
 
 A ``Proposal`` is a tree in topological order: ``tokens[i]`` hangs below ``parents[i]``
 (``-1`` = the root, the last context token; ``parents=None`` = a linear chain); ``q`` is each
-token's draft distribution, ``None`` for point masses. Tests: tests/core/test_proposal.py,
-tests/decode/test_step.py,
-tests/decode/test_tree_attention.py.
+token's draft distribution, ``None`` for point masses; ``support``, where a drafter can say it,
+the share of the evidence behind its first token (the suffix drafter's: of the match's earlier
+occurrences, those the token followed), read by the cost gate (``policy.offers.grade``).
+Tests: tests/core/test_proposal.py, tests/decode/test_step.py, tests/decode/test_tree_attention.py,
+tests/drafters/test_suffix.py (``support``).
 
     >>> t = Proposal([5, 6, 8], parents=(-1, 0, 0))   # 5 -> 6 and 5 -> 8: two branches
     >>> t.is_linear, t.depth, t.path(2)
@@ -24,12 +26,14 @@ class Proposal:
     tokens: tuple[int, ...] = ()
     q: mx.array | None = None  # mx.array (len(tokens), V) for sampled drafts; None = point masses
     parents: tuple[int, ...] | None = None  # None = linear chain
+    support: float | None = None  # 0..1: the evidence behind the first token (None: not said)
 
     def __init__(self, tokens: Sequence[int] = (), q: mx.array | None = None,
-                 parents: Sequence[int] | None = None):
+                 parents: Sequence[int] | None = None, support: float | None = None):
         object.__setattr__(self, "tokens", tuple(int(t) for t in tokens))
         object.__setattr__(self, "q", q)
         object.__setattr__(self, "parents", None if parents is None else tuple(parents))
+        object.__setattr__(self, "support", support)
         self._check()
 
     def _check(self) -> None:

@@ -21,6 +21,7 @@ from typing import IO, Any, Iterator
 from ..policy.adaptive import draft_seconds, expected_tokens
 from ..policy.drafting import DecodePolicy
 from ..policy.gate import CostGate
+from ..policy.learnt import shape_at
 from .step import Step
 
 _ACTIVE: ContextVar["Tracer | None"] = ContextVar("specdec_trace", default=None)
@@ -55,6 +56,7 @@ class Gated:
     hit: float | None = None  # how often the drafter proposes anything
     scale: float | None = None  # observed / predicted verify step
     plain_s: float | None = None  # predicted pipelined plain token
+    shape: dict[int, float] = field(default_factory=dict)  # a drafted step's over the curve's, by length
     guess: int = 0  # tokens of the pending shadow guess
 
 
@@ -115,7 +117,7 @@ def _predicted(gate: CostGate, before: Gated, k: int, plain: bool) -> dict[str, 
     if plain and before.plain_s is not None:
         return {"predicted_s": round(before.plain_s, 6), "expected": 1.0}
     hit = before.hit if before.hit is not None else 1.0
-    verify = gate.cost.get(k + 1, float("nan"))
+    verify = gate.cost.get(k + 1, float("nan")) * shape_at(before.shape, k + 1)
     seconds = verify * (before.scale or 1.0) + draft_seconds(gate.draft_cost, k)
     return {"predicted_s": round(seconds, 6),
             "expected": round(hit * expected_tokens(before.accept, k) + 1 - hit, 3),

@@ -112,6 +112,12 @@ class SuffixAutomaton:
             matched = self.length[state]
         return (state, matched) if state else (0, 0)
 
+    def share(self, state: int, tok: int) -> float:
+        """Of the occurrences of ``state``'s strings followed by a token, the share ``tok`` followed
+        (counts capped at ``count_cap``)."""
+        counts = [self.count[t] for k, t in self.next[state].items() if k >= 0]
+        return self.count[self.next[state][tok]] / max(sum(counts), 1)
+
     def continuation(self, state: int, n: int, eos: frozenset[int] | set[int]) -> list[int]:
         """Up to ``n`` tokens following the most frequent transitions from ``state``."""
         nxt, count, first = self.next, self.count, self.first
@@ -319,12 +325,18 @@ class SuffixIndex:
         return live_len, self.live, live_state
 
     def lookup(self, k: int, alpha: float = DEFAULT_ALPHA, eos: Iterable[int] = ()) -> list[int]:
+        return list(self.offer(k, alpha, eos).tokens)
+
+    def offer(self, k: int, alpha: float = DEFAULT_ALPHA, eos: Iterable[int] = ()) -> Proposal:
+        """``lookup``'s tokens with their support: the share of the match's occurrences that the
+        first token followed."""
         m, automaton, state = self.match()
         n = draft_length(m, k, alpha)
         if n == 0:
-            return []
+            return Proposal()
         eos = eos if isinstance(eos, frozenset) else frozenset(eos)
-        return automaton.continuation(state, n, eos)
+        tokens = automaton.continuation(state, n, eos)
+        return Proposal(tokens, support=automaton.share(state, tokens[0]) if tokens else None)
 
 
 class SuffixDrafter(Drafter):
@@ -372,7 +384,7 @@ class SuffixDrafter(Drafter):
 
     def propose(self, context: Sequence[int], k: int) -> Proposal:
         self.index.extend(context[len(self.index.tokens) :])  # the context only grows
-        return Proposal(self.index.lookup(k, self.alpha, self.eos))
+        return self.index.offer(k, self.alpha, self.eos)
 
     def propose_tree(self, context: Sequence[int], k: int, budget: int) -> Proposal:
         """The most probable continuations of the match, best first (``suffix_tree``)."""

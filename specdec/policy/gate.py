@@ -7,19 +7,17 @@ threshold; steps are timed on ``clock`` (wall time from one step's end to the ne
 plain and verify steps carry the host work between them alike). A host drafter (guesses
 while paused, a proposal's cost independent of its length: suffix, n-gram) is asked for its
 full offer every paused token (within ``SHADOW_SHARE``), and the offer is cut to the k its
-price pays for, priced on the acceptance of offers of that length (``offers.OfferModel``:
-each length its own, never below a shorter offer's, averaged with its refinement by what the
-drafts before did as well as each predicts; a chain's: each proposing member its own, and
-its own state); the draft and the slot after it are counted once the context shows them.
-Other drafters (and
-trees) are priced on the acceptance by what the drafts before did and resume on a shadow
-guess that came true (a drafter that cannot guess while paused, WeDLM's, is probed instead:
-two verify steps). k* = 0 pauses it (plain, pipelined steps; a host drafter's gate keeps to
-one-token verify steps instead where what a pipelined token saves is less than what drafting
-its offers a token late loses: ``pipelines``; the saving, measured, is carried from request to
-request on one curve with the acceptance of its offers: ``learnt.Learnt``; the offer's price
-and what a late draft loses: ``offer_price``). Forced grammar tokens are
-always proposed. Output never changes: a paused step is a plain step.
+price pays for, priced on the acceptance of offers of its grade and length (``offers``; a
+chain's: each proposing member its own, and its own state); the draft and the slot after it
+are counted once the context shows them.
+Other drafters (and trees) are priced on the acceptance by what the drafts before did and
+resume on a shadow guess that came true (a drafter that cannot guess while paused, WeDLM's,
+is probed instead: two verify steps). k* = 0 pauses it (plain, pipelined steps; a host
+drafter's gate keeps to one-token verify steps instead where what a pipelined token saves is
+less than what drafting its offers a token late loses: ``pipelines``; the saving and each
+length's step shape, measured, are carried from request to request on one curve with the
+acceptance of offers: ``learnt.Learnt``; the offer's price and what a late draft loses:
+``offer_price``). Forced grammar tokens are always proposed. Output never changes.
 Tests: tests/drafters/test_gate.py, test_gate_live.py, test_chain.py. The pricing in full:
 docs/gate.md#the-cost-gate; why offers and the wall clock: lab/gate-trace."""
 
@@ -34,8 +32,9 @@ from ..core.proposal import EMPTY, Proposal
 from ..drafters.base import Drafter
 from .adaptive import AdaptiveK, SlotCounts, best_k, draft_seconds
 from .drafting import StepTime
-from .learnt import Learnt
+from .learnt import Learnt, shape_at
 from .offer_price import LateLoss, StepPrices
+from .offers import grade
 
 SHADOW_SHARE = 1 / 16  # at most this share of plain decoding's time goes to shadow guesses
 RATIO_WEIGHT = 0.1  # EMA weight of one observed step time (observed / predicted)
@@ -58,6 +57,7 @@ class Guess:
     state: int  # what the drafts before did (REJECTED, ACCEPTED, RUN) when it was made
     member: str  # the proposer that made it (``CostGate._seat``)
     offer: int | None = None  # a priced offer's length (``offers.OfferModel``); None: a shadow guess
+    grade: int = 0  # a priced offer's grade (``offers.grade``)
 
 
 class CostGate(AdaptiveK):
@@ -71,19 +71,16 @@ class CostGate(AdaptiveK):
         # what requests before learnt on this curve (None: this gate's alone, from nothing)
         self.memory = memory if memory is not None else Learnt()
         self.timed = timed  # learn from step_time (False: the curve alone prices steps)
-        # every step is timed on one clock, from the last step's end to its own (``took``):
-        # a plain token's wait alone left out the host work its pipelining overlaps (the
-        # offer's pricing, the caller's), and priced it at 0.64-0.76 of a one-token verify
-        # step where the bench's wall clock reads ~1.0 (lab/gate-trace: the live step clock)
+        # every step is timed on one clock, from the last step's end to its own (``took``): a
+        # plain token's wait alone left out the host work its pipelining overlaps (lab/gate-trace)
         self.clock, self.learnt_s = clock, 0.0
         self._last_end: float | None = None  # when the last step ended (None: none yet)
         self._ask_s = 0.0  # a paused token's ask (offer and price, or shadow guess), measured
         self._since_ask = 0  # paused tokens since the last ask
         self.name = inner.name  # the gate changes when, never what: stats keep the drafter's name
         self.scale = 1.0  # verify step: observed / predicted seconds
-        # a pipelined plain token over a one-token verify step, learnt from plain tokens
-        # just after verify steps (priced never above 1); further plain tokens move ``scale``:
-        # the machine's load moves both alike
+        # a pipelined plain token over a one-token verify step, learnt from plain tokens just
+        # after verify steps (priced never above 1); later ones move ``scale`` (the load's)
         self.plain_ratio = self.memory.ratio
         self._timed: set[int] = set()  # block lengths seen once (the first is a warm-up)
         self._plain_since_verify = FRESH  # plain tokens timed since the last verify step
@@ -96,28 +93,23 @@ class CostGate(AdaptiveK):
         # RUN of rejections (a second miss in a row says more than the first: a quote ends)
         self.slots = {s: SlotCounts.zeros(k_max) for s in (REJECTED, ACCEPTED, RUN)}
         self._k = k_max
-        # carried like the saving: a short answer's first offers are priced on what the
-        # requests before saw of offers of their length, not on the prior; one per proposer
-        # (``_seat``: a chain's members each their own)
+        # carried like the saving (a short answer's first offers priced on what the requests
+        # before saw, not on the prior); one per proposer (``_seat``: a chain's members each)
         self._member = inner.name
         self.offers = self.memory.offers_for(inner.name, k_max, self.prior, decay)
         self._guess: Guess | None = None  # one pending at a time
         self._forced = False  # the last proposal was the grammar's forced tokens
         self.paused_tokens = 0  # plain tokens while paused (watch calls and paused steps)
         self._probe = 0  # verify steps left of a probe (a drafter that cannot guess paused)
-        # a drafter whose proposal costs the same at any length and that guesses while
-        # paused is asked for its full offer every step: the offer's length is its own
-        # confidence (the suffix drafter's match length), so drafts are priced on the
-        # acceptance of offers of that length, each length its own estimate
-        # (``offer_acceptance``; lab/gate-acceptance: slot 1 is accepted 25 % of the time on
-        # one-token offers, 54 % on two-token ones, 91 % on eight-token ones)
-        # a chain whose first member offers for free (suffix first) peeks too: each offer is
-        # priced by the member that made it (``proposer_cost``)
+        # a drafter whose proposal costs the same at any length and that guesses while paused
+        # is asked for its full offer every step: its length and support are its confidence, so
+        # drafts are priced on the acceptance of such offers (``offer_acceptance``); a chain whose
+        # first member offers for free peeks too, each offer priced by its maker (``proposer_cost``)
         per_token = (inner.lead_cost or self.draft_cost or {}).get("per_token", 0.0)
         self.peeks = inner.guesses_paused and not per_token  # linear proposals (trees: by state)
         self._trees = False  # the row asks for trees: priced by state, as a costly drafter
         self._peeked = False  # the pending verify step drafts a priced offer
-        self._last_offer = 0  # the length of the offer last priced (for ``describe``)
+        self._last_offer = self._last_grade = 0  # the offer last priced: length, grade (``offers.grade``)
         self._start()
 
     @property
@@ -158,13 +150,12 @@ class CostGate(AdaptiveK):
         step where drafting it a token late would lose more than a pipelined token saves (the
         weighing ``pipelines`` makes, on this offer's own late loss: a new request has seen no
         other); nothing is in flight yet, so that draft is not late. Why: translation-181 started
-        ``P P P L`` where ungated drafts at once (a pipelined token here saves ~1 % of a verify
-        step); a paused start, where pipelining saves more, still sees a wrong first offer fail for
-        free (replayed: lab/gate-start, whose "only where the saving is 0" lost at 0.97-0.99)."""
+        ``P P P L`` where ungated drafts at once; a paused start, where pipelining saves more, still
+        sees a wrong first offer fail for free (lab/gate-start)."""
         offer = self.inner.propose(prompt_ids, self._k)
         self._seat_proposer()
         self._pend(prompt_ids, offer)
-        depth = self._idle_price(len(offer))
+        depth = self._idle_price(offer)
         self._paused = not depth or self._late_loss(depth) <= self._prices().pipelining_saves()
 
     def _start(self) -> None:
@@ -178,10 +169,9 @@ class CostGate(AdaptiveK):
         self._seat(self.inner.name)
 
     def proposal_cost(self) -> Mapping[str, float] | None:
-        """What the last proposal cost to make: its proposer's cost (``Drafter.proposer_cost``: a
-        chain's member that made it), else this gate's ``draft_cost``. Why: a chain's cost is its
-        members' sum; suffix's offers priced with a head's cost beside it were cut (issue #47: 1.36
-        tokens per forward against suffix alone's 1.53). Tests: tests/drafters/test_chain.py."""
+        """What the last proposal cost to make: its proposer's (``Drafter.proposer_cost``: a chain's
+        member that made it), else ``draft_cost``. Why: suffix's offers priced with a head's cost
+        beside it were cut (issue #47: 1.36 tokens per forward, suffix alone 1.53; test_chain.py)."""
         return self.inner.proposer_cost or self.draft_cost
 
     @property
@@ -210,27 +200,31 @@ class CostGate(AdaptiveK):
         if proposer is not None:
             self._seat(proposer.name)
 
-    def offer_acceptance(self, n: int) -> list[float]:
-        """Per-slot acceptance of offers of ``n`` tokens in the current state
-        (``offers.OfferModel``: by the offer's length, averaged with its refinement by what
-        the drafts before did as well as each has predicted)."""
-        return self.offers.estimate(n, self._state)
+    def offer_acceptance(self, n: int, grade: int = 0) -> list[float]:
+        """Per-slot acceptance of offers of ``n`` tokens of ``grade`` in the current state
+        (``offers.OfferModel``: by the offer's grade and length, averaged with its refinement by
+        what the drafts before did as well as each has predicted)."""
+        return self.offers.estimate(n, self._state, grade)
 
     def _prices(self) -> StepPrices:
         """What steps cost now, as an offer is priced (``offer_price``)."""
-        return StepPrices(self.cost, self.scale, self.plain_seconds(), self.proposal_cost())
+        return StepPrices(self.priced(), self.scale, self.plain_seconds(), self.proposal_cost())
 
-    def price_offer(self, n: int) -> int:
+    def priced(self) -> dict[int, float]:
+        """The verify curve as steps are priced now, before the scale (``Learnt.priced``)."""
+        return self.memory.priced(self.cost)
+
+    def price_offer(self, n: int, grade: int = 0) -> int:
         """The draft length (0..n) that maximises expected tokens per second for an offer of
-        ``n`` tokens (0: plain; ``StepPrices.best``)."""
-        self._last_offer = min(n, self.k_max)
+        ``n`` tokens of ``grade`` (0: plain; ``StepPrices.best``)."""
+        self._last_offer, self._last_grade = min(n, self.k_max), grade
         if n <= 0:
             return 0
-        return self._prices().best(self.offer_acceptance(n), min(n, self.k_max))
+        return self._prices().best(self.offer_acceptance(n, grade), min(n, self.k_max))
 
-    def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int) -> None:
-        """Count a draft of an offer ``made`` = (state, length), then move the state on."""
-        self.offers.record(made, proposed, accepted)
+    def _record_offer(self, made: tuple[int, int], proposed: int, accepted: int, grade: int) -> None:
+        """Count a draft of an offer ``made`` = (state, length) of ``grade``, then move the state on."""
+        self.offers.record(made, proposed, accepted, grade)
         state = made[0]
         self._state = ACCEPTED if accepted else (REJECTED if state == ACCEPTED else RUN)
 
@@ -253,22 +247,24 @@ class CostGate(AdaptiveK):
 
     def best(self, k: int) -> int:
         """The draft length that maximises expected tokens per second now (0: plain)."""
-        return best_k(self.acceptance(), self.cost, min(k, self.k_max), self.draft_cost,
+        return best_k(self.acceptance(), self.priced(), min(k, self.k_max), self.draft_cost,
                       scale=self.scale, plain=self.plain_seconds(), hit=self.hit)
 
     def describe(self) -> dict:
         """What the gate knows now, for a trace (``decode.trace``: ``Gated``'s fields)."""
         # a host drafter's drafts are priced on its last offer (``offer`` tokens; it exists)
         peek = self.peeks and not self._trees
-        accept = self.offer_acceptance(self._last_offer) if peek else self.acceptance()
+        accept = self.offer_acceptance(self._last_offer, self._last_grade) if peek else self.acceptance()
         return {"paused": self._paused, "state": self._state, "probe": self._probe,
                 "offer": self._last_offer if peek else 0, "accept": [round(a, 3) for a in accept],
                 "hit": 1.0 if peek else round(self.hit, 3),
                 "scale": round(self.scale, 3), "plain_s": self.plain_seconds(),
+                "shape": {L: round(r, 3) for L, r in self.memory.shape.items()},
                 "guess": len(self._guess.tokens) if self._guess is not None else 0}
 
     def plain_seconds(self) -> float:
-        """A pipelined plain token now, never above a one-token verify step (learnt unclipped)."""
+        """A pipelined plain token now: never above a one-token verify step (the ratio is learnt
+        unclipped, so that noisy samples do not read it low)."""
         return self.cost[1] * self.scale * min(self.plain_ratio, 1.0)
 
     def _choose(self, k: int) -> int:
@@ -330,7 +326,7 @@ class CostGate(AdaptiveK):
         offer = self.inner.propose(context, k)
         self._seat_proposer()
         self._asked(offer)
-        depth = self._idle_price(len(offer))
+        depth = self._idle_price(offer)
         self.chosen.append(depth)
         self._paused = depth == 0 and self.pipelines()
         if not depth:
@@ -340,33 +336,34 @@ class CostGate(AdaptiveK):
         # (``_score``): the verify step's bonus token tests slot depth + 1 for free, so a
         # cut offer's next slot learns whether the copy goes on (traced: counted only as
         # drafted, a few misses cut eight-token offers of a copy to 3-5 tokens for good)
-        self._guess = Guess(len(context), offer.tokens[:depth + 1], self._state, self._member, len(offer))
+        self._guess = Guess(len(context), offer.tokens[:depth + 1], self._state, self._member, len(offer),
+                            grade(offer.support))
         self._proposed, self._peeked = depth, True
         if depth == len(offer):
             return offer
         return Proposal(offer.tokens[:depth], None if offer.q is None else offer.q[:depth])
 
-    def _idle_price(self, n: int) -> int:
+    def _idle_price(self, offer: Proposal) -> int:
         """``price_offer``, counting what a late draft of it would lose where the last did not pay."""
-        depth = self.price_offer(n)
+        depth = self.price_offer(len(offer), grade(offer.support))
         self._late.priced(depth, self._late_loss)
         return depth
 
     def _late_loss(self, k: int) -> float:
         """Seconds a k-token draft of the offer just priced loses drafted a token late."""
-        return self._prices().late_loss(self.offer_acceptance(self._last_offer), k)
+        return self._prices().late_loss(self.offer_acceptance(self._last_offer, self._last_grade), k)
 
     def pipelines(self) -> bool:
-        """Whether a host drafter's gate, drafting nothing now, pauses into pipelined plain
-        decoding (True) or keeps to one-token verify steps (``LateLoss.pipelines``; a pipelined
-        token's saving measured once ``plain_ratio`` is, carried across requests:
-        ``learnt.Learnt``; never measured, in a batch or untimed: pipelined)."""
+        """Whether a host drafter's gate, drafting nothing now, pauses into pipelined plain decoding
+        (True) or keeps to one-token verify steps (``LateLoss.pipelines``; the saving measured once
+        ``plain_ratio`` is, carried: ``learnt.Learnt``; never measured, batched or untimed: True)."""
         return self._late.pipelines(self._prices().pipelining_saves(), bool(self._ratio_seen))
 
     def _pend(self, context: Sequence[int], offer: Proposal) -> None:
         """Keep an offer not drafted as the shadow guess (one pending at a time)."""
         if self._guess is None and offer:
-            self._guess = Guess(len(context), offer.tokens, self._state, self._member, len(offer))
+            self._guess = Guess(len(context), offer.tokens, self._state, self._member, len(offer),
+                                grade(offer.support))
 
     def observe(self, num_accepted: int) -> None:
         if self._peeked and not self._forced:
@@ -395,7 +392,7 @@ class CostGate(AdaptiveK):
             self._pend(context, offer)
             # after a late resume a verify step, until a pipelined token's saving is measured
             # (its plain tokens are timed against the verify steps just before them)
-            self._paused = self._idle_price(len(offer)) == 0 and self.pipelines() and \
+            self._paused = self._idle_price(offer) == 0 and self.pipelines() and \
                 not (late and not self._ratio_seen)
             self._resumed = -1 if self._paused or late else len(context)
             self._asking(self.clock() - t0)
@@ -456,7 +453,7 @@ class CostGate(AdaptiveK):
         self._seat(guess.member)  # counted as its proposer's
         proposed = len(guess.tokens) if agreed < len(seen) else len(seen)  # final: what was seen
         if proposed and guess.offer is not None:
-            self._record_offer((guess.state, guess.offer), proposed, agreed)
+            self._record_offer((guess.state, guess.offer), proposed, agreed, guess.grade)
         elif proposed:
             self._record(proposed, agreed, guess.state)
 
@@ -487,8 +484,11 @@ class CostGate(AdaptiveK):
             predicted = self.cost[1] * self.plain_ratio
         else:
             self._plain_since_verify = 0
-            drafted = self.proposal_cost()
-            predicted = self.cost[block] + draft_seconds(drafted, block - 1)
+            drafting = draft_seconds(self.proposal_cost(), block - 1)
+            predicted = self.cost[block] * shape_at(self.memory.shape, block) + drafting
+            if block > 1:  # against the scale the other steps set (two time scales: ``learnt``)
+                shaped = (seconds - drafting) / (self.cost[block] * self.scale)
+                self.memory.learn_shape(block, min(max(shaped, lo), hi))
         seen = min(max(seconds / predicted, lo), hi)
         self.scale += RATIO_WEIGHT * (seen - self.scale)
 

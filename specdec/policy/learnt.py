@@ -1,8 +1,9 @@
 """What cost gates learnt on one verify cost curve, carried from request to request.
 
-Contract: ``Learnt`` is one curve's memory (what a pipelined plain token saves, and the
-acceptance of a host drafter's offers by length: ``offers.OfferModel``), read and updated by
-every gate priced on that curve (``CostGate(memory=)``); ``LearntCurves.on(cost)`` is the one
+Contract: ``Learnt`` is one curve's memory (what a pipelined plain token saves, what a drafted
+step of each length costs beside a one-token one, and the acceptance of a host drafter's offers
+by grade and length: ``offers.OfferModel``), read and updated by every gate priced on that curve
+(``CostGate(memory=)``); ``LearntCurves.on(cost)`` is the one
 ``Learnt`` for a curve (equal curves, one object), at most ``LearntCurves.limit`` curves kept.
 Nothing here is process-global: whoever serves requests owns a ``LearntCurves`` and passes it in
 ``DraftResources.learnt`` (a server, a bench run, a library process: ``resources.resources_for``).
@@ -33,19 +34,41 @@ from .offers import OfferModel
 
 log = logging.getLogger(__name__)
 KEPT_SEEN = 10  # a kept ratio counts as this many samples at most: live steps still move it
+# the weight of one drafted step in its block length's shape (from 1: the curve's own), a
+# quarter of the scale's (``gate.RATIO_WEIGHT``). The shape is the engine's and the curve's
+# (constant); the scale is the machine's load (it moves): learnt slower, a change of load is
+# read as the scale's, and the shape keeps only what one length costs beside another.
+SHAPE_WEIGHT = 0.025
+
+
+def shape_at(shape: Mapping[int, float], block: int) -> float:
+    """What a verify step of ``block`` tokens takes over the curve's price at the gate's scale:
+    its own learnt ratio, else the longest shorter drafted block's (a drafted step's host work,
+    accepting and trimming the cache, is paid at every length), else 1 (a one-token verify step
+    is the scale's own).
+
+    >>> shape_at({2: 1.1, 5: 0.9}, 1), shape_at({2: 1.1, 5: 0.9}, 4), shape_at({2: 1.1, 5: 0.9}, 9)
+    (1.0, 1.1, 0.9)
+    """
+    seen = [b for b in shape if b <= block]
+    return shape[max(seen)] if seen else 1.0
 
 
 @dataclass
 class Learnt:
     """One curve's memory. ``ratio``: a pipelined plain token's cost over a one-token verify step
-    (from ``seen`` tokens). ``offers``: one ``OfferModel`` per drafter and draft length k_max (the
-    acceptance of offers is the drafter's; bounded: ``k_max + 1 <= len(curve)``, a handful of
+    (from ``seen`` tokens). ``shape``: a drafted step's over the curve's, per length. ``offers``:
+    one ``OfferModel`` per drafter and draft length k_max (the acceptance of offers is the
+    drafter's; bounded: ``k_max + 1 <= len(curve)``, a handful of
     drafter names). What late drafts lose is the text's, not the
     machine's: it stays the request's (carried, the replay read summarization and RAG 0.02-0.03x
     slower: the last answer's copies kept new text off the pipelined path)."""
 
     ratio: float = 1.0
     seen: int = 0
+    # a drafted step's seconds over the curve's at the scale, per block length (``shape_at``);
+    # in memory only, shared by the process's requests on this curve (a new process relearns it)
+    shape: dict[int, float] = field(default_factory=dict)
     offers: dict[tuple[str, int], OfferModel] = field(default_factory=dict)
     path: Path | None = None  # where ``ratio`` is kept across processes (None: this process's)
     kept: int = 0  # ``seen`` when last kept or read
@@ -65,6 +88,20 @@ class Learnt:
                         "it again; check that the cost cache ($SPECDEC_CACHE_DIR) is writable",
                         self.path, exc)
         self.kept = self.seen  # said once per learning, not at every request's end
+
+    def learn_shape(self, block: int, ratio: float) -> None:
+        """A drafted step of ``block`` tokens took ``ratio`` times the curve's price at the scale."""
+        old = self.shape.get(block, 1.0)
+        self.shape[block] = old + SHAPE_WEIGHT * (ratio - old)
+
+    def priced(self, cost: Mapping[int, float]) -> dict[int, float]:
+        """The verify curve ``cost`` times each length's seen shape (``shape_at``). Why: the fitted
+        line priced a drafted one-token step ~10 ms above a one-token verify step where the
+        engine's took ~16 ms more, and a gate drafted one-token offers accepted 7 % of the time
+        (qa-338 at 0.91x plain: lab/specbench/full-recheck)."""
+        if not self.shape:
+            return dict(cost)
+        return {L: c * shape_at(self.shape, L) for L, c in cost.items()}
 
     def offers_for(self, drafter: str, k_max: int, prior: float, decay: float) -> OfferModel:
         """The offer model every gate over ``drafter`` (its name) with ``k_max`` on this curve

@@ -162,6 +162,29 @@ def test_live_index_matches_reference_at_every_length(tokens, k, alpha, cap, eos
         assert idx.lookup(k, alpha, eos) == ref
 
 
+@settings(max_examples=examples(100), deadline=None)
+@given(tokens_st, cap_st)
+def test_an_offers_support_is_the_share_of_its_matchs_occurrences_its_first_token_followed(tokens, cap):
+    """``Proposal.support`` (what the cost gate grades offers by) against brute force: of the
+    live match's earlier occurrences that a token followed (each follower's count capped as
+    the automaton caps it), the share the offered first token followed."""
+    idx = SuffixIndex(0, cap)
+    for i, t in enumerate(tokens):
+        idx.extend([t])
+        ctx = tokens[: i + 1]
+        offer = idx.offer(8, 1.0)
+        if not offer:
+            assert offer.support is None
+            continue
+        m = longest_suffix_match(ctx)[0]
+        ends = [e for e in ends_of(ctx, ctx[len(ctx) - m:]) if e + 1 < len(ctx)]
+
+        def followed(tok):
+            return min(cap, sum(ctx[e + 1] == tok for e in ends))
+
+        assert offer.support == followed(offer.tokens[0]) / sum(map(followed, set(ctx)))
+
+
 @settings(max_examples=examples(150), deadline=None)
 @given(docs_st, tokens_st, st.lists(st.integers(1, 7), max_size=10), st.integers(1, 8), alpha_st,
        cap_st)
