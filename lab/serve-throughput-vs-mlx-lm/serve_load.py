@@ -229,6 +229,9 @@ def server_specs(args, model_dir: Path) -> list[dict]:
         tree = str(Path(args.head_tree).resolve())
         specs.insert(1, {"label": f"{spec[0]} @{Path(tree).name}", "argv": ours + spec[1],
                          "model_field": args.model, "env": {"PYTHONPATH": tree}})
+    if args.one_thread:  # lab/openblas-threads: every forward on one OpenBLAS thread
+        specs.insert(1, {"label": f"{spec[0]}, 1 BLAS thread", "argv": ours + spec[1],
+                         "model_field": args.model, "env": {"OPENBLAS_NUM_THREADS": "1"}})
     if args.peer == "mlx_lm":
         specs.append(mlx_lm_spec(model_dir))
     return specs
@@ -400,6 +403,8 @@ def main() -> None:
                     help="completion length under load (default 48; 128 with --workload decode)")
     ap.add_argument("--max-tokens", type=int, default=128, help="completion length of each turn")
     ap.add_argument("--turns", choices=("on", "off"), default="on", help="the conversation")
+    ap.add_argument("--one-thread", action="store_true",
+                    help="also run our default server with OPENBLAS_NUM_THREADS=1 (lab/openblas-threads)")
     ap.add_argument("--max-batch", type=int, help="passed to `specdec serve` only when given")
     ap.add_argument("--head-tree", help="also run our default server from this checkout "
                     "(PYTHONPATH): before and after a change in one interleaved run")
