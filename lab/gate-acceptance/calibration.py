@@ -74,7 +74,8 @@ def agreed(offer, truth) -> int:
 
 
 def oracle(qturns: list[Turn], tok) -> dict:
-    """Per (name, turn, position): the offer's features and how much of it the answer bears out."""
+    """Per (name, turn, position): the offer's features (``shares``: each offered token's share of its
+    state's followers, ``share`` the first's) and how much of it the answer bears out."""
     table, drafter = {}, None
     for q in qturns:
         if q.turn == 0:
@@ -84,13 +85,12 @@ def oracle(qturns: list[Turn], tok) -> dict:
             ctx = q.prompt + q.out[:t]
             offer = list(drafter.propose(ctx, K).tokens)
             m, auto, state = drafter.index.match()
-            share = 0.0
-            if offer:
-                child = auto.next[state][offer[0]]
-                total = sum(auto.count[c] for tk, c in auto.next[state].items() if tk >= 0)
-                share = auto.count[child] / max(total, 1)
-            table[(q.name, q.turn, t)] = {"n": len(offer), "m": m, "share": share,
-                                          "acc": agreed(offer, q.out[t:]) if offer else 0}
+            shares, st = [], state  # each offered token's follower share along the walk
+            for tk in offer:
+                shares.append(auto.share(st, tk))
+                st = auto.next[st][tk]
+            table[(q.name, q.turn, t)] = {"n": len(offer), "m": m, "share": shares[0] if shares else 0.0,
+                                          "shares": shares, "acc": agreed(offer, q.out[t:]) if offer else 0}
     return table
 
 

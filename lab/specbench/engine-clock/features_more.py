@@ -15,30 +15,14 @@ from pathlib import Path
 E = Path(__file__).resolve().parent
 sys.path.insert(0, str(E)); sys.path.insert(0, str(E.parents[1] / "gate-acceptance"))
 import specdec
-from calibration import turns, agreed
+from calibration import oracle, turns
 from replay import OBSERVED, full_results
-from specdec.drafters.spec import DraftSpec
-from specdec.resources import drafter_for
 from features import run
 K = 8
 
 def table_of(qturns, tok):
-    table, drafter = {}, None
-    for q in qturns:
-        if q.turn == 0:
-            drafter = drafter_for(DraftSpec(gate=False), None, tok).drafter
-        drafter.begin(q.prompt)
-        for t in range(len(q.out)):
-            ctx = q.prompt + q.out[:t]
-            offer = list(drafter.propose(ctx, K).tokens)
-            m, auto, state = drafter.index.match()
-            shares = []
-            st = state
-            for tk in offer:
-                shares.append(auto.share(st, tk))
-                st = auto.next[st][tk]
-            table[(q.name, q.turn, t)] = (len(offer), shares, agreed(offer, q.out[t:]) if offer else 0, m)
-    return table
+    """Per position: (n, each offered token's share, accepted, match length), ``calibration.oracle``'s."""
+    return {key: (v["n"], v["shares"], v["acc"], v["m"]) for key, v in oracle(qturns, tok).items()}
 
 def rates(table, key):
     hit, seen = defaultdict(lambda: [0] * K), defaultdict(int)
