@@ -1,0 +1,45 @@
+"""Issue #46: a --quick run's own plain answers (any model) replayed under the gate and ungated.
+
+Rebuilds each question's turns from the run's journal (``records.jsonl.gz``: its first measured plain
+run), then ``replay.replay`` with the run's cost curve as the gate's curve and two clocks: the curve
+itself (the gate's prices right by construction) and SmolLM2's traced step ratios (``replay.OBSERVED``),
+each without and with step-time noise 0.12 (seeded). Prints tokens per forward and the geomean speedup
+per category, as ``replay.py`` does.
+
+    PYTHONPATH=. python3 lab/specbench/engine-clock/qwen_replay.py RECORDS.jsonl.gz MODEL [CLOCK_JSON]
+
+CLOCK_JSON, a third clock: {"P": pipelined token, "1": 1, "2": ..., "9": ...} over a one-token step (a
+``--trace`` run's medians, e.g. ``trace_clock.py``'s).
+"""
+import sys, json, gzip, tempfile
+from pathlib import Path
+from collections import defaultdict
+E = Path(__file__).resolve().parent
+sys.path.insert(0, str(E)); sys.path.insert(0, str(E.parents[1] / "gate-acceptance")); sys.path.insert(0, str(E.parents[1] / "gate-trace"))
+import specdec
+import replay as R
+from calibration import turns
+from gate_specbench_replay import gate_class
+from specdec.policy.learnt import Learnt
+src = sys.argv[1]
+rows = [json.loads(l) for l in gzip.open(src, 'rt')]
+recs = [dict(r, run=0) for row in rows[1:] for r in row['records'] if r['config'] == 'plain' and r['run'] == 1]
+curve = {int(k): v for k, v in rows[0]['cost_curve'].items()}
+tmp = tempfile.NamedTemporaryFile('w', suffix='.json', delete=False); json.dump({'records': recs, 'cost_curve': rows[0]['cost_curve']}, tmp); tmp.close()
+model, tok = specdec.load(sys.argv[2], dtype='float32'); del model
+by_q = defaultdict(list)
+for q in turns(tmp.name, tok): by_q[q.name].append(q)
+c1 = curve[1]
+clocks = {'own curve': {**{L: v / c1 for L, v in curve.items()}, 'P': 0.99}, 'smollm2 traced': R.OBSERVED}
+if len(sys.argv) > 3:
+    clocks['given'] = {(k if k == 'P' else int(k)): v for k, v in json.loads(sys.argv[3]).items()}
+for cname, ratio in clocks.items():
+    clock = {L: c1 * r for L, r in ratio.items()}
+    print('clock', cname, {k: round(v, 2) for k, v in ratio.items()})
+    for SD in (0.0, 0.12):
+        R.SD = SD
+        for name, gc in (("ungated", None), ("gate", gate_class(None))):
+            R.NOISE.seed(0)
+            mem = Learnt()
+            rr = [r for qs in by_q.values() for r in R.replay(qs, tok, curve, clock, gc, mem)]
+            R.summary(f"{name} sd{SD}", rr)
