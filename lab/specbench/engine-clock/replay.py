@@ -39,10 +39,12 @@ NOISE, SD = random.Random(0), 0.0  # --noise SD: each step's time times exp(N(0,
 OBSERVED = {"P": 0.99, 1: 1.0, 2: 1.22, 3: 1.41, 4: 1.59, 5: 1.60, 6: 1.64, 7: 1.67, 8: 1.69, 9: 1.95}
 
 
-def full_results(path: str) -> str:
-    """A full profile's records.jsonl.gz as a results.json ``turns`` reads (its plain run as run 0)."""
+def full_results(path: str, run: int | None = None) -> str:
+    """A bench journal (records.jsonl.gz) as a results.json ``turns`` reads, its plain run as run 0: the
+    full profile's one run, or ``run`` of a journal with several (a ``--quick`` run's first measured: 1)."""
     rows = [json.loads(line) for line in gzip.open(path, "rt")]
-    recs = [dict(r, run=0) for row in rows[1:] for r in row["records"] if r["config"] == "plain"]
+    recs = [dict(r, run=0) for row in rows[1:] for r in row["records"]
+            if r["config"] == "plain" and (run is None or r["run"] == run)]
     out = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     json.dump({"records": recs, "cost_curve": rows[0]["cost_curve"]}, out)
     out.close()
